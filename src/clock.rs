@@ -1,0 +1,116 @@
+//! The one place that reads time. The router decides on a `Clock` it is given:
+//! the system clock in real use, a `ManualClock` in the chaos harness whose `sleep`
+//! advances virtual time at once, so a `Retry-After: 3600` costs nothing in a test.
+//! `clippy.toml` bans direct clock reads everywhere else.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+/// Milliseconds since the Unix epoch: the instant type of every pure function here.
+pub type UnixMs = i64;
+
+/// A boxed future, so `Clock` stays object-safe and `Router` can hold `Arc<dyn Clock>`.
+pub type Sleep<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// Routing time: what the router reads for `now`, budgets and cooling instants, and
+/// how it waits before a retry.
+pub trait Clock: Send + Sync {
+    fn now_ms(&self) -> UnixMs;
+    fn sleep(&self, ms: u64) -> Sleep<'_>;
+}
+
+/// Wall-clock time and real sleeps.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)] // this is the one sanctioned read of the wall clock
+    fn now_ms(&self) -> UnixMs {
+        chrono::Utc::now().timestamp_millis()
+    }
+
+    #[allow(clippy::disallowed_methods)]
+    fn sleep(&self, ms: u64) -> Sleep<'_> {
+        Box::pin(tokio::time::sleep(Duration::from_millis(ms)))
+    }
+}
+
+/// Virtual time: `sleep` advances the clock and returns at once. Shared by every
+/// request of one scenario, so cooling instants and waits line up exactly.
+#[derive(Debug)]
+pub struct ManualClock {
+    now: AtomicI64,
+}
+
+impl ManualClock {
+    pub fn new(start: UnixMs) -> Self {
+        ManualClock {
+            now: AtomicI64::new(start),
+        }
+    }
+
+    /// Lets virtual time pass (a scenario's `after_ms`).
+    pub fn advance(&self, ms: u64) {
+        self.now.fetch_add(ms as i64, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> UnixMs {
+        self.now.load(Ordering::SeqCst)
+    }
+
+    fn sleep(&self, ms: u64) -> Sleep<'_> {
+        self.advance(ms);
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// Real elapsed time, for latencies and the socket deadlines that guard real I/O.
+/// Routing decisions never read it.
+#[derive(Debug, Clone, Copy)]
+pub struct Stopwatch(std::time::Instant);
+
+impl Stopwatch {
+    #[allow(clippy::disallowed_methods)] // latency is real time by definition
+    pub fn start() -> Self {
+        Stopwatch(std::time::Instant::now())
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.0.elapsed()
+    }
+
+    pub fn elapsed_ms(&self) -> u64 {
+        self.0.elapsed().as_millis() as u64
+    }
+}
+
+/// A real sleep, for the mock providers (they play the outside world, which runs on
+/// real time) and for socket-level pacing. Never used for routing waits.
+#[allow(clippy::disallowed_methods)]
+pub async fn real_sleep(d: Duration) {
+    tokio::time::sleep(d).await
+}
+
+/// The wall clock for edges that are not routing decisions (CLI rendering, store
+/// timestamps of manual actions).
+pub fn wall_now_ms() -> UnixMs {
+    SystemClock.now_ms()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn manual_clock_sleep_advances_without_waiting() {
+        let c = ManualClock::new(1_000);
+        let sw = Stopwatch::start();
+        c.sleep(3_600_000).await;
+        assert_eq!(c.now_ms(), 3_601_000);
+        assert!(sw.elapsed() < Duration::from_secs(1));
+    }
+}

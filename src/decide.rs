@@ -1,0 +1,267 @@
+//! `decide()`: the default decision table of spec/decisions.md, one visible branch per
+//! row. Pure: everything it needs is in `Situation`, including the jitter draw, so a
+//! table test can pin every row.
+
+use crate::budget::Spent;
+use crate::hint::Hint;
+use crate::policy::Policy;
+use crate::vocab::{Action, CallPath, Class};
+
+/// Everything the table reads about one attempt.
+#[derive(Debug, Clone, Copy)]
+pub struct Situation<'a> {
+    pub class: Class,
+    pub path: CallPath,
+    pub hint: Option<Hint>,
+    pub policy: &'a Policy,
+    /// Spent so far, including the attempt being decided.
+    pub spent: Spent,
+    /// Retries already made on this route in this request.
+    pub retries_on_route: u32,
+    /// A stream already delivered a visible token to the caller.
+    pub visible_token: bool,
+    /// An approved route that is neither cooling nor retired remains after this one.
+    pub fallback_available: bool,
+    /// Estimated cost of one more call (0 without a price table).
+    pub next_cost_usd: f64,
+    /// A uniform draw in [0, 1) for backoff jitter.
+    pub jitter: f64,
+}
+
+/// Which row of the table decided, and why: traces print it, reasons derive from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    Answered,
+    AfterVisibleToken,
+    StopOn,
+    Retryable,
+    Fallback,
+    /// Row 6 because the budget, not the chain, ran out.
+    BudgetSpent,
+    /// Row 6 because no approved live route was left, or the class allows no move.
+    NothingLeft,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub action: Action,
+    /// How long to wait before a retry.
+    pub wait_ms: Option<u64>,
+    /// The table row (1–6) that matched.
+    pub row: u8,
+    pub why: Why,
+}
+
+/// The decision table, rows checked in order.
+pub fn decide(s: &Situation) -> Decision {
+    let d = |action, row, why| Decision { action, wait_ms: None, row, why };
+
+    // Row 1.
+    if s.class == Class::Ok {
+        return d(Action::Done, 1, Why::Answered);
+    }
+    // Row 2: never splice a second answer onto output the caller already saw.
+    if s.path == CallPath::Stream && s.visible_token {
+        return d(Action::Interrupt, 2, Why::AfterVisibleToken);
+    }
+    // Row 3.
+    if s.policy.stops_on(s.class) {
+        return d(Action::FailClosed, 3, Why::StopOn);
+    }
+    // Row 4. `timeout` is absent on purpose: waiting on a silent route again only doubles
+    // the wait.
+    let mut budget_blocked = false;
+    if matches!(
+        s.class,
+        Class::RateLimited | Class::Overloaded | Class::ServerError | Class::Network
+    ) && s.retries_on_route < s.policy.max_retries_per_route
+    {
+        let wait = retry_wait(s.hint, s.retries_on_route, s.jitter);
+        if wait <= s.policy.max_retry_wait_ms {
+            if s.spent.allows(s.policy, wait, s.next_cost_usd) {
+                return Decision {
+                    action: Action::Retry,
+                    wait_ms: Some(wait),
+                    row: 4,
+                    why: Why::Retryable,
+                };
+            }
+            budget_blocked = true;
+        }
+    }
+    // Row 5.
+    if moves_on(s.class) && s.fallback_available {
+        if s.spent.allows(s.policy, 0, s.next_cost_usd) {
+            return d(Action::Fallback, 5, Why::Fallback);
+        }
+        budget_blocked = true;
+    }
+    // Row 6.
+    let why = if budget_blocked { Why::BudgetSpent } else { Why::NothingLeft };
+    d(when_nothing_left(s.path, s.policy), 6, why)
+}
+
+/// Classes that another route may fix (row 5). `stream_interrupted` only reaches here
+/// before a visible token: row 2 caught the rest.
+pub fn moves_on(class: Class) -> bool {
+    matches!(
+        class,
+        Class::RateLimited
+            | Class::QuotaExhausted
+            | Class::ModelUnavailable
+            | Class::Overloaded
+            | Class::ServerError
+            | Class::Timeout
+            | Class::Network
+            | Class::StreamInterrupted
+    )
+}
+
+/// Row 6's answer, also used when a chain runs out with every route skipped.
+pub fn when_nothing_left(path: CallPath, policy: &Policy) -> Action {
+    if path == CallPath::Rerank {
+        Action::Degrade
+    } else if policy.queue_allowed {
+        Action::Queue
+    } else if policy.degrade_allowed {
+        Action::Degrade
+    } else {
+        Action::FailClosed
+    }
+}
+
+/// The provider's hint, else capped exponential backoff with jitter: 250–500 ms before
+/// the first retry, doubling after each.
+pub fn retry_wait(hint: Option<Hint>, retries_so_far: u32, jitter: f64) -> u64 {
+    if let Some(h) = hint {
+        return h.ms;
+    }
+    let base = 250u64.saturating_mul(1u64 << retries_so_far.min(20));
+    base + (base as f64 * jitter.clamp(0.0, 1.0)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hint::HintSource;
+
+    fn hint(ms: u64) -> Option<Hint> {
+        Some(Hint { ms, source: HintSource::RetryAfter })
+    }
+
+    fn base(policy: &Policy) -> Situation<'_> {
+        Situation {
+            class: Class::RateLimited,
+            path: CallPath::Chat,
+            hint: None,
+            policy,
+            spent: Spent { attempts: 1, elapsed_ms: 0, extra_cost_usd: 0.0 },
+            retries_on_route: 0,
+            visible_token: false,
+            fallback_available: true,
+            next_cost_usd: 0.0,
+            jitter: 0.0,
+        }
+    }
+
+    #[test]
+    fn row_1_ok_is_done() {
+        let p = Policy::default();
+        let got = decide(&Situation { class: Class::Ok, ..base(&p) });
+        assert_eq!((got.action, got.row), (Action::Done, 1));
+    }
+
+    #[test]
+    fn row_2_stream_after_token_interrupts_whatever_the_class() {
+        let p = Policy::default();
+        for class in Class::ALL.iter().copied().filter(|c| *c != Class::Ok) {
+            let s = Situation { class, path: CallPath::Stream, visible_token: true, ..base(&p) };
+            assert_eq!(decide(&s).action, Action::Interrupt, "{class}");
+        }
+        // Before the first token a stream follows the rest of the table.
+        let s = Situation { class: Class::StreamInterrupted, path: CallPath::Stream, ..base(&p) };
+        assert_eq!(decide(&s).action, Action::Fallback);
+    }
+
+    #[test]
+    fn row_3_stop_on_fails_closed() {
+        let p = Policy::default();
+        for class in [Class::Auth, Class::InvalidRequest, Class::ContextOverflow, Class::ContentPolicy, Class::Unknown] {
+            let got = decide(&Situation { class, ..base(&p) });
+            assert_eq!((got.action, got.row, got.why), (Action::FailClosed, 3, Why::StopOn), "{class}");
+        }
+        // A card may take a class out of stop_on: auth then moves on... but auth is not a
+        // row-5 class, so it ends in row 6.
+        let lenient = Policy { stop_on: vec![], ..Policy::default() };
+        assert_eq!(decide(&Situation { class: Class::Auth, ..base(&lenient) }).row, 6);
+    }
+
+    #[test]
+    fn row_4_retries_transient_classes_within_limits() {
+        let p = Policy::default();
+        for class in [Class::RateLimited, Class::Overloaded, Class::ServerError, Class::Network] {
+            let got = decide(&Situation { class, hint: hint(1_000), ..base(&p) });
+            assert_eq!((got.action, got.wait_ms, got.row), (Action::Retry, Some(1_000), 4), "{class}");
+        }
+        // Timeout is never retried on the same route.
+        assert_eq!(decide(&Situation { class: Class::Timeout, ..base(&p) }).action, Action::Fallback);
+        // Already retried max_retries_per_route times.
+        assert_eq!(decide(&Situation { retries_on_route: 1, ..base(&p) }).action, Action::Fallback);
+        // A wait over max_retry_wait_ms is no retry.
+        assert_eq!(decide(&Situation { hint: hint(2_001), ..base(&p) }).action, Action::Fallback);
+        assert_eq!(decide(&Situation { hint: hint(2_000), ..base(&p) }).action, Action::Retry);
+        // max_retry_wait_ms: 0 turns retries off, except after an explicit hint of 0.
+        let off = Policy { max_retry_wait_ms: 0, ..Policy::default() };
+        assert_eq!(decide(&base(&off)).action, Action::Fallback);
+        assert_eq!(decide(&Situation { hint: hint(0), ..base(&off) }).action, Action::Retry);
+    }
+
+    #[test]
+    fn row_4_backoff_without_hint() {
+        assert_eq!(retry_wait(None, 0, 0.0), 250);
+        assert_eq!(retry_wait(None, 0, 0.999), 499);
+        assert_eq!(retry_wait(None, 1, 0.0), 500);
+        let p = Policy::default();
+        let got = decide(&Situation { jitter: 0.5, ..base(&p) });
+        assert_eq!(got.wait_ms, Some(375));
+    }
+
+    #[test]
+    fn row_4_budget_must_cover_wait_and_one_more_attempt() {
+        let p = Policy { max_elapsed_ms: 1_500, ..Policy::default() };
+        let s = Situation { hint: hint(1_500), fallback_available: false, ..base(&p) };
+        let got = decide(&s);
+        assert_eq!((got.action, got.why), (Action::FailClosed, Why::BudgetSpent));
+        let p = Policy { max_total_attempts: Some(1), ..Policy::default() };
+        let got = decide(&Situation { hint: hint(10), ..base(&p) });
+        assert_eq!((got.action, got.why), (Action::FailClosed, Why::BudgetSpent));
+    }
+
+    #[test]
+    fn row_5_fallback_for_route_level_classes() {
+        let p = Policy::default();
+        for class in [
+            Class::RateLimited, Class::QuotaExhausted, Class::ModelUnavailable, Class::Overloaded,
+            Class::ServerError, Class::Timeout, Class::Network, Class::StreamInterrupted,
+        ] {
+            let s = Situation { class, retries_on_route: 1, ..base(&p) };
+            let got = decide(&s);
+            assert_eq!((got.action, got.row), (Action::Fallback, 5), "{class}");
+        }
+    }
+
+    #[test]
+    fn row_6_when_nothing_is_left() {
+        let none = |p: &Policy, path| decide(&Situation { path, retries_on_route: 1, fallback_available: false, ..base(p) }).action;
+        let p = Policy::default();
+        assert_eq!(none(&p, CallPath::Chat), Action::FailClosed);
+        assert_eq!(none(&p, CallPath::Rerank), Action::Degrade);
+        let q = Policy { queue_allowed: true, degrade_allowed: true, ..Policy::default() };
+        assert_eq!(none(&q, CallPath::Embed), Action::Queue);
+        let g = Policy { degrade_allowed: true, ..Policy::default() };
+        assert_eq!(none(&g, CallPath::Chat), Action::Degrade);
+        // Quota is never retried on the same route.
+        let s = Situation { class: Class::QuotaExhausted, fallback_available: false, ..base(&p) };
+        assert_eq!(decide(&s).why, Why::NothingLeft);
+    }
+}

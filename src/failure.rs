@@ -1,0 +1,263 @@
+//! `UpstreamFailure`: the protocol fields of one attempt that did not produce a usable
+//! answer — HTTP status, headers, and the error body's type / code / status /
+//! details — extracted the same way from every wire. The classifier reads only this.
+
+use serde_json::Value;
+
+/// Response headers with lowercase names, in arrival order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Headers(Vec<(String, String)>);
+
+impl Headers {
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (String, String)>) -> Self {
+        Headers(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v))
+                .collect(),
+        )
+    }
+
+    pub fn from_reqwest(map: &reqwest::header::HeaderMap) -> Self {
+        Headers::from_pairs(map.iter().map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        }))
+    }
+
+    /// The first value of a header (name in lowercase).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &(String, String)> {
+        self.0.iter()
+    }
+
+    /// The provider's request id, whichever header it uses.
+    pub fn request_id(&self) -> Option<&str> {
+        ["x-request-id", "request-id", "apim-request-id", "x-goog-request-id", "req-id"]
+            .iter()
+            .find_map(|n| self.get(n))
+    }
+}
+
+/// What went wrong below HTTP, when no usable response arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// No response (or no first byte) within the deadline.
+    Timeout,
+    /// Refused, reset, TLS or DNS failure before a response.
+    Network,
+    /// A stream broke after it began.
+    StreamInterrupted,
+}
+
+/// The structured error fields of a body, whatever the wire put them in:
+/// OpenAI `{"error":{"message","type","param","code"}}`, Anthropic
+/// `{"type":"error","error":{"type","message"}}`, Gemini
+/// `{"error":{"code":429,"message","status","details":[..]}}`, DashScope native
+/// `{"code","message","request_id"}`, OpenRouter `{"error":{"code":402,...}}`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ErrorFields {
+    /// `error.type` (OpenAI, Anthropic, Moonshot).
+    pub kind: Option<String>,
+    /// `error.code` as text (a string code, or a number such as Gemini's / OpenRouter's).
+    pub code: Option<String>,
+    /// Gemini's canonical `error.status` (`RESOURCE_EXHAUSTED`, ...).
+    pub status: Option<String>,
+    pub message: Option<String>,
+    pub param: Option<String>,
+    /// Azure `innererror.code`.
+    pub inner_code: Option<String>,
+    /// Gemini `QuotaFailure.violations[].quotaId`.
+    pub quota_ids: Vec<String>,
+    /// Gemini `ErrorInfo.reason` (`API_KEY_INVALID`, ...).
+    pub reasons: Vec<String>,
+    /// Gemini `RetryInfo.retryDelay` (`"38s"`).
+    pub retry_delay: Option<String>,
+}
+
+impl ErrorFields {
+    /// Reads the error fields of a body; `None` when the body is not JSON or carries
+    /// no error object (an HTML page, an empty or truncated body, a success body).
+    pub fn parse(body: &[u8]) -> Option<ErrorFields> {
+        let v: Value = serde_json::from_slice(body).ok()?;
+        Self::from_value(&v)
+    }
+
+    pub fn from_value(v: &Value) -> Option<ErrorFields> {
+        // Some gateways wrap the body in a one-element array (Gemini streams do).
+        let v = match v {
+            Value::Array(items) if items.len() == 1 => &items[0],
+            other => other,
+        };
+        let obj = v.as_object()?;
+        let mut f = ErrorFields::default();
+        match obj.get("error") {
+            Some(Value::Object(e)) => {
+                f.kind = text(e.get("type"));
+                f.code = text(e.get("code"));
+                f.status = text(e.get("status"));
+                f.message = text(e.get("message"));
+                f.param = text(e.get("param"));
+                f.inner_code = e
+                    .get("innererror")
+                    .and_then(|i| text(i.get("code")));
+                if let Some(Value::Array(details)) = e.get("details") {
+                    read_details(details, &mut f);
+                }
+            }
+            Some(Value::String(s)) => {
+                f.message = Some(s.clone());
+                f.code = text(obj.get("code"));
+                f.kind = text(obj.get("type"));
+            }
+            _ => {
+                // DashScope native / other flat shapes: {"code":"Throttling","message":..}.
+                // Require a code and a message so that a success body never reads as an error.
+                let code = text(obj.get("code"))?;
+                let message = text(obj.get("message")).or_else(|| text(obj.get("msg")))?;
+                if code == "200" || code == "0" {
+                    return None;
+                }
+                f.code = Some(code);
+                f.message = Some(message);
+                f.kind = text(obj.get("type"));
+            }
+        }
+        Some(f)
+    }
+
+    /// Every code-like field, for rules that match "type or code".
+    pub fn codes(&self) -> impl Iterator<Item = &str> {
+        [&self.kind, &self.code, &self.inner_code]
+            .into_iter()
+            .filter_map(|o| o.as_deref())
+    }
+
+    pub fn has_code(&self, wanted: &str) -> bool {
+        self.codes().any(|c| c.eq_ignore_ascii_case(wanted))
+    }
+
+    pub fn message_lower(&self) -> String {
+        self.message.as_deref().unwrap_or("").to_lowercase()
+    }
+}
+
+fn read_details(details: &[Value], f: &mut ErrorFields) {
+    for d in details {
+        let kind = d.get("@type").and_then(Value::as_str).unwrap_or("");
+        if kind.ends_with("QuotaFailure") {
+            if let Some(Value::Array(vs)) = d.get("violations") {
+                f.quota_ids.extend(vs.iter().filter_map(|v| text(v.get("quotaId"))));
+            }
+        } else if kind.ends_with("ErrorInfo") {
+            f.reasons.extend(text(d.get("reason")));
+        } else if kind.ends_with("RetryInfo") {
+            f.retry_delay = text(d.get("retryDelay"));
+        }
+    }
+}
+
+/// A JSON scalar as text; `null`, objects and arrays are not codes.
+fn text(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// One attempt that did not produce a usable answer, as the wire saw it.
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamFailure {
+    /// The HTTP status, or `None` when no response came back.
+    pub status: Option<u16>,
+    pub headers: Headers,
+    /// Parsed error fields, when the body carried an error object.
+    pub error: Option<ErrorFields>,
+    /// A short, key-free excerpt of the body for traces and `detail`.
+    pub excerpt: String,
+    /// Set when the failure happened below HTTP.
+    pub transport: Option<Transport>,
+    /// Why the body could not be used, when a 2xx was still a failure
+    /// ("body over 8 MiB", "not JSON", "no choices").
+    pub malformed: Option<String>,
+}
+
+impl UpstreamFailure {
+    pub fn transport(kind: Transport, detail: impl Into<String>) -> Self {
+        UpstreamFailure {
+            transport: Some(kind),
+            excerpt: detail.into(),
+            ..Default::default()
+        }
+    }
+
+    /// A failure from an HTTP response: status, headers and the (capped) body.
+    pub fn from_response(status: u16, headers: Headers, body: &[u8]) -> Self {
+        UpstreamFailure {
+            status: Some(status),
+            headers,
+            error: ErrorFields::parse(body),
+            excerpt: excerpt(body),
+            transport: None,
+            malformed: None,
+        }
+    }
+}
+
+/// The first 200 characters of a body on one line, for humans.
+pub fn excerpt(body: &[u8]) -> String {
+    let s = String::from_utf8_lossy(body);
+    let one_line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() > 200 {
+        let cut: String = one_line.chars().take(200).collect();
+        format!("{cut}…")
+    } else {
+        one_line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_each_shape() {
+        let openai = br#"{"error":{"message":"You exceeded","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+        let f = ErrorFields::parse(openai).unwrap();
+        assert_eq!(f.kind.as_deref(), Some("insufficient_quota"));
+        assert!(f.param.is_none());
+
+        let gemini = br#"{"error":{"code":429,"message":"x","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateContentInputTokensPerModelPerMinute-FreeTier"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"26s"}]}}"#;
+        let f = ErrorFields::parse(gemini).unwrap();
+        assert_eq!(f.code.as_deref(), Some("429"));
+        assert_eq!(f.status.as_deref(), Some("RESOURCE_EXHAUSTED"));
+        assert_eq!(f.retry_delay.as_deref(), Some("26s"));
+        assert_eq!(f.quota_ids.len(), 1);
+
+        let native = br#"{"code":"Throttling.RateQuota","message":"Requests rate limit exceeded","request_id":"x"}"#;
+        assert_eq!(ErrorFields::parse(native).unwrap().code.as_deref(), Some("Throttling.RateQuota"));
+
+        assert!(ErrorFields::parse(b"<html><body>502 Bad Gateway</body></html>").is_none());
+        assert!(ErrorFields::parse(b"").is_none());
+        assert!(ErrorFields::parse(br#"{"error":{"message":"trunc"#).is_none());
+        assert!(ErrorFields::parse(br#"{"id":"chatcmpl-1","choices":[]}"#).is_none());
+    }
+
+    #[test]
+    fn excerpt_is_short_and_one_line() {
+        let long = "a\n".repeat(500);
+        let e = excerpt(long.as_bytes());
+        assert!(e.chars().count() <= 201);
+        assert!(!e.contains('\n'));
+    }
+}

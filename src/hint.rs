@@ -1,0 +1,237 @@
+//! Retry hints: how long the provider asked us to wait, read from protocol fields
+//! only. First found wins (spec/decisions.md): `retry-after-ms`, `retry-after`
+//! (seconds or HTTP-date), Gemini `RetryInfo.retryDelay`, the largest
+//! `x-ratelimit-reset-{requests,tokens}`, the largest `anthropic-ratelimit-*-reset`.
+//! Garbage is skipped (the next source is tried), never a panic; results are
+//! clamped to [0, 24 h].
+
+use crate::clock::UnixMs;
+use crate::failure::Headers;
+use serde::Serialize;
+
+/// The longest wait a hint may ask for.
+pub const MAX_HINT_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Where a hint came from. Explicit hints (`Retry-After`, `RetryInfo`) state when to
+/// come back; window resets only say when a rate-limit bucket refills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HintSource {
+    RetryAfterMs,
+    RetryAfter,
+    RetryInfo,
+    RatelimitReset,
+    AnthropicReset,
+}
+
+impl HintSource {
+    /// True for hints that state an instant to come back, as opposed to a bucket refill.
+    pub fn is_explicit(self) -> bool {
+        matches!(
+            self,
+            HintSource::RetryAfterMs | HintSource::RetryAfter | HintSource::RetryInfo
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Hint {
+    pub ms: u64,
+    pub source: HintSource,
+}
+
+/// Reads the retry hint of one response. `retry_delay` is Gemini's
+/// `RetryInfo.retryDelay` from the error body, when there was one.
+pub fn retry_hint(headers: &Headers, retry_delay: Option<&str>, now: UnixMs) -> Option<Hint> {
+    let hint = |ms: u64, source| Some(Hint { ms: ms.min(MAX_HINT_MS), source });
+
+    if let Some(ms) = headers.get("retry-after-ms").and_then(parse_millis) {
+        return hint(ms, HintSource::RetryAfterMs);
+    }
+    if let Some(ms) = headers
+        .get("retry-after")
+        .and_then(|v| parse_retry_after(v, now))
+    {
+        return hint(ms, HintSource::RetryAfter);
+    }
+    if let Some(ms) = retry_delay.and_then(parse_duration) {
+        return hint(ms, HintSource::RetryInfo);
+    }
+    let resets = ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+        .iter()
+        .filter_map(|name| headers.get(name).and_then(parse_duration))
+        .max();
+    if let Some(ms) = resets {
+        return hint(ms, HintSource::RatelimitReset);
+    }
+    let anthropic = headers
+        .iter()
+        .filter(|(name, _)| name.starts_with("anthropic-ratelimit-") && name.ends_with("-reset"))
+        .filter_map(|(_, v)| parse_instant(v).map(|at| until(at, now)))
+        .max();
+    if let Some(ms) = anthropic {
+        return hint(ms, HintSource::AnthropicReset);
+    }
+    None
+}
+
+/// `retry-after-ms`: a non-negative number of milliseconds (fractions allowed).
+fn parse_millis(v: &str) -> Option<u64> {
+    let f: f64 = v.trim().parse().ok()?;
+    finite_nonneg(f).map(|f| f.round() as u64)
+}
+
+/// RFC 9110 §10.2.3: delay-seconds, or an HTTP-date (a date in the past means 0).
+/// Fractional seconds are accepted because real providers send them.
+pub fn parse_retry_after(v: &str, now: UnixMs) -> Option<u64> {
+    let v = v.trim();
+    if v.is_empty() {
+        return None;
+    }
+    if v.bytes().next().is_some_and(|b| b.is_ascii_digit() || b == b'.') {
+        let secs: f64 = v.parse().ok()?;
+        return finite_nonneg(secs).map(|s| secs_to_ms(s));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    let at_ms = match at.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).ok()?,
+        Err(_) => return Some(0),
+    };
+    Some(until(at_ms, now))
+}
+
+/// Go-style durations as OpenAI sends them (`1s`, `6m0s`, `20ms`, `1.574s`,
+/// `1h2m3.5s`), Gemini's `"38s"` / `"57.238747106s"`, and bare seconds (`"8"`).
+pub fn parse_duration(v: &str) -> Option<u64> {
+    let s = v.trim();
+    if s.is_empty() || s.len() > 64 {
+        return None;
+    }
+    if let Ok(secs) = s.parse::<f64>() {
+        return finite_nonneg(secs).map(secs_to_ms);
+    }
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    let mut total_ms = 0f64;
+    while i < bytes.len() {
+        let start = i;
+        while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
+            i += 1;
+        }
+        if start == i {
+            return None;
+        }
+        let n: f64 = s[start..i].parse().ok()?;
+        let unit_start = i;
+        while i < bytes.len() && !(bytes[i].is_ascii_digit() || bytes[i] == b'.') {
+            i += 1;
+        }
+        let factor = match &s[unit_start..i] {
+            "h" => 3_600_000.0,
+            "m" => 60_000.0,
+            "s" => 1_000.0,
+            "ms" => 1.0,
+            "us" | "µs" => 0.001,
+            "ns" => 0.000_001,
+            _ => return None,
+        };
+        total_ms += n * factor;
+    }
+    finite_nonneg(total_ms).map(|ms| ms.ceil().min(MAX_HINT_MS as f64) as u64)
+}
+
+/// RFC 3339 instants (`2025-08-21T12:40:59Z`), as Anthropic sends its resets.
+pub fn parse_instant(v: &str) -> Option<UnixMs> {
+    chrono::DateTime::parse_from_rfc3339(v.trim())
+        .ok()
+        .map(|t| t.timestamp_millis())
+}
+
+fn until(at: UnixMs, now: UnixMs) -> u64 {
+    at.saturating_sub(now).clamp(0, MAX_HINT_MS as i64) as u64
+}
+
+fn finite_nonneg(f: f64) -> Option<f64> {
+    (f.is_finite() && f >= 0.0).then_some(f)
+}
+
+fn secs_to_ms(secs: f64) -> u64 {
+    (secs * 1000.0).round().min(MAX_HINT_MS as f64) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(pairs: &[(&str, &str)]) -> Headers {
+        Headers::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    const NOW: UnixMs = 1_764_504_000_000; // 2025-11-30T12:00:00Z
+
+    #[test]
+    fn precedence_first_found_wins() {
+        let all = h(&[
+            ("retry-after", "20"),
+            ("retry-after-ms", "1500"),
+            ("x-ratelimit-reset-tokens", "6m0s"),
+        ]);
+        assert_eq!(retry_hint(&all, None, NOW).unwrap().ms, 1500);
+        let no_ms = h(&[("retry-after", "20"), ("x-ratelimit-reset-tokens", "6m0s")]);
+        assert_eq!(retry_hint(&no_ms, Some("38s"), NOW).unwrap().ms, 20_000);
+        let info = h(&[("x-ratelimit-reset-tokens", "6m0s")]);
+        let got = retry_hint(&info, Some("38s"), NOW).unwrap();
+        assert_eq!((got.ms, got.source), (38_000, HintSource::RetryInfo));
+    }
+
+    #[test]
+    fn garbage_falls_through_to_next_source() {
+        let hs = h(&[("retry-after-ms", "soon"), ("retry-after", "later"), ("x-ratelimit-reset-requests", "1s")]);
+        assert_eq!(retry_hint(&hs, Some("x"), NOW).unwrap().ms, 1000);
+        assert_eq!(retry_hint(&h(&[("retry-after", "-5")]), None, NOW), None);
+        assert_eq!(retry_hint(&h(&[("retry-after", "NaN")]), None, NOW), None);
+        assert_eq!(retry_hint(&h(&[("retry-after", "inf")]), None, NOW), None);
+    }
+
+    #[test]
+    fn retry_after_http_date_and_past_dates() {
+        // 2025-11-30T12:00:30Z is 30 s after NOW.
+        assert_eq!(parse_retry_after("Sun, 30 Nov 2025 12:00:30 GMT", NOW), Some(30_000));
+        assert_eq!(parse_retry_after("Sun, 30 Nov 2025 11:00:00 GMT", NOW), Some(0));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", NOW), Some(0));
+        assert_eq!(parse_retry_after("tomorrow", NOW), None);
+    }
+
+    #[test]
+    fn largest_ratelimit_reset_wins() {
+        let hs = h(&[("x-ratelimit-reset-requests", "1s"), ("x-ratelimit-reset-tokens", "6m0s")]);
+        assert_eq!(retry_hint(&hs, None, NOW).unwrap().ms, 360_000);
+        let hs = h(&[
+            ("anthropic-ratelimit-requests-reset", "2025-11-30T12:00:10Z"),
+            ("anthropic-ratelimit-tokens-reset", "2025-11-30T12:00:40Z"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+        ]);
+        let got = retry_hint(&hs, None, NOW).unwrap();
+        assert_eq!((got.ms, got.source), (40_000, HintSource::AnthropicReset));
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_duration("6m0s"), Some(360_000));
+        assert_eq!(parse_duration("20ms"), Some(20));
+        assert_eq!(parse_duration("1.574s"), Some(1574));
+        assert_eq!(parse_duration("57.238747106s"), Some(57_239));
+        assert_eq!(parse_duration("1h2m3.5s"), Some(3_723_500));
+        assert_eq!(parse_duration("8"), Some(8000));
+        assert_eq!(parse_duration("12µs"), Some(1));
+        assert_eq!(parse_duration("s"), None);
+        assert_eq!(parse_duration("5 parsecs"), None);
+        assert_eq!(parse_duration(""), None);
+    }
+
+    #[test]
+    fn clamped_to_a_day() {
+        assert_eq!(retry_hint(&h(&[("retry-after", "99999999999")]), None, NOW).unwrap().ms, MAX_HINT_MS);
+        assert_eq!(parse_duration("100000h"), Some(MAX_HINT_MS));
+    }
+}

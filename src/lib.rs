@@ -1,0 +1,22 @@
+//! poolctl: one router for chains of fallback LLM routes, and the tools to prove it
+//! works. Data flows one way (see `../shared/design/architecture.md`):
+//! config → router → wire → `UpstreamFailure` → `classify` → `decide` / `transition`
+//! → health store and attempt records → outcome.
+
+pub mod budget;
+pub mod classify;
+pub mod clock;
+pub mod decide;
+pub mod dialect;
+pub mod failure;
+pub mod health;
+pub mod hint;
+pub mod outcome;
+pub mod policy;
+pub mod request;
+pub mod router;
+pub mod secret;
+pub mod store;
+pub mod trace;
+pub mod vocab;
+pub mod wire;

@@ -1,0 +1,92 @@
+//! How a request's end maps to an outcome and, when it failed, to a reason a user
+//! message can be built from. "Out of capacity" is said only when every failure was a
+//! capacity failure: a missing model must never read as "no quota" (seed 002).
+
+use crate::decide::Why;
+use crate::vocab::{Action, Class, Outcome, Reason};
+
+pub fn outcome_of(action: Action) -> Outcome {
+    match action {
+        Action::Done => Outcome::Success,
+        Action::Interrupt => Outcome::Interrupted,
+        Action::Degrade => Outcome::Degraded,
+        Action::Queue => Outcome::Queued,
+        Action::Shed => Outcome::Shed,
+        // Retry and fallback never end a request; treat them as failure if they ever do.
+        Action::FailClosed | Action::Retry | Action::Fallback => Outcome::Failed,
+    }
+}
+
+/// The reason of a failed request.
+/// - `why`: why the last decision ended the request (`None`: the chain ran out).
+/// - `last`: the class of the last attempt, if any.
+/// - `failures`: the class of every failed attempt.
+/// - `skip_causes`: for a request that made no attempt, the stored causes of the
+///   health of each skipped route (`rate_limited`, `quota`, `model_unavailable`, ...).
+pub fn failure_reason(
+    why: Option<Why>,
+    last: Option<Class>,
+    failures: &[Class],
+    skip_causes: &[Option<&str>],
+) -> Reason {
+    if why == Some(Why::BudgetSpent) {
+        return Reason::Budget;
+    }
+    if why == Some(Why::StopOn) {
+        return match last {
+            Some(Class::Auth) => Reason::Auth,
+            Some(Class::InvalidRequest | Class::ContextOverflow | Class::ContentPolicy) => {
+                Reason::Request
+            }
+            _ => Reason::Error,
+        };
+    }
+    if !failures.is_empty() {
+        if failures.iter().all(|c| c.is_capacity()) {
+            return Reason::Capacity;
+        }
+        if failures.iter().all(|c| *c == Class::Auth) {
+            return Reason::Auth;
+        }
+        return Reason::Error;
+    }
+    let capacity_cause = |c: &Option<&str>| {
+        matches!(
+            c,
+            Some("quota" | "rate_limited" | "quota_exhausted" | "overloaded")
+        )
+    };
+    if !skip_causes.is_empty() && skip_causes.iter().all(capacity_cause) {
+        Reason::Capacity
+    } else {
+        Reason::Error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_only_when_every_failure_is_capacity() {
+        let all_cap = [Class::RateLimited, Class::QuotaExhausted, Class::Overloaded];
+        assert_eq!(failure_reason(Some(Why::NothingLeft), Some(Class::Overloaded), &all_cap, &[]), Reason::Capacity);
+        let mixed = [Class::QuotaExhausted, Class::ModelUnavailable];
+        assert_eq!(failure_reason(None, Some(Class::ModelUnavailable), &mixed, &[]), Reason::Error);
+    }
+
+    #[test]
+    fn stop_on_and_budget() {
+        assert_eq!(failure_reason(Some(Why::StopOn), Some(Class::Auth), &[Class::Auth], &[]), Reason::Auth);
+        assert_eq!(failure_reason(Some(Why::StopOn), Some(Class::ContextOverflow), &[Class::ContextOverflow], &[]), Reason::Request);
+        assert_eq!(failure_reason(Some(Why::StopOn), Some(Class::Unknown), &[Class::Unknown], &[]), Reason::Error);
+        assert_eq!(failure_reason(Some(Why::BudgetSpent), Some(Class::RateLimited), &[Class::RateLimited], &[]), Reason::Budget);
+    }
+
+    #[test]
+    fn no_attempt_at_all() {
+        assert_eq!(failure_reason(None, None, &[], &[Some("quota"), Some("rate_limited")]), Reason::Capacity);
+        assert_eq!(failure_reason(None, None, &[], &[Some("quota"), Some("model_unavailable")]), Reason::Error);
+        assert_eq!(failure_reason(None, None, &[], &[]), Reason::Error);
+    }
+}

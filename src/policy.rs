@@ -1,0 +1,105 @@
+//! Policy cards (seed 001): one per workflow, bounding the one recovery budget every
+//! layer shares. Every default of spec/decisions.md lives here and nowhere else.
+
+use crate::vocab::{Class, Route};
+use serde::{Deserialize, Serialize};
+
+/// How long a stream's output may be replayed on another route (seed 001).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SafeReplay {
+    /// Switch routes only before the first visible token (the decision table's row 2).
+    #[default]
+    FirstVisibleToken,
+    /// Hold output until the upstream completes, so a mid-stream failure can still move.
+    Buffered,
+}
+
+/// A policy card. Absent fields take the defaults of spec/decisions.md.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Policy {
+    /// The tier this workflow uses (pool config only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// Upstream calls per request, all layers together; `None` = bounded by the chain.
+    pub max_total_attempts: Option<u32>,
+    pub max_elapsed_ms: u64,
+    pub max_extra_cost_usd: Option<f64>,
+    pub safe_replay_until: SafeReplay,
+    /// When set, only these routes may be used as fallbacks.
+    pub fallback_routes: Option<Vec<Route>>,
+    pub queue_allowed: bool,
+    pub degrade_allowed: bool,
+    pub stop_on: Vec<Class>,
+    pub max_retry_wait_ms: u64,
+    pub max_retries_per_route: u32,
+}
+
+pub const DEFAULT_STOP_ON: [Class; 5] = [
+    Class::Auth,
+    Class::InvalidRequest,
+    Class::ContextOverflow,
+    Class::ContentPolicy,
+    Class::Unknown,
+];
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            tier: None,
+            max_total_attempts: None,
+            max_elapsed_ms: 60_000,
+            max_extra_cost_usd: None,
+            safe_replay_until: SafeReplay::FirstVisibleToken,
+            fallback_routes: None,
+            queue_allowed: false,
+            degrade_allowed: false,
+            stop_on: DEFAULT_STOP_ON.to_vec(),
+            max_retry_wait_ms: 2_000,
+            max_retries_per_route: 1,
+        }
+    }
+}
+
+impl Policy {
+    /// Whether `route` may serve as a fallback under this card.
+    pub fn approves_fallback(&self, route: &Route) -> bool {
+        self.fallback_routes
+            .as_ref()
+            .is_none_or(|list| list.contains(route))
+    }
+
+    pub fn stops_on(&self, class: Class) -> bool {
+        self.stop_on.contains(&class)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_spec() {
+        let p: Policy = serde_yaml::from_str("{}").unwrap();
+        assert_eq!(p, Policy::default());
+        assert_eq!(p.max_elapsed_ms, 60_000);
+        assert_eq!(p.max_retry_wait_ms, 2_000);
+        assert_eq!(p.max_retries_per_route, 1);
+        assert!(p.stops_on(Class::Unknown) && !p.stops_on(Class::RateLimited));
+    }
+
+    #[test]
+    fn unknown_fields_are_errors() {
+        let err = serde_yaml::from_str::<Policy>("max_total_atempts: 3").unwrap_err();
+        assert!(err.to_string().contains("max_total_atempts"), "{err}");
+    }
+
+    #[test]
+    fn fallback_routes_restrict_fallbacks() {
+        let p: Policy = serde_yaml::from_str("fallback_routes: [a/x]").unwrap();
+        assert!(p.approves_fallback(&Route::parse("a/x").unwrap()));
+        assert!(!p.approves_fallback(&Route::parse("b/y").unwrap()));
+        assert!(Policy::default().approves_fallback(&Route::parse("b/y").unwrap()));
+    }
+}

@@ -1,0 +1,45 @@
+//! What a caller asks the router for, independent of any wire.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+}
+
+/// A chat request in canonical form; each wire renders it in its own format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatRequest {
+    pub system: Option<String>,
+    pub messages: Vec<Message>,
+    pub max_tokens: u32,
+}
+
+impl ChatRequest {
+    /// One short user message.
+    pub fn user(text: impl Into<String>, max_tokens: u32) -> Self {
+        ChatRequest {
+            system: None,
+            messages: vec![Message {
+                role: Role::User,
+                content: text.into(),
+            }],
+            max_tokens,
+        }
+    }
+}
+
+/// Token counts of one call, as the provider reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}

@@ -1,0 +1,113 @@
+//! What a request did, attempt by attempt: the record `chaos` compares, `walk` prints
+//! and `--json` emits. "What did this request do?" is answered from these alone.
+
+use crate::clock::UnixMs;
+use crate::health::Health;
+use crate::request::Usage;
+use crate::vocab::{Action, CallPath, Class, HealthState, Outcome, Reason, Route};
+use serde::Serialize;
+
+/// A route's health after an attempt changed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HealthChange {
+    pub state: HealthState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<UnixMs>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl From<&Health> for HealthChange {
+    fn from(h: &Health) -> Self {
+        HealthChange {
+            state: match h {
+                Health::Ready => HealthState::Ready,
+                Health::Cooling { .. } => HealthState::Cooling,
+                Health::Retired { .. } => HealthState::Retired,
+            },
+            until: h.until(),
+            reason: h.reason().map(str::to_string),
+        }
+    }
+}
+
+/// One upstream call.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptRecord {
+    /// 1-based position among this request's upstream calls.
+    pub index: u32,
+    pub route: Route,
+    /// HTTP status, `null` when none came back.
+    pub status: Option<u16>,
+    pub class: Class,
+    pub action: Action,
+    /// The wait before the retry this attempt led to.
+    pub wait_ms: Option<u64>,
+    /// The route's new health, when this attempt changed it.
+    pub health: Option<HealthChange>,
+    /// Real time the call took.
+    pub latency_ms: u64,
+    pub request_id: Option<String>,
+    /// The provider's retry hint, when it sent one.
+    pub hint_ms: Option<u64>,
+    /// The decision-table row that chose the action.
+    pub row: u8,
+    /// A short, key-free note on what came back (error excerpt, transport error).
+    pub detail: Option<String>,
+}
+
+/// Why a route was passed over without a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipWhy {
+    Cooling,
+    Retired,
+    /// Not in the policy card's `fallback_routes`.
+    Unapproved,
+}
+
+impl SkipWhy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipWhy::Cooling => "cooling",
+            SkipWhy::Retired => "retired",
+            SkipWhy::Unapproved => "unapproved",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Skip {
+    pub route: Route,
+    pub why: SkipWhy,
+    /// The stored reason of the health that caused the skip (`quota`, `rate_limited`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+}
+
+/// One step of a request, as it happens (`walk` prints these live).
+#[derive(Debug, Clone, Copy)]
+pub enum Step<'a> {
+    Attempt(&'a AttemptRecord),
+    Skipped(&'a Skip),
+}
+
+/// How one request ended, and everything it did on the way.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub path: CallPath,
+    pub outcome: Outcome,
+    pub reason: Option<Reason>,
+    pub served_by: Option<Route>,
+    /// The text the caller received.
+    pub text: Option<String>,
+    pub usage: Option<Usage>,
+    pub attempts: Vec<AttemptRecord>,
+    pub skipped: Vec<Skip>,
+    pub waits_ms: Vec<u64>,
+    /// Routing time the request took (virtual in the chaos harness).
+    pub elapsed_ms: u64,
+    /// Problems that did not stop the request (a health store that could not be written).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}

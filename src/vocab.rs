@@ -1,0 +1,221 @@
+//! The project's public vocabulary (spec/decisions.md): classes, actions, health
+//! states, outcomes, reasons and paths. These words appear in traces, `--json`
+//! output and chaos scenarios, so each is spelled exactly once, here.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+macro_rules! vocab_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident => $word:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum $name {
+            $(#[serde(rename = $word)] $variant),+
+        }
+
+        impl $name {
+            /// Every word of this vocabulary, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The word as the specs spell it.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $word),+ }
+            }
+
+            /// Parses the spec word; `None` for anything else.
+            pub fn parse(word: &str) -> Option<Self> {
+                match word { $($word => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+vocab_enum!(
+    /// What one upstream attempt turned out to be.
+    Class {
+        Ok => "ok",
+        RateLimited => "rate_limited",
+        QuotaExhausted => "quota_exhausted",
+        ModelUnavailable => "model_unavailable",
+        Overloaded => "overloaded",
+        ServerError => "server_error",
+        Timeout => "timeout",
+        Network => "network",
+        Auth => "auth",
+        InvalidRequest => "invalid_request",
+        ContextOverflow => "context_overflow",
+        ContentPolicy => "content_policy",
+        StreamInterrupted => "stream_interrupted",
+        Unknown => "unknown",
+    }
+);
+
+vocab_enum!(
+    /// The router's one answer to a classified attempt.
+    Action {
+        Done => "done",
+        Retry => "retry",
+        Fallback => "fallback",
+        Interrupt => "interrupt",
+        Degrade => "degrade",
+        Queue => "queue",
+        Shed => "shed",
+        FailClosed => "fail_closed",
+    }
+);
+
+vocab_enum!(
+    /// A route's health state.
+    HealthState {
+        Ready => "ready",
+        Cooling => "cooling",
+        Retired => "retired",
+    }
+);
+
+vocab_enum!(
+    /// How a whole request ended.
+    Outcome {
+        Success => "success",
+        Degraded => "degraded",
+        Interrupted => "interrupted",
+        Queued => "queued",
+        Shed => "shed",
+        Failed => "failed",
+    }
+);
+
+vocab_enum!(
+    /// Why a request failed, in words a user-facing message can be built from.
+    Reason {
+        Capacity => "capacity",
+        Auth => "auth",
+        Request => "request",
+        Budget => "budget",
+        Error => "error",
+    }
+);
+
+vocab_enum!(
+    /// The kind of call.
+    CallPath {
+        Chat => "chat",
+        Stream => "stream",
+        Embed => "embed",
+        Rerank => "rerank",
+    }
+);
+
+vocab_enum!(
+    /// The wire format a provider speaks (and the mock serves).
+    Wire {
+        OpenAi => "openai",
+        Anthropic => "anthropic",
+        Gemini => "gemini",
+    }
+);
+
+impl Default for CallPath {
+    fn default() -> Self {
+        CallPath::Chat
+    }
+}
+
+impl Default for Wire {
+    fn default() -> Self {
+        Wire::OpenAi
+    }
+}
+
+impl Class {
+    /// Classes that a capacity problem produces; a request whose every failure is one of
+    /// these fails with reason `capacity` ("out of capacity"), and only then.
+    pub fn is_capacity(self) -> bool {
+        matches!(
+            self,
+            Class::RateLimited | Class::QuotaExhausted | Class::Overloaded
+        )
+    }
+}
+
+/// A route: one `provider/model` pair, split on the first `/`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Route {
+    full: String,
+    split: usize,
+}
+
+impl Route {
+    pub fn parse(s: &str) -> Result<Route, String> {
+        match s.find('/') {
+            Some(i) if i > 0 && i + 1 < s.len() => Ok(Route {
+                full: s.to_string(),
+                split: i,
+            }),
+            _ => Err(format!(
+                "route `{s}` is not `provider/model` (expected a provider, a `/`, and a model)"
+            )),
+        }
+    }
+    pub fn provider(&self) -> &str {
+        &self.full[..self.split]
+    }
+    pub fn model(&self) -> &str {
+        &self.full[self.split + 1..]
+    }
+    pub fn as_str(&self) -> &str {
+        &self.full
+    }
+}
+
+impl TryFrom<String> for Route {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        Route::parse(&s)
+    }
+}
+
+impl From<Route> for String {
+    fn from(r: Route) -> String {
+        r.full
+    }
+}
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.full)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_splits_on_first_slash() {
+        let r = Route::parse("openrouter/anthropic/claude-x").unwrap();
+        assert_eq!(r.provider(), "openrouter");
+        assert_eq!(r.model(), "anthropic/claude-x");
+        assert!(Route::parse("noslash").is_err());
+        assert!(Route::parse("/model").is_err());
+        assert!(Route::parse("prov/").is_err());
+    }
+
+    #[test]
+    fn words_round_trip() {
+        for c in Class::ALL {
+            assert_eq!(Class::parse(c.as_str()), Some(*c));
+            let json = serde_json::to_string(c).unwrap();
+            assert_eq!(json, format!("\"{}\"", c.as_str()));
+        }
+        assert_eq!(Action::parse("fail_closed"), Some(Action::FailClosed));
+        assert_eq!(Action::parse("failclosed"), None);
+    }
+}

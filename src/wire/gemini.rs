@@ -1,0 +1,89 @@
+//! The Gemini API wire: `POST {base}/v1beta/models/{model}:generateContent` with
+//! `x-goog-api-key`.
+
+use super::{tokens, BadSuccess, Endpoint, HttpCall};
+use crate::request::{ChatRequest, Role, Usage};
+use serde_json::{json, Value};
+
+pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
+    let contents: Vec<Value> = req
+        .messages
+        .iter()
+        .map(|m| {
+            let role = match m.role {
+                Role::User => "user",
+                Role::Assistant => "model",
+            };
+            json!({"role": role, "parts": [{"text": m.content}]})
+        })
+        .collect();
+    let mut body = json!({
+        "contents": contents,
+        "generationConfig": {"maxOutputTokens": req.max_tokens},
+    });
+    if let Some(system) = &req.system {
+        body["systemInstruction"] = json!({"parts": [{"text": system}]});
+    }
+    HttpCall {
+        url: format!("{}/v1beta/models/{}:generateContent", ep.base(), model),
+        headers: vec![("x-goog-api-key", ep.api_key.expose().to_string())],
+        body,
+    }
+}
+
+/// Safety stops that leave a candidate without an answer.
+const BLOCKED: &[&str] = &["SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION"];
+
+/// The text parts of the first candidate, `usageMetadata`, and `responseId`.
+pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSuccess> {
+    if let Some(reason) = v
+        .get("promptFeedback")
+        .and_then(|p| p.get("blockReason"))
+        .and_then(Value::as_str)
+    {
+        return Err(BadSuccess::Refused(format!("prompt blocked: {reason}")));
+    }
+    let candidate = v
+        .get("candidates")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first())
+        .ok_or_else(|| BadSuccess::Malformed("no candidates in the response".into()))?;
+    let text: String = candidate
+        .get("content")
+        .and_then(|c| c.get("parts"))
+        .and_then(Value::as_array)
+        .map(|parts| {
+            parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    let finish = candidate.get("finishReason").and_then(Value::as_str).unwrap_or("");
+    if text.is_empty() && BLOCKED.contains(&finish) {
+        return Err(BadSuccess::Refused(format!("finishReason {finish}")));
+    }
+    let usage = v.get("usageMetadata");
+    let usage = Usage {
+        input_tokens: tokens(usage.and_then(|u| u.get("promptTokenCount"))),
+        output_tokens: tokens(usage.and_then(|u| u.get("candidatesTokenCount"))),
+    };
+    let id = v.get("responseId").and_then(Value::as_str).map(str::to_string);
+    Ok((text, usage, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_response() {
+        let v = json!({"candidates":[{"content":{"role":"model","parts":[{"text":"OK"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":1},"responseId":"r1"});
+        let (text, usage, id) = parse_chat(&v).ok().unwrap();
+        assert_eq!((text.as_str(), usage.input_tokens, id.as_deref()), ("OK", 4, Some("r1")));
+        let blocked = json!({"candidates":[{"finishReason":"SAFETY"}]});
+        assert!(matches!(parse_chat(&blocked), Err(BadSuccess::Refused(_))));
+        let prompt = json!({"promptFeedback":{"blockReason":"SAFETY"}});
+        assert!(matches!(parse_chat(&prompt), Err(BadSuccess::Refused(_))));
+    }
+}

@@ -1,0 +1,247 @@
+//! Wires: how to talk to a provider. Each wire module builds correct requests and
+//! parses successes; failures of every wire become one `UpstreamFailure`. Wires never
+//! decide anything, and never retry: the router is the only retry layer.
+
+pub mod anthropic;
+pub mod gemini;
+pub mod openai;
+
+use crate::dialect::Dialect;
+use crate::failure::{excerpt, ErrorFields, Headers, Transport, UpstreamFailure};
+use crate::health::Cooldowns;
+use crate::request::{ChatRequest, Usage};
+use crate::secret::Secret;
+use crate::vocab::Wire;
+use serde_json::Value;
+use std::time::Duration;
+
+/// Bodies past this are not read further: an error needs only its first bytes to be
+/// classified, and an endless body must never exhaust memory.
+pub const ERROR_BODY_CAP: usize = 64 * 1024;
+/// The largest success body accepted.
+pub const SUCCESS_BODY_CAP: usize = 8 * 1024 * 1024;
+
+/// One provider as the router calls it: where, how, with which key and deadlines.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub provider: String,
+    pub wire: Wire,
+    pub dialect: Dialect,
+    pub base_url: String,
+    pub api_key: Secret,
+    /// Whole non-streaming call.
+    pub timeout_ms: u64,
+    /// Streams: headers to first visible token.
+    pub first_token_timeout_ms: u64,
+    /// Streams: longest silence between chunks.
+    pub stream_idle_ms: u64,
+    pub cooldowns: Cooldowns,
+}
+
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+pub const DEFAULT_FIRST_TOKEN_TIMEOUT_MS: u64 = 15_000;
+pub const DEFAULT_STREAM_IDLE_MS: u64 = 20_000;
+
+impl Endpoint {
+    /// `base_url` without a trailing slash, ready for a path to be appended.
+    pub fn base(&self) -> &str {
+        self.base_url.trim_end_matches('/')
+    }
+}
+
+/// A request ready to send: the wire's URL, headers and JSON body.
+#[derive(Debug)]
+pub struct HttpCall {
+    pub url: String,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Value,
+}
+
+/// A usable chat answer.
+#[derive(Debug, Clone)]
+pub struct ChatSuccess {
+    pub text: String,
+    pub usage: Usage,
+    pub request_id: Option<String>,
+    pub headers: Headers,
+}
+
+/// A 200 whose body could not be used, or that carried a refusal instead of an answer.
+#[derive(Debug)]
+pub enum BadSuccess {
+    /// Not the wire's success shape: broken JSON, no choices, ...
+    Malformed(String),
+    /// The provider returned no answer because a safety filter stopped it.
+    Refused(String),
+}
+
+/// The HTTP client every wire shares. reqwest 0.12 has no retry layer of its own, and
+/// redirects are refused so a POST is never silently replayed elsewhere.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(16)
+        .build()
+        .expect("a reqwest client with static settings always builds")
+}
+
+/// Sends one non-streaming chat call through `endpoint`'s wire.
+pub async fn chat(
+    client: &reqwest::Client,
+    endpoint: &Endpoint,
+    model: &str,
+    req: &ChatRequest,
+) -> Result<ChatSuccess, UpstreamFailure> {
+    let call = match endpoint.wire {
+        Wire::OpenAi => openai::chat_call(endpoint, model, req),
+        Wire::Anthropic => anthropic::chat_call(endpoint, model, req),
+        Wire::Gemini => gemini::chat_call(endpoint, model, req),
+    };
+    let reply = send(client, call, endpoint.timeout_ms).await?;
+    let parsed = match endpoint.wire {
+        Wire::OpenAi => openai::parse_chat(&reply.json),
+        Wire::Anthropic => anthropic::parse_chat(&reply.json),
+        Wire::Gemini => gemini::parse_chat(&reply.json),
+    };
+    match parsed {
+        Ok((text, usage, body_id)) => Ok(ChatSuccess {
+            text,
+            usage,
+            request_id: reply
+                .headers
+                .request_id()
+                .map(str::to_string)
+                .or(body_id),
+            headers: reply.headers,
+        }),
+        Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
+    }
+}
+
+/// A 2xx that parsed as JSON, ready for the wire's success parser.
+pub struct JsonReply {
+    pub status: u16,
+    pub headers: Headers,
+    pub json: Value,
+    pub raw: Vec<u8>,
+}
+
+/// Sends a call and returns a 2xx JSON body, or the failure: a non-2xx response (body
+/// read up to `ERROR_BODY_CAP`), a transport error, a timeout, or a 2xx that is not
+/// JSON or is larger than `SUCCESS_BODY_CAP`.
+pub async fn send(
+    client: &reqwest::Client,
+    call: HttpCall,
+    timeout_ms: u64,
+) -> Result<JsonReply, UpstreamFailure> {
+    let deadline = Duration::from_millis(timeout_ms);
+    let work = async {
+        let mut builder = client.post(&call.url).json(&call.body);
+        for (name, value) in &call.headers {
+            builder = builder.header(*name, value);
+        }
+        let resp = builder.send().await.map_err(transport_failure)?;
+        let status = resp.status().as_u16();
+        let headers = Headers::from_reqwest(resp.headers());
+        let ok = (200..300).contains(&status);
+        let cap = if ok { SUCCESS_BODY_CAP } else { ERROR_BODY_CAP };
+        let (raw, over_cap) = read_capped(resp, cap).await?;
+        if !ok {
+            return Err(UpstreamFailure::from_response(status, headers, &raw));
+        }
+        if over_cap {
+            return Err(bad_success(
+                status,
+                headers,
+                &raw,
+                BadSuccess::Malformed(format!("success body over {} MiB", cap >> 20)),
+            ));
+        }
+        match serde_json::from_slice::<Value>(&raw) {
+            Ok(json) => Ok(JsonReply { status, headers, json, raw }),
+            Err(e) => Err(bad_success(
+                status,
+                headers,
+                &raw,
+                BadSuccess::Malformed(format!("success body is not JSON: {e}")),
+            )),
+        }
+    };
+    match tokio::time::timeout(deadline, work).await {
+        Ok(result) => result,
+        Err(_) => Err(UpstreamFailure::transport(
+            Transport::Timeout,
+            format!("no complete response within {timeout_ms} ms"),
+        )),
+    }
+}
+
+/// Reads a body chunk by chunk, stopping at `cap` bytes. Returns the bytes and whether
+/// the body went past the cap.
+pub async fn read_capped(
+    mut resp: reqwest::Response,
+    cap: usize,
+) -> Result<(Vec<u8>, bool), UpstreamFailure> {
+    let mut buf = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = cap.saturating_sub(buf.len());
+                if chunk.len() > room {
+                    buf.extend_from_slice(&chunk[..room]);
+                    return Ok((buf, true));
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok((buf, false)),
+            Err(e) => return Err(transport_failure(e)),
+        }
+    }
+}
+
+/// Turns a reqwest error into a transport failure, without the URL (a gateway URL can
+/// carry credentials in its query).
+pub fn transport_failure(e: reqwest::Error) -> UpstreamFailure {
+    let kind = if e.is_timeout() {
+        Transport::Timeout
+    } else {
+        Transport::Network
+    };
+    let e = e.without_url();
+    let mut detail = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        detail.push_str(": ");
+        detail.push_str(&s.to_string());
+        source = s.source();
+    }
+    UpstreamFailure::transport(kind, detail)
+}
+
+/// A 2xx that the wire could not use, as a failure the classifier can judge.
+pub fn bad_success(status: u16, headers: Headers, raw: &[u8], bad: BadSuccess) -> UpstreamFailure {
+    let (error, malformed) = match bad {
+        BadSuccess::Malformed(why) => (ErrorFields::parse(raw), Some(why)),
+        BadSuccess::Refused(why) => (
+            Some(ErrorFields {
+                code: Some("content_filter".into()),
+                message: Some(why),
+                ..Default::default()
+            }),
+            None,
+        ),
+    };
+    UpstreamFailure {
+        status: Some(status),
+        headers,
+        error,
+        excerpt: excerpt(raw),
+        transport: None,
+        malformed,
+    }
+}
+
+/// Reads a JSON number as a token count; absent or odd values count as 0.
+pub fn tokens(v: Option<&Value>) -> u64 {
+    v.and_then(Value::as_u64).unwrap_or(0)
+}

@@ -1,0 +1,81 @@
+//! The OpenAI-compatible wire: `POST {base}/chat/completions` with Bearer auth. Most
+//! providers (DeepSeek, DashScope compatible mode, GLM, Kimi, Groq, OpenRouter, ...)
+//! speak it; their dialects differ only in what their errors mean.
+
+use super::{tokens, BadSuccess, Endpoint, HttpCall};
+use crate::request::{ChatRequest, Role, Usage};
+use serde_json::{json, Value};
+
+pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
+    let mut messages = Vec::with_capacity(req.messages.len() + 1);
+    if let Some(system) = &req.system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    for m in &req.messages {
+        let role = match m.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        messages.push(json!({"role": role, "content": m.content}));
+    }
+    HttpCall {
+        url: format!("{}/chat/completions", ep.base()),
+        headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
+        body: json!({
+            "model": model,
+            "messages": messages,
+            "max_tokens": req.max_tokens,
+            "stream": false,
+        }),
+    }
+}
+
+/// `choices[0].message.content`, `usage`, and the body's `id`.
+pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSuccess> {
+    let choice = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first())
+        .ok_or_else(|| BadSuccess::Malformed("no choices in the completion".into()))?;
+    let message = choice.get("message");
+    let content = message.and_then(|m| m.get("content"));
+    let text = match content {
+        Some(Value::String(s)) => s.clone(),
+        // Tool-call-only answers carry `content: null`; they are still answers.
+        Some(Value::Null) | None
+            if message
+                .and_then(|m| m.get("tool_calls"))
+                .is_some_and(|t| t.is_array()) =>
+        {
+            String::new()
+        }
+        _ => {
+            if choice.get("finish_reason").and_then(Value::as_str) == Some("content_filter") {
+                return Err(BadSuccess::Refused("finish_reason content_filter".into()));
+            }
+            return Err(BadSuccess::Malformed("no message content in the completion".into()));
+        }
+    };
+    let usage = v.get("usage");
+    let usage = Usage {
+        input_tokens: tokens(usage.and_then(|u| u.get("prompt_tokens"))),
+        output_tokens: tokens(usage.and_then(|u| u.get("completion_tokens"))),
+    };
+    let id = v.get("id").and_then(Value::as_str).map(str::to_string);
+    Ok((text, usage, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_completion() {
+        let v = json!({"id":"chatcmpl-1","choices":[{"index":0,"message":{"role":"assistant","content":"OK"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1}});
+        let (text, usage, id) = parse_chat(&v).ok().unwrap();
+        assert_eq!((text.as_str(), usage.output_tokens, id.as_deref()), ("OK", 1, Some("chatcmpl-1")));
+        assert!(matches!(parse_chat(&json!({"choices":[]})), Err(BadSuccess::Malformed(_))));
+        let filtered = json!({"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]});
+        assert!(matches!(parse_chat(&filtered), Err(BadSuccess::Refused(_))));
+    }
+}
