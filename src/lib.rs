@@ -6,6 +6,7 @@
 pub mod budget;
 pub mod classify;
 pub mod clock;
+pub mod config;
 pub mod decide;
 pub mod dialect;
 pub mod failure;
@@ -20,3 +21,4 @@ pub mod store;
 pub mod trace;
 pub mod vocab;
 pub mod wire;
+pub mod yaml;

@@ -1,0 +1,1 @@
+//! The pool config (`pool.yaml`): being written.
