@@ -1,1 +1,534 @@
-//! The pool config (`pool.yaml`): being written.
+//! The pool config (`pool.yaml`, spec/cli.md): parsed and validated once, so the router,
+//! `probe` and `walk` can trust every name in it. Every error names the file, line and
+//! field; keys never enter it, only the names of the variables that hold them.
+
+use crate::dialect::Dialect;
+use crate::health::Cooldowns;
+use crate::policy::Policy;
+use crate::router::{RouteSpec, Tier};
+use crate::secret::Secret;
+use crate::vocab::{CallPath, Route, Wire};
+use crate::wire::{self, Endpoint};
+use crate::yaml::{self, YamlError};
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The variable that names the config file when `--config` is absent.
+pub const CONFIG_ENV: &str = "POOLCTL_CONFIG";
+pub const DEFAULT_CONFIG_FILE: &str = "pool.yaml";
+/// Where health survives restarts when `state` is absent, beside the config file.
+pub const DEFAULT_STATE: &str = ".poolctl/state.db";
+
+/// A validated pool config.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// The file it came from: errors name it, and `state` is relative to it.
+    pub file: PathBuf,
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub tiers: BTreeMap<String, Vec<TierEntry>>,
+    pub policies: BTreeMap<String, Policy>,
+    pub state: Option<PathBuf>,
+}
+
+/// One provider. Absent timeouts and cooldowns take the defaults of spec/decisions.md,
+/// applied in `PoolConfig::endpoint` so this stays a plain copy of the file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    #[serde(default)]
+    pub wire: Wire,
+    pub base_url: String,
+    pub api_key_env: String,
+    #[serde(default)]
+    pub dialect: Option<Dialect>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub first_token_timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub stream_idle_ms: Option<u64>,
+    #[serde(default)]
+    pub cooldown_ms: Option<u64>,
+    #[serde(default)]
+    pub transient_cooldown_ms: Option<u64>,
+}
+
+/// One route of a tier and the kind of call it serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TierEntry {
+    pub route: Route,
+    pub path: CallPath,
+}
+
+/// Where a provider's dialect came from; `poolctl check` warns on `WireDefault`, since a
+/// guessed dialect can misread the provider's errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DialectSource {
+    Explicit,
+    Inferred,
+    WireDefault,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Unreadable, malformed or invalid file: file, line, field and message.
+    #[error(transparent)]
+    Yaml(#[from] YamlError),
+    #[error("provider `{provider}`: environment variable `{var}` is not set or is empty")]
+    MissingKey { provider: String, var: String },
+    #[error("unknown provider `{name}`{}", did_you_mean(.nearest))]
+    UnknownProvider {
+        name: String,
+        nearest: Option<String>,
+    },
+    #[error("unknown tier `{name}`{}", did_you_mean(.nearest))]
+    UnknownTier {
+        name: String,
+        nearest: Option<String>,
+    },
+    #[error("unknown route `{route}`{}", did_you_mean(.nearest))]
+    UnknownRoute {
+        route: String,
+        nearest: Option<String>,
+    },
+}
+
+fn did_you_mean(nearest: &Option<String>) -> String {
+    nearest
+        .as_ref()
+        .map(|n| format!("; did you mean `{n}`?"))
+        .unwrap_or_default()
+}
+
+/// The config file: `--config FILE`, else `$POOLCTL_CONFIG`, else `./pool.yaml`.
+pub fn locate(explicit: Option<&Path>) -> PathBuf {
+    locate_with(explicit, std::env::var_os(CONFIG_ENV).as_deref())
+}
+
+/// `locate` with the environment variable's value passed in; an empty value is unset.
+pub fn locate_with(explicit: Option<&Path>, env_value: Option<&OsStr>) -> PathBuf {
+    match (explicit, env_value) {
+        (Some(path), _) => path.to_path_buf(),
+        (None, Some(v)) if !v.is_empty() => PathBuf::from(v),
+        _ => PathBuf::from(DEFAULT_CONFIG_FILE),
+    }
+}
+
+impl PoolConfig {
+    pub fn load(file: &Path) -> Result<PoolConfig, ConfigError> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| YamlError::new(file, format!("cannot read: {e}")))?;
+        PoolConfig::parse(file, &text)
+    }
+
+    /// Parses and validates `text`, the contents of `file`.
+    pub fn parse(file: &Path, text: &str) -> Result<PoolConfig, ConfigError> {
+        let raw: RawConfig = yaml::parse(file, text)?;
+        let config = PoolConfig {
+            file: file.to_path_buf(),
+            providers: raw.providers,
+            tiers: raw.tiers,
+            policies: raw.policies,
+            state: raw.state,
+        };
+        config.validate(text)?;
+        Ok(config)
+    }
+
+    fn validate(&self, text: &str) -> Result<(), YamlError> {
+        let invalid = |field: String, needles: &[&str], message: String| YamlError {
+            file: self.file.clone(),
+            line: line_of(text, needles),
+            column: None,
+            field,
+            message,
+        };
+
+        for (name, p) in &self.providers {
+            let key = format!("{name}:");
+            let bad = |f: &str, message: String| {
+                let needle = format!("{f}:");
+                invalid(
+                    format!("providers.{name}.{f}"),
+                    &["providers:", &key, &needle],
+                    message,
+                )
+            };
+            if let Err(why) = check_url(&p.base_url) {
+                return Err(bad("base_url", why));
+            }
+            if p.api_key_env.trim().is_empty() {
+                return Err(bad(
+                    "api_key_env",
+                    "name the variable that holds the key".into(),
+                ));
+            }
+            // A zero deadline fails every call before it starts: surely a mistake.
+            let deadlines = [
+                ("timeout_ms", p.timeout_ms),
+                ("first_token_timeout_ms", p.first_token_timeout_ms),
+                ("stream_idle_ms", p.stream_idle_ms),
+            ];
+            if let Some((f, _)) = deadlines.iter().find(|(_, v)| *v == Some(0)) {
+                return Err(bad(f, "must be greater than 0".into()));
+            }
+        }
+
+        if self.tiers.is_empty() {
+            let msg = "define at least one tier".to_string();
+            return Err(invalid("tiers".into(), &["tiers:"], msg));
+        }
+        for (tier, entries) in &self.tiers {
+            let key = format!("{tier}:");
+            if entries.is_empty() {
+                let msg = "a tier needs at least one route".to_string();
+                return Err(invalid(format!("tiers.{tier}"), &["tiers:", &key], msg));
+            }
+            for (i, entry) in entries.iter().enumerate() {
+                let route = entry.route.as_str();
+                let field = format!("tiers.{tier}[{i}]");
+                let provider = entry.route.provider();
+                if !self.providers.contains_key(provider) {
+                    let msg = format!(
+                        "route `{route}` names provider `{provider}`, which is not under `providers`{}",
+                        did_you_mean(&self.nearest_provider(provider))
+                    );
+                    return Err(invalid(field, &["tiers:", &key, route], msg));
+                }
+                if let Some(first) = entries[..i].iter().position(|e| e.route == entry.route) {
+                    let msg =
+                        format!("route `{route}` appears twice in this tier (first at [{first}])");
+                    return Err(invalid(field, &["tiers:", &key, route, route], msg));
+                }
+            }
+        }
+
+        for (name, policy) in &self.policies {
+            let key = format!("{name}:");
+            let tier = match &policy.tier {
+                Some(tier) => match self.tiers.get(tier) {
+                    Some(entries) => Some((tier, entries)),
+                    None => {
+                        let msg = format!(
+                            "unknown tier `{tier}`{}",
+                            did_you_mean(&self.nearest_tier(tier))
+                        );
+                        let field = format!("policies.{name}.tier");
+                        return Err(invalid(field, &["policies:", &key, "tier:"], msg));
+                    }
+                },
+                None => None,
+            };
+            for (i, route) in policy.fallback_routes.iter().flatten().enumerate() {
+                // A fallback outside the card's own tier can never be used: the router
+                // walks that tier alone.
+                let known = match tier {
+                    Some((_, entries)) => entries.iter().any(|e| e.route == *route),
+                    None => self.tiers.values().flatten().any(|e| e.route == *route),
+                };
+                if !known {
+                    let (within, candidates): (String, Vec<Route>) = match tier {
+                        Some((t, entries)) => (
+                            format!("tier `{t}`"),
+                            entries.iter().map(|e| e.route.clone()).collect(),
+                        ),
+                        None => ("any tier".to_string(), self.route_names()),
+                    };
+                    let msg = format!(
+                        "route `{route}` is not in {within}{}",
+                        did_you_mean(&nearest_route(route.as_str(), &candidates))
+                    );
+                    let field = format!("policies.{name}.fallback_routes[{i}]");
+                    return Err(invalid(field, &["policies:", &key, route.as_str()], msg));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn provider(&self, name: &str) -> Result<&ProviderConfig, ConfigError> {
+        self.providers
+            .get(name)
+            .ok_or_else(|| ConfigError::UnknownProvider {
+                name: name.to_string(),
+                nearest: self.nearest_provider(name),
+            })
+    }
+
+    fn nearest_provider(&self, name: &str) -> Option<String> {
+        yaml::nearest(name, self.providers.keys().map(String::as_str))
+    }
+
+    fn nearest_tier(&self, name: &str) -> Option<String> {
+        yaml::nearest(name, self.tiers.keys().map(String::as_str))
+    }
+
+    /// The dialect whose error conventions apply to `provider`, and how it was chosen.
+    pub fn dialect_of(&self, provider: &str) -> Result<(Dialect, DialectSource), ConfigError> {
+        Ok(self.provider(provider)?.dialect())
+    }
+
+    /// `provider` as the router calls it, with its key read through `env` (the CLI passes
+    /// `&|v| std::env::var(v).ok()`; tests pass a map and leave the process alone).
+    pub fn endpoint(
+        &self,
+        provider: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Endpoint, ConfigError> {
+        let p = self.provider(provider)?;
+        let key = env(&p.api_key_env)
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| ConfigError::MissingKey {
+                provider: provider.to_string(),
+                var: p.api_key_env.clone(),
+            })?;
+        let transient = Cooldowns::default().transient_cooldown_ms;
+        Ok(Endpoint {
+            provider: provider.to_string(),
+            wire: p.wire,
+            dialect: p.dialect().0,
+            base_url: p.base_url.clone(),
+            api_key: Secret::new(key),
+            timeout_ms: p.timeout_ms.unwrap_or(wire::DEFAULT_TIMEOUT_MS),
+            first_token_timeout_ms: p
+                .first_token_timeout_ms
+                .unwrap_or(wire::DEFAULT_FIRST_TOKEN_TIMEOUT_MS),
+            stream_idle_ms: p.stream_idle_ms.unwrap_or(wire::DEFAULT_STREAM_IDLE_MS),
+            cooldowns: Cooldowns {
+                cooldown_ms: p.cooldown_ms,
+                transient_cooldown_ms: p.transient_cooldown_ms.unwrap_or(transient),
+            },
+        })
+    }
+
+    /// The entries of tier `name`, each with its call path.
+    pub fn tier_entries(&self, name: &str) -> Result<&[TierEntry], ConfigError> {
+        self.tiers
+            .get(name)
+            .map(Vec::as_slice)
+            .ok_or_else(|| ConfigError::UnknownTier {
+                name: name.to_string(),
+                nearest: self.nearest_tier(name),
+            })
+    }
+
+    /// Tier `name` resolved for the router. Routes of one provider share one endpoint.
+    pub fn tier(
+        &self,
+        name: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Tier, ConfigError> {
+        let mut endpoints: BTreeMap<&str, Arc<Endpoint>> = BTreeMap::new();
+        let mut routes = Vec::new();
+        for entry in self.tier_entries(name)? {
+            let provider = entry.route.provider();
+            let endpoint = match endpoints.get(provider) {
+                Some(e) => e.clone(),
+                None => {
+                    let e = Arc::new(self.endpoint(provider, env)?);
+                    endpoints.insert(provider, e.clone());
+                    e
+                }
+            };
+            routes.push(RouteSpec {
+                route: entry.route.clone(),
+                endpoint,
+            });
+        }
+        Ok(Tier {
+            name: name.to_string(),
+            routes,
+        })
+    }
+
+    /// Every route of every tier, once each, sorted.
+    pub fn route_names(&self) -> Vec<Route> {
+        let set: BTreeSet<&Route> = self.tiers.values().flatten().map(|e| &e.route).collect();
+        set.into_iter().cloned().collect()
+    }
+
+    /// `s` as a route of some tier (`retire`, `restore`, `walk --retire` take these).
+    pub fn find_route(&self, s: &str) -> Result<Route, ConfigError> {
+        let routes = self.route_names();
+        routes
+            .iter()
+            .find(|r| r.as_str() == s)
+            .cloned()
+            .ok_or_else(|| ConfigError::UnknownRoute {
+                route: s.to_string(),
+                nearest: nearest_route(s, &routes),
+            })
+    }
+
+    /// Where health is persisted: `state` relative to the config file's directory,
+    /// else `.poolctl/state.db` beside the config file.
+    pub fn state_path(&self) -> PathBuf {
+        let dir = self.file.parent().unwrap_or(Path::new(""));
+        dir.join(self.state.as_deref().unwrap_or(Path::new(DEFAULT_STATE)))
+    }
+}
+
+impl ProviderConfig {
+    /// The explicit `dialect`, else the one the host implies, else the wire's own.
+    pub fn dialect(&self) -> (Dialect, DialectSource) {
+        if let Some(d) = self.dialect {
+            (d, DialectSource::Explicit)
+        } else if let Some(d) = Dialect::infer_from_url(&self.base_url) {
+            (d, DialectSource::Inferred)
+        } else {
+            (Dialect::of_wire(self.wire), DialectSource::WireDefault)
+        }
+    }
+}
+
+/// The file as written; `PoolConfig` adds the file name and is only built once valid.
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a pool config: a map with `providers` and `tiers`"
+)]
+struct RawConfig {
+    providers: BTreeMap<String, ProviderConfig>,
+    tiers: BTreeMap<String, Vec<TierEntry>>,
+    #[serde(default)]
+    policies: BTreeMap<String, Policy>,
+    #[serde(default)]
+    state: Option<PathBuf>,
+}
+
+/// A tier entry is a plain route string (path `chat`) or `{ route, path }`. Written by
+/// hand rather than `#[serde(untagged)]`, which would swallow the real error of a bad map
+/// (an unknown field, a bad path) behind "did not match any variant".
+impl<'de> Deserialize<'de> for TierEntry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Full {
+            route: Route,
+            #[serde(default)]
+            path: CallPath,
+        }
+
+        struct EntryVisitor;
+        impl<'de> Visitor<'de> for EntryVisitor {
+            type Value = TierEntry;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a route `provider/model` or `{ route, path }`")
+            }
+
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<TierEntry, E> {
+                let route = Route::parse(s).map_err(E::custom)?;
+                Ok(TierEntry {
+                    route,
+                    path: CallPath::default(),
+                })
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<TierEntry, A::Error> {
+                let full = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(TierEntry {
+                    route: full.route,
+                    path: full.path,
+                })
+            }
+        }
+
+        deserializer.deserialize_any(EntryVisitor)
+    }
+}
+
+/// Checked here rather than at the first call, so a typo in a URL fails `check`, not a
+/// request in production.
+fn check_url(url: &str) -> Result<(), String> {
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| format!("`{url}` is not a valid URL: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(format!("`{url}` is not an http(s) URL with a host"));
+    }
+    Ok(())
+}
+
+fn nearest_route(s: &str, routes: &[Route]) -> Option<String> {
+    yaml::nearest(s, routes.iter().map(Route::as_str))
+}
+
+/// The 1-based line of a semantic error. serde has no positions once parsing is done,
+/// so this searches the text for `needles` in order, each after the previous, and
+/// returns the line of the last one found (e.g. `["tiers:", "high:", route]`). A
+/// needle ending in `:` matches a key; any other matches a whole value, so `a/x` does not
+/// match inside `a/x-mini`.
+fn line_of(text: &str, needles: &[&str]) -> Option<usize> {
+    let mut from = 0;
+    let mut found = None;
+    for needle in needles {
+        if let Some(at) = find_token(text, needle, from) {
+            found = Some(at);
+            from = at + needle.len();
+        }
+    }
+    found.map(|at| text[..at].matches('\n').count() + 1)
+}
+
+fn find_token(text: &str, needle: &str, from: usize) -> Option<usize> {
+    let is_word = |c: char| c.is_alphanumeric() || "-_./".contains(c);
+    let mut start = from;
+    while let Some(i) = text.get(start..)?.find(needle) {
+        let at = start + i;
+        let end = at + needle.len();
+        let before_ok = !text[..at].chars().next_back().is_some_and(is_word);
+        let after = text[end..].chars().next();
+        let after_ok = if needle.ends_with(':') {
+            after.is_none_or(char::is_whitespace)
+        } else {
+            !after.is_some_and(is_word)
+        };
+        if before_ok && after_ok {
+            return Some(at);
+        }
+        start = end;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_of_follows_needles_and_respects_word_bounds() {
+        let text = "tiers:\n  high:\n    - a/x-mini\n    - a/x\n    - a/x\n  low: [a/x]\n";
+        assert_eq!(line_of(text, &["tiers:", "high:", "a/x"]), Some(4));
+        assert_eq!(line_of(text, &["tiers:", "high:", "a/x", "a/x"]), Some(5));
+        assert_eq!(line_of(text, &["tiers:", "low:", "a/x"]), Some(6));
+        assert_eq!(line_of(text, &["tiers:", "nope:"]), Some(1));
+        assert_eq!(line_of(text, &["absent"]), None);
+    }
+
+    #[test]
+    fn key_needles_skip_values_of_the_same_word() {
+        let text = "providers:\n  ds:\n    wire: openai\n  openai:\n    base_url: x\n";
+        assert_eq!(
+            line_of(text, &["providers:", "openai:", "base_url:"]),
+            Some(5)
+        );
+    }
+
+    #[test]
+    fn locate_precedence() {
+        let explicit = Path::new("a.yaml");
+        let env = OsStr::new("b.yaml");
+        assert_eq!(locate_with(Some(explicit), Some(env)), explicit);
+        assert_eq!(locate_with(None, Some(env)), Path::new("b.yaml"));
+        assert_eq!(
+            locate_with(None, Some(OsStr::new(""))),
+            Path::new("pool.yaml")
+        );
+        assert_eq!(locate_with(None, None), Path::new("pool.yaml"));
+    }
+}

@@ -5,11 +5,13 @@
 
 pub mod budget;
 pub mod classify;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod decide;
 pub mod dialect;
 pub mod failure;
+pub mod harness;
 pub mod health;
 pub mod hint;
 pub mod outcome;

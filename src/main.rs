@@ -1,1 +1,24 @@
-fn main() {}
+//! The `poolctl` binary: parse, run, map the result to an exit code. Everything else
+//! lives in the library.
+
+use clap::Parser;
+use poolctl::cli::{self, exit::Exit, Cli};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(Exit::Usage.code());
+        }
+    };
+    match runtime.block_on(cli::run(cli)) {
+        Ok(exit) => ExitCode::from(exit.code()),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(Exit::Usage.code())
+        }
+    }
+}

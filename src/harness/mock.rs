@@ -1,0 +1,445 @@
+//! Mock providers: real HTTP/1.1 over loopback, written on raw sockets so a reply can
+//! also be a connection reset, a stall, or a stream cut mid-body — things a
+//! whole-body mock cannot do. One server serves a scenario's whole chain, each
+//! provider under its own path prefix (`http://127.0.0.1:PORT/{provider}`).
+//! Every request is checked against its wire first: a malformed request gets
+//! `400 {"error":"mock: bad request: ..."}`, so a wrong wire fails the scenario loudly.
+
+use super::scenario::{Body, Reply, StreamEnd, StreamReply};
+use crate::clock::real_sleep;
+use crate::vocab::{CallPath, Route, Wire};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+const MAX_HEAD: usize = 64 * 1024;
+const MAX_BODY: usize = 8 * 1024 * 1024;
+/// A client that sends nothing for this long is dropped (a leak guard for `poolctl mock`).
+const READ_DEADLINE: Duration = Duration::from_secs(30);
+
+/// One route the mock serves.
+#[derive(Debug, Clone)]
+pub struct MockRoute {
+    pub route: Route,
+    pub wire: Wire,
+    pub path: CallPath,
+    pub replies: Vec<Reply>,
+}
+
+struct RouteState {
+    spec: MockRoute,
+    next: AtomicUsize,
+    calls: AtomicU64,
+}
+
+struct Shared {
+    /// Keyed by (provider, model).
+    routes: HashMap<(String, String), RouteState>,
+    served: AtomicU64,
+}
+
+/// A running mock server. Dropping it stops the server and every open connection.
+pub struct MockServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl MockServer {
+    /// Binds `listen` (port 0 for any) and serves `routes` until dropped.
+    pub async fn start(listen: SocketAddr, routes: Vec<MockRoute>) -> std::io::Result<MockServer> {
+        let listener = TcpListener::bind(listen).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            routes: routes
+                .into_iter()
+                .map(|spec| {
+                    let key = (spec.route.provider().to_string(), spec.route.model().to_string());
+                    (key, RouteState { spec, next: AtomicUsize::new(0), calls: AtomicU64::new(0) })
+                })
+                .collect(),
+            served: AtomicU64::new(0),
+        });
+        let accept_shared = shared.clone();
+        let task = tokio::spawn(async move {
+            // Connections live in this set, so aborting the accept task aborts them all.
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        if let Ok((stream, _)) = accepted {
+                            let _ = stream.set_nodelay(true);
+                            conns.spawn(serve_connection(stream, accept_shared.clone()));
+                        }
+                    }
+                    Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                }
+            }
+        });
+        Ok(MockServer { addr, shared, task })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The `base_url` a provider's routes are served under, in the wire's convention:
+    /// OpenAI-compatible bases end in `/v1`; Anthropic and Gemini bases are the host.
+    pub fn base_url(&self, provider: &str, wire: Wire) -> String {
+        match wire {
+            Wire::OpenAi => format!("http://{}/{provider}/v1", self.addr),
+            Wire::Anthropic | Wire::Gemini => format!("http://{}/{provider}", self.addr),
+        }
+    }
+
+    /// Calls received by a route since the server started.
+    pub fn calls(&self, route: &Route) -> u64 {
+        self.shared
+            .routes
+            .get(&(route.provider().to_string(), route.model().to_string()))
+            .map(|r| r.calls.load(Ordering::SeqCst))
+            .unwrap_or(0)
+    }
+}
+
+/// What the mock understood of a request.
+struct Parsed {
+    method: String,
+    target: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Parsed {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
+    let parsed = match tokio::time::timeout(READ_DEADLINE, read_request(&mut stream)).await {
+        Ok(Ok(Some(p))) => p,
+        Ok(Err(msg)) => {
+            let _ = write_response(&mut stream, 400, &[], "application/json", bad_request(&msg).as_bytes()).await;
+            return;
+        }
+        _ => return,
+    };
+    shared.served.fetch_add(1, Ordering::SeqCst);
+    match route_request(&parsed, &shared) {
+        Err(msg) => {
+            let _ = write_response(&mut stream, 400, &[], "application/json", bad_request(&msg).as_bytes()).await;
+        }
+        Ok((state, call, request)) => {
+            state.calls.fetch_add(1, Ordering::SeqCst);
+            let n = state.next.fetch_add(1, Ordering::SeqCst);
+            let reply = &state.spec.replies[n.min(state.spec.replies.len() - 1)];
+            let ctx = ReplyCtx { wire: state.spec.wire, call, model: state.spec.route.model(), seq: n + 1, request: &request };
+            serve_reply(&mut stream, reply, &ctx).await;
+        }
+    }
+}
+
+fn bad_request(msg: &str) -> String {
+    json!({ "error": format!("mock: bad request: {msg}") }).to_string()
+}
+
+/// Reads one request: head, then a `Content-Length` body. `Ok(None)` when the client
+/// closed before sending a request.
+async fn read_request(stream: &mut TcpStream) -> Result<Option<Parsed>, String> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 8192];
+    let (head_len, method, target, headers) = loop {
+        let n = stream.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let mut hs = [httparse::EMPTY_HEADER; 64];
+        let mut req = httparse::Request::new(&mut hs);
+        match req.parse(&buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                let headers = req
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned()))
+                    .collect::<Vec<_>>();
+                break (len, req.method.unwrap_or("").to_string(), req.path.unwrap_or("").to_string(), headers);
+            }
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => continue,
+            Ok(httparse::Status::Partial) => return Err("request head over 64 KiB".into()),
+            Err(e) => return Err(format!("unparseable request head: {e}")),
+        }
+    };
+    let parsed_len = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .map(|(_, v)| v.trim().parse::<usize>());
+    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
+        return Err("chunked request bodies are not accepted; send Content-Length".into());
+    }
+    let len = match parsed_len {
+        Some(Ok(n)) if n <= MAX_BODY => n,
+        Some(Ok(_)) => return Err("request body over 8 MiB".into()),
+        Some(Err(_)) => return Err("Content-Length is not a number".into()),
+        None => 0,
+    };
+    let mut body = buf[head_len..].to_vec();
+    while body.len() < len {
+        let n = stream.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the request body ended early".into());
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    body.truncate(len);
+    Ok(Some(Parsed { method, target, headers, body }))
+}
+
+/// What kind of call a request is, as its wire's endpoint says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    Chat,
+    Stream,
+    Embed,
+    Rerank,
+}
+
+/// Finds the route a request is for and checks the request against its wire.
+fn route_request<'a>(req: &Parsed, shared: &'a Shared) -> Result<(&'a RouteState, CallKind, Value), String> {
+    if req.method != "POST" {
+        return Err(format!("{} {}: only POST is served", req.method, req.target));
+    }
+    let path = req.target.split('?').next().unwrap_or("");
+    let trimmed = path.trim_start_matches('/');
+    let (provider, rest) = trimmed.split_once('/').ok_or_else(|| format!("no provider prefix in `{path}`"))?;
+    let rest = format!("/{rest}");
+    let body: Value = serde_json::from_slice(&req.body).map_err(|e| format!("body is not JSON: {e}"))?;
+    if !body.is_object() {
+        return Err("body is not a JSON object".into());
+    }
+    let (wire, kind, model) = if let Some(model_call) = rest.strip_prefix("/v1beta/models/") {
+        let (model, method) = model_call
+            .rsplit_once(':')
+            .ok_or_else(|| format!("`{rest}` has no `:method`"))?;
+        let kind = match method {
+            "generateContent" => CallKind::Chat,
+            "streamGenerateContent" => CallKind::Stream,
+            "batchEmbedContents" => CallKind::Embed,
+            other => return Err(format!("unknown Gemini method `{other}`")),
+        };
+        (Wire::Gemini, kind, model.to_string())
+    } else if rest == "/v1/messages" {
+        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        let kind = if stream { CallKind::Stream } else { CallKind::Chat };
+        (Wire::Anthropic, kind, model_of(&body)?)
+    } else if rest == "/v1/chat/completions" {
+        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        let kind = if stream { CallKind::Stream } else { CallKind::Chat };
+        (Wire::OpenAi, kind, model_of(&body)?)
+    } else if rest == "/v1/embeddings" {
+        (Wire::OpenAi, CallKind::Embed, model_of(&body)?)
+    } else if rest == "/v1/rerank" {
+        (Wire::OpenAi, CallKind::Rerank, model_of(&body)?)
+    } else {
+        return Err(format!("no wire serves `{rest}`"));
+    };
+    let state = shared
+        .routes
+        .get(&(provider.to_string(), model.clone()))
+        .ok_or_else(|| format!("no route `{provider}/{model}` in this scenario"))?;
+    if state.spec.wire != wire {
+        return Err(format!(
+            "route `{provider}/{model}` speaks the {} wire, but this request is {wire}",
+            state.spec.wire
+        ));
+    }
+    check_wire(req, wire, kind, &body)?;
+    Ok((state, kind, body))
+}
+
+fn model_of(body: &Value) -> Result<String, String> {
+    match body.get("model").and_then(Value::as_str) {
+        Some(m) if !m.is_empty() => Ok(m.to_string()),
+        _ => Err("`model` is missing or not a string".into()),
+    }
+}
+
+/// The wire's auth header and required body fields.
+fn check_wire(req: &Parsed, wire: Wire, kind: CallKind, body: &Value) -> Result<(), String> {
+    let nonempty = |name: &str| req.header(name).is_some_and(|v| !v.trim().is_empty());
+    match wire {
+        Wire::OpenAi => {
+            let auth = req.header("authorization").unwrap_or("");
+            if !auth.starts_with("Bearer ") || auth.len() <= "Bearer ".len() {
+                return Err("missing `Authorization: Bearer <key>`".into());
+            }
+        }
+        Wire::Anthropic => {
+            if !nonempty("x-api-key") {
+                return Err("missing `x-api-key`".into());
+            }
+            if !nonempty("anthropic-version") {
+                return Err("missing `anthropic-version`".into());
+            }
+        }
+        Wire::Gemini => {
+            if !nonempty("x-goog-api-key") && !req.target.contains("key=") {
+                return Err("missing `x-goog-api-key`".into());
+            }
+        }
+    }
+    let array = |field: &str| -> Result<&Vec<Value>, String> {
+        match body.get(field).and_then(Value::as_array) {
+            Some(a) if !a.is_empty() => Ok(a),
+            _ => Err(format!("`{field}` must be a non-empty array")),
+        }
+    };
+    match (wire, kind) {
+        (Wire::OpenAi, CallKind::Chat | CallKind::Stream) => {
+            for (i, m) in array("messages")?.iter().enumerate() {
+                if m.get("role").and_then(Value::as_str).is_none() {
+                    return Err(format!("`messages[{i}].role` is missing"));
+                }
+            }
+            positive_int(body, "max_tokens", false)?;
+        }
+        (Wire::Anthropic, _) => {
+            for (i, m) in array("messages")?.iter().enumerate() {
+                match m.get("role").and_then(Value::as_str) {
+                    Some("user" | "assistant") => {}
+                    _ => return Err(format!("`messages[{i}].role` must be user or assistant")),
+                }
+            }
+            positive_int(body, "max_tokens", true)?;
+        }
+        (Wire::Gemini, CallKind::Chat | CallKind::Stream) => {
+            for (i, c) in array("contents")?.iter().enumerate() {
+                if c.get("parts").and_then(Value::as_array).is_none() {
+                    return Err(format!("`contents[{i}].parts` is missing"));
+                }
+            }
+        }
+        (Wire::Gemini, _) => {
+            array("requests")?;
+        }
+        (Wire::OpenAi, CallKind::Embed) => match body.get("input") {
+            Some(Value::String(s)) if !s.is_empty() => {}
+            Some(Value::Array(a)) if !a.is_empty() => {}
+            _ => return Err("`input` must be a string or a non-empty array".into()),
+        },
+        (Wire::OpenAi, CallKind::Rerank) => {
+            if body.get("query").and_then(Value::as_str).is_none() {
+                return Err("`query` must be a string".into());
+            }
+            array("documents")?;
+        }
+    }
+    Ok(())
+}
+
+fn positive_int(body: &Value, field: &str, required: bool) -> Result<(), String> {
+    match body.get(field) {
+        None if !required => Ok(()),
+        Some(v) if v.as_u64().is_some_and(|n| n >= 1) => Ok(()),
+        _ => Err(format!("`{field}` must be a positive integer")),
+    }
+}
+
+/// What a reply needs to know about the call it answers.
+pub struct ReplyCtx<'a> {
+    pub wire: Wire,
+    pub call: CallKind,
+    pub model: &'a str,
+    /// 1-based call number of this route, for ids.
+    pub seq: usize,
+    pub request: &'a Value,
+}
+
+async fn serve_reply(stream: &mut TcpStream, reply: &Reply, ctx: &ReplyCtx<'_>) {
+    let mut reply = reply;
+    while let Reply::Delay { ms, then } = reply {
+        real_sleep(Duration::from_millis(*ms)).await;
+        reply = then;
+    }
+    match reply {
+        Reply::Delay { .. } => unreachable!("unwrapped above"),
+        Reply::Reset => reset(stream),
+        Reply::Status { status, headers, body } => {
+            let (ctype, bytes) = match body {
+                Body::Json(v) => ("application/json", v.to_string().into_bytes()),
+                Body::Raw(s) if s.trim_start().starts_with('<') => ("text/html; charset=utf-8", s.clone().into_bytes()),
+                Body::Raw(s) => ("text/plain; charset=utf-8", s.clone().into_bytes()),
+                Body::Empty => ("application/json", Vec::new()),
+            };
+            let _ = write_response(stream, *status, headers, ctype, &bytes).await;
+        }
+        Reply::Ok { text, headers } => {
+            if ctx.call == CallKind::Stream {
+                let items = super::wire_bodies::chunk_text(text);
+                let sr = StreamReply { items, end: StreamEnd::Done, first_token_ms: 0, gap_ms: 0, headers: headers.clone() };
+                super::stream_server::serve_stream(stream, &sr, ctx).await;
+                return;
+            }
+            let body = super::wire_bodies::success(ctx, text);
+            let mut hs = headers.clone();
+            hs.push(request_id_header(ctx.wire, ctx.seq));
+            let _ = write_response(stream, 200, &hs, "application/json", body.to_string().as_bytes()).await;
+        }
+        Reply::Stream(sr) => {
+            super::stream_server::serve_stream(stream, sr, ctx).await;
+        }
+    }
+}
+
+pub fn request_id_header(wire: Wire, seq: usize) -> (String, String) {
+    match wire {
+        Wire::Anthropic => ("request-id".into(), format!("req_mock_{seq:04}")),
+        _ => ("x-request-id".into(), format!("req_mock_{seq:04}")),
+    }
+}
+
+/// Closes the socket with an RST instead of a FIN: the peer sees "connection reset".
+#[allow(deprecated)] // the deprecation is about blocking on drop; a zero linger never blocks
+pub fn reset(stream: &mut TcpStream) {
+    let _ = stream.set_linger(Some(Duration::ZERO));
+    // Dropping the stream (by the caller returning) sends the RST.
+}
+
+pub async fn write_response(
+    stream: &mut TcpStream,
+    status: u16,
+    headers: &[(String, String)],
+    content_type: &str,
+    body: &[u8],
+) -> std::io::Result<()> {
+    let reason = reqwest::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Status");
+    let mut head = format!("HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    stream.flush().await?;
+    let _ = stream.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! Runs one scenario: fresh mocks on loopback, a fresh health store, a virtual clock at
+//! the scenario's `now`, and the production `Router` pointed at the mocks. Sends each
+//! request, then compares the report, health and upstream call counts with `expect`.
+
+use super::compare::{compare, HealthView, Mismatch};
+use super::mock::{MockRoute, MockServer};
+use super::scenario::{Preset, Scenario};
+use crate::clock::{Clock, ManualClock, Stopwatch};
+use crate::dialect::Dialect;
+use crate::health::{Cooldowns, Health};
+use crate::policy::Policy;
+use crate::request::ChatRequest;
+use crate::router::{CallOptions, RouteSpec, Router, Tier};
+use crate::secret::Secret;
+use crate::store::{HealthStore, MemoryStore};
+use crate::trace::Report;
+use crate::vocab::{CallPath, Route};
+use crate::wire::{Endpoint, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_STREAM_IDLE_MS, DEFAULT_TIMEOUT_MS};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The key every mock accepts; real keys never reach a scenario.
+pub const MOCK_KEY: &str = "sk-poolctl-mock";
+
+/// The prompt chaos sends on the chat path.
+pub fn scenario_chat_request() -> ChatRequest {
+    ChatRequest::user("Reply with the single word OK.", 16)
+}
+
+/// What one request of a scenario did, and how it compared.
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestRun {
+    pub report: Report,
+    pub health: BTreeMap<Route, HealthView>,
+    pub upstream_calls: BTreeMap<Route, u64>,
+    pub mismatches: Vec<Mismatch>,
+}
+
+/// What a whole scenario did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioRun {
+    pub file: PathBuf,
+    pub name: String,
+    pub passed: bool,
+    pub requests: Vec<RequestRun>,
+    /// Real time the scenario took.
+    pub wall_ms: f64,
+    /// Set when the scenario could not be run at all (a mock could not bind, ...).
+    pub error: Option<String>,
+}
+
+/// The chain as the router sees it, with base URLs pointing at `mock`.
+pub fn tier_for(scenario: &Scenario, mock: &MockServer) -> Tier {
+    let routes = scenario
+        .chain
+        .iter()
+        .map(|entry| {
+            let provider = entry.route.provider().to_string();
+            let endpoint = Endpoint {
+                base_url: mock.base_url(&provider, entry.wire),
+                provider,
+                wire: entry.wire,
+                dialect: entry.dialect.unwrap_or(Dialect::of_wire(entry.wire)),
+                api_key: Secret::new(MOCK_KEY),
+                timeout_ms: entry.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
+                first_token_timeout_ms: entry.first_token_timeout_ms.unwrap_or(DEFAULT_FIRST_TOKEN_TIMEOUT_MS),
+                stream_idle_ms: entry.stream_idle_ms.unwrap_or(DEFAULT_STREAM_IDLE_MS),
+                cooldowns: Cooldowns {
+                    cooldown_ms: entry.cooldown_ms,
+                    transient_cooldown_ms: entry
+                        .transient_cooldown_ms
+                        .unwrap_or(Cooldowns::default().transient_cooldown_ms),
+                },
+            };
+            RouteSpec { route: entry.route.clone(), endpoint: Arc::new(endpoint) }
+        })
+        .collect();
+    Tier { name: scenario.name.clone(), routes }
+}
+
+/// The mock routes a scenario's chain describes.
+pub fn mock_routes(scenario: &Scenario) -> Vec<MockRoute> {
+    scenario
+        .chain
+        .iter()
+        .map(|e| MockRoute {
+            route: e.route.clone(),
+            wire: e.wire,
+            path: scenario.path,
+            replies: e.replies.clone(),
+        })
+        .collect()
+}
+
+/// A stable seed per scenario, so backoff jitter repeats run to run.
+fn seed_of(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> ScenarioRun {
+    let sw = Stopwatch::start();
+    let mut run = ScenarioRun {
+        file: scenario.file.clone(),
+        name: scenario.name.clone(),
+        passed: false,
+        requests: Vec::new(),
+        wall_ms: 0.0,
+        error: None,
+    };
+    let mock = match MockServer::start(([127, 0, 0, 1], 0).into(), mock_routes(scenario)).await {
+        Ok(m) => m,
+        Err(e) => {
+            run.error = Some(format!("cannot start the mock providers: {e}"));
+            return run;
+        }
+    };
+    let tier = tier_for(scenario, &mock);
+    let start = scenario.start_ms();
+    let clock = Arc::new(ManualClock::new(start));
+    let store = Arc::new(MemoryStore::new());
+    for (route, preset) in &scenario.state {
+        let health = match preset {
+            Preset::Ready => Health::Ready,
+            Preset::Retired => Health::Retired { reason: "preset".into() },
+            Preset::Cooling(ms) => Health::Cooling { until: start + *ms as i64, reason: "preset".into() },
+        };
+        store.set(route, health).expect("the memory store never fails");
+    }
+    let router = Router::with_seed(client.clone(), clock.clone(), store.clone(), seed_of(&scenario.name));
+    let policy = scenario.policy.clone().unwrap_or_else(Policy::default);
+
+    for spec in scenario.request_specs() {
+        clock.advance(spec.after_ms);
+        let report = match send(&router, &tier, scenario.path, &policy).await {
+            Ok(r) => r,
+            Err(e) => {
+                run.error = Some(e);
+                break;
+            }
+        };
+        let now = clock.now_ms();
+        let health: BTreeMap<Route, HealthView> = scenario
+            .chain
+            .iter()
+            .map(|e| {
+                let h = store.get(&e.route).unwrap_or(Health::Ready);
+                (e.route.clone(), HealthView::of(&h, now))
+            })
+            .collect();
+        let upstream_calls: BTreeMap<Route, u64> =
+            scenario.chain.iter().map(|e| (e.route.clone(), mock.calls(&e.route))).collect();
+        let mismatches = compare(&spec.expect, &report, &health, &upstream_calls);
+        run.requests.push(RequestRun { report, health, upstream_calls, mismatches });
+    }
+    run.passed = run.error.is_none() && run.requests.iter().all(|r| r.mismatches.is_empty());
+    run.wall_ms = sw.elapsed().as_secs_f64() * 1000.0;
+    run
+}
+
+async fn send(router: &Router, tier: &Tier, path: CallPath, policy: &Policy) -> Result<Report, String> {
+    let opts = CallOptions::new(policy);
+    match path {
+        CallPath::Chat => Ok(router.chat(tier, &scenario_chat_request(), opts).await),
+        other => Err(format!("path `{other}` is not supported by this build of poolctl yet")),
+    }
+}
