@@ -41,7 +41,11 @@ mod tests {
             max_extra_cost_usd: Some(0.02),
             ..Policy::default()
         };
-        let s = Spent { attempts: 2, elapsed_ms: 1_000, extra_cost_usd: 0.01 };
+        let s = Spent {
+            attempts: 2,
+            elapsed_ms: 1_000,
+            extra_cost_usd: 0.01,
+        };
         assert!(s.allows(&p, 2_000, 0.01));
         assert!(!Spent { attempts: 3, ..s }.allows(&p, 0, 0.0));
         assert!(!s.allows(&p, 8_000, 0.0));

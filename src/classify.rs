@@ -87,7 +87,8 @@ fn dialect_rule(dialect: Dialect, status: u16, e: &ErrorFields) -> Option<Class>
         Dialect::Moonshot => moonshot(e),
         Dialect::Groq => groq(status, e),
         Dialect::Openrouter => openrouter(status, e),
-        Dialect::Openai | Dialect::Deepseek | Dialect::Mistral => None,
+        Dialect::Mistral => mistral(e),
+        Dialect::Openai | Dialect::Deepseek => None,
     }
 }
 
@@ -134,14 +135,19 @@ fn dashscope(status: u16, e: &ErrorFields) -> Option<Class> {
 /// Google Gemini API: canonical statuses plus `details`.
 fn gemini(status: u16, e: &ErrorFields) -> Option<Class> {
     let canon = e.status.as_deref().unwrap_or("");
-    if e.reasons.iter().any(|r| r == "API_KEY_INVALID" || r == "API_KEY_SERVICE_BLOCKED") {
+    if e.reasons
+        .iter()
+        .any(|r| r == "API_KEY_INVALID" || r == "API_KEY_SERVICE_BLOCKED")
+    {
         return Some(Class::Auth);
     }
     match canon {
         "RESOURCE_EXHAUSTED" => {
+            // A spent daily quota is not fixed by waiting a minute, and a quota of 0 (a model
+            // this tier does not include) never is.
             let per_day = e.quota_ids.iter().any(|q| q.contains("PerDay"));
-            let per_minute = e.quota_ids.iter().any(|q| q.contains("PerMinute"));
-            Some(if per_day && !per_minute {
+            let none_at_all = e.quota_values.iter().any(|v| v == "0");
+            Some(if per_day || none_at_all {
                 Class::QuotaExhausted
             } else {
                 Class::RateLimited
@@ -151,14 +157,16 @@ fn gemini(status: u16, e: &ErrorFields) -> Option<Class> {
         "NOT_FOUND" => Some(Class::ModelUnavailable),
         "UNAVAILABLE" => Some(Class::Overloaded),
         "INTERNAL" | "DEADLINE_EXCEEDED" | "UNKNOWN" => Some(Class::ServerError),
-        // Free tier not offered in the caller's region, billing required: this route cannot
-        // serve this account until someone acts.
-        "FAILED_PRECONDITION" if status == 400 => Some(Class::Auth),
+        // Free tier not offered in the caller's region: this route cannot serve, but another
+        // provider may — retire it and move on rather than fail the request as `auth`.
+        "FAILED_PRECONDITION" if status == 400 => Some(Class::ModelUnavailable),
         _ => None,
     }
 }
 
-/// Anthropic Messages: `error.type` decides, with two documented ties inside 400.
+/// Anthropic Messages: `error.type` decides, with two documented ties inside
+/// `invalid_request_error`. (`request_too_large` 413 is `context_overflow`, as
+/// decisions.md lists it, via the shared table.)
 fn anthropic(status: u16, e: &ErrorFields) -> Option<Class> {
     match e.kind.as_deref()? {
         "invalid_request_error" => {
@@ -174,7 +182,6 @@ fn anthropic(status: u16, e: &ErrorFields) -> Option<Class> {
                 Class::InvalidRequest
             })
         }
-        "request_too_large" => Some(Class::InvalidRequest),
         "timeout_error" => Some(Class::ServerError),
         _ => None, // the shared table knows the rest of Anthropic's types
     }
@@ -188,7 +195,7 @@ fn azure(e: &ErrorFields) -> Option<Class> {
     }
     match code {
         "429" => Some(Class::RateLimited),
-        "DeploymentNotFound" | "404" => Some(Class::ModelUnavailable),
+        "DeploymentNotFound" | "OperationNotSupported" | "404" => Some(Class::ModelUnavailable),
         "401" | "InvalidAuthenticationToken" | "PermissionDenied" | "403" => Some(Class::Auth),
         "InsufficientQuota" => Some(Class::QuotaExhausted),
         "500" => Some(Class::ServerError),
@@ -201,15 +208,18 @@ fn azure(e: &ErrorFields) -> Option<Class> {
 fn zhipu(e: &ErrorFields) -> Option<Class> {
     let code = e.code.as_deref()?;
     Some(match code {
-        "1000" | "1001" | "1002" | "1003" | "1004" | "1100" | "1110" | "1111" | "1112"
-        | "1120" | "1121" | "1220" => Class::Auth,
-        "1113" | "1304" | "1308" | "1309" | "1310" => Class::QuotaExhausted,
+        "1000" | "1001" | "1002" | "1003" | "1004" | "1100" | "1110" | "1111" | "1112" | "1120"
+        | "1121" | "1220" => Class::Auth,
+        "1113" | "1304" | "1308" | "1309" | "1310" | "1313" | "1314" | "1316" | "1317" | "1318"
+        | "1319" | "1320" | "1321" => Class::QuotaExhausted,
         "1302" | "1303" => Class::RateLimited,
         "1305" | "1312" => Class::Overloaded,
-        "1211" | "1221" | "1222" => Class::ModelUnavailable,
+        // 1311: the subscription plan does not include this model (arrives as a 429).
+        "1211" | "1221" | "1222" | "1311" => Class::ModelUnavailable,
         "1261" => Class::ContextOverflow,
         "1301" => Class::ContentPolicy,
-        "1200" | "1210" | "1212" | "1213" | "1214" | "1215" => Class::InvalidRequest,
+        // 1210 ("parameter error") and 1200 ("call failed") are generic: status and text decide.
+        "1212" | "1213" | "1214" | "1215" => Class::InvalidRequest,
         "500" | "1230" | "1231" | "1234" => Class::ServerError,
         _ => return None,
     })
@@ -229,16 +239,46 @@ fn moonshot(e: &ErrorFields) -> Option<Class> {
     })
 }
 
-/// Groq: OpenAI-shaped, plus a non-standard 498 when flex-tier capacity is exceeded.
+/// Groq: OpenAI-shaped, plus a non-standard 498 when flex-tier capacity is exceeded, and
+/// a 413 "request too large" (tagged `rate_limit_exceeded`) for a request larger than the
+/// per-minute limit: waiting never makes it fit this route.
 fn groq(status: u16, e: &ErrorFields) -> Option<Class> {
-    if status == 498 || e.has_code("capacity_exceeded") {
-        return Some(Class::Overloaded);
+    match status {
+        498 => Some(Class::Overloaded),
+        413 => Some(Class::ContextOverflow),
+        _ if e.has_code("capacity_exceeded") => Some(Class::Overloaded),
+        _ => None,
     }
-    None
 }
 
-/// OpenRouter: `error.code` repeats the HTTP status as a number; 403 is moderation.
+/// Mistral: numeric-string codes in a flat envelope.
+fn mistral(e: &ErrorFields) -> Option<Class> {
+    let by_code = match e.code.as_deref().unwrap_or("") {
+        "1300" => Some(Class::RateLimited),
+        "3505" => Some(Class::Overloaded),
+        "1500" => Some(Class::ModelUnavailable),
+        "3051" => Some(Class::ContextOverflow),
+        "3230" => Some(Class::InvalidRequest),
+        _ => None,
+    };
+    by_code.or(match e.kind.as_deref()? {
+        "service_tier_capacity_exceeded" => Some(Class::Overloaded),
+        "invalid_model" => Some(Class::ModelUnavailable),
+        _ => None,
+    })
+}
+
+/// OpenRouter: `error.code` repeats the HTTP status as a number, and
+/// `metadata.limit_source` tells a full in-flight budget (clears in seconds) from a
+/// spent key limit.
 fn openrouter(status: u16, e: &ErrorFields) -> Option<Class> {
+    let meta = |m: &str| e.metadata.iter().any(|x| x == m);
+    if meta("openrouter_in_flight_budget") {
+        return Some(Class::RateLimited);
+    }
+    if meta("openrouter_key_limit") || meta("openrouter_workspace_limit") {
+        return Some(Class::QuotaExhausted);
+    }
     let code = e
         .code
         .as_deref()
@@ -246,9 +286,9 @@ fn openrouter(status: u16, e: &ErrorFields) -> Option<Class> {
         .unwrap_or(status);
     Some(match code {
         402 => Class::QuotaExhausted,
+        // Moderation and guardrail blocks.
         403 => Class::ContentPolicy,
-        408 => Class::Timeout,
-        502 => Class::ServerError,
+        408 | 502 => Class::ServerError,
         503 => Class::Overloaded,
         _ => return None,
     })
@@ -267,17 +307,29 @@ fn shared_rule(status: u16, e: &ErrorFields) -> Option<Class> {
             | "billing_not_active"
             | "billing_error"
             | "insufficient_balance" => Class::QuotaExhausted,
-            "rate_limit_exceeded" | "rate_limit_error" | "RESOURCE_EXHAUSTED" => {
-                Class::RateLimited
-            }
-            "invalid_api_key" | "authentication_error" | "permission_error"
-            | "invalid_authentication" | "PERMISSION_DENIED" | "UNAUTHENTICATED"
-            | "account_deactivated" | "unsupported_country_region_territory" => Class::Auth,
-            "model_not_found" | "not_found_error" | "NOT_FOUND" | "model_not_available"
-            | "ModelNotFound" | "DeploymentNotFound" => Class::ModelUnavailable,
+            "rate_limit_exceeded" | "rate_limit_error" | "RESOURCE_EXHAUSTED" => Class::RateLimited,
+            "invalid_api_key"
+            | "authentication_error"
+            | "permission_error"
+            | "invalid_authentication"
+            | "PERMISSION_DENIED"
+            | "UNAUTHENTICATED"
+            | "account_deactivated" => Class::Auth,
+            // A region block: this route cannot serve, another provider may.
+            "model_not_found"
+            | "not_found_error"
+            | "NOT_FOUND"
+            | "model_not_available"
+            | "ModelNotFound"
+            | "DeploymentNotFound"
+            | "model_decommissioned"
+            | "unsupported_country_region_territory" => Class::ModelUnavailable,
             "context_length_exceeded" | "string_above_max_length" => Class::ContextOverflow,
-            "content_policy_violation" | "content_filter" | "invalid_prompt"
-            | "DataInspectionFailed" | "moderation_blocked" => Class::ContentPolicy,
+            "content_policy_violation"
+            | "content_filter"
+            | "invalid_prompt"
+            | "DataInspectionFailed"
+            | "moderation_blocked" => Class::ContentPolicy,
             "overloaded_error" | "UNAVAILABLE" => Class::Overloaded,
             "api_error" | "INTERNAL" | "DEADLINE_EXCEEDED" => Class::ServerError,
             "request_too_large" if status == 413 => Class::ContextOverflow,
@@ -308,7 +360,9 @@ fn is_generic_code(c: &str) -> bool {
 }
 
 fn has_decisive_code(e: &ErrorFields) -> bool {
-    e.codes().chain(e.status.as_deref()).any(|c| !is_generic_code(c))
+    e.codes()
+        .chain(e.status.as_deref())
+        .any(|c| !is_generic_code(c))
 }
 
 /// The HTTP status decides, with text breaking a tie only where the code is missing or
@@ -324,6 +378,8 @@ fn by_status(status: u16, err: Option<&ErrorFields>) -> Class {
                 Class::ContextOverflow
             } else if mentions_missing_model(&tie_text, err) {
                 Class::ModelUnavailable
+            } else if mentions_content_risk(&tie_text) {
+                Class::ContentPolicy
             } else {
                 Class::InvalidRequest
             }
@@ -333,7 +389,8 @@ fn by_status(status: u16, err: Option<&ErrorFields>) -> Class {
         404 => Class::ModelUnavailable,
         408 | 409 | 425 => Class::ServerError,
         413 => Class::ContextOverflow,
-        422 => Class::InvalidRequest,
+        // 424: a dependency the request named (a remote MCP server) failed.
+        422 | 424 => Class::InvalidRequest,
         429 => Class::RateLimited,
         451 => Class::ContentPolicy,
         503 | 529 => Class::Overloaded,
@@ -351,16 +408,27 @@ fn mentions_context_overflow(m: &str) -> bool {
         "input token count",
         "too many tokens",
         "exceeds the maximum number of tokens",
+        "exceeded model token limit",
+        "input token length too long",
+        "range of input length",
         "上下文长度",
     ]
     .iter()
     .any(|p| m.contains(p))
 }
 
+/// DeepSeek's own safety refusal arrives as a 400 with a generic code.
+fn mentions_content_risk(m: &str) -> bool {
+    ["content exists risk", "inappropriate content", "敏感内容"]
+        .iter()
+        .any(|p| m.contains(p))
+}
+
 fn mentions_missing_model(m: &str, err: Option<&ErrorFields>) -> bool {
     let param_is_model = err.and_then(|e| e.param.as_deref()) == Some("model");
     m.contains("model not exist")
         || m.contains("model_not_found")
+        || m.contains("not a valid model id")
         || m.contains("模型不存在")
         || (m.contains("model") && (m.contains("does not exist") || m.contains("not found")))
         || (param_is_model && m.contains("does not exist"))
@@ -388,7 +456,8 @@ mod tests {
 
     #[test]
     fn misworded_429_is_a_rate_limit() {
-        let body = r#"{"error":{"message":"请登录platform进行实名认证以获取更高rpm","type":"requests"}}"#;
+        let body =
+            r#"{"error":{"message":"请登录platform进行实名认证以获取更高rpm","type":"requests"}}"#;
         for d in Dialect::ALL {
             assert_eq!(class(*d, 429, body), Class::RateLimited, "{d}");
         }
@@ -396,9 +465,19 @@ mod tests {
 
     #[test]
     fn unusable_bodies_are_still_classified_by_status() {
-        assert_eq!(class(Dialect::Openai, 502, "<html><h1>502 Bad Gateway</h1></html>"), Class::ServerError);
+        assert_eq!(
+            class(
+                Dialect::Openai,
+                502,
+                "<html><h1>502 Bad Gateway</h1></html>"
+            ),
+            Class::ServerError
+        );
         assert_eq!(class(Dialect::Openai, 429, ""), Class::RateLimited);
-        assert_eq!(class(Dialect::Openai, 503, r#"{"error":{"mess"#), Class::Overloaded);
+        assert_eq!(
+            class(Dialect::Openai, 503, r#"{"error":{"mess"#),
+            Class::Overloaded
+        );
         assert_eq!(class(Dialect::Openai, 418, ""), Class::Unknown);
     }
 
@@ -413,7 +492,10 @@ mod tests {
     #[test]
     fn text_breaks_ties_only_inside_a_generic_code() {
         let deepseek = r#"{"error":{"message":"This model's maximum context length is 65536 tokens.","type":"invalid_request_error","code":"invalid_request_error"}}"#;
-        assert_eq!(class(Dialect::Deepseek, 400, deepseek), Class::ContextOverflow);
+        assert_eq!(
+            class(Dialect::Deepseek, 400, deepseek),
+            Class::ContextOverflow
+        );
         // A decisive code wins over text that says otherwise.
         let policy = r#"{"error":{"message":"maximum context length exceeded","type":"invalid_request_error","code":"content_policy_violation"}}"#;
         assert_eq!(class(Dialect::Openai, 400, policy), Class::ContentPolicy);
@@ -426,6 +508,9 @@ mod tests {
         assert_eq!(class(Dialect::Openrouter, 200, or), Class::ServerError);
         let mut garbled = fail(200, "not json");
         garbled.malformed = Some("not JSON".into());
-        assert_eq!(classify(Dialect::Openai, &garbled, 0).class, Class::ServerError);
+        assert_eq!(
+            classify(Dialect::Openai, &garbled, 0).class,
+            Class::ServerError
+        );
     }
 }

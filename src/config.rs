@@ -210,9 +210,15 @@ impl PoolConfig {
 
         for (name, policy) in &self.policies {
             let key = format!("{name}:");
-            let tier = match &policy.tier {
+            // A fallback outside the card's own tier can never be used: the router walks
+            // that tier alone.
+            let (within, allowed): (String, Vec<Route>) = match &policy.tier {
+                None => ("any tier".into(), self.route_names()),
                 Some(tier) => match self.tiers.get(tier) {
-                    Some(entries) => Some((tier, entries)),
+                    Some(entries) => (
+                        format!("tier `{tier}`"),
+                        entries.iter().map(|e| e.route.clone()).collect(),
+                    ),
                     None => {
                         let msg = format!(
                             "unknown tier `{tier}`{}",
@@ -222,26 +228,12 @@ impl PoolConfig {
                         return Err(invalid(field, &["policies:", &key, "tier:"], msg));
                     }
                 },
-                None => None,
             };
             for (i, route) in policy.fallback_routes.iter().flatten().enumerate() {
-                // A fallback outside the card's own tier can never be used: the router
-                // walks that tier alone.
-                let known = match tier {
-                    Some((_, entries)) => entries.iter().any(|e| e.route == *route),
-                    None => self.tiers.values().flatten().any(|e| e.route == *route),
-                };
-                if !known {
-                    let (within, candidates): (String, Vec<Route>) = match tier {
-                        Some((t, entries)) => (
-                            format!("tier `{t}`"),
-                            entries.iter().map(|e| e.route.clone()).collect(),
-                        ),
-                        None => ("any tier".to_string(), self.route_names()),
-                    };
+                if !allowed.contains(route) {
                     let msg = format!(
                         "route `{route}` is not in {within}{}",
-                        did_you_mean(&nearest_route(route.as_str(), &candidates))
+                        did_you_mean(&nearest_route(route.as_str(), &allowed))
                     );
                     let field = format!("policies.{name}.fallback_routes[{i}]");
                     return Err(invalid(field, &["policies:", &key, route.as_str()], msg));

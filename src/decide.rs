@@ -54,7 +54,12 @@ pub struct Decision {
 
 /// The decision table, rows checked in order.
 pub fn decide(s: &Situation) -> Decision {
-    let d = |action, row, why| Decision { action, wait_ms: None, row, why };
+    let d = |action, row, why| Decision {
+        action,
+        wait_ms: None,
+        row,
+        why,
+    };
 
     // Row 1.
     if s.class == Class::Ok {
@@ -97,7 +102,11 @@ pub fn decide(s: &Situation) -> Decision {
         budget_blocked = true;
     }
     // Row 6.
-    let why = if budget_blocked { Why::BudgetSpent } else { Why::NothingLeft };
+    let why = if budget_blocked {
+        Why::BudgetSpent
+    } else {
+        Why::NothingLeft
+    };
     d(when_nothing_left(s.path, s.policy), 6, why)
 }
 
@@ -146,7 +155,10 @@ mod tests {
     use crate::hint::HintSource;
 
     fn hint(ms: u64) -> Option<Hint> {
-        Some(Hint { ms, source: HintSource::RetryAfter })
+        Some(Hint {
+            ms,
+            source: HintSource::RetryAfter,
+        })
     }
 
     fn base(policy: &Policy) -> Situation<'_> {
@@ -155,7 +167,11 @@ mod tests {
             path: CallPath::Chat,
             hint: None,
             policy,
-            spent: Spent { attempts: 1, elapsed_ms: 0, extra_cost_usd: 0.0 },
+            spent: Spent {
+                attempts: 1,
+                elapsed_ms: 0,
+                extra_cost_usd: 0.0,
+            },
             retries_on_route: 0,
             visible_token: false,
             fallback_available: true,
@@ -167,7 +183,10 @@ mod tests {
     #[test]
     fn row_1_ok_is_done() {
         let p = Policy::default();
-        let got = decide(&Situation { class: Class::Ok, ..base(&p) });
+        let got = decide(&Situation {
+            class: Class::Ok,
+            ..base(&p)
+        });
         assert_eq!((got.action, got.row), (Action::Done, 1));
     }
 
@@ -175,45 +194,125 @@ mod tests {
     fn row_2_stream_after_token_interrupts_whatever_the_class() {
         let p = Policy::default();
         for class in Class::ALL.iter().copied().filter(|c| *c != Class::Ok) {
-            let s = Situation { class, path: CallPath::Stream, visible_token: true, ..base(&p) };
+            let s = Situation {
+                class,
+                path: CallPath::Stream,
+                visible_token: true,
+                ..base(&p)
+            };
             assert_eq!(decide(&s).action, Action::Interrupt, "{class}");
         }
         // Before the first token a stream follows the rest of the table.
-        let s = Situation { class: Class::StreamInterrupted, path: CallPath::Stream, ..base(&p) };
+        let s = Situation {
+            class: Class::StreamInterrupted,
+            path: CallPath::Stream,
+            ..base(&p)
+        };
         assert_eq!(decide(&s).action, Action::Fallback);
     }
 
     #[test]
     fn row_3_stop_on_fails_closed() {
         let p = Policy::default();
-        for class in [Class::Auth, Class::InvalidRequest, Class::ContextOverflow, Class::ContentPolicy, Class::Unknown] {
+        for class in [
+            Class::Auth,
+            Class::InvalidRequest,
+            Class::ContextOverflow,
+            Class::ContentPolicy,
+            Class::Unknown,
+        ] {
             let got = decide(&Situation { class, ..base(&p) });
-            assert_eq!((got.action, got.row, got.why), (Action::FailClosed, 3, Why::StopOn), "{class}");
+            assert_eq!(
+                (got.action, got.row, got.why),
+                (Action::FailClosed, 3, Why::StopOn),
+                "{class}"
+            );
         }
         // A card may take a class out of stop_on: auth then moves on... but auth is not a
         // row-5 class, so it ends in row 6.
-        let lenient = Policy { stop_on: vec![], ..Policy::default() };
-        assert_eq!(decide(&Situation { class: Class::Auth, ..base(&lenient) }).row, 6);
+        let lenient = Policy {
+            stop_on: vec![],
+            ..Policy::default()
+        };
+        assert_eq!(
+            decide(&Situation {
+                class: Class::Auth,
+                ..base(&lenient)
+            })
+            .row,
+            6
+        );
     }
 
     #[test]
     fn row_4_retries_transient_classes_within_limits() {
         let p = Policy::default();
-        for class in [Class::RateLimited, Class::Overloaded, Class::ServerError, Class::Network] {
-            let got = decide(&Situation { class, hint: hint(1_000), ..base(&p) });
-            assert_eq!((got.action, got.wait_ms, got.row), (Action::Retry, Some(1_000), 4), "{class}");
+        for class in [
+            Class::RateLimited,
+            Class::Overloaded,
+            Class::ServerError,
+            Class::Network,
+        ] {
+            let got = decide(&Situation {
+                class,
+                hint: hint(1_000),
+                ..base(&p)
+            });
+            assert_eq!(
+                (got.action, got.wait_ms, got.row),
+                (Action::Retry, Some(1_000), 4),
+                "{class}"
+            );
         }
         // Timeout is never retried on the same route.
-        assert_eq!(decide(&Situation { class: Class::Timeout, ..base(&p) }).action, Action::Fallback);
+        assert_eq!(
+            decide(&Situation {
+                class: Class::Timeout,
+                ..base(&p)
+            })
+            .action,
+            Action::Fallback
+        );
         // Already retried max_retries_per_route times.
-        assert_eq!(decide(&Situation { retries_on_route: 1, ..base(&p) }).action, Action::Fallback);
+        assert_eq!(
+            decide(&Situation {
+                retries_on_route: 1,
+                ..base(&p)
+            })
+            .action,
+            Action::Fallback
+        );
         // A wait over max_retry_wait_ms is no retry.
-        assert_eq!(decide(&Situation { hint: hint(2_001), ..base(&p) }).action, Action::Fallback);
-        assert_eq!(decide(&Situation { hint: hint(2_000), ..base(&p) }).action, Action::Retry);
+        assert_eq!(
+            decide(&Situation {
+                hint: hint(2_001),
+                ..base(&p)
+            })
+            .action,
+            Action::Fallback
+        );
+        assert_eq!(
+            decide(&Situation {
+                hint: hint(2_000),
+                ..base(&p)
+            })
+            .action,
+            Action::Retry
+        );
         // max_retry_wait_ms: 0 turns retries off, except after an explicit hint of 0.
-        let off = Policy { max_retry_wait_ms: 0, ..Policy::default() };
+        let off = Policy {
+            max_retry_wait_ms: 0,
+            ..Policy::default()
+        };
         assert_eq!(decide(&base(&off)).action, Action::Fallback);
-        assert_eq!(decide(&Situation { hint: hint(0), ..base(&off) }).action, Action::Retry);
+        assert_eq!(
+            decide(&Situation {
+                hint: hint(0),
+                ..base(&off)
+            })
+            .action,
+            Action::Retry
+        );
     }
 
     #[test]
@@ -222,29 +321,61 @@ mod tests {
         assert_eq!(retry_wait(None, 0, 0.999), 499);
         assert_eq!(retry_wait(None, 1, 0.0), 500);
         let p = Policy::default();
-        let got = decide(&Situation { jitter: 0.5, ..base(&p) });
+        let got = decide(&Situation {
+            jitter: 0.5,
+            ..base(&p)
+        });
         assert_eq!(got.wait_ms, Some(375));
     }
 
     #[test]
     fn row_4_budget_must_cover_wait_and_one_more_attempt() {
-        let p = Policy { max_elapsed_ms: 1_500, ..Policy::default() };
-        let s = Situation { hint: hint(1_500), fallback_available: false, ..base(&p) };
+        let p = Policy {
+            max_elapsed_ms: 1_500,
+            ..Policy::default()
+        };
+        let s = Situation {
+            hint: hint(1_500),
+            fallback_available: false,
+            ..base(&p)
+        };
         let got = decide(&s);
-        assert_eq!((got.action, got.why), (Action::FailClosed, Why::BudgetSpent));
-        let p = Policy { max_total_attempts: Some(1), ..Policy::default() };
-        let got = decide(&Situation { hint: hint(10), ..base(&p) });
-        assert_eq!((got.action, got.why), (Action::FailClosed, Why::BudgetSpent));
+        assert_eq!(
+            (got.action, got.why),
+            (Action::FailClosed, Why::BudgetSpent)
+        );
+        let p = Policy {
+            max_total_attempts: Some(1),
+            ..Policy::default()
+        };
+        let got = decide(&Situation {
+            hint: hint(10),
+            ..base(&p)
+        });
+        assert_eq!(
+            (got.action, got.why),
+            (Action::FailClosed, Why::BudgetSpent)
+        );
     }
 
     #[test]
     fn row_5_fallback_for_route_level_classes() {
         let p = Policy::default();
         for class in [
-            Class::RateLimited, Class::QuotaExhausted, Class::ModelUnavailable, Class::Overloaded,
-            Class::ServerError, Class::Timeout, Class::Network, Class::StreamInterrupted,
+            Class::RateLimited,
+            Class::QuotaExhausted,
+            Class::ModelUnavailable,
+            Class::Overloaded,
+            Class::ServerError,
+            Class::Timeout,
+            Class::Network,
+            Class::StreamInterrupted,
         ] {
-            let s = Situation { class, retries_on_route: 1, ..base(&p) };
+            let s = Situation {
+                class,
+                retries_on_route: 1,
+                ..base(&p)
+            };
             let got = decide(&s);
             assert_eq!((got.action, got.row), (Action::Fallback, 5), "{class}");
         }
@@ -252,16 +383,35 @@ mod tests {
 
     #[test]
     fn row_6_when_nothing_is_left() {
-        let none = |p: &Policy, path| decide(&Situation { path, retries_on_route: 1, fallback_available: false, ..base(p) }).action;
+        let none = |p: &Policy, path| {
+            decide(&Situation {
+                path,
+                retries_on_route: 1,
+                fallback_available: false,
+                ..base(p)
+            })
+            .action
+        };
         let p = Policy::default();
         assert_eq!(none(&p, CallPath::Chat), Action::FailClosed);
         assert_eq!(none(&p, CallPath::Rerank), Action::Degrade);
-        let q = Policy { queue_allowed: true, degrade_allowed: true, ..Policy::default() };
+        let q = Policy {
+            queue_allowed: true,
+            degrade_allowed: true,
+            ..Policy::default()
+        };
         assert_eq!(none(&q, CallPath::Embed), Action::Queue);
-        let g = Policy { degrade_allowed: true, ..Policy::default() };
+        let g = Policy {
+            degrade_allowed: true,
+            ..Policy::default()
+        };
         assert_eq!(none(&g, CallPath::Chat), Action::Degrade);
         // Quota is never retried on the same route.
-        let s = Situation { class: Class::QuotaExhausted, fallback_available: false, ..base(&p) };
+        let s = Situation {
+            class: Class::QuotaExhausted,
+            fallback_available: false,
+            ..base(&p)
+        };
         assert_eq!(decide(&s).why, Why::NothingLeft);
     }
 }

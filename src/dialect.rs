@@ -69,7 +69,10 @@ impl Dialect {
     /// Infers the dialect from a base URL's host; `None` when the host says nothing
     /// (a loopback mock, a private gateway).
     pub fn infer_from_url(base_url: &str) -> Option<Dialect> {
-        let host = reqwest::Url::parse(base_url).ok()?.host_str()?.to_ascii_lowercase();
+        let host = reqwest::Url::parse(base_url)
+            .ok()?
+            .host_str()?
+            .to_ascii_lowercase();
         let is = |suffix: &str| host == suffix || host.ends_with(&format!(".{suffix}"));
         let table: &[(&str, Dialect)] = &[
             ("api.openai.com", Dialect::Openai),
@@ -106,9 +109,18 @@ mod tests {
     fn infers_from_host() {
         let cases = [
             ("https://api.openai.com/v1", Some(Dialect::Openai)),
-            ("https://my-res.openai.azure.com/openai/deployments/x", Some(Dialect::Azure)),
-            ("https://dashscope.aliyuncs.com/compatible-mode/v1", Some(Dialect::Dashscope)),
-            ("https://dashscope-intl.aliyuncs.com/compatible-mode/v1", Some(Dialect::Dashscope)),
+            (
+                "https://my-res.openai.azure.com/openai/deployments/x",
+                Some(Dialect::Azure),
+            ),
+            (
+                "https://dashscope.aliyuncs.com/compatible-mode/v1",
+                Some(Dialect::Dashscope),
+            ),
+            (
+                "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
+                Some(Dialect::Dashscope),
+            ),
             ("https://api.deepseek.com", Some(Dialect::Deepseek)),
             ("https://open.bigmodel.cn/api/paas/v4", Some(Dialect::Zhipu)),
             ("https://api.moonshot.cn/v1", Some(Dialect::Moonshot)),

@@ -41,9 +41,15 @@ impl Headers {
 
     /// The provider's request id, whichever header it uses.
     pub fn request_id(&self) -> Option<&str> {
-        ["x-request-id", "request-id", "apim-request-id", "x-goog-request-id", "req-id"]
-            .iter()
-            .find_map(|n| self.get(n))
+        [
+            "x-request-id",
+            "request-id",
+            "apim-request-id",
+            "x-goog-request-id",
+            "req-id",
+        ]
+        .iter()
+        .find_map(|n| self.get(n))
     }
 }
 
@@ -79,8 +85,12 @@ pub struct ErrorFields {
     pub quota_ids: Vec<String>,
     /// Gemini `ErrorInfo.reason` (`API_KEY_INVALID`, ...).
     pub reasons: Vec<String>,
+    /// Gemini `QuotaFailure.violations[].quotaValue` (`"0"`: no quota at all).
+    pub quota_values: Vec<String>,
     /// Gemini `RetryInfo.retryDelay` (`"38s"`).
     pub retry_delay: Option<String>,
+    /// OpenRouter `metadata.limit_source` / `metadata.reason` / `metadata.error_type`.
+    pub metadata: Vec<String>,
 }
 
 impl ErrorFields {
@@ -106,11 +116,14 @@ impl ErrorFields {
                 f.status = text(e.get("status"));
                 f.message = text(e.get("message"));
                 f.param = text(e.get("param"));
-                f.inner_code = e
-                    .get("innererror")
-                    .and_then(|i| text(i.get("code")));
+                f.inner_code = e.get("innererror").and_then(|i| text(i.get("code")));
                 if let Some(Value::Array(details)) = e.get("details") {
                     read_details(details, &mut f);
+                }
+                if let Some(Value::Object(meta)) = e.get("metadata") {
+                    for key in ["limit_source", "reason", "error_type"] {
+                        f.metadata.extend(text(meta.get(key)));
+                    }
                 }
             }
             Some(Value::String(s)) => {
@@ -119,16 +132,28 @@ impl ErrorFields {
                 f.kind = text(obj.get("type"));
             }
             _ => {
-                // DashScope native / other flat shapes: {"code":"Throttling","message":..}.
-                // Require a code and a message so that a success body never reads as an error.
-                let code = text(obj.get("code"))?;
-                let message = text(obj.get("message")).or_else(|| text(obj.get("msg")))?;
-                if code == "200" || code == "0" {
+                // Flat shapes: DashScope native {"code":"Throttling","message":..}, Mistral
+                // {"object":"error","message":..,"type":..,"code":"3505"}. Require a message
+                // and a code, a type or `object: error`, so a success body never reads as an error.
+                let code = text(obj.get("code"));
+                let kind = text(obj.get("type"));
+                let is_error_object = obj.get("object").and_then(Value::as_str) == Some("error");
+                let message = text(obj.get("message")).or_else(|| text(obj.get("msg")));
+                let message = match message {
+                    Some(m) => m,
+                    // Mistral's 422 carries `message` as an object of field errors.
+                    None if is_error_object => obj.get("message").map(|m| m.to_string())?,
+                    None => return None,
+                };
+                if code.is_none() && kind.is_none() && !is_error_object {
                     return None;
                 }
-                f.code = Some(code);
+                if matches!(code.as_deref(), Some("200" | "0")) {
+                    return None;
+                }
+                f.code = code;
+                f.kind = kind;
                 f.message = Some(message);
-                f.kind = text(obj.get("type"));
             }
         }
         Some(f)
@@ -155,7 +180,10 @@ fn read_details(details: &[Value], f: &mut ErrorFields) {
         let kind = d.get("@type").and_then(Value::as_str).unwrap_or("");
         if kind.ends_with("QuotaFailure") {
             if let Some(Value::Array(vs)) = d.get("violations") {
-                f.quota_ids.extend(vs.iter().filter_map(|v| text(v.get("quotaId"))));
+                f.quota_ids
+                    .extend(vs.iter().filter_map(|v| text(v.get("quotaId"))));
+                f.quota_values
+                    .extend(vs.iter().filter_map(|v| text(v.get("quotaValue"))));
             }
         } else if kind.ends_with("ErrorInfo") {
             f.reasons.extend(text(d.get("reason")));
@@ -245,7 +273,10 @@ mod tests {
         assert_eq!(f.quota_ids.len(), 1);
 
         let native = br#"{"code":"Throttling.RateQuota","message":"Requests rate limit exceeded","request_id":"x"}"#;
-        assert_eq!(ErrorFields::parse(native).unwrap().code.as_deref(), Some("Throttling.RateQuota"));
+        assert_eq!(
+            ErrorFields::parse(native).unwrap().code.as_deref(),
+            Some("Throttling.RateQuota")
+        );
 
         assert!(ErrorFields::parse(b"<html><body>502 Bad Gateway</body></html>").is_none());
         assert!(ErrorFields::parse(b"").is_none());

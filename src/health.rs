@@ -123,37 +123,98 @@ mod tests {
     const NOW: UnixMs = 1_000_000;
 
     fn t(class: Class, hint: Option<Hint>) -> Option<Health> {
-        transition(class, Action::Fallback, hint, None, Cooldowns::default(), NOW)
+        transition(
+            class,
+            Action::Fallback,
+            hint,
+            None,
+            Cooldowns::default(),
+            NOW,
+        )
     }
 
     fn cooling(ms: i64, class: Class) -> Option<Health> {
-        Some(Health::Cooling { until: NOW + ms, reason: class.as_str().into() })
+        Some(Health::Cooling {
+            until: NOW + ms,
+            reason: class.as_str().into(),
+        })
     }
 
     #[test]
     fn table_of_transitions() {
-        let h20 = Some(Hint { ms: 20_000, source: HintSource::RetryAfter });
+        let h20 = Some(Hint {
+            ms: 20_000,
+            source: HintSource::RetryAfter,
+        });
         assert_eq!(t(Class::Ok, None), Some(Health::Ready));
-        assert_eq!(t(Class::RateLimited, h20), cooling(20_000, Class::RateLimited));
-        assert_eq!(t(Class::RateLimited, None), cooling(60_000, Class::RateLimited));
-        assert_eq!(t(Class::Overloaded, None), cooling(20_000, Class::Overloaded));
-        for c in [Class::ServerError, Class::Timeout, Class::Network, Class::StreamInterrupted] {
+        assert_eq!(
+            t(Class::RateLimited, h20),
+            cooling(20_000, Class::RateLimited)
+        );
+        assert_eq!(
+            t(Class::RateLimited, None),
+            cooling(60_000, Class::RateLimited)
+        );
+        assert_eq!(
+            t(Class::Overloaded, None),
+            cooling(20_000, Class::Overloaded)
+        );
+        for c in [
+            Class::ServerError,
+            Class::Timeout,
+            Class::Network,
+            Class::StreamInterrupted,
+        ] {
             assert_eq!(t(c, h20), cooling(5_000, c));
         }
-        assert_eq!(t(Class::QuotaExhausted, None), Some(Health::Retired { reason: "quota".into() }));
-        assert_eq!(t(Class::QuotaExhausted, h20), cooling(20_000, Class::QuotaExhausted));
-        let refill = Some(Hint { ms: 6_000, source: HintSource::RatelimitReset });
-        assert_eq!(t(Class::QuotaExhausted, refill), Some(Health::Retired { reason: "quota".into() }));
-        assert_eq!(t(Class::ModelUnavailable, None), Some(Health::Retired { reason: "model_unavailable".into() }));
-        assert_eq!(t(Class::Auth, None), Some(Health::Retired { reason: "auth".into() }));
-        for c in [Class::InvalidRequest, Class::ContextOverflow, Class::ContentPolicy, Class::Unknown] {
+        assert_eq!(
+            t(Class::QuotaExhausted, None),
+            Some(Health::Retired {
+                reason: "quota".into()
+            })
+        );
+        assert_eq!(
+            t(Class::QuotaExhausted, h20),
+            cooling(20_000, Class::QuotaExhausted)
+        );
+        let refill = Some(Hint {
+            ms: 6_000,
+            source: HintSource::RatelimitReset,
+        });
+        assert_eq!(
+            t(Class::QuotaExhausted, refill),
+            Some(Health::Retired {
+                reason: "quota".into()
+            })
+        );
+        assert_eq!(
+            t(Class::ModelUnavailable, None),
+            Some(Health::Retired {
+                reason: "model_unavailable".into()
+            })
+        );
+        assert_eq!(
+            t(Class::Auth, None),
+            Some(Health::Retired {
+                reason: "auth".into()
+            })
+        );
+        for c in [
+            Class::InvalidRequest,
+            Class::ContextOverflow,
+            Class::ContentPolicy,
+            Class::Unknown,
+        ] {
             assert_eq!(t(c, None), None);
         }
     }
 
     #[test]
     fn provider_cooldown_overrides_defaults() {
-        let cd = Cooldowns { cooldown_ms: Some(7_000), transient_cooldown_ms: 900 };
+        let cd = Cooldowns {
+            cooldown_ms: Some(7_000),
+            transient_cooldown_ms: 900,
+        };
         let got = transition(Class::Overloaded, Action::Fallback, None, None, cd, NOW);
         assert_eq!(got, cooling(7_000, Class::Overloaded));
         let got = transition(Class::Timeout, Action::Fallback, None, None, cd, NOW);
@@ -162,16 +223,28 @@ mod tests {
 
     #[test]
     fn retry_cools_only_for_the_wait() {
-        let got = transition(Class::RateLimited, Action::Retry, None, Some(300), Cooldowns::default(), NOW);
+        let got = transition(
+            Class::RateLimited,
+            Action::Retry,
+            None,
+            Some(300),
+            Cooldowns::default(),
+            NOW,
+        );
         assert_eq!(got, cooling(300, Class::RateLimited));
     }
 
     #[test]
     fn cooling_ends_by_time_retirement_never() {
-        let c = Health::Cooling { until: NOW + 10, reason: "x".into() };
+        let c = Health::Cooling {
+            until: NOW + 10,
+            reason: "x".into(),
+        };
         assert_eq!(c.state_at(NOW), HealthState::Cooling);
         assert_eq!(c.state_at(NOW + 10), HealthState::Ready);
-        let r = Health::Retired { reason: "quota".into() };
+        let r = Health::Retired {
+            reason: "quota".into(),
+        };
         assert_eq!(r.state_at(i64::MAX), HealthState::Retired);
     }
 }

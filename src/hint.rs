@@ -43,7 +43,12 @@ pub struct Hint {
 /// Reads the retry hint of one response. `retry_delay` is Gemini's
 /// `RetryInfo.retryDelay` from the error body, when there was one.
 pub fn retry_hint(headers: &Headers, retry_delay: Option<&str>, now: UnixMs) -> Option<Hint> {
-    let hint = |ms: u64, source| Some(Hint { ms: ms.min(MAX_HINT_MS), source });
+    let hint = |ms: u64, source| {
+        Some(Hint {
+            ms: ms.min(MAX_HINT_MS),
+            source,
+        })
+    };
 
     if let Some(ms) = headers.get("retry-after-ms").and_then(parse_millis) {
         return hint(ms, HintSource::RetryAfterMs);
@@ -88,9 +93,12 @@ pub fn parse_retry_after(v: &str, now: UnixMs) -> Option<u64> {
     if v.is_empty() {
         return None;
     }
-    if v.bytes().next().is_some_and(|b| b.is_ascii_digit() || b == b'.') {
+    if v.bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_digit() || b == b'.')
+    {
         let secs: f64 = v.parse().ok()?;
-        return finite_nonneg(secs).map(|s| secs_to_ms(s));
+        return finite_nonneg(secs).map(secs_to_ms);
     }
     let at = httpdate::parse_http_date(v).ok()?;
     let at_ms = match at.duration_since(std::time::UNIX_EPOCH) {
@@ -186,7 +194,11 @@ mod tests {
 
     #[test]
     fn garbage_falls_through_to_next_source() {
-        let hs = h(&[("retry-after-ms", "soon"), ("retry-after", "later"), ("x-ratelimit-reset-requests", "1s")]);
+        let hs = h(&[
+            ("retry-after-ms", "soon"),
+            ("retry-after", "later"),
+            ("x-ratelimit-reset-requests", "1s"),
+        ]);
         assert_eq!(retry_hint(&hs, Some("x"), NOW).unwrap().ms, 1000);
         assert_eq!(retry_hint(&h(&[("retry-after", "-5")]), None, NOW), None);
         assert_eq!(retry_hint(&h(&[("retry-after", "NaN")]), None, NOW), None);
@@ -196,15 +208,27 @@ mod tests {
     #[test]
     fn retry_after_http_date_and_past_dates() {
         // 2025-11-30T12:00:30Z is 30 s after NOW.
-        assert_eq!(parse_retry_after("Sun, 30 Nov 2025 12:00:30 GMT", NOW), Some(30_000));
-        assert_eq!(parse_retry_after("Sun, 30 Nov 2025 11:00:00 GMT", NOW), Some(0));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", NOW), Some(0));
+        assert_eq!(
+            parse_retry_after("Sun, 30 Nov 2025 12:00:30 GMT", NOW),
+            Some(30_000)
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 30 Nov 2025 11:00:00 GMT", NOW),
+            Some(0)
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", NOW),
+            Some(0)
+        );
         assert_eq!(parse_retry_after("tomorrow", NOW), None);
     }
 
     #[test]
     fn largest_ratelimit_reset_wins() {
-        let hs = h(&[("x-ratelimit-reset-requests", "1s"), ("x-ratelimit-reset-tokens", "6m0s")]);
+        let hs = h(&[
+            ("x-ratelimit-reset-requests", "1s"),
+            ("x-ratelimit-reset-tokens", "6m0s"),
+        ]);
         assert_eq!(retry_hint(&hs, None, NOW).unwrap().ms, 360_000);
         let hs = h(&[
             ("anthropic-ratelimit-requests-reset", "2025-11-30T12:00:10Z"),
@@ -231,7 +255,12 @@ mod tests {
 
     #[test]
     fn clamped_to_a_day() {
-        assert_eq!(retry_hint(&h(&[("retry-after", "99999999999")]), None, NOW).unwrap().ms, MAX_HINT_MS);
+        assert_eq!(
+            retry_hint(&h(&[("retry-after", "99999999999")]), None, NOW)
+                .unwrap()
+                .ms,
+            MAX_HINT_MS
+        );
         assert_eq!(parse_duration("100000h"), Some(MAX_HINT_MS));
     }
 }

@@ -70,23 +70,67 @@ mod tests {
     #[test]
     fn capacity_only_when_every_failure_is_capacity() {
         let all_cap = [Class::RateLimited, Class::QuotaExhausted, Class::Overloaded];
-        assert_eq!(failure_reason(Some(Why::NothingLeft), Some(Class::Overloaded), &all_cap, &[]), Reason::Capacity);
+        assert_eq!(
+            failure_reason(
+                Some(Why::NothingLeft),
+                Some(Class::Overloaded),
+                &all_cap,
+                &[]
+            ),
+            Reason::Capacity
+        );
         let mixed = [Class::QuotaExhausted, Class::ModelUnavailable];
-        assert_eq!(failure_reason(None, Some(Class::ModelUnavailable), &mixed, &[]), Reason::Error);
+        assert_eq!(
+            failure_reason(None, Some(Class::ModelUnavailable), &mixed, &[]),
+            Reason::Error
+        );
     }
 
     #[test]
     fn stop_on_and_budget() {
-        assert_eq!(failure_reason(Some(Why::StopOn), Some(Class::Auth), &[Class::Auth], &[]), Reason::Auth);
-        assert_eq!(failure_reason(Some(Why::StopOn), Some(Class::ContextOverflow), &[Class::ContextOverflow], &[]), Reason::Request);
-        assert_eq!(failure_reason(Some(Why::StopOn), Some(Class::Unknown), &[Class::Unknown], &[]), Reason::Error);
-        assert_eq!(failure_reason(Some(Why::BudgetSpent), Some(Class::RateLimited), &[Class::RateLimited], &[]), Reason::Budget);
+        assert_eq!(
+            failure_reason(Some(Why::StopOn), Some(Class::Auth), &[Class::Auth], &[]),
+            Reason::Auth
+        );
+        assert_eq!(
+            failure_reason(
+                Some(Why::StopOn),
+                Some(Class::ContextOverflow),
+                &[Class::ContextOverflow],
+                &[]
+            ),
+            Reason::Request
+        );
+        assert_eq!(
+            failure_reason(
+                Some(Why::StopOn),
+                Some(Class::Unknown),
+                &[Class::Unknown],
+                &[]
+            ),
+            Reason::Error
+        );
+        assert_eq!(
+            failure_reason(
+                Some(Why::BudgetSpent),
+                Some(Class::RateLimited),
+                &[Class::RateLimited],
+                &[]
+            ),
+            Reason::Budget
+        );
     }
 
     #[test]
     fn no_attempt_at_all() {
-        assert_eq!(failure_reason(None, None, &[], &[Some("quota"), Some("rate_limited")]), Reason::Capacity);
-        assert_eq!(failure_reason(None, None, &[], &[Some("quota"), Some("model_unavailable")]), Reason::Error);
+        assert_eq!(
+            failure_reason(None, None, &[], &[Some("quota"), Some("rate_limited")]),
+            Reason::Capacity
+        );
+        assert_eq!(
+            failure_reason(None, None, &[], &[Some("quota"), Some("model_unavailable")]),
+            Reason::Error
+        );
         assert_eq!(failure_reason(None, None, &[], &[]), Reason::Error);
     }
 }

@@ -70,7 +70,11 @@ enum Answer {
 }
 
 impl Router {
-    pub fn new(client: reqwest::Client, clock: Arc<dyn Clock>, store: Arc<dyn HealthStore>) -> Self {
+    pub fn new(
+        client: reqwest::Client,
+        clock: Arc<dyn Clock>,
+        store: Arc<dyn HealthStore>,
+    ) -> Self {
         Router {
             inner: Arc::new(Inner {
                 client,
@@ -117,7 +121,13 @@ impl Router {
     }
 
     /// The chain walk shared by every path; `call` makes one upstream call.
-    async fn run<F, Fut>(&self, tier: &Tier, path: CallPath, opts: CallOptions<'_>, call: F) -> Report
+    async fn run<F, Fut>(
+        &self,
+        tier: &Tier,
+        path: CallPath,
+        opts: CallOptions<'_>,
+        call: F,
+    ) -> Report
     where
         F: Fn(&RouteSpec) -> Fut,
         Fut: std::future::Future<Output = Result<Answer, UpstreamFailure>>,
@@ -169,7 +179,10 @@ impl Router {
                 let now = clock.now_ms();
                 let (verdict, status, request_id, detail) = match &result {
                     Ok(Answer::Chat(ok)) => (
-                        Verdict { class: Class::Ok, hint: None },
+                        Verdict {
+                            class: Class::Ok,
+                            hint: None,
+                        },
                         Some(200),
                         ok.request_id.clone(),
                         None,
@@ -203,7 +216,8 @@ impl Router {
                     spec.endpoint.cooldowns,
                     now,
                 );
-                let health = new_health.and_then(|h| self.apply_health(&spec.route, h, &mut report.notes));
+                let health =
+                    new_health.and_then(|h| self.apply_health(&spec.route, h, &mut report.notes));
                 report.attempts.push(AttemptRecord {
                     index: report.attempts.len() as u32 + 1,
                     route: spec.route.clone(),
@@ -286,7 +300,11 @@ impl Router {
         notes: &mut Vec<String>,
     ) -> Option<Skip> {
         if idx > 0 && !policy.approves_fallback(&spec.route) {
-            return Some(Skip { route: spec.route.clone(), why: SkipWhy::Unapproved, cause: None });
+            return Some(Skip {
+                route: spec.route.clone(),
+                why: SkipWhy::Unapproved,
+                cause: None,
+            });
         }
         let health = self.health_of(&spec.route, notes);
         let why = match health.state_at(now) {
@@ -324,7 +342,12 @@ impl Router {
     }
 
     /// Stores a new health; returns it for the trace when it differs from the old one.
-    fn apply_health(&self, route: &Route, new: Health, notes: &mut Vec<String>) -> Option<HealthChange> {
+    fn apply_health(
+        &self,
+        route: &Route,
+        new: Health,
+        notes: &mut Vec<String>,
+    ) -> Option<HealthChange> {
         let old = self.health_of(route, notes);
         if old == new {
             return None;
@@ -344,7 +367,11 @@ impl Router {
     }
 
     fn jitter(&self) -> f64 {
-        self.inner.rng.lock().unwrap_or_else(|p| p.into_inner()).f64()
+        self.inner
+            .rng
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .f64()
     }
 }
 
@@ -354,7 +381,10 @@ fn elapsed(start: UnixMs, now: UnixMs) -> u64 {
 
 /// A short note on a failure for traces.
 fn detail_of(f: &UpstreamFailure) -> Option<String> {
-    let text = match (&f.malformed, f.error.as_ref().and_then(|e| e.message.clone())) {
+    let text = match (
+        &f.malformed,
+        f.error.as_ref().and_then(|e| e.message.clone()),
+    ) {
         (Some(m), _) => m.clone(),
         (None, Some(msg)) => msg,
         (None, None) => f.excerpt.clone(),

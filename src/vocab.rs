@@ -6,11 +6,11 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 macro_rules! vocab_enum {
-    ($(#[$m:meta])* $name:ident { $($variant:ident => $word:literal),+ $(,)? }) => {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $word:literal),+ $(,)? }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         pub enum $name {
-            $(#[serde(rename = $word)] $variant),+
+            $($(#[$vm])* #[serde(rename = $word)] $variant),+
         }
 
         impl $name {
@@ -104,7 +104,9 @@ vocab_enum!(
 
 vocab_enum!(
     /// The kind of call.
+    #[derive(Default)]
     CallPath {
+        #[default]
         Chat => "chat",
         Stream => "stream",
         Embed => "embed",
@@ -114,24 +116,14 @@ vocab_enum!(
 
 vocab_enum!(
     /// The wire format a provider speaks (and the mock serves).
+    #[derive(Default)]
     Wire {
+        #[default]
         OpenAi => "openai",
         Anthropic => "anthropic",
         Gemini => "gemini",
     }
 );
-
-impl Default for CallPath {
-    fn default() -> Self {
-        CallPath::Chat
-    }
-}
-
-impl Default for Wire {
-    fn default() -> Self {
-        Wire::OpenAi
-    }
-}
 
 impl Class {
     /// Classes that a capacity problem produces; a request whose every failure is one of

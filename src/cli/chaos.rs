@@ -32,7 +32,9 @@ pub struct ChaosArgs {
 }
 
 fn default_jobs() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 /// Loads every scenario under `paths`; returns them, or every load error.
@@ -42,7 +44,10 @@ pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Scenario>, Vec<YamlError>> {
         let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         return Err(vec![YamlError::new(
             &paths[0],
-            format!("no scenario files (*.yaml, *.yml) under {}", shown.join(", ")),
+            format!(
+                "no scenario files (*.yaml, *.yml) under {}",
+                shown.join(", ")
+            ),
         )]);
     }
     let mut errors = Vec::new();
@@ -53,8 +58,15 @@ pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Scenario>, Vec<YamlError>> {
             Ok(s) => {
                 if let Some(first) = names.insert(s.name.clone(), file.clone()) {
                     errors.push(
-                        YamlError::new(&file, format!("scenario name `{}` is already used by {}", s.name, first.display()))
-                            .at_field("name"),
+                        YamlError::new(
+                            &file,
+                            format!(
+                                "scenario name `{}` is already used by {}",
+                                s.name,
+                                first.display()
+                            ),
+                        )
+                        .at_field("name"),
                     );
                 } else {
                     scenarios.push(s);
@@ -77,16 +89,26 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
             for e in &errors {
                 eprintln!("error: {e}");
             }
-            eprintln!("{} scenario file(s) could not be loaded; nothing was run", errors.len());
+            eprintln!(
+                "{} scenario file(s) could not be loaded; nothing was run",
+                errors.len()
+            );
             return Ok(Exit::Usage);
         }
     };
     let selected: Vec<Scenario> = scenarios
         .into_iter()
-        .filter(|s| args.filter.as_ref().is_none_or(|f| s.name.contains(f.as_str())))
+        .filter(|s| {
+            args.filter
+                .as_ref()
+                .is_none_or(|f| s.name.contains(f.as_str()))
+        })
         .collect();
     if selected.is_empty() {
-        eprintln!("error: no scenario matches --filter {:?}", args.filter.unwrap_or_default());
+        eprintln!(
+            "error: no scenario matches --filter {:?}",
+            args.filter.unwrap_or_default()
+        );
         return Ok(Exit::Usage);
     }
 
@@ -117,7 +139,11 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
         std::fs::write(path, render::chaos_junit(&runs))
             .map_err(|e| anyhow::anyhow!("cannot write JUnit report {}: {e}", path.display()))?;
     }
-    Ok(if runs.iter().all(|r| r.passed) { Exit::Ok } else { Exit::Failed })
+    Ok(if runs.iter().all(|r| r.passed) {
+        Exit::Ok
+    } else {
+        Exit::Failed
+    })
 }
 
 /// Runs scenarios `jobs` at a time, in file order in the result. A scenario whose task

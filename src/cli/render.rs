@@ -31,7 +31,11 @@ pub fn chaos_table(runs: &[ScenarioRun], width: Option<u16>) -> String {
             .join(" | ");
         t.add_row(vec![
             r.name.clone(),
-            if r.passed { "pass".into() } else { "FAIL".into() },
+            if r.passed {
+                "pass".into()
+            } else {
+                "FAIL".into()
+            },
             attempts,
             format!("{:.0} ms", r.wall_ms),
         ]);
@@ -50,8 +54,15 @@ pub fn chaos_failures(runs: &[ScenarioRun]) -> String {
         let many = r.requests.len() > 1;
         for (i, req) in r.requests.iter().enumerate() {
             for m in &req.mismatches {
-                let at = if many { format!("requests[{i}].") } else { String::new() };
-                out.push_str(&format!("  {at}{}\n    expected: {}\n    got:      {}\n", m.field, m.expected, m.got));
+                let at = if many {
+                    format!("requests[{i}].")
+                } else {
+                    String::new()
+                };
+                out.push_str(&format!(
+                    "  {at}{}\n    expected: {}\n    got:      {}\n",
+                    m.field, m.expected, m.got
+                ));
             }
         }
     }
@@ -62,7 +73,11 @@ pub fn chaos_summary(runs: &[ScenarioRun]) -> String {
     let passed = runs.iter().filter(|r| r.passed).count();
     let failed = runs.len() - passed;
     let total_ms: f64 = runs.iter().map(|r| r.wall_ms).sum();
-    format!("{passed} passed, {failed} failed ({} scenarios, {:.0} ms of scenario time)", runs.len(), total_ms)
+    format!(
+        "{passed} passed, {failed} failed ({} scenarios, {:.0} ms of scenario time)",
+        runs.len(),
+        total_ms
+    )
 }
 
 fn request_json(req: &RequestRun) -> Value {
@@ -78,7 +93,12 @@ fn request_json(req: &RequestRun) -> Value {
             })
         })
         .collect();
-    let skipped: Vec<&str> = req.report.skipped.iter().map(|s| s.route.as_str()).collect();
+    let skipped: Vec<&str> = req
+        .report
+        .skipped
+        .iter()
+        .map(|s| s.route.as_str())
+        .collect();
     json!({
         "outcome": req.report.outcome,
         "reason": req.report.reason,
@@ -107,7 +127,11 @@ pub fn chaos_json(r: &ScenarioRun) -> String {
         .enumerate()
         .flat_map(|(i, req)| {
             req.mismatches.iter().map(move |m| {
-                let field = if r.requests.len() > 1 { format!("requests[{i}].{}", m.field) } else { m.field.clone() };
+                let field = if r.requests.len() > 1 {
+                    format!("requests[{i}].{}", m.field)
+                } else {
+                    m.field.clone()
+                };
                 json!({"field": field, "expected": m.expected, "got": m.got})
             })
         })
@@ -118,9 +142,15 @@ pub fn chaos_json(r: &ScenarioRun) -> String {
     map.insert("passed".into(), json!(r.passed));
     map.insert("mismatches".into(), Value::Array(all_mismatches));
     map.insert("error".into(), json!(r.error));
-    map.insert("wall_ms".into(), json!((r.wall_ms * 1000.0).round() / 1000.0));
+    map.insert(
+        "wall_ms".into(),
+        json!((r.wall_ms * 1000.0).round() / 1000.0),
+    );
     if r.requests.len() > 1 {
-        map.insert("requests".into(), Value::Array(r.requests.iter().map(request_json).collect()));
+        map.insert(
+            "requests".into(),
+            Value::Array(r.requests.iter().map(request_json).collect()),
+        );
     }
     obj.to_string()
 }
@@ -145,5 +175,7 @@ pub fn chaos_junit(runs: &[ScenarioRun]) -> String {
     }
     let mut report = Report::new("poolctl");
     report.add_test_suite(suite);
-    report.to_string().unwrap_or_else(|e| format!("<!-- cannot render JUnit: {e} -->"))
+    report
+        .to_string()
+        .unwrap_or_else(|e| format!("<!-- cannot render JUnit: {e} -->"))
 }

@@ -35,19 +35,26 @@ impl HealthView {
         HealthView {
             state,
             ms: (state == HealthState::Cooling).then(|| h.until().unwrap_or(now) - now),
-            reason: (state != HealthState::Ready).then(|| h.reason().map(str::to_string)).flatten(),
+            reason: (state != HealthState::Ready)
+                .then(|| h.reason().map(str::to_string))
+                .flatten(),
         }
     }
 }
 
 /// `status class→action`, as the chaos table prints an attempt.
 pub fn attempt_label(a: &AttemptRecord) -> String {
-    let status = a.status.map(|s| s.to_string()).unwrap_or_else(|| "—".into());
+    let status = a
+        .status
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| "—".into());
     format!("{status} {}→{}", a.class, a.action)
 }
 
 fn opt<T: Display>(v: &Option<T>) -> String {
-    v.as_ref().map(|x| x.to_string()).unwrap_or_else(|| "null".into())
+    v.as_ref()
+        .map(|x| x.to_string())
+        .unwrap_or_else(|| "null".into())
 }
 
 pub fn compare(
@@ -59,10 +66,18 @@ pub fn compare(
     let mut out = Vec::new();
     let mut check = |field: String, expected: String, got: String| {
         if expected != got {
-            out.push(Mismatch { field, expected, got });
+            out.push(Mismatch {
+                field,
+                expected,
+                got,
+            });
         }
     };
-    check("outcome".into(), expect.outcome.to_string(), report.outcome.to_string());
+    check(
+        "outcome".into(),
+        expect.outcome.to_string(),
+        report.outcome.to_string(),
+    );
     if let Some(reason) = &expect.reason {
         check("reason".into(), opt(reason), opt(&report.reason));
     }
@@ -70,7 +85,15 @@ pub fn compare(
         check("served_by".into(), opt(served_by), opt(&report.served_by));
     }
     if let Some(text) = &expect.text {
-        check("text".into(), format!("{text:?}"), report.text.as_ref().map(|t| format!("{t:?}")).unwrap_or_else(|| "null".into()));
+        check(
+            "text".into(),
+            format!("{text:?}"),
+            report
+                .text
+                .as_ref()
+                .map(|t| format!("{t:?}"))
+                .unwrap_or_else(|| "null".into()),
+        );
     }
     if let Some(attempts) = &expect.attempts {
         compare_attempts(attempts, &report.attempts, &mut check);
@@ -78,30 +101,56 @@ pub fn compare(
     if let Some(skipped) = &expect.skipped {
         for r in skipped {
             let was_skipped = report.skipped.iter().any(|s| &s.route == r);
-            let got = if was_skipped { "skipped" } else { "not skipped" };
+            let got = if was_skipped {
+                "skipped"
+            } else {
+                "not skipped"
+            };
             check(format!("skipped.{r}"), "skipped".into(), got.into());
         }
     }
     if let Some(expected) = &expect.health {
         for (route, want) in expected {
             let got = health.get(route);
-            let got_state = got.map(|h| h.state.to_string()).unwrap_or_else(|| "ready".into());
-            check(format!("health.{route}.state"), want.state.to_string(), got_state);
+            let got_state = got
+                .map(|h| h.state.to_string())
+                .unwrap_or_else(|| "ready".into());
+            check(
+                format!("health.{route}.state"),
+                want.state.to_string(),
+                got_state,
+            );
             if let Some(ms) = want.ms {
-                check(format!("health.{route}.ms"), ms.to_string(), opt(&got.and_then(|h| h.ms)));
+                check(
+                    format!("health.{route}.ms"),
+                    ms.to_string(),
+                    opt(&got.and_then(|h| h.ms)),
+                );
             }
             if let Some(reason) = &want.reason {
-                check(format!("health.{route}.reason"), reason.clone(), opt(&got.and_then(|h| h.reason.clone())));
+                check(
+                    format!("health.{route}.reason"),
+                    reason.clone(),
+                    opt(&got.and_then(|h| h.reason.clone())),
+                );
             }
         }
     }
     if let Some(expected) = &expect.upstream_calls {
         for (route, want) in expected {
-            check(format!("upstream_calls.{route}"), want.to_string(), calls.get(route).copied().unwrap_or(0).to_string());
+            check(
+                format!("upstream_calls.{route}"),
+                want.to_string(),
+                calls.get(route).copied().unwrap_or(0).to_string(),
+            );
         }
     }
     if let Some(waits) = &expect.waits_ms {
-        check("waits_ms".into(), format!("{waits:?}"), format!("{:?}", report.waits_ms));
+        check(
+            "waits_ms".into(),
+            format!("{waits:?}"),
+            format!("{:?}", report.waits_ms),
+        );
     }
     out
 }
@@ -113,7 +162,10 @@ fn compare_attempts(
 ) {
     if expected.len() != got.len() {
         let want: Vec<String> = expected.iter().map(expect_label).collect();
-        let have: Vec<String> = got.iter().map(|a| format!("{} {}", a.route, attempt_label(a))).collect();
+        let have: Vec<String> = got
+            .iter()
+            .map(|a| format!("{} {}", a.route, attempt_label(a)))
+            .collect();
         check(
             "attempts".into(),
             format!("{} attempts [{}]", expected.len(), want.join(", ")),
@@ -123,19 +175,39 @@ fn compare_attempts(
     }
     for (i, (want, have)) in expected.iter().zip(got).enumerate() {
         if let Some(route) = &want.route {
-            check(format!("attempts[{i}].route"), route.to_string(), have.route.to_string());
+            check(
+                format!("attempts[{i}].route"),
+                route.to_string(),
+                have.route.to_string(),
+            );
         }
         if let Some(status) = &want.status {
-            check(format!("attempts[{i}].status"), opt(status), opt(&have.status));
+            check(
+                format!("attempts[{i}].status"),
+                opt(status),
+                opt(&have.status),
+            );
         }
         if let Some(class) = want.class {
-            check(format!("attempts[{i}].class"), class.to_string(), have.class.to_string());
+            check(
+                format!("attempts[{i}].class"),
+                class.to_string(),
+                have.class.to_string(),
+            );
         }
         if let Some(action) = want.action {
-            check(format!("attempts[{i}].action"), action.to_string(), have.action.to_string());
+            check(
+                format!("attempts[{i}].action"),
+                action.to_string(),
+                have.action.to_string(),
+            );
         }
         if let Some(wait) = &want.wait_ms {
-            check(format!("attempts[{i}].wait_ms"), opt(wait), opt(&have.wait_ms));
+            check(
+                format!("attempts[{i}].wait_ms"),
+                opt(wait),
+                opt(&have.wait_ms),
+            );
         }
     }
 }

@@ -66,8 +66,18 @@ impl MockServer {
             routes: routes
                 .into_iter()
                 .map(|spec| {
-                    let key = (spec.route.provider().to_string(), spec.route.model().to_string());
-                    (key, RouteState { spec, next: AtomicUsize::new(0), calls: AtomicU64::new(0) })
+                    let key = (
+                        spec.route.provider().to_string(),
+                        spec.route.model().to_string(),
+                    );
+                    (
+                        key,
+                        RouteState {
+                            spec,
+                            next: AtomicUsize::new(0),
+                            calls: AtomicU64::new(0),
+                        },
+                    )
                 })
                 .collect(),
             served: AtomicU64::new(0),
@@ -135,7 +145,14 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     let parsed = match tokio::time::timeout(READ_DEADLINE, read_request(&mut stream)).await {
         Ok(Ok(Some(p))) => p,
         Ok(Err(msg)) => {
-            let _ = write_response(&mut stream, 400, &[], "application/json", bad_request(&msg).as_bytes()).await;
+            let _ = write_response(
+                &mut stream,
+                400,
+                &[],
+                "application/json",
+                bad_request(&msg).as_bytes(),
+            )
+            .await;
             return;
         }
         _ => return,
@@ -143,13 +160,26 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     shared.served.fetch_add(1, Ordering::SeqCst);
     match route_request(&parsed, &shared) {
         Err(msg) => {
-            let _ = write_response(&mut stream, 400, &[], "application/json", bad_request(&msg).as_bytes()).await;
+            let _ = write_response(
+                &mut stream,
+                400,
+                &[],
+                "application/json",
+                bad_request(&msg).as_bytes(),
+            )
+            .await;
         }
         Ok((state, call, request)) => {
             state.calls.fetch_add(1, Ordering::SeqCst);
             let n = state.next.fetch_add(1, Ordering::SeqCst);
             let reply = &state.spec.replies[n.min(state.spec.replies.len() - 1)];
-            let ctx = ReplyCtx { wire: state.spec.wire, call, model: state.spec.route.model(), seq: n + 1, request: &request };
+            let ctx = ReplyCtx {
+                wire: state.spec.wire,
+                call,
+                model: state.spec.route.model(),
+                seq: n + 1,
+                request: &request,
+            };
             serve_reply(&mut stream, reply, &ctx).await;
         }
     }
@@ -177,9 +207,19 @@ async fn read_request(stream: &mut TcpStream) -> Result<Option<Parsed>, String> 
                 let headers = req
                     .headers
                     .iter()
-                    .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned()))
+                    .map(|h| {
+                        (
+                            h.name.to_ascii_lowercase(),
+                            String::from_utf8_lossy(h.value).into_owned(),
+                        )
+                    })
                     .collect::<Vec<_>>();
-                break (len, req.method.unwrap_or("").to_string(), req.path.unwrap_or("").to_string(), headers);
+                break (
+                    len,
+                    req.method.unwrap_or("").to_string(),
+                    req.path.unwrap_or("").to_string(),
+                    headers,
+                );
             }
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => continue,
             Ok(httparse::Status::Partial) => return Err("request head over 64 KiB".into()),
@@ -190,7 +230,10 @@ async fn read_request(stream: &mut TcpStream) -> Result<Option<Parsed>, String> 
         .iter()
         .find(|(k, _)| k == "content-length")
         .map(|(_, v)| v.trim().parse::<usize>());
-    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
+    if headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
+    {
         return Err("chunked request bodies are not accepted; send Content-Length".into());
     }
     let len = match parsed_len {
@@ -208,7 +251,12 @@ async fn read_request(stream: &mut TcpStream) -> Result<Option<Parsed>, String> 
         body.extend_from_slice(&chunk[..n]);
     }
     body.truncate(len);
-    Ok(Some(Parsed { method, target, headers, body }))
+    Ok(Some(Parsed {
+        method,
+        target,
+        headers,
+        body,
+    }))
 }
 
 /// What kind of call a request is, as its wire's endpoint says.
@@ -221,15 +269,24 @@ pub enum CallKind {
 }
 
 /// Finds the route a request is for and checks the request against its wire.
-fn route_request<'a>(req: &Parsed, shared: &'a Shared) -> Result<(&'a RouteState, CallKind, Value), String> {
+fn route_request<'a>(
+    req: &Parsed,
+    shared: &'a Shared,
+) -> Result<(&'a RouteState, CallKind, Value), String> {
     if req.method != "POST" {
-        return Err(format!("{} {}: only POST is served", req.method, req.target));
+        return Err(format!(
+            "{} {}: only POST is served",
+            req.method, req.target
+        ));
     }
     let path = req.target.split('?').next().unwrap_or("");
     let trimmed = path.trim_start_matches('/');
-    let (provider, rest) = trimmed.split_once('/').ok_or_else(|| format!("no provider prefix in `{path}`"))?;
+    let (provider, rest) = trimmed
+        .split_once('/')
+        .ok_or_else(|| format!("no provider prefix in `{path}`"))?;
     let rest = format!("/{rest}");
-    let body: Value = serde_json::from_slice(&req.body).map_err(|e| format!("body is not JSON: {e}"))?;
+    let body: Value =
+        serde_json::from_slice(&req.body).map_err(|e| format!("body is not JSON: {e}"))?;
     if !body.is_object() {
         return Err("body is not a JSON object".into());
     }
@@ -246,11 +303,19 @@ fn route_request<'a>(req: &Parsed, shared: &'a Shared) -> Result<(&'a RouteState
         (Wire::Gemini, kind, model.to_string())
     } else if rest == "/v1/messages" {
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-        let kind = if stream { CallKind::Stream } else { CallKind::Chat };
+        let kind = if stream {
+            CallKind::Stream
+        } else {
+            CallKind::Chat
+        };
         (Wire::Anthropic, kind, model_of(&body)?)
     } else if rest == "/v1/chat/completions" {
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-        let kind = if stream { CallKind::Stream } else { CallKind::Chat };
+        let kind = if stream {
+            CallKind::Stream
+        } else {
+            CallKind::Chat
+        };
         (Wire::OpenAi, kind, model_of(&body)?)
     } else if rest == "/v1/embeddings" {
         (Wire::OpenAi, CallKind::Embed, model_of(&body)?)
@@ -380,10 +445,16 @@ async fn serve_reply(stream: &mut TcpStream, reply: &Reply, ctx: &ReplyCtx<'_>) 
     match reply {
         Reply::Delay { .. } => unreachable!("unwrapped above"),
         Reply::Reset => reset(stream),
-        Reply::Status { status, headers, body } => {
+        Reply::Status {
+            status,
+            headers,
+            body,
+        } => {
             let (ctype, bytes) = match body {
                 Body::Json(v) => ("application/json", v.to_string().into_bytes()),
-                Body::Raw(s) if s.trim_start().starts_with('<') => ("text/html; charset=utf-8", s.clone().into_bytes()),
+                Body::Raw(s) if s.trim_start().starts_with('<') => {
+                    ("text/html; charset=utf-8", s.clone().into_bytes())
+                }
                 Body::Raw(s) => ("text/plain; charset=utf-8", s.clone().into_bytes()),
                 Body::Empty => ("application/json", Vec::new()),
             };
@@ -392,14 +463,27 @@ async fn serve_reply(stream: &mut TcpStream, reply: &Reply, ctx: &ReplyCtx<'_>) 
         Reply::Ok { text, headers } => {
             if ctx.call == CallKind::Stream {
                 let items = super::wire_bodies::chunk_text(text);
-                let sr = StreamReply { items, end: StreamEnd::Done, first_token_ms: 0, gap_ms: 0, headers: headers.clone() };
+                let sr = StreamReply {
+                    items,
+                    end: StreamEnd::Done,
+                    first_token_ms: 0,
+                    gap_ms: 0,
+                    headers: headers.clone(),
+                };
                 super::stream_server::serve_stream(stream, &sr, ctx).await;
                 return;
             }
             let body = super::wire_bodies::success(ctx, text);
             let mut hs = headers.clone();
             hs.push(request_id_header(ctx.wire, ctx.seq));
-            let _ = write_response(stream, 200, &hs, "application/json", body.to_string().as_bytes()).await;
+            let _ = write_response(
+                stream,
+                200,
+                &hs,
+                "application/json",
+                body.to_string().as_bytes(),
+            )
+            .await;
         }
         Reply::Stream(sr) => {
             super::stream_server::serve_stream(stream, sr, ctx).await;

@@ -15,7 +15,9 @@ use crate::secret::Secret;
 use crate::store::{HealthStore, MemoryStore};
 use crate::trace::Report;
 use crate::vocab::{CallPath, Route};
-use crate::wire::{Endpoint, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_STREAM_IDLE_MS, DEFAULT_TIMEOUT_MS};
+use crate::wire::{
+    Endpoint, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_STREAM_IDLE_MS, DEFAULT_TIMEOUT_MS,
+};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -65,7 +67,9 @@ pub fn tier_for(scenario: &Scenario, mock: &MockServer) -> Tier {
                 dialect: entry.dialect.unwrap_or(Dialect::of_wire(entry.wire)),
                 api_key: Secret::new(MOCK_KEY),
                 timeout_ms: entry.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
-                first_token_timeout_ms: entry.first_token_timeout_ms.unwrap_or(DEFAULT_FIRST_TOKEN_TIMEOUT_MS),
+                first_token_timeout_ms: entry
+                    .first_token_timeout_ms
+                    .unwrap_or(DEFAULT_FIRST_TOKEN_TIMEOUT_MS),
                 stream_idle_ms: entry.stream_idle_ms.unwrap_or(DEFAULT_STREAM_IDLE_MS),
                 cooldowns: Cooldowns {
                     cooldown_ms: entry.cooldown_ms,
@@ -74,10 +78,16 @@ pub fn tier_for(scenario: &Scenario, mock: &MockServer) -> Tier {
                         .unwrap_or(Cooldowns::default().transient_cooldown_ms),
                 },
             };
-            RouteSpec { route: entry.route.clone(), endpoint: Arc::new(endpoint) }
+            RouteSpec {
+                route: entry.route.clone(),
+                endpoint: Arc::new(endpoint),
+            }
         })
         .collect();
-    Tier { name: scenario.name.clone(), routes }
+    Tier {
+        name: scenario.name.clone(),
+        routes,
+    }
 }
 
 /// The mock routes a scenario's chain describes.
@@ -96,7 +106,9 @@ pub fn mock_routes(scenario: &Scenario) -> Vec<MockRoute> {
 
 /// A stable seed per scenario, so backoff jitter repeats run to run.
 fn seed_of(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> ScenarioRun {
@@ -123,13 +135,25 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
     for (route, preset) in &scenario.state {
         let health = match preset {
             Preset::Ready => Health::Ready,
-            Preset::Retired => Health::Retired { reason: "preset".into() },
-            Preset::Cooling(ms) => Health::Cooling { until: start + *ms as i64, reason: "preset".into() },
+            Preset::Retired => Health::Retired {
+                reason: "preset".into(),
+            },
+            Preset::Cooling(ms) => Health::Cooling {
+                until: start + *ms as i64,
+                reason: "preset".into(),
+            },
         };
-        store.set(route, health).expect("the memory store never fails");
+        store
+            .set(route, health)
+            .expect("the memory store never fails");
     }
-    let router = Router::with_seed(client.clone(), clock.clone(), store.clone(), seed_of(&scenario.name));
-    let policy = scenario.policy.clone().unwrap_or_else(Policy::default);
+    let router = Router::with_seed(
+        client.clone(),
+        clock.clone(),
+        store.clone(),
+        seed_of(&scenario.name),
+    );
+    let policy = scenario.policy.clone().unwrap_or_default();
 
     for spec in scenario.request_specs() {
         clock.advance(spec.after_ms);
@@ -149,20 +173,35 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
                 (e.route.clone(), HealthView::of(&h, now))
             })
             .collect();
-        let upstream_calls: BTreeMap<Route, u64> =
-            scenario.chain.iter().map(|e| (e.route.clone(), mock.calls(&e.route))).collect();
+        let upstream_calls: BTreeMap<Route, u64> = scenario
+            .chain
+            .iter()
+            .map(|e| (e.route.clone(), mock.calls(&e.route)))
+            .collect();
         let mismatches = compare(&spec.expect, &report, &health, &upstream_calls);
-        run.requests.push(RequestRun { report, health, upstream_calls, mismatches });
+        run.requests.push(RequestRun {
+            report,
+            health,
+            upstream_calls,
+            mismatches,
+        });
     }
     run.passed = run.error.is_none() && run.requests.iter().all(|r| r.mismatches.is_empty());
     run.wall_ms = sw.elapsed().as_secs_f64() * 1000.0;
     run
 }
 
-async fn send(router: &Router, tier: &Tier, path: CallPath, policy: &Policy) -> Result<Report, String> {
+async fn send(
+    router: &Router,
+    tier: &Tier,
+    path: CallPath,
+    policy: &Policy,
+) -> Result<Report, String> {
     let opts = CallOptions::new(policy);
     match path {
         CallPath::Chat => Ok(router.chat(tier, &scenario_chat_request(), opts).await),
-        other => Err(format!("path `{other}` is not supported by this build of poolctl yet")),
+        other => Err(format!(
+            "path `{other}` is not supported by this build of poolctl yet"
+        )),
     }
 }

@@ -66,7 +66,11 @@ pub enum Reply {
     /// A valid success for the route's wire and path.
     Ok { text: String, headers: Headers },
     /// A status with a JSON or raw body.
-    Status { status: u16, headers: Headers, body: Body },
+    Status {
+        status: u16,
+        headers: Headers,
+        body: Body,
+    },
     /// Waits, then replies.
     Delay { ms: u64, then: Box<Reply> },
     /// A 200 SSE stream.
@@ -169,7 +173,9 @@ impl TryFrom<RawReply> for Reply {
                 for (k, v) in map {
                     let v = v.into_string();
                     if !valid_header(&k, &v) {
-                        return Err(format!("header `{k}` is not a valid HTTP header name and value"));
+                        return Err(format!(
+                            "header `{k}` is not a valid HTTP header name and value"
+                        ));
                     }
                     out.push((k.to_ascii_lowercase(), v));
                 }
@@ -216,12 +222,19 @@ impl TryFrom<RawReply> for Reply {
                 (None, Some(b)) => Body::Raw(b),
                 (None, None) => Body::Empty,
             };
-            return Ok(Reply::Status { status, headers, body });
+            return Ok(Reply::Status {
+                status,
+                headers,
+                body,
+            });
         }
         if let Some(ms) = r.delay_ms {
             let then = r.then.ok_or("`delay_ms` needs `then: <another reply>`")?;
             stray("headers", !headers.is_empty())?;
-            return Ok(Reply::Delay { ms, then: Box::new(Reply::try_from(*then)?) });
+            return Ok(Reply::Delay {
+                ms,
+                then: Box::new(Reply::try_from(*then)?),
+            });
         }
         if let Some(items) = r.stream {
             stray("json", r.json.is_some())?;
@@ -243,7 +256,9 @@ impl TryFrom<RawReply> for Reply {
 
 fn valid_header(name: &str, value: &str) -> bool {
     !name.is_empty()
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b))
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b))
         && !value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
 }
 
@@ -263,7 +278,9 @@ impl<'de> Deserialize<'de> for Preset {
             ["ready"] => Ok(Preset::Ready),
             ["retired"] => Ok(Preset::Retired),
             ["cooling", ms] => ms.parse().map(Preset::Cooling).map_err(|_| {
-                serde::de::Error::custom(format!("`cooling {ms}`: the milliseconds must be a whole number"))
+                serde::de::Error::custom(format!(
+                    "`cooling {ms}`: the milliseconds must be a whole number"
+                ))
             }),
             _ => Err(serde::de::Error::custom(format!(
                 "state `{s}` is not `ready`, `retired` or `cooling <ms>`"
@@ -396,7 +413,10 @@ impl Scenario {
         }
         if let Some(now) = &self.now {
             if crate::hint::parse_instant(now).is_none() {
-                return err("now", format!("`{now}` is not an RFC 3339 instant such as 2026-11-30T12:00:00Z"));
+                return err(
+                    "now",
+                    format!("`{now}` is not an RFC 3339 instant such as 2026-11-30T12:00:00Z"),
+                );
             }
         }
         if self.chain.is_empty() {
@@ -407,19 +427,37 @@ impl Scenario {
         for (i, entry) in self.chain.iter().enumerate() {
             let field = format!("chain[{i}]");
             if !routes.insert(entry.route.clone()) {
-                return err(&field, format!("route `{}` appears twice in the chain", entry.route));
+                return err(
+                    &field,
+                    format!("route `{}` appears twice in the chain", entry.route),
+                );
             }
             let provider = entry.route.provider();
-            if !provider.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
-                return err(&field, format!("provider `{provider}` must be letters, digits, `-`, `_` or `.`"));
+            if !provider
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            {
+                return err(
+                    &field,
+                    format!("provider `{provider}` must be letters, digits, `-`, `_` or `.`"),
+                );
             }
             if let Some(w) = wires.insert(provider, entry.wire) {
                 if w != entry.wire {
-                    return err(&field, format!("provider `{provider}` is given two wires ({w} and {})", entry.wire));
+                    return err(
+                        &field,
+                        format!(
+                            "provider `{provider}` is given two wires ({w} and {})",
+                            entry.wire
+                        ),
+                    );
                 }
             }
             if entry.replies.is_empty() {
-                return err(&format!("{field}.replies"), "a route needs at least one reply".into());
+                return err(
+                    &format!("{field}.replies"),
+                    "a route needs at least one reply".into(),
+                );
             }
             for (name, v) in [
                 ("timeout_ms", entry.timeout_ms),
@@ -427,7 +465,10 @@ impl Scenario {
                 ("stream_idle_ms", entry.stream_idle_ms),
             ] {
                 if v == Some(0) {
-                    return err(&format!("{field}.{name}"), "a deadline of 0 ms can never be met".into());
+                    return err(
+                        &format!("{field}.{name}"),
+                        "a deadline of 0 ms can never be met".into(),
+                    );
                 }
             }
         }
@@ -436,21 +477,36 @@ impl Scenario {
                 return Ok(());
             }
             let nearest = crate::yaml::nearest(r.as_str(), routes.iter().map(|r| r.as_str()));
-            let hint = nearest.map(|n| format!("; did you mean `{n}`?")).unwrap_or_default();
-            Err(YamlError::new(&self.file, format!("route `{r}` is not in the chain{hint}")).at_field(field))
+            let hint = nearest
+                .map(|n| format!("; did you mean `{n}`?"))
+                .unwrap_or_default();
+            Err(
+                YamlError::new(&self.file, format!("route `{r}` is not in the chain{hint}"))
+                    .at_field(field),
+            )
         };
         for r in self.state.keys() {
             known(r, format!("state.{r}"))?;
         }
-        if let Some(list) = self.policy.as_ref().and_then(|p| p.fallback_routes.as_ref()) {
+        if let Some(list) = self
+            .policy
+            .as_ref()
+            .and_then(|p| p.fallback_routes.as_ref())
+        {
             for r in list {
                 known(r, "policy.fallback_routes".into())?;
             }
         }
         let specs = match (&self.expect, &self.requests) {
-            (Some(_), Some(_)) => return err("requests", "give `expect` or `requests`, not both".into()),
-            (None, None) => return err("expect", "a scenario needs `expect` (or `requests`)".into()),
-            (None, Some(r)) if r.is_empty() => return err("requests", "`requests` is empty".into()),
+            (Some(_), Some(_)) => {
+                return err("requests", "give `expect` or `requests`, not both".into())
+            }
+            (None, None) => {
+                return err("expect", "a scenario needs `expect` (or `requests`)".into())
+            }
+            (None, Some(r)) if r.is_empty() => {
+                return err("requests", "`requests` is empty".into())
+            }
             _ => self.request_specs(),
         };
         for (i, spec) in specs.iter().enumerate() {
@@ -464,7 +520,10 @@ impl Scenario {
                 known(r, format!("{at}.served_by"))?;
             }
             if e.reason.as_ref().is_some_and(|r| r.is_some()) && e.outcome != Outcome::Failed {
-                return err(&format!("{at}.reason"), "`reason` goes only with `outcome: failed`".into());
+                return err(
+                    &format!("{at}.reason"),
+                    "`reason` goes only with `outcome: failed`".into(),
+                );
             }
             for (j, a) in e.attempts.iter().flatten().enumerate() {
                 if let Some(r) = &a.route {
@@ -491,7 +550,8 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, YamlError> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            walk(p, &mut out).map_err(|e| YamlError::new(p, format!("cannot read directory: {e}")))?;
+            walk(p, &mut out)
+                .map_err(|e| YamlError::new(p, format!("cannot read directory: {e}")))?;
         } else if p.is_file() {
             out.push(p.clone());
         } else {

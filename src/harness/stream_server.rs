@@ -21,7 +21,11 @@ pub async fn serve_stream(stream: &mut TcpStream, sr: &StreamReply, ctx: &ReplyC
     let _ = write_stream(stream, sr, ctx).await;
 }
 
-async fn write_stream(stream: &mut TcpStream, sr: &StreamReply, ctx: &ReplyCtx<'_>) -> std::io::Result<()> {
+async fn write_stream(
+    stream: &mut TcpStream,
+    sr: &StreamReply,
+    ctx: &ReplyCtx<'_>,
+) -> std::io::Result<()> {
     let mut head = String::from(
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\nconnection: close\r\n",
     );
@@ -34,7 +38,11 @@ async fn write_stream(stream: &mut TcpStream, sr: &StreamReply, ctx: &ReplyCtx<'
     stream.write_all(head.as_bytes()).await?;
     stream.flush().await?;
 
-    let sse = Sse { wire: ctx.wire, model: ctx.model, seq: ctx.seq };
+    let sse = Sse {
+        wire: ctx.wire,
+        model: ctx.model,
+        seq: ctx.seq,
+    };
     if let Some(pre) = sse.preamble(prompt_tokens(ctx.request)) {
         chunk(stream, &pre).await?;
     }
@@ -128,13 +136,17 @@ impl Sse<'_> {
                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]
             }))),
             Wire::Anthropic => Some(
-                Self::event("message_start", json!({"type": "message_start", "message": {
+                Self::event(
+                    "message_start",
+                    json!({"type": "message_start", "message": {
                     "id": format!("msg_mock_{:04}", self.seq), "type": "message", "role": "assistant",
                     "model": self.model, "content": [], "stop_reason": null, "stop_sequence": null,
-                    "usage": {"input_tokens": prompt, "output_tokens": 1}}}))
-                    + &Self::event("content_block_start", json!({"type": "content_block_start", "index": 0,
-                        "content_block": {"type": "text", "text": ""}}))
-                    + &Self::event("ping", json!({"type": "ping"})),
+                    "usage": {"input_tokens": prompt, "output_tokens": 1}}}),
+                ) + &Self::event(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": 0,
+                        "content_block": {"type": "text", "text": ""}}),
+                ) + &Self::event("ping", json!({"type": "ping"})),
             ),
             Wire::Gemini => None,
         }
@@ -146,8 +158,11 @@ impl Sse<'_> {
                 "id": self.id(), "object": "chat.completion.chunk", "created": 1_767_225_600, "model": self.model,
                 "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]
             })),
-            Wire::Anthropic => Self::event("content_block_delta", json!({"type": "content_block_delta", "index": 0,
-                "delta": {"type": "text_delta", "text": text}})),
+            Wire::Anthropic => Self::event(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": text}}),
+            ),
             Wire::Gemini => Self::data(json!({
                 "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}],
                 "modelVersion": self.model, "responseId": format!("mock-{}", self.seq)
@@ -169,10 +184,15 @@ impl Sse<'_> {
                 }))
             }
             Wire::Anthropic => {
-                Self::event("content_block_stop", json!({"type": "content_block_stop", "index": 0}))
-                    + &Self::event("message_delta", json!({"type": "message_delta",
+                Self::event(
+                    "content_block_stop",
+                    json!({"type": "content_block_stop", "index": 0}),
+                ) + &Self::event(
+                    "message_delta",
+                    json!({"type": "message_delta",
                         "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-                        "usage": {"output_tokens": completion}}))
+                        "usage": {"output_tokens": completion}}),
+                )
             }
             Wire::Gemini => Self::data(json!({
                 "candidates": [{"content": {"role": "model", "parts": [{"text": ""}]}, "finishReason": "STOP", "index": 0}],
@@ -198,8 +218,11 @@ impl Sse<'_> {
             Wire::OpenAi => Self::data(json!({"error": {
                 "message": "The server had an error while processing your request. Sorry about that!",
                 "type": "server_error", "param": null, "code": null}})),
-            Wire::Anthropic => Self::event("error", json!({"type": "error",
-                "error": {"type": "overloaded_error", "message": "Overloaded"}})),
+            Wire::Anthropic => Self::event(
+                "error",
+                json!({"type": "error",
+                "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+            ),
             Wire::Gemini => Self::data(json!({"error": {"code": 503,
                 "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}})),
         }

@@ -56,7 +56,8 @@ pub fn success(ctx: &ReplyCtx<'_>, text: &str) -> Value {
         }
         (Wire::Gemini, CallKind::Embed) => {
             let n = inputs(ctx.request.get("requests"));
-            let embeddings: Vec<Value> = (0..n).map(|i| json!({"values": vector(text, i)})).collect();
+            let embeddings: Vec<Value> =
+                (0..n).map(|i| json!({"values": vector(text, i)})).collect();
             json!({"embeddings": embeddings})
         }
         (_, CallKind::Rerank) => {
@@ -122,7 +123,9 @@ fn inputs(v: Option<&Value>) -> usize {
 
 /// A small deterministic unit-ish vector, different per input.
 fn vector(text: &str, i: usize) -> Vec<f64> {
-    let seed = text.bytes().fold(i as u64 + 1, |a, b| a.wrapping_mul(31).wrapping_add(b as u64));
+    let seed = text.bytes().fold(i as u64 + 1, |a, b| {
+        a.wrapping_mul(31).wrapping_add(b as u64)
+    });
     (0..8)
         .map(|k| (((seed >> (k * 3)) % 1000) as f64 / 1000.0 * 2.0 - 1.0) / 2.0)
         .collect()

@@ -71,7 +71,10 @@ mod tests {
     fn parses_a_message() {
         let v = json!({"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"O"},{"type":"text","text":"K"}],"stop_reason":"end_turn","usage":{"input_tokens":9,"output_tokens":2}});
         let (text, usage, id) = parse_chat(&v).ok().unwrap();
-        assert_eq!((text.as_str(), usage.input_tokens, id.as_deref()), ("OK", 9, Some("msg_1")));
+        assert_eq!(
+            (text.as_str(), usage.input_tokens, id.as_deref()),
+            ("OK", 9, Some("msg_1"))
+        );
         assert!(parse_chat(&json!({"type":"message"})).is_err());
     }
 }

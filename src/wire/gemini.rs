@@ -32,7 +32,13 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
 }
 
 /// Safety stops that leave a candidate without an answer.
-const BLOCKED: &[&str] = &["SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION"];
+const BLOCKED: &[&str] = &[
+    "SAFETY",
+    "PROHIBITED_CONTENT",
+    "BLOCKLIST",
+    "SPII",
+    "RECITATION",
+];
 
 /// The text parts of the first candidate, `usageMetadata`, and `responseId`.
 pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSuccess> {
@@ -59,7 +65,10 @@ pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSucce
                 .collect()
         })
         .unwrap_or_default();
-    let finish = candidate.get("finishReason").and_then(Value::as_str).unwrap_or("");
+    let finish = candidate
+        .get("finishReason")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     if text.is_empty() && BLOCKED.contains(&finish) {
         return Err(BadSuccess::Refused(format!("finishReason {finish}")));
     }
@@ -68,7 +77,10 @@ pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSucce
         input_tokens: tokens(usage.and_then(|u| u.get("promptTokenCount"))),
         output_tokens: tokens(usage.and_then(|u| u.get("candidatesTokenCount"))),
     };
-    let id = v.get("responseId").and_then(Value::as_str).map(str::to_string);
+    let id = v
+        .get("responseId")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     Ok((text, usage, id))
 }
 
@@ -80,7 +92,10 @@ mod tests {
     fn parses_a_response() {
         let v = json!({"candidates":[{"content":{"role":"model","parts":[{"text":"OK"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":1},"responseId":"r1"});
         let (text, usage, id) = parse_chat(&v).ok().unwrap();
-        assert_eq!((text.as_str(), usage.input_tokens, id.as_deref()), ("OK", 4, Some("r1")));
+        assert_eq!(
+            (text.as_str(), usage.input_tokens, id.as_deref()),
+            ("OK", 4, Some("r1"))
+        );
         let blocked = json!({"candidates":[{"finishReason":"SAFETY"}]});
         assert!(matches!(parse_chat(&blocked), Err(BadSuccess::Refused(_))));
         let prompt = json!({"promptFeedback":{"blockReason":"SAFETY"}});

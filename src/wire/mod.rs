@@ -73,6 +73,8 @@ pub enum BadSuccess {
     Malformed(String),
     /// The provider returned no answer because a safety filter stopped it.
     Refused(String),
+    /// An error object inside the answer (OpenRouter `choices[].error`).
+    Failed(Box<ErrorFields>),
 }
 
 /// The HTTP client every wire shares. reqwest 0.12 has no retry layer of its own, and
@@ -107,11 +109,7 @@ pub async fn chat(
         Ok((text, usage, body_id)) => Ok(ChatSuccess {
             text,
             usage,
-            request_id: reply
-                .headers
-                .request_id()
-                .map(str::to_string)
-                .or(body_id),
+            request_id: reply.headers.request_id().map(str::to_string).or(body_id),
             headers: reply.headers,
         }),
         Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
@@ -158,7 +156,12 @@ pub async fn send(
             ));
         }
         match serde_json::from_slice::<Value>(&raw) {
-            Ok(json) => Ok(JsonReply { status, headers, json, raw }),
+            Ok(json) => Ok(JsonReply {
+                status,
+                headers,
+                json,
+                raw,
+            }),
             Err(e) => Err(bad_success(
                 status,
                 headers,
@@ -222,6 +225,7 @@ pub fn transport_failure(e: reqwest::Error) -> UpstreamFailure {
 pub fn bad_success(status: u16, headers: Headers, raw: &[u8], bad: BadSuccess) -> UpstreamFailure {
     let (error, malformed) = match bad {
         BadSuccess::Malformed(why) => (ErrorFields::parse(raw), Some(why)),
+        BadSuccess::Failed(fields) => (Some(*fields), None),
         BadSuccess::Refused(why) => (
             Some(ErrorFields {
                 code: Some("content_filter".into()),

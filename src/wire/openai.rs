@@ -37,6 +37,12 @@ pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSucce
         .and_then(Value::as_array)
         .and_then(|c| c.first())
         .ok_or_else(|| BadSuccess::Malformed("no choices in the completion".into()))?;
+    // Some gateways (OpenRouter) report a failure mid-generation inside the choice.
+    if let Some(err) = choice.get("error").filter(|e| e.is_object()) {
+        let fields = crate::failure::ErrorFields::from_value(&serde_json::json!({ "error": err }))
+            .unwrap_or_default();
+        return Err(BadSuccess::Failed(Box::new(fields)));
+    }
     let message = choice.get("message");
     let content = message.and_then(|m| m.get("content"));
     let text = match content {
@@ -53,7 +59,9 @@ pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSucce
             if choice.get("finish_reason").and_then(Value::as_str) == Some("content_filter") {
                 return Err(BadSuccess::Refused("finish_reason content_filter".into()));
             }
-            return Err(BadSuccess::Malformed("no message content in the completion".into()));
+            return Err(BadSuccess::Malformed(
+                "no message content in the completion".into(),
+            ));
         }
     };
     let usage = v.get("usage");
@@ -73,9 +81,16 @@ mod tests {
     fn parses_a_completion() {
         let v = json!({"id":"chatcmpl-1","choices":[{"index":0,"message":{"role":"assistant","content":"OK"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1}});
         let (text, usage, id) = parse_chat(&v).ok().unwrap();
-        assert_eq!((text.as_str(), usage.output_tokens, id.as_deref()), ("OK", 1, Some("chatcmpl-1")));
-        assert!(matches!(parse_chat(&json!({"choices":[]})), Err(BadSuccess::Malformed(_))));
-        let filtered = json!({"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]});
+        assert_eq!(
+            (text.as_str(), usage.output_tokens, id.as_deref()),
+            ("OK", 1, Some("chatcmpl-1"))
+        );
+        assert!(matches!(
+            parse_chat(&json!({"choices":[]})),
+            Err(BadSuccess::Malformed(_))
+        ));
+        let filtered =
+            json!({"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]});
         assert!(matches!(parse_chat(&filtered), Err(BadSuccess::Refused(_))));
     }
 }

@@ -1,0 +1,100 @@
+//! Table tests of the classifier, driven by real provider bodies kept under `fixtures/`
+//! (sources in fixtures/README.md). Every case states its dialect, status, headers,
+//! raw body, the class it must get, and the retry hint where it carries one.
+
+use poolctl::classify::classify;
+use poolctl::dialect::Dialect;
+use poolctl::failure::{Headers, UpstreamFailure};
+use poolctl::vocab::{Class, Wire};
+use poolctl::wire::{bad_success, BadSuccess};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FixtureFile {
+    dialect: Dialect,
+    wire: Wire,
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    name: String,
+    status: u16,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    body: String,
+    class: Class,
+    #[serde(default)]
+    hint_ms: Option<u64>,
+    #[allow(dead_code)]
+    source: String,
+}
+
+/// What the wire hands the classifier for this response: a 2xx the wire can parse is
+/// an answer; anything else is a failure with its fields.
+fn failure_of(wire: Wire, case: &Case) -> Option<UpstreamFailure> {
+    let headers = Headers::from_pairs(case.headers.clone());
+    let raw = case.body.as_bytes();
+    if !(200..300).contains(&case.status) {
+        return Some(UpstreamFailure::from_response(case.status, headers, raw));
+    }
+    let parsed = match serde_json::from_slice::<serde_json::Value>(raw) {
+        Err(e) => Err(BadSuccess::Malformed(e.to_string())),
+        Ok(v) => match wire {
+            Wire::OpenAi => poolctl::wire::openai::parse_chat(&v).map(|_| ()),
+            Wire::Anthropic => poolctl::wire::anthropic::parse_chat(&v).map(|_| ()),
+            Wire::Gemini => poolctl::wire::gemini::parse_chat(&v).map(|_| ()),
+        },
+    };
+    match parsed {
+        Ok(()) => None,
+        Err(bad) => Some(bad_success(case.status, headers, raw, bad)),
+    }
+}
+
+#[test]
+fn every_fixture_gets_its_class_and_hint() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut failures = Vec::new();
+    let mut count = 0;
+    for file in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "yaml"))
+    {
+        let text = std::fs::read_to_string(file).unwrap();
+        let fx: FixtureFile =
+            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for case in &fx.cases {
+            count += 1;
+            let (class, hint) = match failure_of(fx.wire, case) {
+                None => (Class::Ok, None),
+                Some(f) => {
+                    let v = classify(fx.dialect, &f, 0);
+                    (v.class, v.hint.map(|h| h.ms))
+                }
+            };
+            if class != case.class || (case.hint_ms.is_some() && hint != case.hint_ms) {
+                failures.push(format!(
+                    "{}/{}: expected {} (hint {:?}), got {} (hint {:?})",
+                    fx.dialect, case.name, case.class, case.hint_ms, class, hint
+                ));
+            }
+        }
+    }
+    assert!(count >= 150, "only {count} fixture cases found");
+    assert!(
+        failures.is_empty(),
+        "{} of {count} cases wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
