@@ -1,0 +1,331 @@
+//! Property tests where inputs are open-ended: the classifier and hint parsers never
+//! panic and stay in bounds; a reworded or translated message never changes a class
+//! that status plus code decide; a 2xx is never retried; retirement never ends by time.
+
+use poolctl::budget::Spent;
+use poolctl::classify::classify;
+use poolctl::decide::{decide, Situation};
+use poolctl::dialect::Dialect;
+use poolctl::failure::{Headers, UpstreamFailure};
+use poolctl::health::Health;
+use poolctl::hint::{parse_duration, parse_retry_after, retry_hint, MAX_HINT_MS};
+use poolctl::policy::Policy;
+use poolctl::vocab::{Action, CallPath, Class, HealthState};
+use proptest::prelude::*;
+
+fn dialect() -> impl Strategy<Value = Dialect> {
+    prop::sample::select(Dialect::ALL.to_vec())
+}
+
+fn header_name() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "retry-after",
+        "retry-after-ms",
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-reset-tokens",
+        "anthropic-ratelimit-requests-reset",
+        "anthropic-ratelimit-tokens-reset",
+        "x-request-id",
+        "content-type",
+    ])
+    .prop_map(str::to_string)
+}
+
+/// Header values: garbage, numbers of every sign and size, dates, durations.
+fn header_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        ".{0,40}",
+        any::<i64>().prop_map(|n| n.to_string()),
+        any::<f64>().prop_map(|n| n.to_string()),
+        "[0-9]{1,3}(h|m|s|ms|us|ns){1,3}",
+        "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z",
+        Just("Wed, 21 Oct 2015 07:28:00 GMT".to_string()),
+        Just("Fri, 31 Dec 9999 23:59:59 GMT".to_string()),
+    ]
+}
+
+/// Bodies: random bytes, or error-shaped JSON with random fields.
+fn body() -> impl Strategy<Value = Vec<u8>> {
+    let json_body = (
+        prop::option::of(".{0,20}"),
+        prop::option::of(prop_oneof![".{0,20}".prop_map(serde_json::Value::from), any::<i64>().prop_map(serde_json::Value::from)]),
+        prop::option::of(".{0,20}"),
+        ".{0,60}",
+        prop::option::of("[A-Za-z]{0,12}"),
+    )
+        .prop_map(|(kind, code, status, message, delay)| {
+            let mut details = vec![];
+            if let Some(d) = delay {
+                details.push(serde_json::json!({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": d}));
+            }
+            serde_json::json!({"error": {"type": kind, "code": code, "status": status, "message": message, "details": details}})
+                .to_string()
+                .into_bytes()
+        });
+    prop_oneof![prop::collection::vec(any::<u8>(), 0..300), json_body]
+}
+
+proptest! {
+    #[test]
+    fn classify_never_panics_and_hints_stay_in_bounds(
+        d in dialect(),
+        status in 0u16..1000,
+        headers in prop::collection::vec((header_name(), header_value()), 0..6),
+        raw in body(),
+        now in any::<i64>(),
+    ) {
+        let f = UpstreamFailure::from_response(status, Headers::from_pairs(headers), &raw);
+        let v = classify(d, &f, now);
+        if let Some(h) = v.hint {
+            prop_assert!(h.ms <= MAX_HINT_MS);
+        }
+    }
+
+    #[test]
+    fn hint_parsers_never_panic(s in ".{0,64}", now in any::<i64>()) {
+        if let Some(ms) = parse_retry_after(&s, now) { prop_assert!(ms <= MAX_HINT_MS); }
+        if let Some(ms) = parse_duration(&s) { prop_assert!(ms <= MAX_HINT_MS); }
+        let h = Headers::from_pairs([("retry-after".to_string(), s.clone()), ("x-ratelimit-reset-tokens".to_string(), s)]);
+        if let Some(hint) = retry_hint(&h, None, now) { prop_assert!(hint.ms <= MAX_HINT_MS); }
+    }
+
+    /// Status plus a decisive code fix the class; no message can move it.
+    #[test]
+    fn rewording_never_changes_a_class_that_status_and_code_decide(
+        case in prop::sample::select(decisive_cases()),
+        message in prop_oneof![
+            ".{0,80}",
+            Just("请登录platform进行实名认证以获取更高rpm".to_string()),
+            Just("Model not exist.".to_string()),
+            Just("This model's maximum context length is 4097 tokens".to_string()),
+            Just("You exceeded your current quota".to_string()),
+            Just("rate limit reached, too many requests (429)".to_string()),
+            Just("prompt is too long".to_string()),
+            Just("Content Exists Risk".to_string()),
+        ],
+    ) {
+        let (d, status, template, want) = case;
+        let body = template.replace("MSG", &serde_json::to_string(&message).unwrap());
+        let f = UpstreamFailure::from_response(status, Headers::default(), body.as_bytes());
+        prop_assert_eq!(classify(d, &f, 0).class, want, "{} {} {}", d, status, body);
+    }
+
+    #[test]
+    fn a_2xx_is_never_retried(
+        retries in 0u32..5,
+        attempts in 0u32..10,
+        elapsed in 0u64..100_000,
+        fallback in any::<bool>(),
+        jitter in 0.0f64..1.0,
+    ) {
+        let p = Policy::default();
+        let s = Situation {
+            class: Class::Ok, path: CallPath::Chat, hint: None, policy: &p,
+            spent: Spent { attempts, elapsed_ms: elapsed, extra_cost_usd: 0.0 },
+            retries_on_route: retries, visible_token: false, fallback_available: fallback,
+            next_cost_usd: 0.0, jitter,
+        };
+        prop_assert_eq!(decide(&s).action, Action::Done);
+    }
+
+    #[test]
+    fn a_retry_never_waits_longer_than_the_card_allows(
+        class in prop::sample::select(Class::ALL.to_vec()),
+        hint_ms in prop::option::of(0u64..200_000),
+        max_wait in 0u64..10_000,
+        retries in 0u32..3,
+        jitter in 0.0f64..1.0,
+    ) {
+        let p = Policy { max_retry_wait_ms: max_wait, max_retries_per_route: 2, ..Policy::default() };
+        let hint = hint_ms.map(|ms| poolctl::hint::Hint { ms, source: poolctl::hint::HintSource::RetryAfter });
+        let s = Situation {
+            class, path: CallPath::Chat, hint, policy: &p, spent: Spent::default(),
+            retries_on_route: retries, visible_token: false, fallback_available: true,
+            next_cost_usd: 0.0, jitter,
+        };
+        let d = decide(&s);
+        if d.action == Action::Retry {
+            prop_assert!(d.wait_ms.unwrap() <= max_wait);
+            prop_assert!(retries < 2);
+        }
+    }
+
+    #[test]
+    fn retirement_never_ends_by_time(now in any::<i64>(), reason in ".{0,20}") {
+        prop_assert_eq!(Health::Retired { reason }.state_at(now), HealthState::Retired);
+    }
+}
+
+/// (dialect, status, body with MSG for the message, class): the code alone decides.
+fn decisive_cases() -> Vec<(Dialect, u16, &'static str, Class)> {
+    vec![
+        (
+            Dialect::Openai,
+            429,
+            r#"{"error":{"message":MSG,"type":"insufficient_quota","code":"insufficient_quota"}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Openai,
+            429,
+            r#"{"error":{"message":MSG,"type":"tokens","code":"rate_limit_exceeded"}}"#,
+            Class::RateLimited,
+        ),
+        (
+            Dialect::Openai,
+            400,
+            r#"{"error":{"message":MSG,"type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+            Class::ContextOverflow,
+        ),
+        (
+            Dialect::Openai,
+            404,
+            r#"{"error":{"message":MSG,"type":"invalid_request_error","code":"model_not_found"}}"#,
+            Class::ModelUnavailable,
+        ),
+        (
+            Dialect::Openai,
+            401,
+            r#"{"error":{"message":MSG,"type":"invalid_request_error","code":"invalid_api_key"}}"#,
+            Class::Auth,
+        ),
+        (
+            Dialect::Openai,
+            400,
+            r#"{"error":{"message":MSG,"type":"invalid_request_error","code":"content_policy_violation"}}"#,
+            Class::ContentPolicy,
+        ),
+        (
+            Dialect::Dashscope,
+            429,
+            r#"{"error":{"message":MSG,"type":"insufficient_quota","code":"insufficient_quota"}}"#,
+            Class::RateLimited,
+        ),
+        (
+            Dialect::Dashscope,
+            429,
+            r#"{"error":{"message":MSG,"type":"requests"}}"#,
+            Class::RateLimited,
+        ),
+        (
+            Dialect::Dashscope,
+            403,
+            r#"{"error":{"message":MSG,"type":"AllocationQuota.FreeTierOnly","code":"AllocationQuota.FreeTierOnly"}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Dashscope,
+            400,
+            r#"{"error":{"message":MSG,"code":"Arrearage"}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Dashscope,
+            400,
+            r#"{"error":{"message":MSG,"code":"DataInspectionFailed"}}"#,
+            Class::ContentPolicy,
+        ),
+        (
+            Dialect::Anthropic,
+            529,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":MSG}}"#,
+            Class::Overloaded,
+        ),
+        (
+            Dialect::Anthropic,
+            429,
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":MSG}}"#,
+            Class::RateLimited,
+        ),
+        (
+            Dialect::Anthropic,
+            404,
+            r#"{"type":"error","error":{"type":"not_found_error","message":MSG}}"#,
+            Class::ModelUnavailable,
+        ),
+        (
+            Dialect::Anthropic,
+            401,
+            r#"{"type":"error","error":{"type":"authentication_error","message":MSG}}"#,
+            Class::Auth,
+        ),
+        (
+            Dialect::Anthropic,
+            402,
+            r#"{"type":"error","error":{"type":"billing_error","message":MSG}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Gemini,
+            503,
+            r#"{"error":{"code":503,"message":MSG,"status":"UNAVAILABLE"}}"#,
+            Class::Overloaded,
+        ),
+        (
+            Dialect::Gemini,
+            404,
+            r#"{"error":{"code":404,"message":MSG,"status":"NOT_FOUND"}}"#,
+            Class::ModelUnavailable,
+        ),
+        (
+            Dialect::Gemini,
+            429,
+            r#"{"error":{"code":429,"message":MSG,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]}]}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Gemini,
+            400,
+            r#"{"error":{"code":400,"message":MSG,"status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID"}]}}"#,
+            Class::Auth,
+        ),
+        (
+            Dialect::Azure,
+            429,
+            r#"{"error":{"code":"429","message":MSG}}"#,
+            Class::RateLimited,
+        ),
+        (
+            Dialect::Zhipu,
+            429,
+            r#"{"error":{"code":"1113","message":MSG}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Zhipu,
+            429,
+            r#"{"error":{"code":"1302","message":MSG}}"#,
+            Class::RateLimited,
+        ),
+        (
+            Dialect::Moonshot,
+            429,
+            r#"{"error":{"message":MSG,"type":"engine_overloaded_error"}}"#,
+            Class::Overloaded,
+        ),
+        (
+            Dialect::Moonshot,
+            429,
+            r#"{"error":{"message":MSG,"type":"exceeded_current_quota_error"}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Deepseek,
+            402,
+            r#"{"error":{"message":MSG,"type":"unknown_error","param":null,"code":"invalid_request_error"}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Mistral,
+            429,
+            r#"{"object":"error","message":MSG,"type":"service_tier_capacity_exceeded","param":null,"code":"3505"}"#,
+            Class::Overloaded,
+        ),
+        (
+            Dialect::Openrouter,
+            402,
+            r#"{"error":{"code":402,"message":MSG}}"#,
+            Class::QuotaExhausted,
+        ),
+    ]
+}
