@@ -35,6 +35,7 @@ fn class_of(dialect: Dialect, f: &UpstreamFailure) -> Class {
             Transport::Timeout => Class::Timeout,
             Transport::Network => Class::Network,
             Transport::StreamInterrupted => Class::StreamInterrupted,
+            Transport::Unsupported => Class::ModelUnavailable,
         };
     }
     let Some(status) = f.status else {

@@ -62,6 +62,8 @@ pub enum Transport {
     Network,
     /// A stream broke after it began.
     StreamInterrupted,
+    /// The route's wire has no endpoint for this path.
+    Unsupported,
 }
 
 /// The structured error fields of a body, whatever the wire put them in:

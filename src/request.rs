@@ -37,6 +37,20 @@ impl ChatRequest {
     }
 }
 
+/// A batch of texts to embed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbedRequest {
+    pub inputs: Vec<String>,
+}
+
+/// Candidates from a recall step, to be put in order of relevance to `query`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RerankRequest {
+    pub query: String,
+    pub documents: Vec<String>,
+    pub top_n: usize,
+}
+
 /// Token counts of one call, as the provider reported them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {

@@ -13,7 +13,7 @@ use crate::failure::UpstreamFailure;
 use crate::health::{transition, Health};
 use crate::outcome::{failure_reason, outcome_of};
 use crate::policy::Policy;
-use crate::request::ChatRequest;
+use crate::request::{ChatRequest, EmbedRequest, RerankRequest};
 use crate::store::HealthStore;
 use crate::trace::{AttemptRecord, HealthChange, Report, Skip, SkipWhy, Step};
 use crate::vocab::{Action, CallPath, Class, Outcome, Route};
@@ -67,6 +67,36 @@ struct Inner {
 /// What one upstream call produced.
 enum Answer {
     Chat(wire::ChatSuccess),
+    Stream(wire::stream::StreamSuccess),
+    Embed(wire::EmbedSuccess),
+    Rerank(wire::RerankSuccess),
+}
+
+impl Answer {
+    fn request_id(&self) -> Option<String> {
+        match self {
+            Answer::Chat(a) => a.request_id.clone(),
+            Answer::Stream(a) => a.request_id.clone(),
+            Answer::Embed(a) => a.request_id.clone(),
+            Answer::Rerank(a) => a.request_id.clone(),
+        }
+    }
+}
+
+/// One upstream call as the loop sees it: the answer or failure, and any text already
+/// delivered to the caller (streams only).
+struct Attempted {
+    result: Result<Answer, UpstreamFailure>,
+    delivered: String,
+}
+
+impl From<Result<Answer, UpstreamFailure>> for Attempted {
+    fn from(result: Result<Answer, UpstreamFailure>) -> Self {
+        Attempted {
+            result,
+            delivered: String::new(),
+        }
+    }
 }
 
 impl Router {
@@ -107,30 +137,86 @@ impl Router {
 
     /// Sends a chat request down `tier`.
     pub async fn chat(&self, tier: &Tier, req: &ChatRequest, opts: CallOptions<'_>) -> Report {
-        self.run(tier, CallPath::Chat, opts, |spec| {
-            let client = self.inner.client.clone();
-            let endpoint = spec.endpoint.clone();
-            let model = spec.route.model().to_string();
-            async move {
-                wire::chat(&client, &endpoint, &model, req)
-                    .await
-                    .map(Answer::Chat)
+        let client = &self.inner.client;
+        self.run(tier, CallPath::Chat, opts, |spec| async move {
+            wire::chat(client, &spec.endpoint, spec.route.model(), req)
+                .await
+                .map(Answer::Chat)
+                .into()
+        })
+        .await
+    }
+
+    /// Streams a chat answer down `tier`: each piece of visible text reaches `on_delta`
+    /// as it arrives. Routes change only before the first visible token; after it a
+    /// failure ends the request `interrupted` with exactly the text already delivered.
+    pub async fn stream(
+        &self,
+        tier: &Tier,
+        req: &ChatRequest,
+        opts: CallOptions<'_>,
+        on_delta: &(dyn Fn(&str) + Send + Sync),
+    ) -> Report {
+        let client = &self.inner.client;
+        self.run(tier, CallPath::Stream, opts, |spec| async move {
+            let a = wire::stream::stream_chat(client, &spec.endpoint, spec.route.model(), req, on_delta).await;
+            Attempted {
+                result: a.result.map(Answer::Stream),
+                delivered: a.delivered,
             }
         })
         .await
     }
 
+    /// Embeds a batch down `tier`; the vectors are in `Report::embeddings`.
+    pub async fn embed(&self, tier: &Tier, req: &EmbedRequest, opts: CallOptions<'_>) -> Report {
+        let client = &self.inner.client;
+        self.run(tier, CallPath::Embed, opts, |spec| async move {
+            wire::embed(client, &spec.endpoint, spec.route.model(), req)
+                .await
+                .map(Answer::Embed)
+                .into()
+        })
+        .await
+    }
+
+    /// Reranks candidates down `tier`; the order is in `Report::ranking`. Rerank is an
+    /// optimisation: when no route can answer, the outcome is `degraded` and the ranking
+    /// is the recall order, unchanged.
+    pub async fn rerank(&self, tier: &Tier, req: &RerankRequest, opts: CallOptions<'_>) -> Report {
+        let client = &self.inner.client;
+        let mut report = self
+            .run(tier, CallPath::Rerank, opts, |spec| async move {
+                wire::rerank(client, &spec.endpoint, spec.route.model(), req)
+                    .await
+                    .map(Answer::Rerank)
+                    .into()
+            })
+            .await;
+        if report.outcome == Outcome::Degraded {
+            report.ranking = Some((0..req.documents.len()).take(req.top_n).collect());
+        }
+        report
+    }
+
+    /// Whether any route of `tier` is ready now (the embedding queue re-offers batches
+    /// only then).
+    pub fn any_ready(&self, tier: &Tier) -> bool {
+        let now = self.inner.clock.now_ms();
+        tier.routes.iter().any(|spec| {
+            self.inner
+                .store
+                .get(&spec.route)
+                .map(|h| h.is_available(now))
+                .unwrap_or(true)
+        })
+    }
+
     /// The chain walk shared by every path; `call` makes one upstream call.
-    async fn run<F, Fut>(
-        &self,
-        tier: &Tier,
-        path: CallPath,
-        opts: CallOptions<'_>,
-        call: F,
-    ) -> Report
+    async fn run<'s, F, Fut>(&self, tier: &'s Tier, path: CallPath, opts: CallOptions<'_>, call: F) -> Report
     where
-        F: Fn(&RouteSpec) -> Fut,
-        Fut: std::future::Future<Output = Result<Answer, UpstreamFailure>>,
+        F: Fn(&'s RouteSpec) -> Fut,
+        Fut: std::future::Future<Output = Attempted>,
     {
         let clock = &self.inner.clock;
         let policy = opts.policy;
@@ -141,6 +227,8 @@ impl Router {
             reason: None,
             served_by: None,
             text: None,
+            ranking: None,
+            embeddings: None,
             usage: None,
             attempts: Vec::new(),
             skipped: Vec::new(),
@@ -174,17 +262,23 @@ impl Router {
                     break 'chain;
                 }
                 let sw = Stopwatch::start();
-                let result = call(spec).await;
+                let Attempted { result, delivered } = call(spec).await;
                 let latency_ms = sw.elapsed_ms();
                 let now = clock.now_ms();
+                let visible_token = !delivered.is_empty();
+                if visible_token {
+                    // Only one attempt can ever deliver text: after it, no route changes.
+                    report.text = Some(delivered);
+                    report.served_by = Some(spec.route.clone());
+                }
                 let (verdict, status, request_id, detail) = match &result {
-                    Ok(Answer::Chat(ok)) => (
+                    Ok(answer) => (
                         Verdict {
                             class: Class::Ok,
                             hint: None,
                         },
                         Some(200),
-                        ok.request_id.clone(),
+                        answer.request_id(),
                         None,
                     ),
                     Err(f) => (
@@ -202,7 +296,7 @@ impl Router {
                     policy,
                     spent,
                     retries_on_route,
-                    visible_token: false,
+                    visible_token,
                     fallback_available: self.fallback_available(tier, idx, policy, now),
                     next_cost_usd: 0.0,
                     jitter: self.jitter(),
@@ -247,10 +341,26 @@ impl Router {
                         continue 'chain;
                     }
                     action => {
-                        if let Ok(Answer::Chat(ok)) = result {
+                        if let Ok(answer) = result {
                             report.served_by = Some(spec.route.clone());
-                            report.text = Some(ok.text);
-                            report.usage = Some(ok.usage);
+                            match answer {
+                                Answer::Chat(ok) => {
+                                    report.text = Some(ok.text);
+                                    report.usage = Some(ok.usage);
+                                }
+                                Answer::Stream(ok) => {
+                                    report.text = Some(ok.text);
+                                    report.usage = ok.usage;
+                                }
+                                Answer::Embed(ok) => {
+                                    report.embeddings = Some(ok.vectors);
+                                    report.usage = Some(ok.usage);
+                                }
+                                Answer::Rerank(ok) => {
+                                    report.ranking = Some(ok.ranking);
+                                    report.usage = Some(ok.usage);
+                                }
+                            }
                         }
                         report.outcome = outcome_of(action);
                         ended = true;

@@ -99,8 +99,13 @@ pub struct Report {
     pub outcome: Outcome,
     pub reason: Option<Reason>,
     pub served_by: Option<Route>,
-    /// The text the caller received.
+    /// The text the caller received (a stream: everything delivered, even when interrupted).
     pub text: Option<String>,
+    /// Rerank: document indices, best first (the recall order when degraded).
+    pub ranking: Option<Vec<usize>>,
+    /// Embeddings: one vector per input. Not serialized: traces carry what happened, not payloads.
+    #[serde(skip)]
+    pub embeddings: Option<Vec<Vec<f32>>>,
     pub usage: Option<Usage>,
     pub attempts: Vec<AttemptRecord>,
     pub skipped: Vec<Skip>,

@@ -102,3 +102,35 @@ mod tests {
         assert!(matches!(parse_chat(&prompt), Err(BadSuccess::Refused(_))));
     }
 }
+
+/// `POST {base}/v1beta/models/{model}:batchEmbedContents`.
+pub fn embed_call(ep: &Endpoint, model: &str, inputs: &[String]) -> HttpCall {
+    let requests: Vec<Value> = inputs
+        .iter()
+        .map(|t| json!({"model": format!("models/{model}"), "content": {"parts": [{"text": t}]}}))
+        .collect();
+    HttpCall {
+        url: format!("{}/v1beta/models/{}:batchEmbedContents", ep.base(), model),
+        headers: vec![("x-goog-api-key", ep.api_key.expose().to_string())],
+        body: json!({ "requests": requests }),
+    }
+}
+
+/// `embeddings[].values`; the count must match the inputs.
+pub fn parse_embed(v: &Value, expected: usize) -> Result<(Vec<Vec<f32>>, Usage), BadSuccess> {
+    let items = v
+        .get("embeddings")
+        .and_then(Value::as_array)
+        .ok_or_else(|| BadSuccess::Malformed("no `embeddings` in the response".into()))?;
+    let vectors = items
+        .iter()
+        .map(|e| super::openai::floats(e.get("values")))
+        .collect::<Result<Vec<_>, _>>()?;
+    if vectors.len() != expected {
+        return Err(BadSuccess::Malformed(format!(
+            "{} embeddings for {expected} inputs",
+            vectors.len()
+        )));
+    }
+    Ok((vectors, Usage::default()))
+}

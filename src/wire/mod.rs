@@ -5,11 +5,13 @@
 pub mod anthropic;
 pub mod gemini;
 pub mod openai;
+pub mod rerank;
+pub mod stream;
 
 use crate::dialect::Dialect;
 use crate::failure::{excerpt, ErrorFields, Headers, Transport, UpstreamFailure};
 use crate::health::Cooldowns;
-use crate::request::{ChatRequest, Usage};
+use crate::request::{ChatRequest, EmbedRequest, RerankRequest, Usage};
 use crate::secret::Secret;
 use crate::vocab::Wire;
 use serde_json::Value;
@@ -111,6 +113,80 @@ pub async fn chat(
             usage,
             request_id: reply.headers.request_id().map(str::to_string).or(body_id),
             headers: reply.headers,
+        }),
+        Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
+    }
+}
+
+/// A usable embedding batch: one vector per input, in input order.
+#[derive(Debug, Clone)]
+pub struct EmbedSuccess {
+    pub vectors: Vec<Vec<f32>>,
+    pub usage: Usage,
+    pub request_id: Option<String>,
+}
+
+/// A usable rerank: document indices, best first.
+#[derive(Debug, Clone)]
+pub struct RerankSuccess {
+    pub ranking: Vec<usize>,
+    pub usage: Usage,
+    pub request_id: Option<String>,
+}
+
+/// A wire that has no endpoint for a path (Anthropic has no embeddings): this route can
+/// never serve the call, which the classifier reads as `model_unavailable`.
+fn unsupported(endpoint: &Endpoint, what: &str) -> UpstreamFailure {
+    UpstreamFailure::transport(
+        Transport::Unsupported,
+        format!("the {} wire of provider `{}` has no {what} endpoint", endpoint.wire, endpoint.provider),
+    )
+}
+
+/// Sends one embedding batch.
+pub async fn embed(
+    client: &reqwest::Client,
+    endpoint: &Endpoint,
+    model: &str,
+    req: &EmbedRequest,
+) -> Result<EmbedSuccess, UpstreamFailure> {
+    let call = match endpoint.wire {
+        Wire::OpenAi => openai::embed_call(endpoint, model, &req.inputs),
+        Wire::Gemini => gemini::embed_call(endpoint, model, &req.inputs),
+        Wire::Anthropic => return Err(unsupported(endpoint, "embeddings")),
+    };
+    let reply = send(client, call, endpoint.timeout_ms).await?;
+    let parsed = match endpoint.wire {
+        Wire::Gemini => gemini::parse_embed(&reply.json, req.inputs.len()),
+        _ => openai::parse_embed(&reply.json, req.inputs.len()),
+    };
+    match parsed {
+        Ok((vectors, usage)) => Ok(EmbedSuccess {
+            vectors,
+            usage,
+            request_id: reply.headers.request_id().map(str::to_string),
+        }),
+        Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
+    }
+}
+
+/// Sends one rerank call (Cohere / Jina shape, on OpenAI-compatible endpoints).
+pub async fn rerank(
+    client: &reqwest::Client,
+    endpoint: &Endpoint,
+    model: &str,
+    req: &RerankRequest,
+) -> Result<RerankSuccess, UpstreamFailure> {
+    if endpoint.wire != Wire::OpenAi {
+        return Err(unsupported(endpoint, "rerank"));
+    }
+    let call = rerank::rerank_call(endpoint, model, &req.query, &req.documents, req.top_n);
+    let reply = send(client, call, endpoint.timeout_ms).await?;
+    match rerank::parse_rerank(&reply.json, req.documents.len()) {
+        Ok((ranking, usage)) => Ok(RerankSuccess {
+            ranking,
+            usage,
+            request_id: reply.headers.request_id().map(str::to_string),
         }),
         Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
     }

@@ -94,3 +94,45 @@ mod tests {
         assert!(matches!(parse_chat(&filtered), Err(BadSuccess::Refused(_))));
     }
 }
+
+/// `POST {base}/embeddings` with a batch `input`.
+pub fn embed_call(ep: &Endpoint, model: &str, inputs: &[String]) -> HttpCall {
+    HttpCall {
+        url: format!("{}/embeddings", ep.base()),
+        headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
+        body: json!({ "model": model, "input": inputs }),
+    }
+}
+
+/// `data[].embedding` in `index` order; the count must match the inputs.
+pub fn parse_embed(v: &Value, expected: usize) -> Result<(Vec<Vec<f32>>, Usage), BadSuccess> {
+    let data = v
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| BadSuccess::Malformed("no `data` in the embedding response".into()))?;
+    let mut indexed: Vec<(u64, Vec<f32>)> = Vec::with_capacity(data.len());
+    for (i, item) in data.iter().enumerate() {
+        let index = item.get("index").and_then(Value::as_u64).unwrap_or(i as u64);
+        indexed.push((index, floats(item.get("embedding"))?));
+    }
+    indexed.sort_by_key(|(i, _)| *i);
+    if indexed.len() != expected {
+        return Err(BadSuccess::Malformed(format!(
+            "{} embeddings for {expected} inputs",
+            indexed.len()
+        )));
+    }
+    let usage = Usage {
+        input_tokens: tokens(v.pointer("/usage/prompt_tokens")),
+        output_tokens: 0,
+    };
+    Ok((indexed.into_iter().map(|(_, e)| e).collect(), usage))
+}
+
+/// A JSON array of numbers as a vector.
+pub fn floats(v: Option<&Value>) -> Result<Vec<f32>, BadSuccess> {
+    v.and_then(Value::as_array)
+        .filter(|a| !a.is_empty())
+        .and_then(|a| a.iter().map(|x| x.as_f64().map(|f| f as f32)).collect())
+        .ok_or_else(|| BadSuccess::Malformed("an embedding is not an array of numbers".into()))
+}

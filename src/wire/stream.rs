@@ -1,0 +1,334 @@
+//! Streaming chat on every wire: the request, the SSE events each wire sends, and the
+//! driver that hands visible text to the caller as it arrives (never buffered whole)
+//! while watching two real-time deadlines — the first visible token, then the longest
+//! silence between chunks. A stream that sent its finish is complete even without the
+//! terminator; one that closes before its finish is truncated, never a success.
+
+use super::{read_capped, transport_failure, Endpoint, HttpCall, ERROR_BODY_CAP};
+use crate::clock::Stopwatch;
+use crate::failure::{ErrorFields, Headers, Transport, UpstreamFailure};
+use crate::request::{ChatRequest, Usage};
+use crate::vocab::Wire;
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use serde_json::Value;
+use std::time::Duration;
+
+/// What one SSE event means, whatever the wire.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    /// Text for the caller.
+    Delta(String),
+    /// The model finished (finish reason / stop reason), maybe with usage.
+    Finish(Option<Usage>),
+    /// Usage arriving in its own event (OpenAI's `include_usage` chunk).
+    Usage(Usage),
+    /// The wire's end-of-stream marker (`[DONE]`, `message_stop`).
+    Terminator,
+    /// The wire's in-stream error event.
+    Error(ErrorFields),
+    /// An event that could not be read; skipped, and counted.
+    Malformed(String),
+}
+
+pub fn stream_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
+    match ep.wire {
+        Wire::OpenAi => {
+            let mut call = super::openai::chat_call(ep, model, req);
+            call.body["stream"] = Value::Bool(true);
+            call.body["stream_options"] = serde_json::json!({"include_usage": true});
+            call
+        }
+        Wire::Anthropic => {
+            let mut call = super::anthropic::chat_call(ep, model, req);
+            call.body["stream"] = Value::Bool(true);
+            call
+        }
+        Wire::Gemini => {
+            let mut call = super::gemini::chat_call(ep, model, req);
+            call.url = format!("{}/v1beta/models/{}:streamGenerateContent?alt=sse", ep.base(), model);
+            call
+        }
+    }
+}
+
+/// Reads one SSE event of `wire`. Pure, so every wire's event table is unit-tested.
+pub fn parse_event(wire: Wire, event: &str, data: &str) -> Vec<StreamEvent> {
+    let data = data.trim();
+    if data.is_empty() {
+        return Vec::new();
+    }
+    if wire == Wire::OpenAi && data == "[DONE]" {
+        return vec![StreamEvent::Terminator];
+    }
+    let v: Value = match serde_json::from_str(data) {
+        Ok(v) => v,
+        Err(e) => return vec![StreamEvent::Malformed(format!("not JSON: {e}"))],
+    };
+    if wire == Wire::Anthropic && event == "error" || v.get("error").is_some_and(Value::is_object) {
+        return vec![StreamEvent::Error(ErrorFields::from_value(&v).unwrap_or_default())];
+    }
+    match wire {
+        Wire::OpenAi => openai_event(&v),
+        Wire::Anthropic => anthropic_event(event, &v),
+        Wire::Gemini => gemini_event(&v),
+    }
+}
+
+fn openai_event(v: &Value) -> Vec<StreamEvent> {
+    let mut out = Vec::new();
+    let choice = v.get("choices").and_then(Value::as_array).and_then(|c| c.first());
+    if let Some(choice) = choice {
+        if let Some(text) = choice.pointer("/delta/content").and_then(Value::as_str) {
+            if !text.is_empty() {
+                out.push(StreamEvent::Delta(text.to_string()));
+            }
+        }
+        if choice.get("finish_reason").is_some_and(|f| !f.is_null()) {
+            out.push(StreamEvent::Finish(None));
+        }
+    }
+    if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+        out.push(StreamEvent::Usage(Usage {
+            input_tokens: super::tokens(u.get("prompt_tokens")),
+            output_tokens: super::tokens(u.get("completion_tokens")),
+        }));
+    }
+    if out.is_empty() && choice.is_none() && v.get("usage").is_none() && v.get("id").is_none() {
+        out.push(StreamEvent::Malformed("a chunk with no choices, usage or id".into()));
+    }
+    out
+}
+
+fn anthropic_event(event: &str, v: &Value) -> Vec<StreamEvent> {
+    let kind = v.get("type").and_then(Value::as_str).unwrap_or(event);
+    match kind {
+        "content_block_delta" => match v.pointer("/delta/text").and_then(Value::as_str) {
+            Some(t) if !t.is_empty() => vec![StreamEvent::Delta(t.to_string())],
+            _ => Vec::new(),
+        },
+        "message_delta" => {
+            let finished = v.pointer("/delta/stop_reason").is_some_and(|s| !s.is_null());
+            let usage = v.get("usage").map(|u| Usage {
+                input_tokens: super::tokens(u.get("input_tokens")),
+                output_tokens: super::tokens(u.get("output_tokens")),
+            });
+            if finished {
+                vec![StreamEvent::Finish(usage)]
+            } else {
+                usage.map(StreamEvent::Usage).into_iter().collect()
+            }
+        }
+        "message_stop" => vec![StreamEvent::Terminator],
+        _ => Vec::new(), // message_start, content_block_start/stop, ping
+    }
+}
+
+fn gemini_event(v: &Value) -> Vec<StreamEvent> {
+    let mut out = Vec::new();
+    let candidate = v.get("candidates").and_then(Value::as_array).and_then(|c| c.first());
+    if let Some(c) = candidate {
+        let text: String = c
+            .pointer("/content/parts")
+            .and_then(Value::as_array)
+            .map(|parts| parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect())
+            .unwrap_or_default();
+        if !text.is_empty() {
+            out.push(StreamEvent::Delta(text));
+        }
+    }
+    let usage = v.get("usageMetadata").map(|u| Usage {
+        input_tokens: super::tokens(u.get("promptTokenCount")),
+        output_tokens: super::tokens(u.get("candidatesTokenCount")),
+    });
+    match candidate.and_then(|c| c.get("finishReason")).and_then(Value::as_str) {
+        Some(_) => out.push(StreamEvent::Finish(usage)),
+        None => out.extend(usage.map(StreamEvent::Usage)),
+    }
+    if candidate.is_none() && out.is_empty() {
+        out.push(StreamEvent::Malformed("a chunk with no candidates".into()));
+    }
+    out
+}
+
+/// A stream that completed.
+#[derive(Debug, Clone)]
+pub struct StreamSuccess {
+    pub text: String,
+    pub usage: Option<Usage>,
+    pub request_id: Option<String>,
+    pub headers: Headers,
+    /// Events that could not be read and were skipped.
+    pub skipped_events: u32,
+}
+
+/// One streaming attempt: its result, and whether visible text reached the caller.
+#[derive(Debug)]
+pub struct StreamAttempt {
+    pub result: Result<StreamSuccess, UpstreamFailure>,
+    /// Text already delivered: after this, no other route may answer (decision row 2).
+    pub delivered: String,
+}
+
+/// Sends one streaming call and drives it to its end, handing each piece of visible
+/// text to `on_delta` as it arrives.
+pub async fn stream_chat(
+    client: &reqwest::Client,
+    ep: &Endpoint,
+    model: &str,
+    req: &ChatRequest,
+    on_delta: &(dyn Fn(&str) + Send + Sync),
+) -> StreamAttempt {
+    let mut delivered = String::new();
+    let result = drive(client, ep, model, req, on_delta, &mut delivered).await;
+    StreamAttempt { result, delivered }
+}
+
+async fn drive(
+    client: &reqwest::Client,
+    ep: &Endpoint,
+    model: &str,
+    req: &ChatRequest,
+    on_delta: &(dyn Fn(&str) + Send + Sync),
+    delivered: &mut String,
+) -> Result<StreamSuccess, UpstreamFailure> {
+    let first_token = Duration::from_millis(ep.first_token_timeout_ms);
+    let idle = Duration::from_millis(ep.stream_idle_ms);
+    let sw = Stopwatch::start();
+    let no_first_token = || {
+        UpstreamFailure::transport(
+            Transport::Timeout,
+            format!("no visible token within {} ms", ep.first_token_timeout_ms),
+        )
+    };
+
+    let call = stream_call(ep, model, req);
+    let mut builder = client.post(&call.url).json(&call.body);
+    for (name, value) in &call.headers {
+        builder = builder.header(*name, value);
+    }
+    let resp = match tokio::time::timeout(first_token, builder.send()).await {
+        Err(_) => return Err(no_first_token()),
+        Ok(Err(e)) => return Err(transport_failure(e)),
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status().as_u16();
+    let headers = Headers::from_reqwest(resp.headers());
+    if !(200..300).contains(&status) {
+        let left = first_token.saturating_sub(sw.elapsed()).max(Duration::from_millis(1));
+        return match tokio::time::timeout(left, read_capped(resp, ERROR_BODY_CAP)).await {
+            Ok(Ok((raw, _))) => Err(UpstreamFailure::from_response(status, headers, &raw)),
+            Ok(Err(f)) => Err(f),
+            Err(_) => Err(no_first_token()),
+        };
+    }
+    let request_id = headers.request_id().map(str::to_string);
+    let broke = |headers: &Headers, why: String| UpstreamFailure {
+        status: Some(status),
+        headers: headers.clone(),
+        transport: Some(Transport::StreamInterrupted),
+        excerpt: why,
+        ..Default::default()
+    };
+
+    let mut events = resp.bytes_stream().eventsource();
+    let mut text = String::new();
+    let mut usage: Option<Usage> = None;
+    let mut finished = false;
+    let mut skipped = 0u32;
+    loop {
+        // Before the first visible token the first-token deadline rules; after it, the
+        // idle deadline between chunks.
+        let wait = if delivered.is_empty() {
+            first_token.saturating_sub(sw.elapsed())
+        } else {
+            idle
+        };
+        let next = match tokio::time::timeout(wait, events.next()).await {
+            Ok(next) => next,
+            Err(_) if delivered.is_empty() => return Err(no_first_token()),
+            Err(_) => return Err(broke(&headers, format!("stalled: no chunk for {} ms", ep.stream_idle_ms))),
+        };
+        let event = match next {
+            None if finished => break,
+            None => return Err(broke(&headers, "the stream closed before its finish".into())),
+            Some(Err(_)) if finished => break,
+            Some(Err(e)) => return Err(broke(&headers, format!("the stream broke: {e}"))),
+            Some(Ok(ev)) => ev,
+        };
+        for ev in parse_event(ep.wire, &event.event, &event.data) {
+            match ev {
+                StreamEvent::Delta(t) => {
+                    on_delta(&t);
+                    delivered.push_str(&t);
+                    text.push_str(&t);
+                }
+                StreamEvent::Finish(u) => {
+                    finished = true;
+                    usage = u.or(usage);
+                }
+                StreamEvent::Usage(u) => usage = Some(u),
+                StreamEvent::Terminator => finished = true,
+                StreamEvent::Error(fields) => {
+                    return Err(UpstreamFailure {
+                        status: Some(status),
+                        headers: headers.clone(),
+                        excerpt: fields.message.clone().unwrap_or_default(),
+                        error: Some(fields),
+                        transport: None,
+                        malformed: None,
+                    })
+                }
+                StreamEvent::Malformed(_) => skipped += 1,
+            }
+        }
+        // A finish with its usage is a complete answer: finalise at once rather than wait
+        // for a terminator that may never come.
+        if finished && (usage.is_some() || event.data.trim() == "[DONE]" || event.event == "message_stop") {
+            break;
+        }
+    }
+    Ok(StreamSuccess { text, usage, request_id, headers, skipped_events: skipped })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openai_events() {
+        let d = r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#;
+        assert_eq!(parse_event(Wire::OpenAi, "", d), vec![StreamEvent::Delta("Hi".into())]);
+        let f = r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+        assert_eq!(parse_event(Wire::OpenAi, "", f), vec![StreamEvent::Finish(None)]);
+        let u = r#"{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
+        assert_eq!(parse_event(Wire::OpenAi, "", u), vec![StreamEvent::Usage(Usage { input_tokens: 3, output_tokens: 2 })]);
+        assert_eq!(parse_event(Wire::OpenAi, "", "[DONE]"), vec![StreamEvent::Terminator]);
+        assert!(matches!(parse_event(Wire::OpenAi, "", "{not json")[0], StreamEvent::Malformed(_)));
+        let e = r#"{"error":{"message":"boom","type":"server_error"}}"#;
+        assert!(matches!(parse_event(Wire::OpenAi, "", e)[0], StreamEvent::Error(_)));
+    }
+
+    #[test]
+    fn anthropic_events() {
+        let d = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#;
+        assert_eq!(parse_event(Wire::Anthropic, "content_block_delta", d), vec![StreamEvent::Delta("Hi".into())]);
+        let m = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#;
+        assert_eq!(parse_event(Wire::Anthropic, "message_delta", m), vec![StreamEvent::Finish(Some(Usage { input_tokens: 0, output_tokens: 5 }))]);
+        assert_eq!(parse_event(Wire::Anthropic, "message_stop", r#"{"type":"message_stop"}"#), vec![StreamEvent::Terminator]);
+        let e = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        match &parse_event(Wire::Anthropic, "error", e)[0] {
+            StreamEvent::Error(f) => assert_eq!(f.kind.as_deref(), Some("overloaded_error")),
+            other => panic!("{other:?}"),
+        }
+        assert!(parse_event(Wire::Anthropic, "ping", r#"{"type":"ping"}"#).is_empty());
+    }
+
+    #[test]
+    fn gemini_events() {
+        let d = r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"},"index":0}]}"#;
+        assert_eq!(parse_event(Wire::Gemini, "", d), vec![StreamEvent::Delta("Hi".into())]);
+        let f = r#"{"candidates":[{"content":{"parts":[{"text":""}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":2,"candidatesTokenCount":1}}"#;
+        assert_eq!(parse_event(Wire::Gemini, "", f), vec![StreamEvent::Finish(Some(Usage { input_tokens: 2, output_tokens: 1 }))]);
+    }
+}
