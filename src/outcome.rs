@@ -32,6 +32,11 @@ pub fn failure_reason(
     if why == Some(Why::BudgetSpent) {
         return Reason::Budget;
     }
+    // Capacity whenever every failure was a capacity failure — even when a card put a
+    // capacity class in `stop_on`: the user-facing cause is still "no capacity".
+    if !failures.is_empty() && failures.iter().all(|c| c.is_capacity()) {
+        return Reason::Capacity;
+    }
     if why == Some(Why::StopOn) {
         return match last {
             Some(Class::Auth) => Reason::Auth,
@@ -42,9 +47,6 @@ pub fn failure_reason(
         };
     }
     if !failures.is_empty() {
-        if failures.iter().all(|c| c.is_capacity()) {
-            return Reason::Capacity;
-        }
         if failures.iter().all(|c| *c == Class::Auth) {
             return Reason::Auth;
         }
@@ -88,6 +90,12 @@ mod tests {
 
     #[test]
     fn stop_on_and_budget() {
+        // A card that stops on a capacity class still reports capacity.
+        let quota = [Class::QuotaExhausted];
+        assert_eq!(
+            failure_reason(Some(Why::StopOn), Some(Class::QuotaExhausted), &quota, &[]),
+            Reason::Capacity
+        );
         assert_eq!(
             failure_reason(Some(Why::StopOn), Some(Class::Auth), &[Class::Auth], &[]),
             Reason::Auth
