@@ -69,9 +69,15 @@ pub fn decide(s: &Situation) -> Decision {
     if s.path == CallPath::Stream && s.visible_token {
         return d(Action::Interrupt, 2, Why::AfterVisibleToken);
     }
-    // Row 3.
+    // Row 3. Rerank is an optimisation that must never fail retrieval (seed 000): where
+    // another path fails closed, rerank degrades to the recall order.
     if s.policy.stops_on(s.class) {
-        return d(Action::FailClosed, 3, Why::StopOn);
+        let action = if s.path == CallPath::Rerank {
+            Action::Degrade
+        } else {
+            Action::FailClosed
+        };
+        return d(action, 3, Why::StopOn);
     }
     // Row 4. `timeout` is absent on purpose: waiting on a silent route again only doubles
     // the wait.
@@ -228,6 +234,12 @@ mod tests {
                 "{class}"
             );
         }
+        let rerank = Situation {
+            class: Class::Auth,
+            path: CallPath::Rerank,
+            ..base(&p)
+        };
+        assert_eq!(decide(&rerank).action, Action::Degrade);
         // A card may take a class out of stop_on: auth then moves on... but auth is not a
         // row-5 class, so it ends in row 6.
         let lenient = Policy {

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod config;
 pub mod decide;
 pub mod dialect;
+pub mod embed_queue;
 pub mod failure;
 pub mod harness;
 pub mod health;

@@ -159,7 +159,14 @@ impl Router {
     ) -> Report {
         let client = &self.inner.client;
         self.run(tier, CallPath::Stream, opts, |spec| async move {
-            let a = wire::stream::stream_chat(client, &spec.endpoint, spec.route.model(), req, on_delta).await;
+            let a = wire::stream::stream_chat(
+                client,
+                &spec.endpoint,
+                spec.route.model(),
+                req,
+                on_delta,
+            )
+            .await;
             Attempted {
                 result: a.result.map(Answer::Stream),
                 delivered: a.delivered,
@@ -213,7 +220,13 @@ impl Router {
     }
 
     /// The chain walk shared by every path; `call` makes one upstream call.
-    async fn run<'s, F, Fut>(&self, tier: &'s Tier, path: CallPath, opts: CallOptions<'_>, call: F) -> Report
+    async fn run<'s, F, Fut>(
+        &self,
+        tier: &'s Tier,
+        path: CallPath,
+        opts: CallOptions<'_>,
+        call: F,
+    ) -> Report
     where
         F: Fn(&'s RouteSpec) -> Fut,
         Fut: std::future::Future<Output = Attempted>,

@@ -9,7 +9,7 @@ use crate::clock::{Clock, ManualClock, Stopwatch};
 use crate::dialect::Dialect;
 use crate::health::{Cooldowns, Health};
 use crate::policy::Policy;
-use crate::request::ChatRequest;
+use crate::request::{ChatRequest, EmbedRequest, RerankRequest};
 use crate::router::{CallOptions, RouteSpec, Router, Tier};
 use crate::secret::Secret;
 use crate::store::{HealthStore, MemoryStore};
@@ -157,13 +157,7 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
 
     for spec in scenario.request_specs() {
         clock.advance(spec.after_ms);
-        let report = match send(&router, &tier, scenario.path, &policy).await {
-            Ok(r) => r,
-            Err(e) => {
-                run.error = Some(e);
-                break;
-            }
-        };
+        let report = send(&router, &tier, scenario.path, &policy).await;
         let now = clock.now_ms();
         let health: BTreeMap<Route, HealthView> = scenario
             .chain
@@ -191,17 +185,37 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
     run
 }
 
-async fn send(
-    router: &Router,
-    tier: &Tier,
-    path: CallPath,
-    policy: &Policy,
-) -> Result<Report, String> {
+/// The embedding batch chaos sends on the embed path.
+pub fn scenario_embed_request() -> EmbedRequest {
+    EmbedRequest {
+        inputs: vec!["alpha".into(), "beta".into(), "gamma".into()],
+    }
+}
+
+/// The candidates chaos reranks on the rerank path.
+pub fn scenario_rerank_request() -> RerankRequest {
+    RerankRequest {
+        query: "Which document answers the question?".into(),
+        documents: vec![
+            "document zero".into(),
+            "document one".into(),
+            "document two".into(),
+        ],
+        top_n: 3,
+    }
+}
+
+async fn send(router: &Router, tier: &Tier, path: CallPath, policy: &Policy) -> Report {
     let opts = CallOptions::new(policy);
     match path {
-        CallPath::Chat => Ok(router.chat(tier, &scenario_chat_request(), opts).await),
-        other => Err(format!(
-            "path `{other}` is not supported by this build of poolctl yet"
-        )),
+        CallPath::Chat => router.chat(tier, &scenario_chat_request(), opts).await,
+        // The delivered text is in the report; nothing else needs the deltas here.
+        CallPath::Stream => {
+            router
+                .stream(tier, &scenario_chat_request(), opts, &|_| {})
+                .await
+        }
+        CallPath::Embed => router.embed(tier, &scenario_embed_request(), opts).await,
+        CallPath::Rerank => router.rerank(tier, &scenario_rerank_request(), opts).await,
     }
 }

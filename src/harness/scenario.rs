@@ -453,6 +453,25 @@ impl Scenario {
                     );
                 }
             }
+            let wire_serves_path = match self.path {
+                CallPath::Chat | CallPath::Stream => true,
+                CallPath::Embed => entry.wire != Wire::Anthropic,
+                CallPath::Rerank => entry.wire == Wire::OpenAi,
+            };
+            if !wire_serves_path {
+                return err(
+                    &format!("{field}.wire"),
+                    format!(
+                        "the {} wire has no {} endpoint (path `{}`)",
+                        entry.wire,
+                        match self.path {
+                            CallPath::Embed => "embeddings",
+                            _ => "rerank",
+                        },
+                        self.path
+                    ),
+                );
+            }
             if entry.replies.is_empty() {
                 return err(
                     &format!("{field}.replies"),

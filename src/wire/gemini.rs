@@ -84,25 +84,6 @@ pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSucce
     Ok((text, usage, id))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_a_response() {
-        let v = json!({"candidates":[{"content":{"role":"model","parts":[{"text":"OK"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":1},"responseId":"r1"});
-        let (text, usage, id) = parse_chat(&v).ok().unwrap();
-        assert_eq!(
-            (text.as_str(), usage.input_tokens, id.as_deref()),
-            ("OK", 4, Some("r1"))
-        );
-        let blocked = json!({"candidates":[{"finishReason":"SAFETY"}]});
-        assert!(matches!(parse_chat(&blocked), Err(BadSuccess::Refused(_))));
-        let prompt = json!({"promptFeedback":{"blockReason":"SAFETY"}});
-        assert!(matches!(parse_chat(&prompt), Err(BadSuccess::Refused(_))));
-    }
-}
-
 /// `POST {base}/v1beta/models/{model}:batchEmbedContents`.
 pub fn embed_call(ep: &Endpoint, model: &str, inputs: &[String]) -> HttpCall {
     let requests: Vec<Value> = inputs
@@ -133,4 +114,23 @@ pub fn parse_embed(v: &Value, expected: usize) -> Result<(Vec<Vec<f32>>, Usage),
         )));
     }
     Ok((vectors, Usage::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_response() {
+        let v = json!({"candidates":[{"content":{"role":"model","parts":[{"text":"OK"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":1},"responseId":"r1"});
+        let (text, usage, id) = parse_chat(&v).ok().unwrap();
+        assert_eq!(
+            (text.as_str(), usage.input_tokens, id.as_deref()),
+            ("OK", 4, Some("r1"))
+        );
+        let blocked = json!({"candidates":[{"finishReason":"SAFETY"}]});
+        assert!(matches!(parse_chat(&blocked), Err(BadSuccess::Refused(_))));
+        let prompt = json!({"promptFeedback":{"blockReason":"SAFETY"}});
+        assert!(matches!(parse_chat(&prompt), Err(BadSuccess::Refused(_))));
+    }
 }

@@ -139,7 +139,10 @@ pub struct RerankSuccess {
 fn unsupported(endpoint: &Endpoint, what: &str) -> UpstreamFailure {
     UpstreamFailure::transport(
         Transport::Unsupported,
-        format!("the {} wire of provider `{}` has no {what} endpoint", endpoint.wire, endpoint.provider),
+        format!(
+            "the {} wire of provider `{}` has no {what} endpoint",
+            endpoint.wire, endpoint.provider
+        ),
     )
 }
 

@@ -73,28 +73,6 @@ pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSucce
     Ok((text, usage, id))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_a_completion() {
-        let v = json!({"id":"chatcmpl-1","choices":[{"index":0,"message":{"role":"assistant","content":"OK"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1}});
-        let (text, usage, id) = parse_chat(&v).ok().unwrap();
-        assert_eq!(
-            (text.as_str(), usage.output_tokens, id.as_deref()),
-            ("OK", 1, Some("chatcmpl-1"))
-        );
-        assert!(matches!(
-            parse_chat(&json!({"choices":[]})),
-            Err(BadSuccess::Malformed(_))
-        ));
-        let filtered =
-            json!({"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]});
-        assert!(matches!(parse_chat(&filtered), Err(BadSuccess::Refused(_))));
-    }
-}
-
 /// `POST {base}/embeddings` with a batch `input`.
 pub fn embed_call(ep: &Endpoint, model: &str, inputs: &[String]) -> HttpCall {
     HttpCall {
@@ -112,7 +90,10 @@ pub fn parse_embed(v: &Value, expected: usize) -> Result<(Vec<Vec<f32>>, Usage),
         .ok_or_else(|| BadSuccess::Malformed("no `data` in the embedding response".into()))?;
     let mut indexed: Vec<(u64, Vec<f32>)> = Vec::with_capacity(data.len());
     for (i, item) in data.iter().enumerate() {
-        let index = item.get("index").and_then(Value::as_u64).unwrap_or(i as u64);
+        let index = item
+            .get("index")
+            .and_then(Value::as_u64)
+            .unwrap_or(i as u64);
         indexed.push((index, floats(item.get("embedding"))?));
     }
     indexed.sort_by_key(|(i, _)| *i);
@@ -135,4 +116,26 @@ pub fn floats(v: Option<&Value>) -> Result<Vec<f32>, BadSuccess> {
         .filter(|a| !a.is_empty())
         .and_then(|a| a.iter().map(|x| x.as_f64().map(|f| f as f32)).collect())
         .ok_or_else(|| BadSuccess::Malformed("an embedding is not an array of numbers".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_completion() {
+        let v = json!({"id":"chatcmpl-1","choices":[{"index":0,"message":{"role":"assistant","content":"OK"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1}});
+        let (text, usage, id) = parse_chat(&v).ok().unwrap();
+        assert_eq!(
+            (text.as_str(), usage.output_tokens, id.as_deref()),
+            ("OK", 1, Some("chatcmpl-1"))
+        );
+        assert!(matches!(
+            parse_chat(&json!({"choices":[]})),
+            Err(BadSuccess::Malformed(_))
+        ));
+        let filtered =
+            json!({"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]});
+        assert!(matches!(parse_chat(&filtered), Err(BadSuccess::Refused(_))));
+    }
 }

@@ -6,7 +6,13 @@ use super::{tokens, BadSuccess, Endpoint, HttpCall};
 use crate::request::Usage;
 use serde_json::{json, Value};
 
-pub fn rerank_call(ep: &Endpoint, model: &str, query: &str, documents: &[String], top_n: usize) -> HttpCall {
+pub fn rerank_call(
+    ep: &Endpoint,
+    model: &str,
+    query: &str,
+    documents: &[String],
+    top_n: usize,
+) -> HttpCall {
     HttpCall {
         url: format!("{}/rerank", ep.base()),
         headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
@@ -29,9 +35,14 @@ pub fn parse_rerank(v: &Value, documents: usize) -> Result<(Vec<usize>, Usage), 
             .filter(|i| *i < documents)
             .ok_or_else(|| BadSuccess::Malformed("a rerank result has no valid `index`".into()))?;
         if scored.iter().any(|(i, _)| *i == index) {
-            return Err(BadSuccess::Malformed(format!("document {index} ranked twice")));
+            return Err(BadSuccess::Malformed(format!(
+                "document {index} ranked twice"
+            )));
         }
-        let score = r.get("relevance_score").and_then(Value::as_f64).unwrap_or(0.0);
+        let score = r
+            .get("relevance_score")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
         scored.push((index, score));
     }
     scored.sort_by(|a, b| b.1.total_cmp(&a.1));

@@ -26,7 +26,7 @@ pub enum StreamEvent {
     /// The wire's end-of-stream marker (`[DONE]`, `message_stop`).
     Terminator,
     /// The wire's in-stream error event.
-    Error(ErrorFields),
+    Error(Box<ErrorFields>),
     /// An event that could not be read; skipped, and counted.
     Malformed(String),
 }
@@ -46,7 +46,11 @@ pub fn stream_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         }
         Wire::Gemini => {
             let mut call = super::gemini::chat_call(ep, model, req);
-            call.url = format!("{}/v1beta/models/{}:streamGenerateContent?alt=sse", ep.base(), model);
+            call.url = format!(
+                "{}/v1beta/models/{}:streamGenerateContent?alt=sse",
+                ep.base(),
+                model
+            );
             call
         }
     }
@@ -66,7 +70,9 @@ pub fn parse_event(wire: Wire, event: &str, data: &str) -> Vec<StreamEvent> {
         Err(e) => return vec![StreamEvent::Malformed(format!("not JSON: {e}"))],
     };
     if wire == Wire::Anthropic && event == "error" || v.get("error").is_some_and(Value::is_object) {
-        return vec![StreamEvent::Error(ErrorFields::from_value(&v).unwrap_or_default())];
+        return vec![StreamEvent::Error(Box::new(
+            ErrorFields::from_value(&v).unwrap_or_default(),
+        ))];
     }
     match wire {
         Wire::OpenAi => openai_event(&v),
@@ -77,7 +83,10 @@ pub fn parse_event(wire: Wire, event: &str, data: &str) -> Vec<StreamEvent> {
 
 fn openai_event(v: &Value) -> Vec<StreamEvent> {
     let mut out = Vec::new();
-    let choice = v.get("choices").and_then(Value::as_array).and_then(|c| c.first());
+    let choice = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first());
     if let Some(choice) = choice {
         if let Some(text) = choice.pointer("/delta/content").and_then(Value::as_str) {
             if !text.is_empty() {
@@ -95,7 +104,9 @@ fn openai_event(v: &Value) -> Vec<StreamEvent> {
         }));
     }
     if out.is_empty() && choice.is_none() && v.get("usage").is_none() && v.get("id").is_none() {
-        out.push(StreamEvent::Malformed("a chunk with no choices, usage or id".into()));
+        out.push(StreamEvent::Malformed(
+            "a chunk with no choices, usage or id".into(),
+        ));
     }
     out
 }
@@ -108,7 +119,9 @@ fn anthropic_event(event: &str, v: &Value) -> Vec<StreamEvent> {
             _ => Vec::new(),
         },
         "message_delta" => {
-            let finished = v.pointer("/delta/stop_reason").is_some_and(|s| !s.is_null());
+            let finished = v
+                .pointer("/delta/stop_reason")
+                .is_some_and(|s| !s.is_null());
             let usage = v.get("usage").map(|u| Usage {
                 input_tokens: super::tokens(u.get("input_tokens")),
                 output_tokens: super::tokens(u.get("output_tokens")),
@@ -126,12 +139,20 @@ fn anthropic_event(event: &str, v: &Value) -> Vec<StreamEvent> {
 
 fn gemini_event(v: &Value) -> Vec<StreamEvent> {
     let mut out = Vec::new();
-    let candidate = v.get("candidates").and_then(Value::as_array).and_then(|c| c.first());
+    let candidate = v
+        .get("candidates")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first());
     if let Some(c) = candidate {
         let text: String = c
             .pointer("/content/parts")
             .and_then(Value::as_array)
-            .map(|parts| parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect())
+            .map(|parts| {
+                parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect()
+            })
             .unwrap_or_default();
         if !text.is_empty() {
             out.push(StreamEvent::Delta(text));
@@ -141,7 +162,10 @@ fn gemini_event(v: &Value) -> Vec<StreamEvent> {
         input_tokens: super::tokens(u.get("promptTokenCount")),
         output_tokens: super::tokens(u.get("candidatesTokenCount")),
     });
-    match candidate.and_then(|c| c.get("finishReason")).and_then(Value::as_str) {
+    match candidate
+        .and_then(|c| c.get("finishReason"))
+        .and_then(Value::as_str)
+    {
         Some(_) => out.push(StreamEvent::Finish(usage)),
         None => out.extend(usage.map(StreamEvent::Usage)),
     }
@@ -195,8 +219,9 @@ async fn drive(
     let first_token = Duration::from_millis(ep.first_token_timeout_ms);
     let idle = Duration::from_millis(ep.stream_idle_ms);
     let sw = Stopwatch::start();
-    let no_first_token = || {
-        UpstreamFailure::transport(
+    let no_first_token = |status: Option<u16>| UpstreamFailure {
+        status,
+        ..UpstreamFailure::transport(
             Transport::Timeout,
             format!("no visible token within {} ms", ep.first_token_timeout_ms),
         )
@@ -208,18 +233,20 @@ async fn drive(
         builder = builder.header(*name, value);
     }
     let resp = match tokio::time::timeout(first_token, builder.send()).await {
-        Err(_) => return Err(no_first_token()),
+        Err(_) => return Err(no_first_token(None)),
         Ok(Err(e)) => return Err(transport_failure(e)),
         Ok(Ok(r)) => r,
     };
     let status = resp.status().as_u16();
     let headers = Headers::from_reqwest(resp.headers());
     if !(200..300).contains(&status) {
-        let left = first_token.saturating_sub(sw.elapsed()).max(Duration::from_millis(1));
+        let left = first_token
+            .saturating_sub(sw.elapsed())
+            .max(Duration::from_millis(1));
         return match tokio::time::timeout(left, read_capped(resp, ERROR_BODY_CAP)).await {
             Ok(Ok((raw, _))) => Err(UpstreamFailure::from_response(status, headers, &raw)),
             Ok(Err(f)) => Err(f),
-            Err(_) => Err(no_first_token()),
+            Err(_) => Err(no_first_token(Some(status))),
         };
     }
     let request_id = headers.request_id().map(str::to_string);
@@ -246,12 +273,22 @@ async fn drive(
         };
         let next = match tokio::time::timeout(wait, events.next()).await {
             Ok(next) => next,
-            Err(_) if delivered.is_empty() => return Err(no_first_token()),
-            Err(_) => return Err(broke(&headers, format!("stalled: no chunk for {} ms", ep.stream_idle_ms))),
+            Err(_) if delivered.is_empty() => return Err(no_first_token(Some(status))),
+            Err(_) => {
+                return Err(broke(
+                    &headers,
+                    format!("stalled: no chunk for {} ms", ep.stream_idle_ms),
+                ))
+            }
         };
         let event = match next {
             None if finished => break,
-            None => return Err(broke(&headers, "the stream closed before its finish".into())),
+            None => {
+                return Err(broke(
+                    &headers,
+                    "the stream closed before its finish".into(),
+                ))
+            }
             Some(Err(_)) if finished => break,
             Some(Err(e)) => return Err(broke(&headers, format!("the stream broke: {e}"))),
             Some(Ok(ev)) => ev,
@@ -274,7 +311,7 @@ async fn drive(
                         status: Some(status),
                         headers: headers.clone(),
                         excerpt: fields.message.clone().unwrap_or_default(),
-                        error: Some(fields),
+                        error: Some(*fields),
                         transport: None,
                         malformed: None,
                     })
@@ -284,11 +321,19 @@ async fn drive(
         }
         // A finish with its usage is a complete answer: finalise at once rather than wait
         // for a terminator that may never come.
-        if finished && (usage.is_some() || event.data.trim() == "[DONE]" || event.event == "message_stop") {
+        if finished
+            && (usage.is_some() || event.data.trim() == "[DONE]" || event.event == "message_stop")
+        {
             break;
         }
     }
-    Ok(StreamSuccess { text, usage, request_id, headers, skipped_events: skipped })
+    Ok(StreamSuccess {
+        text,
+        usage,
+        request_id,
+        headers,
+        skipped_events: skipped,
+    })
 }
 
 #[cfg(test)]
@@ -297,25 +342,64 @@ mod tests {
 
     #[test]
     fn openai_events() {
-        let d = r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#;
-        assert_eq!(parse_event(Wire::OpenAi, "", d), vec![StreamEvent::Delta("Hi".into())]);
+        let d =
+            r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#;
+        assert_eq!(
+            parse_event(Wire::OpenAi, "", d),
+            vec![StreamEvent::Delta("Hi".into())]
+        );
         let f = r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
-        assert_eq!(parse_event(Wire::OpenAi, "", f), vec![StreamEvent::Finish(None)]);
+        assert_eq!(
+            parse_event(Wire::OpenAi, "", f),
+            vec![StreamEvent::Finish(None)]
+        );
         let u = r#"{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
-        assert_eq!(parse_event(Wire::OpenAi, "", u), vec![StreamEvent::Usage(Usage { input_tokens: 3, output_tokens: 2 })]);
-        assert_eq!(parse_event(Wire::OpenAi, "", "[DONE]"), vec![StreamEvent::Terminator]);
-        assert!(matches!(parse_event(Wire::OpenAi, "", "{not json")[0], StreamEvent::Malformed(_)));
+        assert_eq!(
+            parse_event(Wire::OpenAi, "", u),
+            vec![StreamEvent::Usage(Usage {
+                input_tokens: 3,
+                output_tokens: 2
+            })]
+        );
+        assert_eq!(
+            parse_event(Wire::OpenAi, "", "[DONE]"),
+            vec![StreamEvent::Terminator]
+        );
+        assert!(matches!(
+            parse_event(Wire::OpenAi, "", "{not json")[0],
+            StreamEvent::Malformed(_)
+        ));
         let e = r#"{"error":{"message":"boom","type":"server_error"}}"#;
-        assert!(matches!(parse_event(Wire::OpenAi, "", e)[0], StreamEvent::Error(_)));
+        assert!(matches!(
+            parse_event(Wire::OpenAi, "", e)[0],
+            StreamEvent::Error(_)
+        ));
     }
 
     #[test]
     fn anthropic_events() {
-        let d = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#;
-        assert_eq!(parse_event(Wire::Anthropic, "content_block_delta", d), vec![StreamEvent::Delta("Hi".into())]);
+        let d =
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#;
+        assert_eq!(
+            parse_event(Wire::Anthropic, "content_block_delta", d),
+            vec![StreamEvent::Delta("Hi".into())]
+        );
         let m = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#;
-        assert_eq!(parse_event(Wire::Anthropic, "message_delta", m), vec![StreamEvent::Finish(Some(Usage { input_tokens: 0, output_tokens: 5 }))]);
-        assert_eq!(parse_event(Wire::Anthropic, "message_stop", r#"{"type":"message_stop"}"#), vec![StreamEvent::Terminator]);
+        assert_eq!(
+            parse_event(Wire::Anthropic, "message_delta", m),
+            vec![StreamEvent::Finish(Some(Usage {
+                input_tokens: 0,
+                output_tokens: 5
+            }))]
+        );
+        assert_eq!(
+            parse_event(
+                Wire::Anthropic,
+                "message_stop",
+                r#"{"type":"message_stop"}"#
+            ),
+            vec![StreamEvent::Terminator]
+        );
         let e = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         match &parse_event(Wire::Anthropic, "error", e)[0] {
             StreamEvent::Error(f) => assert_eq!(f.kind.as_deref(), Some("overloaded_error")),
@@ -326,9 +410,19 @@ mod tests {
 
     #[test]
     fn gemini_events() {
-        let d = r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"},"index":0}]}"#;
-        assert_eq!(parse_event(Wire::Gemini, "", d), vec![StreamEvent::Delta("Hi".into())]);
+        let d =
+            r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"},"index":0}]}"#;
+        assert_eq!(
+            parse_event(Wire::Gemini, "", d),
+            vec![StreamEvent::Delta("Hi".into())]
+        );
         let f = r#"{"candidates":[{"content":{"parts":[{"text":""}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":2,"candidatesTokenCount":1}}"#;
-        assert_eq!(parse_event(Wire::Gemini, "", f), vec![StreamEvent::Finish(Some(Usage { input_tokens: 2, output_tokens: 1 }))]);
+        assert_eq!(
+            parse_event(Wire::Gemini, "", f),
+            vec![StreamEvent::Finish(Some(Usage {
+                input_tokens: 2,
+                output_tokens: 1
+            }))]
+        );
     }
 }
