@@ -17,6 +17,7 @@ pub mod health;
 pub mod hint;
 pub mod outcome;
 pub mod policy;
+pub mod probe;
 pub mod request;
 pub mod router;
 pub mod secret;

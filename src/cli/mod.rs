@@ -3,8 +3,14 @@
 //! `exit`.
 
 pub mod chaos;
+pub mod check;
+pub mod context;
 pub mod exit;
+pub mod health_cmds;
+pub mod mock;
+pub mod probe;
 pub mod render;
+pub mod walk;
 
 use clap::{Parser, Subcommand};
 use exit::Exit;
@@ -32,12 +38,39 @@ pub enum Command {
     /// Runs every scenario file found under PATH (files, or directories searched recursively
     /// for *.yaml / *.yml). Exit: 0 all passed; 1 any scenario failed; 2 a file could not be loaded.
     Chaos(chaos::ChaosArgs),
+    /// Send one minimal request to every route of every tier and report its real status.
+    ///
+    /// Exit: 0 every probed tier has a live route; 1 some tier has none; 2 usage or config error.
+    Probe(probe::ProbeArgs),
+    /// Send one real request down a tier and print every step as it happens.
+    ///
+    /// Exit: 0 the request succeeded; 1 any other outcome; 2 usage or config error.
+    Walk(walk::WalkArgs),
+    /// Retire a route in the persisted health store until it is restored.
+    Retire(health_cmds::RetireArgs),
+    /// Bring a retired or cooling route back to ready.
+    Restore(health_cmds::RestoreArgs),
+    /// Show the persisted health of every route.
+    Status(health_cmds::StatusArgs),
+    /// Serve a scenario's chain as live mock providers and print a pool config for them.
+    Mock(mock::MockArgs),
+    /// Validate a pool config: fields, routes, providers, key variables, dialects.
+    ///
+    /// Exit: 0 valid (warnings allowed); 1 problems found; 2 the file cannot be loaded.
+    Check(check::CheckArgs),
 }
 
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
         Command::Chaos(args) => chaos::run(args).await,
+        Command::Probe(args) => probe::run(args).await,
+        Command::Walk(args) => walk::run(args).await,
+        Command::Retire(args) => health_cmds::retire(args),
+        Command::Restore(args) => health_cmds::restore(args),
+        Command::Status(args) => health_cmds::status(args),
+        Command::Mock(args) => mock::run(args).await,
+        Command::Check(args) => check::run(args),
     }
 }
 

@@ -179,3 +179,171 @@ pub fn chaos_junit(runs: &[ScenarioRun]) -> String {
         .to_string()
         .unwrap_or_else(|e| format!("<!-- cannot render JUnit: {e} -->"))
 }
+
+/// An instant as RFC 3339 (UTC, seconds).
+pub fn rfc3339(ms: crate::clock::UnixMs) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| ms.to_string())
+}
+
+/// One tier of `probe`: a table, then the summary line and any loud warning.
+pub fn probe_tier(t: &crate::cli::probe::TierProbe, width: Option<u16>) -> String {
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(vec!["route", "status", "class", "latency", "retry hint", "request id", "headroom", "detail"]);
+    if let Some(w) = width {
+        table.set_width(w);
+    }
+    for r in &t.routes {
+        let headroom = r
+            .headroom
+            .map(|h| {
+                let pair = |rem: Option<u64>, lim: Option<u64>, unit: &str| match (rem, lim) {
+                    (None, None) => None,
+                    (r, l) => Some(format!(
+                        "{}/{} {unit}",
+                        r.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
+                        l.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
+                    )),
+                };
+                [pair(h.requests_remaining, h.requests_limit, "req"), pair(h.tokens_remaining, h.tokens_limit, "tok")]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        table.add_row(vec![
+            r.route.to_string(),
+            r.status.map(|s| s.to_string()).unwrap_or_else(|| "—".into()),
+            r.class.to_string(),
+            format!("{} ms", r.latency_ms),
+            r.retry_after_ms.map(|ms| format!("{ms} ms")).unwrap_or_default(),
+            r.request_id.clone().unwrap_or_default(),
+            headroom,
+            r.detail.clone().unwrap_or_default(),
+        ]);
+    }
+    let mut out = format!("tier `{}`\n{table}\n", t.tier);
+    let first = t.first_live.as_ref().map(|r| r.to_string()).unwrap_or_else(|| "none".into());
+    out.push_str(&format!("{} of {} routes live; first live: {first}\n", t.live, t.routes.len()));
+    if t.live == 0 {
+        out.push_str(&format!("WARNING: tier `{}` has NO live route: every request to it will fail\n", t.tier));
+    } else if t.dead_tail() {
+        let last = t.routes.last().map(|r| format!("{} ({})", r.route, r.class)).unwrap_or_default();
+        out.push_str(&format!(
+            "WARNING: dead tail: the last route of tier `{}` is not live: {last}; the chain has no working end\n",
+            t.tier
+        ));
+    }
+    out.push('\n');
+    out
+}
+
+/// One step of `walk`, as seed 002's log prints it.
+pub fn walk_step(step: crate::trace::Step<'_>) -> String {
+    use crate::trace::Step;
+    match step {
+        Step::Skipped(s) => {
+            let cause = s.cause.as_deref().map(|c| format!(" ({c})")).unwrap_or_default();
+            format!("  skip  {:<40} {}{cause}", s.route.to_string(), s.why.as_str())
+        }
+        Step::Attempt(a) => {
+            let status = a.status.map(|s| s.to_string()).unwrap_or_else(|| "—".into());
+            let health = a
+                .health
+                .as_ref()
+                .map(|h| {
+                    let reason = h.reason.as_deref().map(|r| format!(" {r}")).unwrap_or_default();
+                    match h.until {
+                        Some(until) => format!("  → {}{reason} until {}", h.state, rfc3339(until)),
+                        None => format!("  → {}{reason}", h.state),
+                    }
+                })
+                .unwrap_or_default();
+            let wait = a.wait_ms.map(|w| format!(" (wait {w} ms)")).unwrap_or_default();
+            format!(
+                "  {:>3}  {:<40} {status:>4}  {} → {}{wait}{health}  [{} ms]",
+                a.index,
+                a.route.to_string(),
+                a.class,
+                a.action,
+                a.latency_ms
+            )
+        }
+    }
+}
+
+/// The last line of `walk`: outcome, reason, and who served.
+pub fn walk_outcome(r: &crate::trace::Report) -> String {
+    let mut line = format!("outcome: {}", r.outcome);
+    if let Some(reason) = r.reason {
+        line.push_str(&format!(" (reason: {reason})"));
+    }
+    if let Some(by) = &r.served_by {
+        line.push_str(&format!(" — served by {by}"));
+    }
+    if let Some(text) = &r.text {
+        let short: String = text.chars().take(120).collect();
+        line.push_str(&format!(": {short:?}"));
+    }
+    line
+}
+
+/// `walk --json` (spec/cli.md).
+pub fn walk_json(tier: &str, r: &crate::trace::Report) -> String {
+    let attempts: Vec<Value> = r
+        .attempts
+        .iter()
+        .map(|a| {
+            json!({"route": a.route, "status": a.status, "class": a.class, "action": a.action,
+                   "wait_ms": a.wait_ms, "health": a.health, "latency_ms": a.latency_ms,
+                   "request_id": a.request_id, "detail": a.detail})
+        })
+        .collect();
+    let skipped: Vec<Value> = r
+        .skipped
+        .iter()
+        .map(|s| json!({"route": s.route, "why": s.why, "cause": s.cause}))
+        .collect();
+    json!({"tier": tier, "outcome": r.outcome, "reason": r.reason, "served_by": r.served_by,
+           "text": r.text, "attempts": attempts, "skipped": skipped})
+    .to_string()
+}
+
+fn status_row(route: &crate::vocab::Route, h: &crate::health::Health, now: crate::clock::UnixMs) -> (String, String, Option<String>, Option<String>) {
+    let state = h.state_at(now);
+    let until = (state == crate::vocab::HealthState::Cooling).then(|| h.until().map(rfc3339)).flatten();
+    let reason = (state != crate::vocab::HealthState::Ready).then(|| h.reason().map(str::to_string)).flatten();
+    (route.to_string(), state.to_string(), until, reason)
+}
+
+/// `status --json` (spec/cli.md): `{routes:[{route, state, until, reason}]}`.
+pub fn status_json(rows: &[(crate::vocab::Route, crate::health::Health)], now: crate::clock::UnixMs) -> String {
+    let routes: Vec<Value> = rows
+        .iter()
+        .map(|(r, h)| {
+            let (route, state, until, reason) = status_row(r, h, now);
+            json!({"route": route, "state": state, "until": until, "reason": reason})
+        })
+        .collect();
+    json!({ "routes": routes }).to_string()
+}
+
+pub fn status_table(rows: &[(crate::vocab::Route, crate::health::Health)], now: crate::clock::UnixMs, width: Option<u16>) -> String {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(vec!["route", "state", "until", "reason"]);
+    if let Some(w) = width {
+        t.set_width(w);
+    }
+    for (r, h) in rows {
+        let (route, state, until, reason) = status_row(r, h, now);
+        t.add_row(vec![route, state, until.unwrap_or_default(), reason.unwrap_or_default()]);
+    }
+    format!("{t}\n")
+}

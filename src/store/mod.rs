@@ -1,11 +1,15 @@
 //! Where route health lives. One trait, so the router neither knows nor cares whether
 //! health is in memory (tests, chaos), in an embedded file, or shared by a fleet.
-//! Every implementation must make `update` atomic: concurrent requests and other
-//! processes change health at once, and no update may be lost.
+//! Every `set` is atomic: concurrent requests and other processes change health at
+//! once, and no update may be lost.
 
 mod memory;
+mod overlay;
+mod sqlite;
 
 pub use memory::MemoryStore;
+pub use overlay::OverlayStore;
+pub use sqlite::SqliteStore;
 
 use crate::health::Health;
 use crate::vocab::Route;

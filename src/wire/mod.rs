@@ -124,6 +124,7 @@ pub struct EmbedSuccess {
     pub vectors: Vec<Vec<f32>>,
     pub usage: Usage,
     pub request_id: Option<String>,
+    pub headers: Headers,
 }
 
 /// A usable rerank: document indices, best first.
@@ -132,6 +133,7 @@ pub struct RerankSuccess {
     pub ranking: Vec<usize>,
     pub usage: Usage,
     pub request_id: Option<String>,
+    pub headers: Headers,
 }
 
 /// A wire that has no endpoint for a path (Anthropic has no embeddings): this route can
@@ -168,6 +170,7 @@ pub async fn embed(
             vectors,
             usage,
             request_id: reply.headers.request_id().map(str::to_string),
+            headers: reply.headers,
         }),
         Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
     }
@@ -190,6 +193,7 @@ pub async fn rerank(
             ranking,
             usage,
             request_id: reply.headers.request_id().map(str::to_string),
+            headers: reply.headers,
         }),
         Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
     }

@@ -1,0 +1,171 @@
+//! `poolctl probe`: the real status of every route of every tier, so a dead chain tail
+//! is found before a deploy. `--apply` writes what the probe proved into the store.
+
+use super::context::{env_key, load_config, open_store};
+use super::exit::Exit;
+use super::{render, ConfigArg};
+use crate::clock::wall_now_ms;
+use crate::health::Health;
+use crate::probe::{probe_all, ProbeResult, Target, DEFAULT_CONCURRENCY, PER_PROVIDER};
+use crate::store::HealthStore;
+use crate::vocab::{Class, HealthState, Route};
+use clap::Args;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Probe only this tier (repeatable); default every tier.
+    #[arg(long = "tier", value_name = "T")]
+    pub tiers: Vec<String>,
+    /// Print JSON (spec/cli.md) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Probes in flight at once, over all providers (never more than 4 per provider).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY)]
+    pub concurrency: usize,
+    /// Deadline of each probe in ms (default: each provider's timeout_ms).
+    #[arg(long, value_name = "N")]
+    pub timeout_ms: Option<u64>,
+    /// Write what the probe proved into the health store: retire routes found
+    /// quota_exhausted, model_unavailable or auth; restore retired routes that answered.
+    #[arg(long)]
+    pub apply: bool,
+}
+
+/// One tier's probe (spec/cli.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct TierProbe {
+    pub tier: String,
+    pub live: usize,
+    pub first_live: Option<Route>,
+    pub routes: Vec<ProbeResult>,
+}
+
+impl TierProbe {
+    /// The tier's last route is not live: the chain has no real fallback at its end.
+    pub fn dead_tail(&self) -> bool {
+        self.routes.last().is_some_and(|r| !r.is_live())
+    }
+}
+
+pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
+    let config = load_config(&args.config)?;
+    let tier_names: Vec<String> = if args.tiers.is_empty() {
+        config.tiers.keys().cloned().collect()
+    } else {
+        args.tiers.clone()
+    };
+    // Resolve everything first, so a missing key or unknown tier fails before any traffic.
+    let mut plan: Vec<(String, Vec<Target>)> = Vec::new();
+    for name in &tier_names {
+        let tier = config.tier(name, &env_key)?;
+        let entries = config.tier_entries(name)?;
+        let targets = tier
+            .routes
+            .iter()
+            .zip(entries)
+            .map(|(spec, entry)| Target { route: spec.route.clone(), path: entry.path, endpoint: spec.endpoint.clone() })
+            .collect();
+        plan.push((name.clone(), targets));
+    }
+    // A route in several tiers is probed once.
+    let mut unique: Vec<Target> = Vec::new();
+    for (_, targets) in &plan {
+        for t in targets {
+            if !unique.iter().any(|u| u.route == t.route && u.path == t.path) {
+                unique.push(t.clone());
+            }
+        }
+    }
+
+    let bar = (!args.json && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(unique.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} probing {pos}/{len} routes {wide_msg}").expect("static template"),
+        );
+        bar
+    });
+    let on_done = |r: &ProbeResult| {
+        if let Some(b) = &bar {
+            b.inc(1);
+            b.set_message(r.route.to_string());
+        }
+    };
+    let client = crate::wire::http_client();
+    let results = probe_all(&client, &unique, args.concurrency, PER_PROVIDER, args.timeout_ms, wall_now_ms(), &on_done).await;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+
+    let tiers: Vec<TierProbe> = plan
+        .iter()
+        .map(|(name, targets)| {
+            let routes: Vec<ProbeResult> = targets
+                .iter()
+                .map(|t| {
+                    let i = unique.iter().position(|u| u.route == t.route && u.path == t.path).expect("probed");
+                    results[i].clone()
+                })
+                .collect();
+            TierProbe {
+                tier: name.clone(),
+                live: routes.iter().filter(|r| r.is_live()).count(),
+                first_live: routes.iter().find(|r| r.is_live()).map(|r| r.route.clone()),
+                routes,
+            }
+        })
+        .collect();
+
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&serde_json::json!({ "tiers": tiers }))?)?;
+    } else {
+        for t in &tiers {
+            write!(out, "{}", render::probe_tier(t, None))?;
+        }
+    }
+    if args.apply {
+        let store = open_store(&config)?;
+        let changes = apply(store.as_ref(), &results)?;
+        if !args.json {
+            for line in changes {
+                writeln!(out, "applied: {line}")?;
+            }
+        }
+    }
+    Ok(if tiers.iter().all(|t| t.live > 0) { Exit::Ok } else { Exit::Failed })
+}
+
+/// Writes what the probe proved: permanent failures retire, answers restore.
+fn apply(store: &dyn HealthStore, results: &[ProbeResult]) -> anyhow::Result<Vec<String>> {
+    let now = wall_now_ms();
+    let mut seen: BTreeMap<&Route, ()> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for r in results {
+        if seen.insert(&r.route, ()).is_some() {
+            continue;
+        }
+        let current = store.get(&r.route)?;
+        let reason = match r.class {
+            Class::QuotaExhausted => Some("quota"),
+            Class::ModelUnavailable => Some("model_unavailable"),
+            Class::Auth => Some("auth"),
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            let new = Health::Retired { reason: reason.to_string() };
+            if current != new {
+                store.set(&r.route, new)?;
+                lines.push(format!("{} retired ({reason})", r.route));
+            }
+        } else if r.is_live() && current.state_at(now) == HealthState::Retired {
+            store.set(&r.route, Health::Ready)?;
+            lines.push(format!("{} restored (answered)", r.route));
+        }
+    }
+    Ok(lines)
+}

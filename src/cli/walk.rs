@@ -1,0 +1,95 @@
+//! `poolctl walk TIER`: one real request down a chain, every step printed as it happens
+//! (seed 002's verification: forcibly retire the primary and watch the chain reach its
+//! end). `--retire` forces routes out for this walk only; the store never sees it.
+
+use super::context::{env_key, load_config, open_store};
+use super::exit::Exit;
+use super::{render, ConfigArg};
+use crate::clock::SystemClock;
+use crate::health::Health;
+use crate::policy::Policy;
+use crate::request::{ChatRequest, EmbedRequest, RerankRequest};
+use crate::router::{CallOptions, Router};
+use crate::store::{HealthStore, OverlayStore};
+use crate::trace::{Report, Step};
+use crate::vocab::{CallPath, Outcome, Route};
+use clap::Args;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+
+#[derive(Debug, Args)]
+pub struct WalkArgs {
+    /// The tier to walk.
+    pub tier: String,
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Retire ROUTE for this walk only (repeatable), to prove the chain survives without it.
+    #[arg(long = "retire", value_name = "ROUTE")]
+    pub retire: Vec<String>,
+    /// Use the policy card NAME from the config (default: the decision table's defaults).
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
+    /// The prompt to send (chat and stream tiers).
+    #[arg(long, value_name = "TEXT", default_value = "Reply with the single word OK.")]
+    pub prompt: String,
+    /// Print JSON (spec/cli.md) instead of steps.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
+    let config = load_config(&args.config)?;
+    let tier = config.tier(&args.tier, &env_key)?;
+    let path = config.tier_entries(&args.tier)?.first().map(|e| e.path).unwrap_or_default();
+    let policy = match &args.policy {
+        Some(name) => config
+            .policies
+            .get(name)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("no policy card `{name}` in {}", config.file.display()))?,
+        None => Policy::default(),
+    };
+    let mut forced = BTreeMap::new();
+    for r in &args.retire {
+        let route: Route = config.find_route(r)?;
+        forced.insert(route, Health::Retired { reason: "forced by walk --retire".into() });
+    }
+    let base: Arc<dyn HealthStore> = open_store(&config)?;
+    let store = Arc::new(OverlayStore::new(base, forced));
+    let router = Router::new(crate::wire::http_client(), Arc::new(SystemClock), store);
+
+    if !args.json {
+        println!("walk tier `{}`: {} routes, path {path}", args.tier, tier.routes.len());
+    }
+    let print_step = |step: Step<'_>| {
+        let line = render::walk_step(step);
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    };
+    let mut opts = CallOptions::new(&policy);
+    if !args.json {
+        opts.observer = Some(&print_step);
+    }
+    let report: Report = match path {
+        CallPath::Chat => router.chat(&tier, &ChatRequest::user(args.prompt.clone(), 64), opts).await,
+        CallPath::Stream => router.stream(&tier, &ChatRequest::user(args.prompt.clone(), 64), opts, &|_| {}).await,
+        CallPath::Embed => router.embed(&tier, &EmbedRequest { inputs: vec![args.prompt.clone()] }, opts).await,
+        CallPath::Rerank => {
+            let req = RerankRequest {
+                query: args.prompt.clone(),
+                documents: vec!["first candidate".into(), "second candidate".into()],
+                top_n: 2,
+            };
+            router.rerank(&tier, &req, opts).await
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", render::walk_json(&args.tier, &report))?;
+    } else {
+        writeln!(out, "{}", render::walk_outcome(&report))?;
+    }
+    Ok(if report.outcome == Outcome::Success { Exit::Ok } else { Exit::Failed })
+}
