@@ -362,7 +362,8 @@ impl Router {
                                     report.usage = Some(ok.usage);
                                 }
                                 Answer::Stream(ok) => {
-                                    report.text = Some(ok.text);
+                                    // The text went out as it arrived; `delivered` holds it.
+                                    report.text.get_or_insert_with(String::new);
                                     report.usage = ok.usage;
                                 }
                                 Answer::Embed(ok) => {
@@ -376,6 +377,25 @@ impl Router {
                             }
                         }
                         report.outcome = outcome_of(action);
+                        if decision.row == 6 {
+                            // Row 6 ended the request because no approved live route was
+                            // left: the routes after this one were passed over.
+                            let now = clock.now_ms();
+                            for (later_idx, later) in tier.routes.iter().enumerate().skip(idx + 1) {
+                                if let Some(skip) = self.skip_reason(
+                                    later,
+                                    later_idx,
+                                    policy,
+                                    now,
+                                    &mut report.notes,
+                                ) {
+                                    report.skipped.push(skip);
+                                    emit(Step::Skipped(
+                                        report.skipped.last().expect("just pushed"),
+                                    ));
+                                }
+                            }
+                        }
                         ended = true;
                         break 'chain;
                     }

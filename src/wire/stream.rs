@@ -175,10 +175,9 @@ fn gemini_event(v: &Value) -> Vec<StreamEvent> {
     out
 }
 
-/// A stream that completed.
+/// A stream that completed. Its text is what `StreamAttempt::delivered` holds.
 #[derive(Debug, Clone)]
 pub struct StreamSuccess {
-    pub text: String,
     pub usage: Option<Usage>,
     pub request_id: Option<String>,
     pub headers: Headers,
@@ -259,7 +258,6 @@ async fn drive(
     };
 
     let mut events = resp.bytes_stream().eventsource();
-    let mut text = String::new();
     let mut usage: Option<Usage> = None;
     let mut finished = false;
     let mut skipped = 0u32;
@@ -298,7 +296,6 @@ async fn drive(
                 StreamEvent::Delta(t) => {
                     on_delta(&t);
                     delivered.push_str(&t);
-                    text.push_str(&t);
                 }
                 StreamEvent::Finish(u) => {
                     finished = true;
@@ -328,7 +325,6 @@ async fn drive(
         }
     }
     Ok(StreamSuccess {
-        text,
         usage,
         request_id,
         headers,
