@@ -38,16 +38,38 @@ pub struct Headroom {
 
 /// Reads `x-ratelimit-*` (OpenAI style) or `anthropic-ratelimit-*` headers.
 pub fn headroom(h: &Headers) -> Option<Headroom> {
-    let num = |names: &[&str]| names.iter().find_map(|n| h.get(n)).and_then(|v| v.trim().parse::<u64>().ok());
-    let room = Headroom {
-        requests_remaining: num(&["x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining"]),
-        requests_limit: num(&["x-ratelimit-limit-requests", "anthropic-ratelimit-requests-limit"]),
-        tokens_remaining: num(&["x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining"]),
-        tokens_limit: num(&["x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-limit"]),
+    let num = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|n| h.get(n))
+            .and_then(|v| v.trim().parse::<u64>().ok())
     };
-    let any = [room.requests_remaining, room.requests_limit, room.tokens_remaining, room.tokens_limit]
-        .iter()
-        .any(Option::is_some);
+    let room = Headroom {
+        requests_remaining: num(&[
+            "x-ratelimit-remaining-requests",
+            "anthropic-ratelimit-requests-remaining",
+        ]),
+        requests_limit: num(&[
+            "x-ratelimit-limit-requests",
+            "anthropic-ratelimit-requests-limit",
+        ]),
+        tokens_remaining: num(&[
+            "x-ratelimit-remaining-tokens",
+            "anthropic-ratelimit-tokens-remaining",
+        ]),
+        tokens_limit: num(&[
+            "x-ratelimit-limit-tokens",
+            "anthropic-ratelimit-tokens-limit",
+        ]),
+    };
+    let any = [
+        room.requests_remaining,
+        room.requests_limit,
+        room.tokens_remaining,
+        room.tokens_limit,
+    ]
+    .iter()
+    .any(Option::is_some);
     any.then_some(room)
 }
 
@@ -71,7 +93,12 @@ impl ProbeResult {
 }
 
 /// Sends one minimal request of `target`'s path and classifies the answer.
-pub async fn probe_one(client: &reqwest::Client, target: &Target, timeout_ms: Option<u64>, now: UnixMs) -> ProbeResult {
+pub async fn probe_one(
+    client: &reqwest::Client,
+    target: &Target,
+    timeout_ms: Option<u64>,
+    now: UnixMs,
+) -> ProbeResult {
     let mut endpoint = (*target.endpoint).clone();
     if let Some(t) = timeout_ms {
         endpoint.timeout_ms = t;
@@ -79,15 +106,30 @@ pub async fn probe_one(client: &reqwest::Client, target: &Target, timeout_ms: Op
     let model = target.route.model();
     let sw = Stopwatch::start();
     let outcome = match target.path {
-        CallPath::Chat | CallPath::Stream => wire::chat(client, &endpoint, model, &ChatRequest::user("ping", 1))
-            .await
-            .map(|ok| (ok.headers, ok.request_id)),
-        CallPath::Embed => wire::embed(client, &endpoint, model, &EmbedRequest { inputs: vec!["ping".into()] })
-            .await
-            .map(|ok| (ok.headers, ok.request_id)),
+        CallPath::Chat | CallPath::Stream => {
+            wire::chat(client, &endpoint, model, &ChatRequest::user("ping", 1))
+                .await
+                .map(|ok| (ok.headers, ok.request_id))
+        }
+        CallPath::Embed => wire::embed(
+            client,
+            &endpoint,
+            model,
+            &EmbedRequest {
+                inputs: vec!["ping".into()],
+            },
+        )
+        .await
+        .map(|ok| (ok.headers, ok.request_id)),
         CallPath::Rerank => {
-            let req = RerankRequest { query: "ping".into(), documents: vec!["a".into(), "b".into()], top_n: 2 };
-            wire::rerank(client, &endpoint, model, &req).await.map(|ok| (ok.headers, ok.request_id))
+            let req = RerankRequest {
+                query: "ping".into(),
+                documents: vec!["a".into(), "b".into()],
+                top_n: 2,
+            };
+            wire::rerank(client, &endpoint, model, &req)
+                .await
+                .map(|ok| (ok.headers, ok.request_id))
         }
     };
     let latency_ms = sw.elapsed_ms();
@@ -162,12 +204,25 @@ mod tests {
     #[test]
     fn headroom_from_either_header_family() {
         let h = Headers::from_pairs([
-            ("x-ratelimit-remaining-requests".to_string(), "59".to_string()),
+            (
+                "x-ratelimit-remaining-requests".to_string(),
+                "59".to_string(),
+            ),
             ("x-ratelimit-limit-requests".to_string(), "60".to_string()),
         ]);
         let room = headroom(&h).unwrap();
-        assert_eq!((room.requests_remaining, room.requests_limit, room.tokens_limit), (Some(59), Some(60), None));
-        let a = Headers::from_pairs([("anthropic-ratelimit-tokens-remaining".to_string(), "99000".to_string())]);
+        assert_eq!(
+            (
+                room.requests_remaining,
+                room.requests_limit,
+                room.tokens_limit
+            ),
+            (Some(59), Some(60), None)
+        );
+        let a = Headers::from_pairs([(
+            "anthropic-ratelimit-tokens-remaining".to_string(),
+            "99000".to_string(),
+        )]);
         assert_eq!(headroom(&a).unwrap().tokens_remaining, Some(99000));
         assert_eq!(headroom(&Headers::default()), None);
     }

@@ -25,11 +25,17 @@ pub struct Findings {
     pub warnings: Vec<String>,
 }
 
-pub fn findings(config: &crate::config::PoolConfig, env: &dyn Fn(&str) -> Option<String>) -> Findings {
+pub fn findings(
+    config: &crate::config::PoolConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Findings {
     let mut f = Findings::default();
     for (name, p) in &config.providers {
         if env(&p.api_key_env).is_none_or(|v| v.is_empty()) {
-            f.errors.push(format!("provider `{name}`: environment variable `{}` is not set", p.api_key_env));
+            f.errors.push(format!(
+                "provider `{name}`: environment variable `{}` is not set",
+                p.api_key_env
+            ));
         }
         if p.dialect().1 == DialectSource::WireDefault {
             f.warnings.push(format!(
@@ -39,10 +45,16 @@ pub fn findings(config: &crate::config::PoolConfig, env: &dyn Fn(&str) -> Option
             ));
         }
     }
-    let used: Vec<&str> = config.tiers.values().flatten().map(|e| e.route.provider()).collect();
+    let used: Vec<&str> = config
+        .tiers
+        .values()
+        .flatten()
+        .map(|e| e.route.provider())
+        .collect();
     for name in config.providers.keys() {
         if !used.contains(&name.as_str()) {
-            f.warnings.push(format!("provider `{name}` is used by no tier"));
+            f.warnings
+                .push(format!("provider `{name}` is used by no tier"));
         }
     }
     f
@@ -73,5 +85,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<Exit> {
             f.warnings.len()
         );
     }
-    Ok(if f.errors.is_empty() { Exit::Ok } else { Exit::Failed })
+    Ok(if f.errors.is_empty() {
+        Exit::Ok
+    } else {
+        Exit::Failed
+    })
 }

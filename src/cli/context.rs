@@ -22,7 +22,8 @@ pub fn load_config(arg: &ConfigArg) -> anyhow::Result<PoolConfig> {
 /// Opens the health store the config names (default `.poolctl/state.db` beside it).
 pub fn open_store(config: &PoolConfig) -> anyhow::Result<Arc<SqliteStore>> {
     let path = config.state_path();
-    let store = SqliteStore::open(&path).with_context(|| format!("cannot open the health store {}", path.display()))?;
+    let store = SqliteStore::open(&path)
+        .with_context(|| format!("cannot open the health store {}", path.display()))?;
     Ok(Arc::new(store))
 }
 

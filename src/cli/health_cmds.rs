@@ -43,8 +43,17 @@ pub fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let route = config.find_route(&args.route)?;
     let store = open_store(&config)?;
-    store.set(&route, Health::Retired { reason: args.reason.clone() })?;
-    println!("{route} retired ({}) in {}", args.reason, store.path().display());
+    store.set(
+        &route,
+        Health::Retired {
+            reason: args.reason.clone(),
+        },
+    )?;
+    println!(
+        "{route} retired ({}) in {}",
+        args.reason,
+        store.path().display()
+    );
     Ok(Exit::Ok)
 }
 
@@ -67,7 +76,11 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
 pub fn status(args: StatusArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let store = open_store(&config)?;
-    let mut all: BTreeMap<Route, Health> = config.route_names().into_iter().map(|r| (r, Health::Ready)).collect();
+    let mut all: BTreeMap<Route, Health> = config
+        .route_names()
+        .into_iter()
+        .map(|r| (r, Health::Ready))
+        .collect();
     all.extend(store.list()?);
     let rows: Vec<(Route, Health)> = all.into_iter().collect();
     let now = wall_now_ms();

@@ -34,7 +34,11 @@ pub async fn run(args: MockArgs) -> anyhow::Result<Exit> {
     write!(out, "{}", pool_config(&scenario, &server))?;
     out.flush()?;
     drop(out);
-    eprintln!("poolctl mock: serving `{}` on http://{} until interrupted (Ctrl-C)", scenario.name, server.addr());
+    eprintln!(
+        "poolctl mock: serving `{}` on http://{} until interrupted (Ctrl-C)",
+        scenario.name,
+        server.addr()
+    );
     wait_for_stop().await;
     eprintln!("poolctl mock: stopped");
     Ok(Exit::Ok)
@@ -60,8 +64,16 @@ async fn wait_for_stop() {
 /// named after the scenario.
 pub fn pool_config(scenario: &Scenario, server: &MockServer) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "# poolctl mock: scenario `{}` ({})", scenario.name, scenario.file.display());
-    let _ = writeln!(s, "# the mocks accept any key: export {MOCK_KEY_ENV}=anything");
+    let _ = writeln!(
+        s,
+        "# poolctl mock: scenario `{}` ({})",
+        scenario.name,
+        scenario.file.display()
+    );
+    let _ = writeln!(
+        s,
+        "# the mocks accept any key: export {MOCK_KEY_ENV}=anything"
+    );
     s.push_str("providers:\n");
     let mut seen = Vec::new();
     for entry in &scenario.chain {

@@ -68,7 +68,11 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
             .routes
             .iter()
             .zip(entries)
-            .map(|(spec, entry)| Target { route: spec.route.clone(), path: entry.path, endpoint: spec.endpoint.clone() })
+            .map(|(spec, entry)| Target {
+                route: spec.route.clone(),
+                path: entry.path,
+                endpoint: spec.endpoint.clone(),
+            })
             .collect();
         plan.push((name.clone(), targets));
     }
@@ -76,7 +80,10 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
     let mut unique: Vec<Target> = Vec::new();
     for (_, targets) in &plan {
         for t in targets {
-            if !unique.iter().any(|u| u.route == t.route && u.path == t.path) {
+            if !unique
+                .iter()
+                .any(|u| u.route == t.route && u.path == t.path)
+            {
                 unique.push(t.clone());
             }
         }
@@ -85,7 +92,10 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
     let bar = (!args.json && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(unique.len() as u64);
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} probing {pos}/{len} routes {wide_msg}").expect("static template"),
+            indicatif::ProgressStyle::with_template(
+                "{spinner} probing {pos}/{len} routes {wide_msg}",
+            )
+            .expect("static template"),
         );
         bar
     });
@@ -96,7 +106,16 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
         }
     };
     let client = crate::wire::http_client();
-    let results = probe_all(&client, &unique, args.concurrency, PER_PROVIDER, args.timeout_ms, wall_now_ms(), &on_done).await;
+    let results = probe_all(
+        &client,
+        &unique,
+        args.concurrency,
+        PER_PROVIDER,
+        args.timeout_ms,
+        wall_now_ms(),
+        &on_done,
+    )
+    .await;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -107,7 +126,10 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
             let routes: Vec<ProbeResult> = targets
                 .iter()
                 .map(|t| {
-                    let i = unique.iter().position(|u| u.route == t.route && u.path == t.path).expect("probed");
+                    let i = unique
+                        .iter()
+                        .position(|u| u.route == t.route && u.path == t.path)
+                        .expect("probed");
                     results[i].clone()
                 })
                 .collect();
@@ -122,7 +144,11 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
 
     let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&serde_json::json!({ "tiers": tiers }))?)?;
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "tiers": tiers }))?
+        )?;
     } else {
         for t in &tiers {
             write!(out, "{}", render::probe_tier(t, None))?;
@@ -137,7 +163,11 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
             }
         }
     }
-    Ok(if tiers.iter().all(|t| t.live > 0) { Exit::Ok } else { Exit::Failed })
+    Ok(if tiers.iter().all(|t| t.live > 0) {
+        Exit::Ok
+    } else {
+        Exit::Failed
+    })
 }
 
 /// Writes what the probe proved: permanent failures retire, answers restore.
@@ -157,7 +187,9 @@ fn apply(store: &dyn HealthStore, results: &[ProbeResult]) -> anyhow::Result<Vec
             _ => None,
         };
         if let Some(reason) = reason {
-            let new = Health::Retired { reason: reason.to_string() };
+            let new = Health::Retired {
+                reason: reason.to_string(),
+            };
             if current != new {
                 store.set(&r.route, new)?;
                 lines.push(format!("{} retired ({reason})", r.route));

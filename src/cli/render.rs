@@ -193,7 +193,16 @@ pub fn probe_tier(t: &crate::cli::probe::TierProbe, width: Option<u16>) -> Strin
     table
         .load_preset(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header(vec!["route", "status", "class", "latency", "retry hint", "request id", "headroom", "detail"]);
+        .set_header(vec![
+            "route",
+            "status",
+            "class",
+            "latency",
+            "retry hint",
+            "request id",
+            "headroom",
+            "detail",
+        ]);
     if let Some(w) = width {
         table.set_width(w);
     }
@@ -209,31 +218,53 @@ pub fn probe_tier(t: &crate::cli::probe::TierProbe, width: Option<u16>) -> Strin
                         l.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
                     )),
                 };
-                [pair(h.requests_remaining, h.requests_limit, "req"), pair(h.tokens_remaining, h.tokens_limit, "tok")]
-                    .into_iter()
-                    .flatten()
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                [
+                    pair(h.requests_remaining, h.requests_limit, "req"),
+                    pair(h.tokens_remaining, h.tokens_limit, "tok"),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ")
             })
             .unwrap_or_default();
         table.add_row(vec![
             r.route.to_string(),
-            r.status.map(|s| s.to_string()).unwrap_or_else(|| "—".into()),
+            r.status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "—".into()),
             r.class.to_string(),
             format!("{} ms", r.latency_ms),
-            r.retry_after_ms.map(|ms| format!("{ms} ms")).unwrap_or_default(),
+            r.retry_after_ms
+                .map(|ms| format!("{ms} ms"))
+                .unwrap_or_default(),
             r.request_id.clone().unwrap_or_default(),
             headroom,
             r.detail.clone().unwrap_or_default(),
         ]);
     }
     let mut out = format!("tier `{}`\n{table}\n", t.tier);
-    let first = t.first_live.as_ref().map(|r| r.to_string()).unwrap_or_else(|| "none".into());
-    out.push_str(&format!("{} of {} routes live; first live: {first}\n", t.live, t.routes.len()));
+    let first = t
+        .first_live
+        .as_ref()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|| "none".into());
+    out.push_str(&format!(
+        "{} of {} routes live; first live: {first}\n",
+        t.live,
+        t.routes.len()
+    ));
     if t.live == 0 {
-        out.push_str(&format!("WARNING: tier `{}` has NO live route: every request to it will fail\n", t.tier));
+        out.push_str(&format!(
+            "WARNING: tier `{}` has NO live route: every request to it will fail\n",
+            t.tier
+        ));
     } else if t.dead_tail() {
-        let last = t.routes.last().map(|r| format!("{} ({})", r.route, r.class)).unwrap_or_default();
+        let last = t
+            .routes
+            .last()
+            .map(|r| format!("{} ({})", r.route, r.class))
+            .unwrap_or_default();
         out.push_str(&format!(
             "WARNING: dead tail: the last route of tier `{}` is not live: {last}; the chain has no working end\n",
             t.tier
@@ -248,23 +279,41 @@ pub fn walk_step(step: crate::trace::Step<'_>) -> String {
     use crate::trace::Step;
     match step {
         Step::Skipped(s) => {
-            let cause = s.cause.as_deref().map(|c| format!(" ({c})")).unwrap_or_default();
-            format!("  skip  {:<40} {}{cause}", s.route.to_string(), s.why.as_str())
+            let cause = s
+                .cause
+                .as_deref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default();
+            format!(
+                "  skip  {:<40} {}{cause}",
+                s.route.to_string(),
+                s.why.as_str()
+            )
         }
         Step::Attempt(a) => {
-            let status = a.status.map(|s| s.to_string()).unwrap_or_else(|| "—".into());
+            let status = a
+                .status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "—".into());
             let health = a
                 .health
                 .as_ref()
                 .map(|h| {
-                    let reason = h.reason.as_deref().map(|r| format!(" {r}")).unwrap_or_default();
+                    let reason = h
+                        .reason
+                        .as_deref()
+                        .map(|r| format!(" {r}"))
+                        .unwrap_or_default();
                     match h.until {
                         Some(until) => format!("  → {}{reason} until {}", h.state, rfc3339(until)),
                         None => format!("  → {}{reason}", h.state),
                     }
                 })
                 .unwrap_or_default();
-            let wait = a.wait_ms.map(|w| format!(" (wait {w} ms)")).unwrap_or_default();
+            let wait = a
+                .wait_ms
+                .map(|w| format!(" (wait {w} ms)"))
+                .unwrap_or_default();
             format!(
                 "  {:>3}  {:<40} {status:>4}  {} → {}{wait}{health}  [{} ms]",
                 a.index,
@@ -314,15 +363,26 @@ pub fn walk_json(tier: &str, r: &crate::trace::Report) -> String {
     .to_string()
 }
 
-fn status_row(route: &crate::vocab::Route, h: &crate::health::Health, now: crate::clock::UnixMs) -> (String, String, Option<String>, Option<String>) {
+fn status_row(
+    route: &crate::vocab::Route,
+    h: &crate::health::Health,
+    now: crate::clock::UnixMs,
+) -> (String, String, Option<String>, Option<String>) {
     let state = h.state_at(now);
-    let until = (state == crate::vocab::HealthState::Cooling).then(|| h.until().map(rfc3339)).flatten();
-    let reason = (state != crate::vocab::HealthState::Ready).then(|| h.reason().map(str::to_string)).flatten();
+    let until = (state == crate::vocab::HealthState::Cooling)
+        .then(|| h.until().map(rfc3339))
+        .flatten();
+    let reason = (state != crate::vocab::HealthState::Ready)
+        .then(|| h.reason().map(str::to_string))
+        .flatten();
     (route.to_string(), state.to_string(), until, reason)
 }
 
 /// `status --json` (spec/cli.md): `{routes:[{route, state, until, reason}]}`.
-pub fn status_json(rows: &[(crate::vocab::Route, crate::health::Health)], now: crate::clock::UnixMs) -> String {
+pub fn status_json(
+    rows: &[(crate::vocab::Route, crate::health::Health)],
+    now: crate::clock::UnixMs,
+) -> String {
     let routes: Vec<Value> = rows
         .iter()
         .map(|(r, h)| {
@@ -333,7 +393,11 @@ pub fn status_json(rows: &[(crate::vocab::Route, crate::health::Health)], now: c
     json!({ "routes": routes }).to_string()
 }
 
-pub fn status_table(rows: &[(crate::vocab::Route, crate::health::Health)], now: crate::clock::UnixMs, width: Option<u16>) -> String {
+pub fn status_table(
+    rows: &[(crate::vocab::Route, crate::health::Health)],
+    now: crate::clock::UnixMs,
+    width: Option<u16>,
+) -> String {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic)
@@ -343,7 +407,12 @@ pub fn status_table(rows: &[(crate::vocab::Route, crate::health::Health)], now: 
     }
     for (r, h) in rows {
         let (route, state, until, reason) = status_row(r, h, now);
-        t.add_row(vec![route, state, until.unwrap_or_default(), reason.unwrap_or_default()]);
+        t.add_row(vec![
+            route,
+            state,
+            until.unwrap_or_default(),
+            reason.unwrap_or_default(),
+        ]);
     }
     format!("{t}\n")
 }

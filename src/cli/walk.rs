@@ -31,7 +31,11 @@ pub struct WalkArgs {
     #[arg(long, value_name = "NAME")]
     pub policy: Option<String>,
     /// The prompt to send (chat and stream tiers).
-    #[arg(long, value_name = "TEXT", default_value = "Reply with the single word OK.")]
+    #[arg(
+        long,
+        value_name = "TEXT",
+        default_value = "Reply with the single word OK."
+    )]
     pub prompt: String,
     /// Print JSON (spec/cli.md) instead of steps.
     #[arg(long)]
@@ -41,26 +45,37 @@ pub struct WalkArgs {
 pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let tier = config.tier(&args.tier, &env_key)?;
-    let path = config.tier_entries(&args.tier)?.first().map(|e| e.path).unwrap_or_default();
+    let path = config
+        .tier_entries(&args.tier)?
+        .first()
+        .map(|e| e.path)
+        .unwrap_or_default();
     let policy = match &args.policy {
-        Some(name) => config
-            .policies
-            .get(name)
-            .cloned()
-            .ok_or_else(|| anyhow::anyhow!("no policy card `{name}` in {}", config.file.display()))?,
+        Some(name) => config.policies.get(name).cloned().ok_or_else(|| {
+            anyhow::anyhow!("no policy card `{name}` in {}", config.file.display())
+        })?,
         None => Policy::default(),
     };
     let mut forced = BTreeMap::new();
     for r in &args.retire {
         let route: Route = config.find_route(r)?;
-        forced.insert(route, Health::Retired { reason: "forced by walk --retire".into() });
+        forced.insert(
+            route,
+            Health::Retired {
+                reason: "forced by walk --retire".into(),
+            },
+        );
     }
     let base: Arc<dyn HealthStore> = open_store(&config)?;
     let store = Arc::new(OverlayStore::new(base, forced));
     let router = Router::new(crate::wire::http_client(), Arc::new(SystemClock), store);
 
     if !args.json {
-        println!("walk tier `{}`: {} routes, path {path}", args.tier, tier.routes.len());
+        println!(
+            "walk tier `{}`: {} routes, path {path}",
+            args.tier,
+            tier.routes.len()
+        );
     }
     let print_step = |step: Step<'_>| {
         let line = render::walk_step(step);
@@ -73,9 +88,32 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
         opts.observer = Some(&print_step);
     }
     let report: Report = match path {
-        CallPath::Chat => router.chat(&tier, &ChatRequest::user(args.prompt.clone(), 64), opts).await,
-        CallPath::Stream => router.stream(&tier, &ChatRequest::user(args.prompt.clone(), 64), opts, &|_| {}).await,
-        CallPath::Embed => router.embed(&tier, &EmbedRequest { inputs: vec![args.prompt.clone()] }, opts).await,
+        CallPath::Chat => {
+            router
+                .chat(&tier, &ChatRequest::user(args.prompt.clone(), 64), opts)
+                .await
+        }
+        CallPath::Stream => {
+            router
+                .stream(
+                    &tier,
+                    &ChatRequest::user(args.prompt.clone(), 64),
+                    opts,
+                    &|_| {},
+                )
+                .await
+        }
+        CallPath::Embed => {
+            router
+                .embed(
+                    &tier,
+                    &EmbedRequest {
+                        inputs: vec![args.prompt.clone()],
+                    },
+                    opts,
+                )
+                .await
+        }
         CallPath::Rerank => {
             let req = RerankRequest {
                 query: args.prompt.clone(),
@@ -91,5 +129,9 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
     } else {
         writeln!(out, "{}", render::walk_outcome(&report))?;
     }
-    Ok(if report.outcome == Outcome::Success { Exit::Ok } else { Exit::Failed })
+    Ok(if report.outcome == Outcome::Success {
+        Exit::Ok
+    } else {
+        Exit::Failed
+    })
 }

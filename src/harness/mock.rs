@@ -41,7 +41,26 @@ struct RouteState {
 struct Shared {
     /// Keyed by (provider, model).
     routes: HashMap<(String, String), RouteState>,
+    /// Per provider: requests being answered now, and the most ever at once.
+    in_flight: HashMap<String, (AtomicU64, AtomicU64)>,
     served: AtomicU64,
+}
+
+/// Counts a request in flight to a provider for as long as it lives.
+struct InFlight<'a>(&'a (AtomicU64, AtomicU64));
+
+impl<'a> InFlight<'a> {
+    fn enter(gauge: &'a (AtomicU64, AtomicU64)) -> Self {
+        let now = gauge.0.fetch_add(1, Ordering::SeqCst) + 1;
+        gauge.1.fetch_max(now, Ordering::SeqCst);
+        InFlight(gauge)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A running mock server. Dropping it stops the server and every open connection.
@@ -62,7 +81,17 @@ impl MockServer {
     pub async fn start(listen: SocketAddr, routes: Vec<MockRoute>) -> std::io::Result<MockServer> {
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
+        let in_flight = routes
+            .iter()
+            .map(|r| {
+                (
+                    r.route.provider().to_string(),
+                    (AtomicU64::new(0), AtomicU64::new(0)),
+                )
+            })
+            .collect();
         let shared = Arc::new(Shared {
+            in_flight,
             routes: routes
                 .into_iter()
                 .map(|spec| {
@@ -112,6 +141,15 @@ impl MockServer {
             Wire::OpenAi => format!("http://{}/{provider}/v1", self.addr),
             Wire::Anthropic | Wire::Gemini => format!("http://{}/{provider}", self.addr),
         }
+    }
+
+    /// The most requests ever answered at once for one provider.
+    pub fn max_in_flight(&self, provider: &str) -> u64 {
+        self.shared
+            .in_flight
+            .get(provider)
+            .map(|g| g.1.load(Ordering::SeqCst))
+            .unwrap_or(0)
     }
 
     /// Calls received by a route since the server started.
@@ -170,6 +208,10 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             .await;
         }
         Ok((state, call, request)) => {
+            let _gauge = shared
+                .in_flight
+                .get(state.spec.route.provider())
+                .map(InFlight::enter);
             state.calls.fetch_add(1, Ordering::SeqCst);
             let n = state.next.fetch_add(1, Ordering::SeqCst);
             let reply = &state.spec.replies[n.min(state.spec.replies.len() - 1)];
@@ -356,8 +398,12 @@ fn check_wire(req: &Parsed, wire: Wire, kind: CallKind, body: &Value) -> Result<
             }
         }
         Wire::Anthropic => {
-            if !nonempty("x-api-key") {
-                return Err("missing `x-api-key`".into());
+            // anthropic-sdk 2.x sends the key as a Bearer token instead of `x-api-key`.
+            let bearer = req
+                .header("authorization")
+                .is_some_and(|v| v.starts_with("Bearer ") && v.len() > "Bearer ".len());
+            if !nonempty("x-api-key") && !bearer {
+                return Err("missing `x-api-key` (or `Authorization: Bearer`)".into());
             }
             if !nonempty("anthropic-version") {
                 return Err("missing `anthropic-version`".into());

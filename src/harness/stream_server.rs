@@ -38,10 +38,16 @@ async fn write_stream(
     stream.write_all(head.as_bytes()).await?;
     stream.flush().await?;
 
+    let include_usage = ctx
+        .request
+        .pointer("/stream_options/include_usage")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
     let sse = Sse {
         wire: ctx.wire,
         model: ctx.model,
         seq: ctx.seq,
+        include_usage,
     };
     if let Some(pre) = sse.preamble(prompt_tokens(ctx.request)) {
         chunk(stream, &pre).await?;
@@ -113,6 +119,8 @@ struct Sse<'a> {
     wire: Wire,
     model: &'a str,
     seq: usize,
+    /// OpenAI sends a usage chunk only when the request asks (`stream_options.include_usage`).
+    include_usage: bool,
 }
 
 impl Sse<'_> {
@@ -174,14 +182,19 @@ impl Sse<'_> {
     fn finish(&self, (prompt, completion): (u64, u64)) -> String {
         match self.wire {
             Wire::OpenAi => {
-                Self::data(json!({
+                let finish = Self::data(json!({
                     "id": self.id(), "object": "chat.completion.chunk", "created": 1_767_225_600, "model": self.model,
                     "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]
-                })) + &Self::data(json!({
-                    "id": self.id(), "object": "chat.completion.chunk", "created": 1_767_225_600, "model": self.model,
-                    "choices": [],
-                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-                }))
+                }));
+                if !self.include_usage {
+                    return finish;
+                }
+                finish
+                    + &Self::data(json!({
+                        "id": self.id(), "object": "chat.completion.chunk", "created": 1_767_225_600, "model": self.model,
+                        "choices": [],
+                        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+                    }))
             }
             Wire::Anthropic => {
                 Self::event(

@@ -21,7 +21,9 @@ pub struct SqliteStore {
 
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore").field("path", &self.path).finish()
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -33,11 +35,13 @@ impl SqliteStore {
             message,
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create its directory: {e}")))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| err(format!("cannot create its directory: {e}")))?;
         }
         create_private(path).map_err(|e| err(format!("cannot create the file: {e}")))?;
         let conn = Connection::open(path).map_err(|e| err(e.to_string()))?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(e.to_string()))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| err(e.to_string()))?;
         // WAL lets readers and one writer work at once across processes; NORMAL sync is
         // durable against a killed process (the WAL is replayed), which is the threat here.
         let mode: String = conn
@@ -176,11 +180,29 @@ mod tests {
         {
             let s = SqliteStore::open(&path).unwrap();
             assert_eq!(s.get(&r).unwrap(), Health::Ready);
-            s.set(&r, Health::Cooling { until: 42, reason: "rate_limited".into() }).unwrap();
-            s.set(&r, Health::Retired { reason: "quota".into() }).unwrap();
+            s.set(
+                &r,
+                Health::Cooling {
+                    until: 42,
+                    reason: "rate_limited".into(),
+                },
+            )
+            .unwrap();
+            s.set(
+                &r,
+                Health::Retired {
+                    reason: "quota".into(),
+                },
+            )
+            .unwrap();
         }
         let s = SqliteStore::open(&path).unwrap();
-        assert_eq!(s.get(&r).unwrap(), Health::Retired { reason: "quota".into() });
+        assert_eq!(
+            s.get(&r).unwrap(),
+            Health::Retired {
+                reason: "quota".into()
+            }
+        );
         assert_eq!(s.list().unwrap().len(), 1);
         s.set(&r, Health::Ready).unwrap();
         assert!(s.list().unwrap().is_empty());

@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""The official `openai` and `anthropic` Python SDKs against `poolctl mock`.
+
+Starts `poolctl mock tests/sdk/scenario.yaml --listen 127.0.0.1:0`, reads the pool
+config it prints for the providers' base URLs, and points each SDK at its mock: a
+success body must parse, a stream must deliver the whole text, a 429 must raise the
+SDK's rate-limit error and a 529 Anthropic's overloaded error. This proves the mocks
+speak the real wire formats. Both clients run with max_retries=0 - the router is the
+only retry layer - and the scenario's second reply on every error route is a success,
+so an SDK retry would show up as a missing exception.
+
+Plain Python, no pytest. Prints one line per check, then `N passed, M failed`; exits
+non-zero when any check failed.
+
+    POOLCTL_BIN=target/release/poolctl python tests/sdk/test_sdks.py
+"""
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+import anthropic
+import openai
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCENARIO = os.path.join(ROOT, "tests", "sdk", "scenario.yaml")
+POOLCTL = os.path.abspath(os.environ.get("POOLCTL_BIN", os.path.join(ROOT, "target", "release", "poolctl")))
+KEY = "mock-key-anything"
+TIMEOUT_S = 10.0
+STARTUP_S = 20.0
+PROMPT = [{"role": "user", "content": "Say hello."}]
+
+passed = 0
+failed = 0
+
+
+def check(name, fn):
+    """Runs one check; an exception or a failed assert is a failure."""
+    global passed, failed
+    try:
+        detail = fn()
+    except Exception as e:  # noqa: BLE001 - every failure is reported, none stops the run
+        failed += 1
+        print(f"FAIL {name}: {type(e).__module__}.{type(e).__name__}: {e}")
+        traceback.print_exc(limit=4, file=sys.stdout)
+        return
+    passed += 1
+    print(f"ok   {name}" + (f" ({detail})" if detail else ""))
+
+
+def expect_raise(exc_type, fn):
+    """Calls fn and returns the exception, which must be exactly an `exc_type`."""
+    try:
+        got = fn()
+    except exc_type as e:
+        return e
+    raise AssertionError(f"expected {exc_type.__module__}.{exc_type.__name__}, got a success: {got!r}")
+
+
+def start_mock():
+    """Starts the mock, returns (process, stderr file, {provider: base_url})."""
+    if not os.access(POOLCTL, os.X_OK):
+        sys.exit(f"poolctl binary not found at {POOLCTL} (build it, or set POOLCTL_BIN)")
+    errf = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(
+        [POOLCTL, "mock", SCENARIO, "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=errf,
+        text=True,
+        cwd=ROOT,
+    )
+    lines = queue.Queue()
+
+    def reader():
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=reader, daemon=True).start()
+
+    # The providers section comes before `tiers:`, so stop reading there.
+    urls, current, deadline = {}, None, time.monotonic() + STARTUP_S
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            line = None
+        if line is None or line.startswith("tiers:"):
+            break
+        if line.startswith("  ") and not line.startswith("    ") and line.rstrip().endswith(":"):
+            current = line.strip()[:-1]
+        elif line.strip().startswith("base_url:") and current:
+            urls[current] = line.split(":", 1)[1].strip()
+    if "openai" not in urls or "claude" not in urls:
+        proc.kill()
+        proc.wait()
+        errf.seek(0)
+        sys.exit(f"poolctl mock printed no usable config (got {urls}); exit {proc.returncode}; stderr:\n{errf.read()}")
+    return proc, errf, urls
+
+
+def openai_checks(base_url):
+    client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=TIMEOUT_S)
+
+    def chat_parses():
+        r = client.chat.completions.create(model="gpt-ok", messages=PROMPT)
+        assert r.object == "chat.completion", r.object
+        assert r.model == "gpt-ok", r.model
+        assert r.choices[0].message.role == "assistant", r.choices[0].message.role
+        assert r.choices[0].message.content == "hello from mock", r.choices[0].message.content
+        assert r.choices[0].finish_reason == "stop", r.choices[0].finish_reason
+        u = r.usage
+        assert u is not None, "no usage"
+        assert u.prompt_tokens > 0 and u.completion_tokens > 0, u
+        assert u.total_tokens == u.prompt_tokens + u.completion_tokens, u
+        return f"content={r.choices[0].message.content!r} usage={u.prompt_tokens}+{u.completion_tokens}"
+
+    def chat_429_raises():
+        e = expect_raise(
+            openai.RateLimitError,
+            lambda: client.chat.completions.create(model="gpt-429", messages=PROMPT),
+        )
+        assert e.status_code == 429, e.status_code
+        assert e.code == "rate_limit_exceeded", e.code
+        assert e.response.headers.get("retry-after") == "1", e.response.headers.get("retry-after")
+        assert "Rate limit reached" in e.message, e.message
+        return f"{type(e).__name__} status={e.status_code} code={e.code} retry-after=1"
+
+    def stream(model, want, usage):
+        def run():
+            extra = {"stream_options": {"include_usage": True}} if usage else {}
+            text, finish, last_usage, chunks = "", None, None, 0
+            for chunk in client.chat.completions.create(model=model, messages=PROMPT, stream=True, **extra):
+                chunks += 1
+                assert chunk.object == "chat.completion.chunk", chunk.object
+                if chunk.usage is not None:
+                    last_usage = chunk.usage
+                for choice in chunk.choices:
+                    text += choice.delta.content or ""
+                    finish = choice.finish_reason or finish
+            assert text == want, f"streamed {text!r}, want {want!r}"
+            assert finish == "stop", finish
+            if usage:
+                assert last_usage is not None and last_usage.completion_tokens > 0, last_usage
+            return f"{chunks} chunks, text={text!r}"
+
+        return run
+
+    def bad_model_400():
+        e = expect_raise(
+            openai.BadRequestError,
+            lambda: client.chat.completions.create(model="not-in-scenario", messages=PROMPT),
+        )
+        assert e.status_code == 400, e.status_code
+        assert "mock: bad request: no route" in str(e.body) and "not-in-scenario" in str(e.body), e.body
+        return "the mock validates what the SDK sends"
+
+    check("openai: chat.completions.create parses (content, usage)", chat_parses)
+    check("openai: 429 raises openai.RateLimitError", chat_429_raises)
+    check("openai: stream=True on an `ok` reply delivers the text", stream("gpt-stream", "streamed hello from mock", False))
+    check("openai: stream=True on a `stream:` reply, with include_usage", stream("gpt-stream-chunks", "Hello, world", True))
+    check("openai: unknown model is the mock's 400 (openai.BadRequestError)", bad_model_400)
+
+
+def anthropic_checks(base_url):
+    client = anthropic.Anthropic(base_url=base_url, api_key=KEY, max_retries=0, timeout=TIMEOUT_S)
+    # The SDK raises OverloadedError for 529 since 0.47 (exported at the top level only
+    # later); before that, InternalServerError (any 5xx). .ci/run installs >= 0.47.
+    overloaded = (
+        getattr(anthropic, "OverloadedError", None)
+        or getattr(anthropic._exceptions, "OverloadedError", None)
+        or anthropic.InternalServerError
+    )
+
+    def create_parses():
+        m = client.messages.create(model="claude-ok", max_tokens=16, messages=PROMPT)
+        assert m.type == "message" and m.role == "assistant", (m.type, m.role)
+        assert m.model == "claude-ok", m.model
+        assert m.content[0].type == "text", m.content[0].type
+        assert m.content[0].text == "hello from mock", m.content[0].text
+        assert m.stop_reason == "end_turn", m.stop_reason
+        assert m.usage.input_tokens > 0 and m.usage.output_tokens > 0, m.usage
+        return f"text={m.content[0].text!r} usage={m.usage.input_tokens}+{m.usage.output_tokens}"
+
+    def create_429_raises():
+        e = expect_raise(
+            anthropic.RateLimitError,
+            lambda: client.messages.create(model="claude-429", max_tokens=16, messages=PROMPT),
+        )
+        assert e.status_code == 429, e.status_code
+        assert e.body["error"]["type"] == "rate_limit_error", e.body
+        assert e.response.headers.get("retry-after") == "1", e.response.headers.get("retry-after")
+        return f"{type(e).__name__} status={e.status_code}"
+
+    def create_529_raises():
+        e = expect_raise(
+            overloaded,
+            lambda: client.messages.create(model="claude-529", max_tokens=16, messages=PROMPT),
+        )
+        assert e.status_code == 529, e.status_code
+        assert e.body["error"]["type"] == "overloaded_error", e.body
+        return f"{type(e).__name__} status={e.status_code}"
+
+    def stream_helper():
+        with client.messages.stream(model="claude-stream", max_tokens=16, messages=PROMPT) as s:
+            text = "".join(s.text_stream)
+            final = s.get_final_message()
+        assert text == "streamed hello from mock", text
+        assert final.content[0].text == text, final.content
+        assert final.stop_reason == "end_turn", final.stop_reason
+        assert final.usage.output_tokens > 0, final.usage
+        return f"text={text!r} stop_reason={final.stop_reason}"
+
+    def stream_raw_events():
+        text, types = "", []
+        for ev in client.messages.create(model="claude-stream-chunks", max_tokens=16, messages=PROMPT, stream=True):
+            types.append(ev.type)
+            if ev.type == "content_block_delta" and ev.delta.type == "text_delta":
+                text += ev.delta.text
+        assert text == "Hello, world", text
+        assert types[0] == "message_start" and types[-1] == "message_stop", types
+        return f"{len(types)} events, text={text!r}"
+
+    def bad_model_400():
+        e = expect_raise(
+            anthropic.BadRequestError,
+            lambda: client.messages.create(model="not-in-scenario", max_tokens=16, messages=PROMPT),
+        )
+        assert e.status_code == 400, e.status_code
+        assert "mock: bad request: no route" in str(e.body) and "not-in-scenario" in str(e.body), e.body
+        return "the mock validates what the SDK sends"
+
+    check("anthropic: messages.create parses (text, usage)", create_parses)
+    check("anthropic: 429 raises anthropic.RateLimitError", create_429_raises)
+    check(f"anthropic: 529 raises anthropic.{overloaded.__name__}", create_529_raises)
+    check("anthropic: messages.stream on an `ok` reply delivers the text", stream_helper)
+    check("anthropic: create(stream=True) on a `stream:` reply", stream_raw_events)
+    check("anthropic: unknown model is the mock's 400 (anthropic.BadRequestError)", bad_model_400)
+
+
+def main():
+    print(f"openai {openai.__version__}, anthropic {anthropic.__version__}, poolctl {POOLCTL}")
+    proc, errf, urls = start_mock()
+    try:
+        openai_checks(urls["openai"])
+        anthropic_checks(urls["claude"])
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+
+    def clean_stop():
+        assert code == 0, f"exit status {code}"
+        return "SIGTERM, exit 0"
+
+    check("poolctl mock: stops cleanly on SIGTERM", clean_stop)
+    if failed:
+        errf.seek(0)
+        print("--- poolctl mock stderr ---")
+        print(errf.read(), end="")
+        print("---")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
