@@ -35,7 +35,7 @@ fn main() {
             ([127, 0, 0, 1], 0).into(),
             routes
                 .iter()
-                .map(|r| MockRoute { route: r.clone(), wire: Wire::OpenAi, path: CallPath::Chat, replies: vec![slow_ok.clone()] })
+                .map(|r| MockRoute { route: r.clone(), wire: Wire::OpenAi, path: CallPath::Chat, replies: vec![slow_ok.clone()], outage: None })
                 .collect(),
         )
         .await
@@ -55,6 +55,7 @@ fn main() {
                     first_token_timeout_ms: 5_000,
                     stream_idle_ms: 5_000,
                     cooldowns: Default::default(),
+                    breaker: None,
                 }),
             })
             .collect();

@@ -42,6 +42,7 @@ async fn serve(route: &str, reply: Reply) -> (MockServer, Tier) {
             wire: Wire::OpenAi,
             path: CallPath::Stream,
             replies: vec![reply],
+            outage: None,
         }],
     )
     .await
@@ -56,12 +57,14 @@ async fn serve(route: &str, reply: Reply) -> (MockServer, Tier) {
         first_token_timeout_ms: 15_000,
         stream_idle_ms: 20_000,
         cooldowns: Default::default(),
+        breaker: None,
     };
     let tier = Tier {
         name: "bench".into(),
         routes: vec![RouteSpec {
             route,
             endpoint: Arc::new(endpoint),
+            facts: Default::default(),
         }],
     };
     (mock, tier)

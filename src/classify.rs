@@ -333,6 +333,7 @@ fn shared_rule(status: u16, e: &ErrorFields) -> Option<Class> {
             | "moderation_blocked" => Class::ContentPolicy,
             "overloaded_error" | "UNAVAILABLE" => Class::Overloaded,
             "api_error" | "INTERNAL" | "DEADLINE_EXCEEDED" => Class::ServerError,
+            "invalid_output" => Class::InvalidOutput,
             "request_too_large" if status == 413 => Class::ContextOverflow,
             _ => continue,
         };

@@ -16,7 +16,7 @@ pub type Sleep<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 /// Routing time: what the router reads for `now`, budgets and cooling instants, and
 /// how it waits before a retry.
-pub trait Clock: Send + Sync {
+pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now_ms(&self) -> UnixMs;
     fn sleep(&self, ms: u64) -> Sleep<'_>;
 }

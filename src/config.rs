@@ -2,6 +2,8 @@
 //! `probe` and `walk` can trust every name in it. Every error names the file, line and
 //! field; keys never enter it, only the names of the variables that hold them.
 
+use crate::breaker::BreakerConfig;
+use crate::capability::ModelFacts;
 use crate::dialect::Dialect;
 use crate::health::Cooldowns;
 use crate::policy::Policy;
@@ -32,12 +34,14 @@ pub struct PoolConfig {
     pub providers: BTreeMap<String, ProviderConfig>,
     pub tiers: BTreeMap<String, Vec<TierEntry>>,
     pub policies: BTreeMap<String, Policy>,
+    /// Per-model facts (equivalence contracts and prices), by route.
+    pub models: BTreeMap<Route, ModelFacts>,
     pub state: Option<PathBuf>,
 }
 
 /// One provider. Absent timeouts and cooldowns take the defaults of spec/decisions.md,
 /// applied in `PoolConfig::endpoint` so this stays a plain copy of the file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     #[serde(default)]
@@ -56,6 +60,9 @@ pub struct ProviderConfig {
     pub cooldown_ms: Option<u64>,
     #[serde(default)]
     pub transient_cooldown_ms: Option<u64>,
+    /// The circuit breaker for this provider's routes; none when absent.
+    #[serde(default)]
+    pub breaker: Option<BreakerConfig>,
 }
 
 /// One route of a tier and the kind of call it serves.
@@ -134,6 +141,7 @@ impl PoolConfig {
             providers: raw.providers,
             tiers: raw.tiers,
             policies: raw.policies,
+            models: raw.models,
             state: raw.state,
         };
         config.validate(text)?;
@@ -240,6 +248,21 @@ impl PoolConfig {
                 }
             }
         }
+        // Facts for a route no tier uses are a typo, not a harmless extra.
+        let all = self.route_names();
+        for route in self.models.keys() {
+            if !all.contains(route) {
+                let msg = format!(
+                    "route `{route}` is in no tier{}",
+                    did_you_mean(&nearest_route(route.as_str(), &all))
+                );
+                return Err(invalid(
+                    format!("models.{route}"),
+                    &["models:", route.as_str()],
+                    msg,
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -295,6 +318,7 @@ impl PoolConfig {
                 cooldown_ms: p.cooldown_ms,
                 transient_cooldown_ms: p.transient_cooldown_ms.unwrap_or(transient),
             },
+            breaker: p.breaker,
         })
     }
 
@@ -330,6 +354,7 @@ impl PoolConfig {
             routes.push(RouteSpec {
                 route: entry.route.clone(),
                 endpoint,
+                facts: self.models.get(&entry.route).copied().unwrap_or_default(),
             });
         }
         Ok(Tier {
@@ -389,6 +414,8 @@ struct RawConfig {
     tiers: BTreeMap<String, Vec<TierEntry>>,
     #[serde(default)]
     policies: BTreeMap<String, Policy>,
+    #[serde(default)]
+    models: BTreeMap<Route, ModelFacts>,
     #[serde(default)]
     state: Option<PathBuf>,
 }

@@ -22,8 +22,14 @@ pub struct Situation<'a> {
     pub visible_token: bool,
     /// An approved route that is neither cooling nor retired remains after this one.
     pub fallback_available: bool,
-    /// Estimated cost of one more call (0 without a price table).
-    pub next_cost_usd: f64,
+    /// Such a route remains with a larger context window than this one.
+    pub larger_window_available: bool,
+    /// This attempt was a half-open breaker trial: a trial is never retried.
+    pub trial: bool,
+    /// Estimated cost of retrying this route, and of calling the next fallback (0 without
+    /// a price table).
+    pub retry_cost_usd: f64,
+    pub fallback_cost_usd: f64,
     /// A uniform draw in [0, 1) for backoff jitter.
     pub jitter: f64,
 }
@@ -69,6 +75,14 @@ pub fn decide(s: &Situation) -> Decision {
     if s.path == CallPath::Stream && s.visible_token {
         return d(Action::Interrupt, 2, Why::AfterVisibleToken);
     }
+    // Row 3a: a prompt too long for this route moves to an approved route with a larger
+    // window, where one exists, instead of failing (issue 5).
+    if s.class == Class::ContextOverflow
+        && s.larger_window_available
+        && s.spent.allows(s.policy, 0, s.fallback_cost_usd)
+    {
+        return d(Action::Fallback, 3, Why::Fallback);
+    }
     // Row 3. Rerank is an optimisation that must never fail retrieval (seed 000): where
     // another path fails closed, rerank degrades to the recall order.
     if s.policy.stops_on(s.class) {
@@ -85,11 +99,12 @@ pub fn decide(s: &Situation) -> Decision {
     if matches!(
         s.class,
         Class::RateLimited | Class::Overloaded | Class::ServerError | Class::Network
-    ) && s.retries_on_route < s.policy.max_retries_per_route
+    ) && !s.trial
+        && s.retries_on_route < s.policy.max_retries_per_route
     {
         let wait = retry_wait(s.hint, s.retries_on_route, s.jitter);
         if wait <= s.policy.max_retry_wait_ms {
-            if s.spent.allows(s.policy, wait, s.next_cost_usd) {
+            if s.spent.allows(s.policy, wait, s.retry_cost_usd) {
                 return Decision {
                     action: Action::Retry,
                     wait_ms: Some(wait),
@@ -102,7 +117,7 @@ pub fn decide(s: &Situation) -> Decision {
     }
     // Row 5.
     if moves_on(s.class) && s.fallback_available {
-        if s.spent.allows(s.policy, 0, s.next_cost_usd) {
+        if s.spent.allows(s.policy, 0, s.fallback_cost_usd) {
             return d(Action::Fallback, 5, Why::Fallback);
         }
         budget_blocked = true;
@@ -129,6 +144,7 @@ pub fn moves_on(class: Class) -> bool {
             | Class::Timeout
             | Class::Network
             | Class::StreamInterrupted
+            | Class::InvalidOutput
     )
 }
 
@@ -181,7 +197,10 @@ mod tests {
             retries_on_route: 0,
             visible_token: false,
             fallback_available: true,
-            next_cost_usd: 0.0,
+            larger_window_available: false,
+            trial: false,
+            retry_cost_usd: 0.0,
+            fallback_cost_usd: 0.0,
             jitter: 0.0,
         }
     }
@@ -324,6 +343,72 @@ mod tests {
             })
             .action,
             Action::Retry
+        );
+    }
+
+    #[test]
+    fn row_3a_context_overflow_moves_to_a_larger_window() {
+        let p = Policy::default();
+        let s = Situation {
+            class: Class::ContextOverflow,
+            larger_window_available: true,
+            ..base(&p)
+        };
+        assert_eq!(decide(&s).action, Action::Fallback);
+        let s = Situation {
+            class: Class::ContextOverflow,
+            ..base(&p)
+        };
+        assert_eq!(
+            decide(&s).action,
+            Action::FailClosed,
+            "no larger window: row 3"
+        );
+    }
+
+    #[test]
+    fn a_breaker_trial_is_never_retried() {
+        let p = Policy::default();
+        let s = Situation {
+            class: Class::ServerError,
+            trial: true,
+            ..base(&p)
+        };
+        assert_eq!(decide(&s).action, Action::Fallback);
+    }
+
+    #[test]
+    fn extra_cost_bounds_retries_and_fallbacks() {
+        let p = Policy {
+            max_extra_cost_usd: Some(0.01),
+            ..Policy::default()
+        };
+        let spent = Spent {
+            attempts: 1,
+            elapsed_ms: 0,
+            extra_cost_usd: 0.0,
+        };
+        let s = Situation {
+            hint: hint(100),
+            spent,
+            retry_cost_usd: 0.02,
+            fallback_cost_usd: 0.005,
+            ..base(&p)
+        };
+        assert_eq!(
+            decide(&s).action,
+            Action::Fallback,
+            "the retry costs too much, the fallback does not"
+        );
+        let s = Situation {
+            retry_cost_usd: 0.02,
+            fallback_cost_usd: 0.02,
+            ..s
+        };
+        let got = decide(&s);
+        assert_eq!(
+            (got.action, got.why),
+            (Action::FailClosed, Why::BudgetSpent)
         );
     }
 

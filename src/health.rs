@@ -109,9 +109,12 @@ pub fn transition(
         },
         Class::ModelUnavailable => retire("model_unavailable"),
         Class::Auth => retire("auth"),
-        Class::InvalidRequest | Class::ContextOverflow | Class::ContentPolicy | Class::Unknown => {
-            return None
-        }
+        // The request's fault, or one answer's: not the route's health.
+        Class::InvalidRequest
+        | Class::ContextOverflow
+        | Class::ContentPolicy
+        | Class::InvalidOutput
+        | Class::Unknown => return None,
     })
 }
 

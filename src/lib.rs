@@ -3,7 +3,9 @@
 //! config → router → wire → `UpstreamFailure` → `classify` → `decide` / `transition`
 //! → health store and attempt records → outcome.
 
+pub mod breaker;
 pub mod budget;
+pub mod capability;
 pub mod classify;
 pub mod cli;
 pub mod clock;
@@ -23,6 +25,7 @@ pub mod router;
 pub mod secret;
 pub mod store;
 pub mod trace;
+pub mod validate;
 pub mod vocab;
 pub mod wire;
 pub mod yaml;

@@ -21,6 +21,10 @@ pub struct ChatRequest {
     pub system: Option<String>,
     pub messages: Vec<Message>,
     pub max_tokens: u32,
+    /// The prompt size to plan with, when the caller knows better than a character count.
+    pub token_estimate: Option<u64>,
+    /// A JSON Schema the answer must satisfy (`generateObject`-style requests).
+    pub json_schema: Option<serde_json::Value>,
 }
 
 impl ChatRequest {
@@ -33,6 +37,29 @@ impl ChatRequest {
                 content: text.into(),
             }],
             max_tokens,
+            token_estimate: None,
+            json_schema: None,
+        }
+    }
+
+    /// What this request needs from a route.
+    pub fn needs(&self, streaming: bool) -> crate::capability::Needs {
+        let text: u64 = self
+            .system
+            .iter()
+            .map(|s| crate::capability::estimate_tokens(s))
+            .chain(
+                self.messages
+                    .iter()
+                    .map(|m| crate::capability::estimate_tokens(&m.content)),
+            )
+            .sum();
+        crate::capability::Needs {
+            prompt_tokens: self.token_estimate.unwrap_or(text),
+            max_output_tokens: self.max_tokens as u64,
+            json_schema: self.json_schema.is_some(),
+            streaming,
+            ..Default::default()
         }
     }
 }

@@ -1,30 +1,37 @@
 //! The router: the only loop, and the only retry layer. It walks a tier, skips routes
-//! that are cooling, retired or unapproved, calls the wire, and for each attempt asks
-//! `classify`, `decide` and `transition` — pure functions — then carries out the
-//! decision: wait through the injected clock, move on, or end the request. It never
-//! decides anything itself. `Router` is `Send + Sync` and cheap to clone: every request
-//! through one router shares its health.
+//! that are cooling, retired, unapproved, incapable or behind an open breaker, calls the
+//! wire, and for each attempt asks `classify`, `decide` and `transition` — pure
+//! functions — then carries out the decision: wait through the injected clock, move on,
+//! or end the request. Selection (`next_route`) and settlement (`settle`) are plain
+//! synchronous steps; the async loop only calls the wire and sleeps between them.
+//! `Router` is `Send + Sync` and cheap to clone: every request through one router
+//! shares its health, breakers and session affinities.
 
+use crate::breaker::{self, Admit};
 use crate::budget::Spent;
+use crate::capability::{cannot_serve, estimate_cost_usd, ModelFacts, Needs};
 use crate::classify::{classify, Verdict};
 use crate::clock::{Clock, Stopwatch, UnixMs};
-use crate::decide::{decide, when_nothing_left, Situation, Why};
+use crate::decide::{decide, when_nothing_left, Decision, Situation, Why};
 use crate::failure::UpstreamFailure;
 use crate::health::{transition, Health};
 use crate::outcome::{failure_reason, outcome_of};
-use crate::policy::Policy;
-use crate::request::{ChatRequest, EmbedRequest, RerankRequest};
+use crate::policy::{Policy, SafeReplay};
+use crate::request::{ChatRequest, EmbedRequest, RerankRequest, Usage};
 use crate::store::HealthStore;
 use crate::trace::{AttemptRecord, HealthChange, Report, Skip, SkipWhy, Step};
-use crate::vocab::{Action, CallPath, Class, Outcome, Route};
+use crate::vocab::{Action, CallPath, Class, HealthState, Outcome, Route};
 use crate::wire::{self, Endpoint};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// One route of a tier, resolved: the route and the endpoint that serves it.
+/// One route of a tier, resolved: the route, the endpoint that serves it, and what the
+/// model can serve.
 #[derive(Debug, Clone)]
 pub struct RouteSpec {
     pub route: Route,
     pub endpoint: Arc<Endpoint>,
+    pub facts: ModelFacts,
 }
 
 /// An ordered chain of routes.
@@ -38,6 +45,11 @@ pub struct Tier {
 #[derive(Clone, Copy)]
 pub struct CallOptions<'a> {
     pub policy: &'a Policy,
+    /// The workflow (policy card name), recorded on every attempt.
+    pub workflow: Option<&'a str>,
+    /// A session key: the session stays on the route that last served it while that
+    /// route is ready.
+    pub session: Option<&'a str>,
     /// Called for every attempt and skip as it happens (`walk` prints them live).
     pub observer: Option<&'a (dyn Fn(Step<'_>) + Send + Sync)>,
 }
@@ -46,6 +58,8 @@ impl<'a> CallOptions<'a> {
     pub fn new(policy: &'a Policy) -> Self {
         CallOptions {
             policy,
+            workflow: None,
+            session: None,
             observer: None,
         }
     }
@@ -62,6 +76,15 @@ struct Inner {
     store: Arc<dyn HealthStore>,
     /// Backoff jitter. Seeded in the harness so a scenario's waits repeat exactly.
     rng: Mutex<fastrand::Rng>,
+    breakers: Mutex<HashMap<Route, breaker::State>>,
+    /// Session key → the route that last served it.
+    sessions: Mutex<HashMap<String, Route>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section here is a single map operation: a panic elsewhere cannot
+    // leave the data half-written, so a poisoned lock is still sound.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What one upstream call produced.
@@ -79,6 +102,15 @@ impl Answer {
             Answer::Stream(a) => a.request_id.clone(),
             Answer::Embed(a) => a.request_id.clone(),
             Answer::Rerank(a) => a.request_id.clone(),
+        }
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        match self {
+            Answer::Chat(a) => Some(a.usage),
+            Answer::Stream(a) => a.usage,
+            Answer::Embed(a) => Some(a.usage),
+            Answer::Rerank(a) => Some(a.usage),
         }
     }
 }
@@ -99,6 +131,45 @@ impl From<Result<Answer, UpstreamFailure>> for Attempted {
     }
 }
 
+/// What the classifier and the wire said about one attempt.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub verdict: Verdict,
+    pub status: Option<u16>,
+    pub request_id: Option<String>,
+    pub detail: Option<String>,
+    pub latency_ms: u64,
+    /// A stream already delivered visible text.
+    pub visible_token: bool,
+    pub tokens: Option<Usage>,
+}
+
+/// The state of one request while it walks its tier.
+struct Walk<'a> {
+    tier: &'a Tier,
+    path: CallPath,
+    opts: CallOptions<'a>,
+    needs: Needs,
+    start: UnixMs,
+    /// Chain positions in the order they are tried (a session's route first).
+    order: Vec<usize>,
+    /// Position in `order` of the route being tried.
+    pos: usize,
+    /// Chain position of the sticky route, when the session put it first.
+    sticky: Option<usize>,
+    retries_on_route: u32,
+    /// The current route's attempt is a half-open breaker trial.
+    trial: bool,
+    extra_cost_usd: f64,
+    last_why: Option<Why>,
+}
+
+impl Walk<'_> {
+    fn current(&self) -> usize {
+        self.order[self.pos]
+    }
+}
+
 impl Router {
     pub fn new(
         client: reqwest::Client,
@@ -111,6 +182,8 @@ impl Router {
                 clock,
                 store,
                 rng: Mutex::new(fastrand::Rng::new()),
+                breakers: Mutex::new(HashMap::new()),
+                sessions: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -123,7 +196,7 @@ impl Router {
         seed: u64,
     ) -> Self {
         let r = Router::new(client, clock, store);
-        *r.inner.rng.lock().unwrap_or_else(|p| p.into_inner()) = fastrand::Rng::with_seed(seed);
+        *lock(&r.inner.rng) = fastrand::Rng::with_seed(seed);
         r
     }
 
@@ -135,21 +208,36 @@ impl Router {
         &self.inner.store
     }
 
-    /// Sends a chat request down `tier`.
+    /// Sends a chat request down `tier`. With a JSON schema, an answer that does not
+    /// satisfy it is rejected (`invalid_output`) and the next route is asked.
     pub async fn chat(&self, tier: &Tier, req: &ChatRequest, opts: CallOptions<'_>) -> Report {
         let client = &self.inner.client;
-        self.run(tier, CallPath::Chat, opts, |spec| async move {
-            wire::chat(client, &spec.endpoint, spec.route.model(), req)
-                .await
-                .map(Answer::Chat)
+        let schema = req.json_schema.as_ref();
+        self.run(
+            tier,
+            CallPath::Chat,
+            req.needs(false),
+            opts,
+            |spec| async move {
+                let result = wire::chat(client, &spec.endpoint, spec.route.model(), req).await;
+                match result {
+                    Ok(ok) => match schema.and_then(|s| crate::validate::violation(s, &ok.text)) {
+                        Some(why) => Err(crate::validate::rejected(&ok.headers, why)),
+                        None => Ok(Answer::Chat(ok)),
+                    },
+                    Err(f) => Err(f),
+                }
                 .into()
-        })
+            },
+        )
         .await
     }
 
     /// Streams a chat answer down `tier`: each piece of visible text reaches `on_delta`
     /// as it arrives. Routes change only before the first visible token; after it a
     /// failure ends the request `interrupted` with exactly the text already delivered.
+    /// Under `safe_replay_until: buffered` the text is held until the upstream completes,
+    /// so a mid-stream failure can still move to another route, unseen.
     pub async fn stream(
         &self,
         tier: &Tier,
@@ -158,27 +246,71 @@ impl Router {
         on_delta: &(dyn Fn(&str) + Send + Sync),
     ) -> Report {
         let client = &self.inner.client;
-        self.run(tier, CallPath::Stream, opts, |spec| async move {
-            let a = wire::stream::stream_chat(
-                client,
-                &spec.endpoint,
-                spec.route.model(),
-                req,
-                on_delta,
-            )
-            .await;
-            Attempted {
-                result: a.result.map(Answer::Stream),
-                delivered: a.delivered,
-            }
-        })
+        let buffered = opts.policy.safe_replay_until == SafeReplay::Buffered;
+        self.run(
+            tier,
+            CallPath::Stream,
+            req.needs(true),
+            opts,
+            |spec| async move {
+                if !buffered {
+                    let a = wire::stream::stream_chat(
+                        client,
+                        &spec.endpoint,
+                        spec.route.model(),
+                        req,
+                        on_delta,
+                    )
+                    .await;
+                    return Attempted {
+                        result: a.result.map(Answer::Stream),
+                        delivered: a.delivered,
+                    };
+                }
+                let held = Mutex::new(Vec::<String>::new());
+                let hold = |t: &str| lock(&held).push(t.to_string());
+                let a = wire::stream::stream_chat(
+                    client,
+                    &spec.endpoint,
+                    spec.route.model(),
+                    req,
+                    &hold,
+                )
+                .await;
+                match a.result {
+                    Ok(ok) => {
+                        for piece in lock(&held).iter() {
+                            on_delta(piece);
+                        }
+                        Attempted {
+                            result: Ok(Answer::Stream(ok)),
+                            delivered: a.delivered,
+                        }
+                    }
+                    // Nothing reached the caller: the failure is one before the first token.
+                    Err(f) => Attempted {
+                        result: Err(f),
+                        delivered: String::new(),
+                    },
+                }
+            },
+        )
         .await
     }
 
     /// Embeds a batch down `tier`; the vectors are in `Report::embeddings`.
     pub async fn embed(&self, tier: &Tier, req: &EmbedRequest, opts: CallOptions<'_>) -> Report {
         let client = &self.inner.client;
-        self.run(tier, CallPath::Embed, opts, |spec| async move {
+        let prompt_tokens = req
+            .inputs
+            .iter()
+            .map(|t| crate::capability::estimate_tokens(t))
+            .sum();
+        let needs = Needs {
+            prompt_tokens,
+            ..Needs::default()
+        };
+        self.run(tier, CallPath::Embed, needs, opts, |spec| async move {
             wire::embed(client, &spec.endpoint, spec.route.model(), req)
                 .await
                 .map(Answer::Embed)
@@ -192,8 +324,18 @@ impl Router {
     /// is the recall order, unchanged.
     pub async fn rerank(&self, tier: &Tier, req: &RerankRequest, opts: CallOptions<'_>) -> Report {
         let client = &self.inner.client;
+        let prompt_tokens = req
+            .documents
+            .iter()
+            .chain([&req.query])
+            .map(|t| crate::capability::estimate_tokens(t))
+            .sum();
+        let needs = Needs {
+            prompt_tokens,
+            ..Needs::default()
+        };
         let mut report = self
-            .run(tier, CallPath::Rerank, opts, |spec| async move {
+            .run(tier, CallPath::Rerank, needs, opts, |spec| async move {
                 wire::rerank(client, &spec.endpoint, spec.route.model(), req)
                     .await
                     .map(Answer::Rerank)
@@ -219,11 +361,44 @@ impl Router {
         })
     }
 
+    /// The route a session is pinned to, if any.
+    pub fn session_route(&self, session: &str) -> Option<Route> {
+        lock(&self.inner.sessions).get(session).cloned()
+    }
+
+    /// Walks `tier` with canned attempt results instead of network calls: the same
+    /// selection, classification, decision and health code as a real request, for
+    /// benchmarks of the routing itself. `results[i]` answers the i-th call.
+    pub async fn dry_run(
+        &self,
+        tier: &Tier,
+        opts: CallOptions<'_>,
+        results: &[Result<(), UpstreamFailure>],
+    ) -> Report {
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        self.run(tier, CallPath::Chat, Needs::default(), opts, |spec| {
+            let i = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let result = match results.get(i).or(results.last()) {
+                Some(Ok(())) | None => Ok(Answer::Chat(wire::ChatSuccess {
+                    text: String::new(),
+                    usage: Usage::default(),
+                    request_id: None,
+                    headers: Default::default(),
+                })),
+                Some(Err(f)) => Err(f.clone()),
+            };
+            let _ = spec;
+            std::future::ready(Attempted::from(result))
+        })
+        .await
+    }
+
     /// The chain walk shared by every path; `call` makes one upstream call.
     async fn run<'s, F, Fut>(
         &self,
         tier: &'s Tier,
         path: CallPath,
+        needs: Needs,
         opts: CallOptions<'_>,
         call: F,
     ) -> Report
@@ -232,7 +407,6 @@ impl Router {
         Fut: std::future::Future<Output = Attempted>,
     {
         let clock = &self.inner.clock;
-        let policy = opts.policy;
         let start = clock.now_ms();
         let mut report = Report {
             path,
@@ -249,151 +423,92 @@ impl Router {
             elapsed_ms: 0,
             notes: Vec::new(),
         };
-        let emit = |step: Step<'_>| {
-            if let Some(observe) = opts.observer {
-                observe(step);
-            }
+        let (order, sticky) = self.order(tier, opts.session, start);
+        let mut walk = Walk {
+            tier,
+            path,
+            opts,
+            needs,
+            start,
+            order,
+            pos: 0,
+            sticky,
+            retries_on_route: 0,
+            trial: false,
+            extra_cost_usd: 0.0,
+            last_why: None,
         };
 
-        let mut last_why: Option<Why> = None;
         let mut ended = false;
-        let mut idx = 0;
-        'chain: while idx < tier.routes.len() {
-            let spec = &tier.routes[idx];
-            let now = clock.now_ms();
-            if let Some(skip) = self.skip_reason(spec, idx, policy, now, &mut report.notes) {
-                report.skipped.push(skip);
-                emit(Step::Skipped(report.skipped.last().expect("just pushed")));
-                idx += 1;
-                continue;
-            }
-            let mut retries_on_route = 0;
+        'chain: while self.next_route(&mut walk, &mut report) {
             loop {
-                let spent = self.spent(start, report.attempts.len() as u32);
-                if !spent.allows(policy, 0, 0.0) {
-                    last_why = Some(Why::BudgetSpent);
+                let spent = self.spent(&walk, report.attempts.len() as u32);
+                if !spent.allows(walk.opts.policy, 0, 0.0) {
+                    walk.last_why = Some(Why::BudgetSpent);
                     break 'chain;
                 }
+                let spec = &tier.routes[walk.current()];
                 let sw = Stopwatch::start();
                 let Attempted { result, delivered } = call(spec).await;
                 let latency_ms = sw.elapsed_ms();
-                let now = clock.now_ms();
                 let visible_token = !delivered.is_empty();
                 if visible_token {
                     // Only one attempt can ever deliver text: after it, no route changes.
                     report.text = Some(delivered);
                     report.served_by = Some(spec.route.clone());
                 }
-                let (verdict, status, request_id, detail) = match &result {
-                    Ok(answer) => (
-                        Verdict {
+                let now = clock.now_ms();
+                let observed = match &result {
+                    Ok(answer) => Observed {
+                        verdict: Verdict {
                             class: Class::Ok,
                             hint: None,
                         },
-                        Some(200),
-                        answer.request_id(),
-                        None,
-                    ),
-                    Err(f) => (
-                        classify(spec.endpoint.dialect, f, now),
-                        f.status,
-                        f.headers.request_id().map(str::to_string),
-                        detail_of(f),
-                    ),
+                        status: Some(200),
+                        request_id: answer.request_id(),
+                        detail: None,
+                        latency_ms,
+                        visible_token,
+                        tokens: answer.usage(),
+                    },
+                    Err(f) => Observed {
+                        verdict: classify(spec.endpoint.dialect, f, now),
+                        status: f.status,
+                        request_id: f.headers.request_id().map(str::to_string),
+                        detail: detail_of(f),
+                        latency_ms,
+                        visible_token,
+                        tokens: None,
+                    },
                 };
-                let spent = self.spent(start, report.attempts.len() as u32 + 1);
-                let situation = Situation {
-                    class: verdict.class,
-                    path,
-                    hint: verdict.hint,
-                    policy,
-                    spent,
-                    retries_on_route,
-                    visible_token,
-                    fallback_available: self.fallback_available(tier, idx, policy, now),
-                    next_cost_usd: 0.0,
-                    jitter: self.jitter(),
-                };
-                let decision = decide(&situation);
-                let new_health = transition(
-                    verdict.class,
-                    decision.action,
-                    verdict.hint,
-                    decision.wait_ms,
-                    spec.endpoint.cooldowns,
-                    now,
-                );
-                let health =
-                    new_health.and_then(|h| self.apply_health(&spec.route, h, &mut report.notes));
-                report.attempts.push(AttemptRecord {
-                    index: report.attempts.len() as u32 + 1,
-                    route: spec.route.clone(),
-                    status,
-                    class: verdict.class,
-                    action: decision.action,
-                    wait_ms: decision.wait_ms,
-                    health,
-                    latency_ms,
-                    request_id,
-                    hint_ms: verdict.hint.map(|h| h.ms),
-                    row: decision.row,
-                    detail,
-                });
-                emit(Step::Attempt(report.attempts.last().expect("just pushed")));
-                last_why = Some(decision.why);
-
+                let decision = self.settle(&mut walk, &mut report, observed);
                 match decision.action {
                     Action::Retry => {
                         let wait = decision.wait_ms.unwrap_or(0);
                         report.waits_ms.push(wait);
                         clock.sleep(wait).await;
-                        retries_on_route += 1;
+                        walk.retries_on_route += 1;
                     }
                     Action::Fallback => {
-                        idx += 1;
+                        walk.pos += 1;
                         continue 'chain;
                     }
                     action => {
                         if let Ok(answer) = result {
-                            report.served_by = Some(spec.route.clone());
-                            match answer {
-                                Answer::Chat(ok) => {
-                                    report.text = Some(ok.text);
-                                    report.usage = Some(ok.usage);
-                                }
-                                Answer::Stream(ok) => {
-                                    // The text went out as it arrived; `delivered` holds it.
-                                    report.text.get_or_insert_with(String::new);
-                                    report.usage = ok.usage;
-                                }
-                                Answer::Embed(ok) => {
-                                    report.embeddings = Some(ok.vectors);
-                                    report.usage = Some(ok.usage);
-                                }
-                                Answer::Rerank(ok) => {
-                                    report.ranking = Some(ok.ranking);
-                                    report.usage = Some(ok.usage);
-                                }
-                            }
+                            self.answered(&walk, &mut report, answer);
                         }
                         report.outcome = outcome_of(action);
                         if decision.row == 6 {
                             // Row 6 ended the request because no approved live route was
                             // left: the routes after this one were passed over.
-                            let now = clock.now_ms();
-                            for (later_idx, later) in tier.routes.iter().enumerate().skip(idx + 1) {
-                                if let Some(skip) = self.skip_reason(
-                                    later,
-                                    later_idx,
-                                    policy,
-                                    now,
-                                    &mut report.notes,
-                                ) {
-                                    report.skipped.push(skip);
-                                    emit(Step::Skipped(
-                                        report.skipped.last().expect("just pushed"),
-                                    ));
+                            walk.pos += 1;
+                            while walk.pos < walk.order.len() {
+                                if let Some(skip) =
+                                    self.skip_reason(&walk, walk.current(), &mut report.notes)
+                                {
+                                    self.emit_skip(&walk, &mut report, skip);
                                 }
+                                walk.pos += 1;
                             }
                         }
                         ended = true;
@@ -406,10 +521,10 @@ impl Router {
         if !ended {
             // The chain ran out (or the budget did) without a decision that ends the
             // request: row 6 answers.
-            let action = if last_why == Some(Why::BudgetSpent) {
+            let action = if walk.last_why == Some(Why::BudgetSpent) {
                 Action::FailClosed
             } else {
-                when_nothing_left(path, policy)
+                when_nothing_left(path, walk.opts.policy)
             };
             report.outcome = outcome_of(action);
         }
@@ -423,57 +538,268 @@ impl Router {
             let causes: Vec<Option<&str>> = report
                 .skipped
                 .iter()
-                .filter(|s| s.why != SkipWhy::Unapproved)
+                .filter(|s| matches!(s.why, SkipWhy::Cooling | SkipWhy::Retired))
                 .map(|s| s.cause.as_deref())
                 .collect();
             let last = report.attempts.last().map(|a| a.class);
-            report.reason = Some(failure_reason(last_why, last, &failures, &causes));
+            report.reason = Some(failure_reason(walk.last_why, last, &failures, &causes));
         }
         report.elapsed_ms = elapsed(start, clock.now_ms());
         report
     }
 
-    /// Why `spec` must be passed over right now, if it must.
-    fn skip_reason(
+    /// The try order: the chain, with a session's route first while it is ready.
+    fn order(
         &self,
-        spec: &RouteSpec,
-        idx: usize,
-        policy: &Policy,
+        tier: &Tier,
+        session: Option<&str>,
         now: UnixMs,
-        notes: &mut Vec<String>,
-    ) -> Option<Skip> {
-        if idx > 0 && !policy.approves_fallback(&spec.route) {
-            return Some(Skip {
-                route: spec.route.clone(),
-                why: SkipWhy::Unapproved,
-                cause: None,
+    ) -> (Vec<usize>, Option<usize>) {
+        let mut order: Vec<usize> = (0..tier.routes.len()).collect();
+        let pinned = session.and_then(|s| lock(&self.inner.sessions).get(s).cloned());
+        let sticky = pinned
+            .and_then(|route| tier.routes.iter().position(|r| r.route == route))
+            .filter(|i| {
+                let route = &tier.routes[*i].route;
+                self.inner
+                    .store
+                    .get(route)
+                    .map(|h| h.is_available(now))
+                    .unwrap_or(true)
             });
+        if let Some(i) = sticky {
+            order.remove(i);
+            order.insert(0, i);
         }
-        let health = self.health_of(&spec.route, notes);
-        let why = match health.state_at(now) {
-            crate::vocab::HealthState::Ready => return None,
-            crate::vocab::HealthState::Cooling => SkipWhy::Cooling,
-            crate::vocab::HealthState::Retired => SkipWhy::Retired,
-        };
-        Some(Skip {
-            route: spec.route.clone(),
-            why,
-            cause: health.reason().map(str::to_string),
-        })
+        (order, sticky)
     }
 
-    /// Row 5's question: does an approved route that is neither cooling nor retired
-    /// remain after position `idx`?
-    fn fallback_available(&self, tier: &Tier, idx: usize, policy: &Policy, now: UnixMs) -> bool {
-        tier.routes[idx + 1..].iter().any(|spec| {
-            policy.approves_fallback(&spec.route)
+    /// Advances to the next route that may be called, recording each one passed over.
+    /// `false` when the chain has run out.
+    fn next_route(&self, walk: &mut Walk<'_>, report: &mut Report) -> bool {
+        walk.retries_on_route = 0;
+        walk.trial = false;
+        while walk.pos < walk.order.len() {
+            let idx = walk.current();
+            match self.skip_reason(walk, idx, &mut report.notes) {
+                Some(skip) => {
+                    self.emit_skip(walk, report, skip);
+                    walk.pos += 1;
+                }
+                None => {
+                    let route = &walk.tier.routes[idx];
+                    if let Some(cfg) = &route.endpoint.breaker {
+                        let now = self.inner.clock.now_ms();
+                        let mut breakers = lock(&self.inner.breakers);
+                        let state = breakers.entry(route.route.clone()).or_default();
+                        match breaker::admit(state, cfg, now) {
+                            Admit::Yes => {}
+                            Admit::Trial => walk.trial = true,
+                            Admit::Open(until) => {
+                                drop(breakers);
+                                let skip = Skip {
+                                    route: route.route.clone(),
+                                    why: SkipWhy::Open,
+                                    cause: Some(format!("open for {} ms more", until - now)),
+                                };
+                                self.emit_skip(walk, report, skip);
+                                walk.pos += 1;
+                                continue;
+                            }
+                            Admit::Busy => {
+                                drop(breakers);
+                                let skip = Skip {
+                                    route: route.route.clone(),
+                                    why: SkipWhy::HalfOpen,
+                                    cause: None,
+                                };
+                                self.emit_skip(walk, report, skip);
+                                walk.pos += 1;
+                                continue;
+                            }
+                        }
+                    }
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    fn emit_skip(&self, walk: &Walk<'_>, report: &mut Report, skip: Skip) {
+        report.skipped.push(skip);
+        if let Some(observe) = walk.opts.observer {
+            observe(Step::Skipped(report.skipped.last().expect("just pushed")));
+        }
+    }
+
+    /// Classifies nothing, decides everything about one finished attempt: the action,
+    /// the route's new health, its breaker, and the attempt record.
+    fn settle(&self, walk: &mut Walk<'_>, report: &mut Report, seen: Observed) -> Decision {
+        let now = self.inner.clock.now_ms();
+        let idx = walk.current();
+        let spec = &walk.tier.routes[idx];
+        let policy = walk.opts.policy;
+        let cost_usd = estimate_cost_usd(&spec.facts, &walk.needs);
+        if !report.attempts.is_empty() {
+            walk.extra_cost_usd += cost_usd;
+        }
+        let class = seen.verdict.class;
+        let next_fallback = self.fallback_candidate(walk, now, None);
+        let larger = (class == Class::ContextOverflow)
+            .then_some(spec.facts.context_window)
+            .flatten()
+            .and_then(|window| self.fallback_candidate(walk, now, Some(window)));
+        let situation = Situation {
+            class,
+            path: walk.path,
+            hint: seen.verdict.hint,
+            policy,
+            spent: self.spent(walk, report.attempts.len() as u32 + 1),
+            retries_on_route: walk.retries_on_route,
+            visible_token: seen.visible_token,
+            fallback_available: next_fallback.is_some(),
+            larger_window_available: larger.is_some(),
+            trial: walk.trial,
+            retry_cost_usd: cost_usd,
+            fallback_cost_usd: next_fallback
+                .map(|i| estimate_cost_usd(&walk.tier.routes[i].facts, &walk.needs))
+                .unwrap_or(0.0),
+            jitter: lock(&self.inner.rng).f64(),
+        };
+        let decision = decide(&situation);
+        if decision.action == Action::Fallback && class == Class::ContextOverflow {
+            // Only a larger window may serve it now.
+            walk.needs.min_window = spec.facts.context_window.unwrap_or(0);
+        }
+        let new_health = transition(
+            class,
+            decision.action,
+            seen.verdict.hint,
+            decision.wait_ms,
+            spec.endpoint.cooldowns,
+            now,
+        );
+        let health = new_health.and_then(|h| self.apply_health(&spec.route, h, &mut report.notes));
+        let breaker_open_until = spec.endpoint.breaker.as_ref().and_then(|cfg| {
+            let mut breakers = lock(&self.inner.breakers);
+            let state = breakers.entry(spec.route.clone()).or_default();
+            breaker::record(state, cfg, walk.trial, !route_failure(class), now)
+        });
+        if class == Class::Ok {
+            if let Some(session) = walk.opts.session {
+                lock(&self.inner.sessions).insert(session.to_string(), spec.route.clone());
+            }
+        }
+        let chosen = if walk.retries_on_route > 0 {
+            "retry"
+        } else if walk.trial {
+            "half-open trial"
+        } else if walk.sticky == Some(idx) {
+            "session affinity"
+        } else if idx == 0 {
+            "primary"
+        } else {
+            "fallback"
+        };
+        report.attempts.push(AttemptRecord {
+            index: report.attempts.len() as u32 + 1,
+            route: spec.route.clone(),
+            status: seen.status,
+            class,
+            action: decision.action,
+            wait_ms: decision.wait_ms,
+            health,
+            latency_ms: seen.latency_ms,
+            request_id: seen.request_id,
+            hint_ms: seen.verdict.hint.map(|h| h.ms),
+            row: decision.row,
+            detail: seen.detail,
+            workflow: walk.opts.workflow.map(str::to_string),
+            requested_route: walk.tier.routes[0].route.clone(),
+            chosen: chosen.to_string(),
+            tokens: seen.tokens,
+            cost_usd,
+            breaker_open_until,
+        });
+        if let Some(observe) = walk.opts.observer {
+            observe(Step::Attempt(report.attempts.last().expect("just pushed")));
+        }
+        walk.last_why = Some(decision.why);
+        decision
+    }
+
+    /// Fills the report from the answer that ended the request.
+    fn answered(&self, walk: &Walk<'_>, report: &mut Report, answer: Answer) {
+        report.served_by = Some(walk.tier.routes[walk.current()].route.clone());
+        report.usage = answer.usage();
+        match answer {
+            Answer::Chat(ok) => report.text = Some(ok.text),
+            // The text went out as it arrived; `delivered` holds it.
+            Answer::Stream(_) => {
+                report.text.get_or_insert_with(String::new);
+            }
+            Answer::Embed(ok) => report.embeddings = Some(ok.vectors),
+            Answer::Rerank(ok) => report.ranking = Some(ok.ranking),
+        }
+    }
+
+    /// Why the route at chain position `idx` must be passed over right now, if it must.
+    fn skip_reason(&self, walk: &Walk<'_>, idx: usize, notes: &mut Vec<String>) -> Option<Skip> {
+        let spec = &walk.tier.routes[idx];
+        let skip = |why, cause: Option<String>| {
+            Some(Skip {
+                route: spec.route.clone(),
+                why,
+                cause,
+            })
+        };
+        if idx > 0 && !walk.opts.policy.approves_fallback(&spec.route) {
+            return skip(SkipWhy::Unapproved, None);
+        }
+        let health = self.health_of(&spec.route, notes);
+        match health.state_at(self.inner.clock.now_ms()) {
+            HealthState::Ready => {}
+            HealthState::Cooling => {
+                return skip(SkipWhy::Cooling, health.reason().map(str::to_string))
+            }
+            HealthState::Retired => {
+                return skip(SkipWhy::Retired, health.reason().map(str::to_string))
+            }
+        }
+        cannot_serve(&spec.facts, &walk.needs).and_then(|why| skip(SkipWhy::Incapable, Some(why)))
+    }
+
+    /// The next route a fallback would reach: approved, neither cooling nor retired, able
+    /// to serve, its breaker not open — and with a window larger than `larger_than` when
+    /// given (rows 3a and 5).
+    fn fallback_candidate(
+        &self,
+        walk: &Walk<'_>,
+        now: UnixMs,
+        larger_than: Option<u64>,
+    ) -> Option<usize> {
+        let mut needs = walk.needs;
+        if let Some(w) = larger_than {
+            needs.min_window = w;
+        }
+        walk.order[walk.pos + 1..].iter().copied().find(|&i| {
+            let spec = &walk.tier.routes[i];
+            (i == 0 || walk.opts.policy.approves_fallback(&spec.route))
                 && self
                     .inner
                     .store
                     .get(&spec.route)
                     .map(|h| h.is_available(now))
                     .unwrap_or(true)
+                && cannot_serve(&spec.facts, &needs).is_none()
+                && larger_than.is_none_or(|w| spec.facts.context_window.is_some_and(|c| c > w))
+                && !self.breaker_open(&spec.route, now)
         })
+    }
+
+    fn breaker_open(&self, route: &Route, now: UnixMs) -> bool {
+        matches!(lock(&self.inner.breakers).get(route), Some(breaker::State::Open { until, .. }) if now < *until)
     }
 
     fn health_of(&self, route: &Route, notes: &mut Vec<String>) -> Health {
@@ -501,21 +827,29 @@ impl Router {
         Some(HealthChange::from(&new))
     }
 
-    fn spent(&self, start: UnixMs, attempts: u32) -> Spent {
+    fn spent(&self, walk: &Walk<'_>, attempts: u32) -> Spent {
         Spent {
             attempts,
-            elapsed_ms: elapsed(start, self.inner.clock.now_ms()),
-            extra_cost_usd: 0.0,
+            elapsed_ms: elapsed(walk.start, self.inner.clock.now_ms()),
+            extra_cost_usd: walk.extra_cost_usd,
         }
     }
+}
 
-    fn jitter(&self) -> f64 {
-        self.inner
-            .rng
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .f64()
-    }
+/// Failures that count against a route's breaker: the route's fault, not the request's.
+fn route_failure(class: Class) -> bool {
+    matches!(
+        class,
+        Class::RateLimited
+            | Class::QuotaExhausted
+            | Class::ModelUnavailable
+            | Class::Overloaded
+            | Class::ServerError
+            | Class::Timeout
+            | Class::Network
+            | Class::StreamInterrupted
+            | Class::Auth
+    )
 }
 
 fn elapsed(start: UnixMs, now: UnixMs) -> u64 {

@@ -54,16 +54,42 @@ pub struct AttemptRecord {
     pub row: u8,
     /// A short, key-free note on what came back (error excerpt, transport error).
     pub detail: Option<String>,
+    /// The workflow (policy card) the request ran under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// The route the request asked for (the head of its chain).
+    pub requested_route: Route,
+    /// Why this route was chosen: `primary`, `fallback`, `retry`, `session affinity`,
+    /// `half-open trial`.
+    pub chosen: String,
+    /// Tokens the provider reported, when it answered.
+    pub tokens: Option<Usage>,
+    /// Estimated cost of this call (0 without a price table).
+    pub cost_usd: f64,
+    /// When this attempt opened the route's circuit breaker: until when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breaker_open_until: Option<UnixMs>,
 }
 
 /// Why a route was passed over without a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
 pub enum SkipWhy {
+    #[serde(rename = "cooling")]
     Cooling,
+    #[serde(rename = "retired")]
     Retired,
     /// Not in the policy card's `fallback_routes`.
+    #[serde(rename = "unapproved")]
     Unapproved,
+    /// Cannot serve this request (its equivalence contract: window, tools, ...).
+    #[serde(rename = "incapable")]
+    Incapable,
+    /// Its circuit breaker is open.
+    #[serde(rename = "breaker_open")]
+    Open,
+    /// Its breaker is half-open and every trial slot is taken.
+    #[serde(rename = "half_open")]
+    HalfOpen,
 }
 
 impl SkipWhy {
@@ -72,6 +98,9 @@ impl SkipWhy {
             SkipWhy::Cooling => "cooling",
             SkipWhy::Retired => "retired",
             SkipWhy::Unapproved => "unapproved",
+            SkipWhy::Incapable => "incapable",
+            SkipWhy::Open => "breaker_open",
+            SkipWhy::HalfOpen => "half_open",
         }
     }
 }

@@ -52,6 +52,8 @@ vocab_enum!(
         ContextOverflow => "context_overflow",
         ContentPolicy => "content_policy",
         StreamInterrupted => "stream_interrupted",
+        /// An answer that failed the request's output contract (a JSON schema).
+        InvalidOutput => "invalid_output",
         Unknown => "unknown",
     }
 );

@@ -123,7 +123,7 @@ proptest! {
             class: Class::Ok, path: CallPath::Chat, hint: None, policy: &p,
             spent: Spent { attempts, elapsed_ms: elapsed, extra_cost_usd: 0.0 },
             retries_on_route: retries, visible_token: false, fallback_available: fallback,
-            next_cost_usd: 0.0, jitter,
+            larger_window_available: false, trial: false, retry_cost_usd: 0.0, fallback_cost_usd: 0.0, jitter,
         };
         prop_assert_eq!(decide(&s).action, Action::Done);
     }
@@ -141,7 +141,7 @@ proptest! {
         let s = Situation {
             class, path: CallPath::Chat, hint, policy: &p, spent: Spent::default(),
             retries_on_route: retries, visible_token: false, fallback_available: true,
-            next_cost_usd: 0.0, jitter,
+            larger_window_available: false, trial: false, retry_cost_usd: 0.0, fallback_cost_usd: 0.0, jitter,
         };
         let d = decide(&s);
         if d.action == Action::Retry {

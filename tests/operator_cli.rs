@@ -61,6 +61,7 @@ async fn setup(
                 wire: Wire::OpenAi,
                 path: CallPath::Chat,
                 replies: vec![reply.clone()],
+                outage: None,
             })
             .collect(),
     )

@@ -28,11 +28,13 @@ struct Rig {
 /// A chain from scenario YAML (only `chain` matters), served by real mocks.
 async fn rig(yaml: &str) -> Rig {
     let scenario = Scenario::parse(Path::new("inline.yaml"), yaml).expect("valid scenario");
-    let mock = MockServer::start(([127, 0, 0, 1], 0).into(), mock_routes(&scenario))
+    let clock = Arc::new(ManualClock::new(scenario.start_ms()));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let routes = mock_routes(&scenario, &dyn_clock, scenario.start_ms());
+    let mock = MockServer::start(([127, 0, 0, 1], 0).into(), routes)
         .await
         .unwrap();
     let tier = tier_for(&scenario, &mock);
-    let clock = Arc::new(ManualClock::new(scenario.start_ms()));
     let router = Router::new(
         poolctl::wire::http_client(),
         clock.clone(),

@@ -36,6 +36,12 @@ fn attempt(
         hint_ms: None,
         row: 5,
         detail: None,
+        workflow: None,
+        requested_route: route(r),
+        chosen: "fallback".into(),
+        tokens: None,
+        cost_usd: 0.0,
+        breaker_open_until: None,
     }
 }
 

@@ -22,6 +22,7 @@ fn endpoint(server: &MockServer, wire: Wire, base_suffix: &str) -> Endpoint {
         first_token_timeout_ms: 5_000,
         stream_idle_ms: 5_000,
         cooldowns: Cooldowns::default(),
+        breaker: None,
     }
 }
 

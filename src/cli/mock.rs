@@ -27,7 +27,11 @@ pub struct MockArgs {
 
 pub async fn run(args: MockArgs) -> anyhow::Result<Exit> {
     let scenario = Scenario::load(&args.scenario)?;
-    let server = MockServer::start(args.listen, mock_routes(&scenario))
+    // Outages run on the wall clock here, from the moment the server starts.
+    let clock: std::sync::Arc<dyn crate::clock::Clock> =
+        std::sync::Arc::new(crate::clock::SystemClock);
+    let routes = mock_routes(&scenario, &clock, crate::clock::wall_now_ms());
+    let server = MockServer::start(args.listen, routes)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
     let mut out = std::io::stdout().lock();

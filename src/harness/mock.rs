@@ -30,6 +30,15 @@ pub struct MockRoute {
     pub wire: Wire,
     pub path: CallPath,
     pub replies: Vec<Reply>,
+    pub outage: Option<Outage>,
+}
+
+/// Until `until` on `clock` (the scenario's virtual clock), every call gets `reply`.
+#[derive(Debug, Clone)]
+pub struct Outage {
+    pub until: crate::clock::UnixMs,
+    pub reply: Reply,
+    pub clock: Arc<dyn crate::clock::Clock>,
 }
 
 struct RouteState {
@@ -213,8 +222,18 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                 .get(state.spec.route.provider())
                 .map(InFlight::enter);
             state.calls.fetch_add(1, Ordering::SeqCst);
-            let n = state.next.fetch_add(1, Ordering::SeqCst);
-            let reply = &state.spec.replies[n.min(state.spec.replies.len() - 1)];
+            let down = state
+                .spec
+                .outage
+                .as_ref()
+                .filter(|o| o.clock.now_ms() < o.until);
+            let (reply, n) = match down {
+                Some(o) => (&o.reply, state.calls.load(Ordering::SeqCst) as usize - 1),
+                None => {
+                    let n = state.next.fetch_add(1, Ordering::SeqCst);
+                    (&state.spec.replies[n.min(state.spec.replies.len() - 1)], n)
+                }
+            };
             let ctx = ReplyCtx {
                 wire: state.spec.wire,
                 call,

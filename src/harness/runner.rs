@@ -3,9 +3,9 @@
 //! request, then compares the report, health and upstream call counts with `expect`.
 
 use super::compare::{compare, HealthView, Mismatch};
-use super::mock::{MockRoute, MockServer};
-use super::scenario::{Preset, Scenario};
-use crate::clock::{Clock, ManualClock, Stopwatch};
+use super::mock::{MockRoute, MockServer, Outage};
+use super::scenario::{Preset, RequestShape, RequestSpec, Scenario};
+use crate::clock::{Clock, ManualClock, Stopwatch, UnixMs};
 use crate::dialect::Dialect;
 use crate::health::{Cooldowns, Health};
 use crate::policy::Policy;
@@ -29,6 +29,17 @@ pub const MOCK_KEY: &str = "sk-poolctl-mock";
 /// The prompt chaos sends on the chat path.
 pub fn scenario_chat_request() -> ChatRequest {
     ChatRequest::user("Reply with the single word OK.", 16)
+}
+
+/// The chat request of a scenario: the default prompt, shaped by its `request:`.
+pub fn shaped_chat_request(shape: Option<&RequestShape>) -> ChatRequest {
+    let mut req = scenario_chat_request();
+    if let Some(s) = shape {
+        req.token_estimate = s.prompt_tokens;
+        req.max_tokens = s.max_tokens.unwrap_or(req.max_tokens);
+        req.json_schema = s.json_schema.clone();
+    }
+    req
 }
 
 /// What one request of a scenario did, and how it compared.
@@ -77,10 +88,12 @@ pub fn tier_for(scenario: &Scenario, mock: &MockServer) -> Tier {
                         .transient_cooldown_ms
                         .unwrap_or(Cooldowns::default().transient_cooldown_ms),
                 },
+                breaker: entry.breaker,
             };
             RouteSpec {
                 route: entry.route.clone(),
                 endpoint: Arc::new(endpoint),
+                facts: entry.model.unwrap_or_default(),
             }
         })
         .collect();
@@ -91,7 +104,9 @@ pub fn tier_for(scenario: &Scenario, mock: &MockServer) -> Tier {
 }
 
 /// The mock routes a scenario's chain describes.
-pub fn mock_routes(scenario: &Scenario) -> Vec<MockRoute> {
+/// `clock` and `start` place each route's `outage` in time: the scenario's virtual
+/// clock in chaos, the wall clock for `poolctl mock`.
+pub fn mock_routes(scenario: &Scenario, clock: &Arc<dyn Clock>, start: UnixMs) -> Vec<MockRoute> {
     scenario
         .chain
         .iter()
@@ -100,6 +115,11 @@ pub fn mock_routes(scenario: &Scenario) -> Vec<MockRoute> {
             wire: e.wire,
             path: scenario.path,
             replies: e.replies.clone(),
+            outage: e.outage.as_ref().map(|o| Outage {
+                until: start + o.until_ms as i64,
+                reply: o.reply.clone(),
+                clock: clock.clone(),
+            }),
         })
         .collect()
 }
@@ -121,7 +141,11 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
         wall_ms: 0.0,
         error: None,
     };
-    let mock = match MockServer::start(([127, 0, 0, 1], 0).into(), mock_routes(scenario)).await {
+    let start = scenario.start_ms();
+    let clock = Arc::new(ManualClock::new(start));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let routes = mock_routes(scenario, &dyn_clock, start);
+    let mock = match MockServer::start(([127, 0, 0, 1], 0).into(), routes).await {
         Ok(m) => m,
         Err(e) => {
             run.error = Some(format!("cannot start the mock providers: {e}"));
@@ -129,8 +153,6 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
         }
     };
     let tier = tier_for(scenario, &mock);
-    let start = scenario.start_ms();
-    let clock = Arc::new(ManualClock::new(start));
     let store = Arc::new(MemoryStore::new());
     for (route, preset) in &scenario.state {
         let health = match preset {
@@ -157,7 +179,7 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
 
     for spec in scenario.request_specs() {
         clock.advance(spec.after_ms);
-        let report = send(&router, &tier, scenario.path, &policy).await;
+        let report = send(&router, &tier, scenario, &spec, &policy).await;
         let now = clock.now_ms();
         let health: BTreeMap<Route, HealthView> = scenario
             .chain
@@ -205,16 +227,24 @@ pub fn scenario_rerank_request() -> RerankRequest {
     }
 }
 
-async fn send(router: &Router, tier: &Tier, path: CallPath, policy: &Policy) -> Report {
-    let opts = CallOptions::new(policy);
-    match path {
-        CallPath::Chat => router.chat(tier, &scenario_chat_request(), opts).await,
+async fn send(
+    router: &Router,
+    tier: &Tier,
+    scenario: &Scenario,
+    spec: &RequestSpec,
+    policy: &Policy,
+) -> Report {
+    let shape = scenario.request.as_ref();
+    let opts = CallOptions {
+        workflow: shape.and_then(|s| s.workflow.as_deref()),
+        session: spec.session.as_deref(),
+        ..CallOptions::new(policy)
+    };
+    let chat = shaped_chat_request(shape);
+    match scenario.path {
+        CallPath::Chat => router.chat(tier, &chat, opts).await,
         // The delivered text is in the report; nothing else needs the deltas here.
-        CallPath::Stream => {
-            router
-                .stream(tier, &scenario_chat_request(), opts, &|_| {})
-                .await
-        }
+        CallPath::Stream => router.stream(tier, &chat, opts, &|_| {}).await,
         CallPath::Embed => router.embed(tier, &scenario_embed_request(), opts).await,
         CallPath::Rerank => router.rerank(tier, &scenario_rerank_request(), opts).await,
     }

@@ -26,6 +26,8 @@ pub struct Scenario {
     pub now: Option<String>,
     #[serde(default)]
     pub policy: Option<Policy>,
+    #[serde(default)]
+    pub request: Option<RequestShape>,
     pub chain: Vec<ChainEntry>,
     #[serde(default)]
     pub state: BTreeMap<Route, Preset>,
@@ -57,7 +59,41 @@ pub struct ChainEntry {
     pub cooldown_ms: Option<u64>,
     #[serde(default)]
     pub transient_cooldown_ms: Option<u64>,
+    /// The route's circuit breaker (off when absent).
+    #[serde(default)]
+    pub breaker: Option<crate::breaker::BreakerConfig>,
+    /// What the model can serve and what it costs (its equivalence contract).
+    #[serde(default)]
+    pub model: Option<crate::capability::ModelFacts>,
+    /// A provider outage in virtual time: until `until_ms` after `now`, every call gets
+    /// `reply`; after it, `replies` are served as usual.
+    #[serde(default)]
+    pub outage: Option<OutageSpec>,
     pub replies: Vec<Reply>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutageSpec {
+    pub until_ms: u64,
+    pub reply: Reply,
+}
+
+/// The request chaos sends, when a scenario needs more than the default prompt.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestShape {
+    /// The prompt size the router plans with (the body stays small).
+    #[serde(default)]
+    pub prompt_tokens: Option<u64>,
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// A JSON Schema the answer must satisfy.
+    #[serde(default)]
+    pub json_schema: Option<serde_json::Value>,
+    /// The workflow name recorded on every attempt.
+    #[serde(default)]
+    pub workflow: Option<String>,
 }
 
 /// One reply of a mock route.

@@ -38,6 +38,8 @@ pub struct Endpoint {
     /// Streams: longest silence between chunks.
     pub stream_idle_ms: u64,
     pub cooldowns: Cooldowns,
+    /// The circuit breaker, when configured for this provider.
+    pub breaker: Option<crate::breaker::BreakerConfig>,
 }
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;

@@ -1,0 +1,174 @@
+//! Equivalence contracts (seed 001): what a model can serve — context window, output
+//! limit, tools, JSON-schema output, images, streaming — and what it costs. A backup is
+//! used only for requests it can serve; a route that cannot is skipped with a reason
+//! and never called. Unknown facts are not guessed: an absent fact never blocks.
+
+use serde::{Deserialize, Serialize};
+
+/// Per-model facts from the pool config (`models:`) or a scenario chain entry (`model:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelFacts {
+    /// Prompt plus output tokens the model accepts.
+    pub context_window: Option<u64>,
+    pub max_output_tokens: Option<u64>,
+    pub tools: Option<bool>,
+    pub json_schema: Option<bool>,
+    pub images: Option<bool>,
+    pub streaming: Option<bool>,
+    /// Prices in US dollars per million tokens.
+    pub input_usd_per_mtok: Option<f64>,
+    pub output_usd_per_mtok: Option<f64>,
+}
+
+/// What one request needs from a route.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// Estimated prompt tokens.
+    pub prompt_tokens: u64,
+    pub max_output_tokens: u64,
+    pub tools: bool,
+    pub json_schema: bool,
+    pub images: bool,
+    pub streaming: bool,
+    /// A route already answered `context_overflow` with this window: only a larger one
+    /// may serve.
+    pub min_window: u64,
+}
+
+/// Why a route with `facts` cannot serve `needs`, if it cannot.
+pub fn cannot_serve(facts: &ModelFacts, needs: &Needs) -> Option<String> {
+    let lacks = |have: Option<bool>, need: bool, what: &str| {
+        (need && have == Some(false)).then(|| format!("no {what}"))
+    };
+    if let Some(window) = facts.context_window {
+        let wanted = needs.prompt_tokens + needs.max_output_tokens;
+        if wanted > window {
+            return Some(format!("context window {window} < ~{wanted} tokens"));
+        }
+        if needs.min_window > 0 && window <= needs.min_window {
+            return Some(format!(
+                "context window {window} not larger than {} (overflowed there)",
+                needs.min_window
+            ));
+        }
+    }
+    if let Some(max) = facts.max_output_tokens {
+        if needs.max_output_tokens > max {
+            return Some(format!(
+                "max output {max} < {} requested",
+                needs.max_output_tokens
+            ));
+        }
+    }
+    lacks(facts.tools, needs.tools, "tools")
+        .or_else(|| lacks(facts.json_schema, needs.json_schema, "JSON-schema output"))
+        .or_else(|| lacks(facts.images, needs.images, "image input"))
+        .or_else(|| lacks(facts.streaming, needs.streaming, "streaming"))
+}
+
+/// Estimated cost of one call: the prompt, and the output budget at its maximum (what
+/// providers reserve). Zero without a price.
+pub fn estimate_cost_usd(facts: &ModelFacts, needs: &Needs) -> f64 {
+    let input = facts.input_usd_per_mtok.unwrap_or(0.0) * needs.prompt_tokens as f64;
+    let output = facts.output_usd_per_mtok.unwrap_or(0.0) * needs.max_output_tokens as f64;
+    (input + output) / 1_000_000.0
+}
+
+/// A rough token estimate for text: about four characters a token.
+pub fn estimate_tokens(text: &str) -> u64 {
+    (text.chars().count() as u64).div_ceil(4)
+}
+
+/// What a backup lacks that its primary has, for `poolctl check`.
+pub fn backup_gaps(primary: &ModelFacts, backup: &ModelFacts) -> Vec<String> {
+    let mut gaps = Vec::new();
+    let flag = |p: Option<bool>, b: Option<bool>, what: &str, gaps: &mut Vec<String>| {
+        if p == Some(true) && b == Some(false) {
+            gaps.push(format!("no {what}"));
+        }
+    };
+    flag(primary.tools, backup.tools, "tools", &mut gaps);
+    flag(
+        primary.json_schema,
+        backup.json_schema,
+        "JSON-schema output",
+        &mut gaps,
+    );
+    flag(primary.images, backup.images, "image input", &mut gaps);
+    flag(primary.streaming, backup.streaming, "streaming", &mut gaps);
+    if let (Some(p), Some(b)) = (primary.context_window, backup.context_window) {
+        if b < p {
+            gaps.push(format!("context window {b} < {p}"));
+        }
+    }
+    if let (Some(p), Some(b)) = (primary.max_output_tokens, backup.max_output_tokens) {
+        if b < p {
+            gaps.push(format!("max output {b} < {p}"));
+        }
+    }
+    gaps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incapable_routes_are_named() {
+        let small = ModelFacts {
+            context_window: Some(8192),
+            tools: Some(false),
+            ..Default::default()
+        };
+        let big = Needs {
+            prompt_tokens: 10_000,
+            max_output_tokens: 100,
+            ..Default::default()
+        };
+        assert!(cannot_serve(&small, &big)
+            .unwrap()
+            .contains("context window 8192"));
+        let tools = Needs {
+            tools: true,
+            ..Default::default()
+        };
+        assert_eq!(cannot_serve(&small, &tools).as_deref(), Some("no tools"));
+        assert_eq!(
+            cannot_serve(&ModelFacts::default(), &big),
+            None,
+            "unknown facts never block"
+        );
+        let after = Needs {
+            min_window: 8192,
+            ..Default::default()
+        };
+        assert!(cannot_serve(&small, &after).is_some());
+    }
+
+    #[test]
+    fn cost_and_gaps() {
+        let f = ModelFacts {
+            input_usd_per_mtok: Some(3.0),
+            output_usd_per_mtok: Some(15.0),
+            ..Default::default()
+        };
+        let n = Needs {
+            prompt_tokens: 1000,
+            max_output_tokens: 1000,
+            ..Default::default()
+        };
+        assert!((estimate_cost_usd(&f, &n) - 0.018).abs() < 1e-12);
+        let p = ModelFacts {
+            tools: Some(true),
+            context_window: Some(200_000),
+            ..Default::default()
+        };
+        let b = ModelFacts {
+            tools: Some(false),
+            context_window: Some(32_000),
+            ..Default::default()
+        };
+        assert_eq!(backup_gaps(&p, &b).len(), 2);
+    }
+}

@@ -1,0 +1,59 @@
+//! The output validator (seed 001): a structured answer must satisfy the request's JSON
+//! Schema, or it is rejected as `invalid_output` and the next route is asked — a backup
+//! that drops a required field must not reach the caller.
+
+use crate::failure::{ErrorFields, Headers, UpstreamFailure};
+
+/// Why `text` does not satisfy `schema`, if it does not.
+pub fn violation(schema: &serde_json::Value, text: &str) -> Option<String> {
+    let value: serde_json::Value = match serde_json::from_str(text.trim()) {
+        Ok(v) => v,
+        Err(e) => return Some(format!("the answer is not JSON: {e}")),
+    };
+    let validator = match jsonschema::validator_for(schema) {
+        Ok(v) => v,
+        Err(e) => return Some(format!("the request's JSON schema is invalid: {e}")),
+    };
+    let errors: Vec<String> = validator
+        .iter_errors(&value)
+        .take(3)
+        .map(|e| e.to_string())
+        .collect();
+    (!errors.is_empty()).then(|| errors.join("; "))
+}
+
+/// A rejected answer as a failure the classifier reads as `invalid_output`.
+pub fn rejected(headers: &Headers, why: String) -> UpstreamFailure {
+    UpstreamFailure {
+        status: Some(200),
+        headers: headers.clone(),
+        error: Some(ErrorFields {
+            code: Some("invalid_output".into()),
+            message: Some(why.clone()),
+            ..Default::default()
+        }),
+        excerpt: why,
+        transport: None,
+        malformed: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn required_fields_and_types() {
+        let schema = json!({"type": "object", "required": ["answer", "confidence"],
+                            "properties": {"answer": {"type": "string"}, "confidence": {"type": "number"}}});
+        assert_eq!(
+            violation(&schema, r#"{"answer":"4","confidence":0.9}"#),
+            None
+        );
+        assert!(violation(&schema, r#"{"answer":"4"}"#)
+            .unwrap()
+            .contains("confidence"));
+        assert!(violation(&schema, "not json").unwrap().contains("not JSON"));
+    }
+}
