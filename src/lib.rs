@@ -8,6 +8,7 @@ pub mod classify;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod conversation;
 pub mod decide;
 pub mod dialect;
 pub mod embed_queue;
