@@ -10,6 +10,7 @@ pub mod classify;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod conversation;
 pub mod decide;
 pub mod dialect;
 pub mod embed_queue;
