@@ -1,25 +1,15 @@
 //! What a caller asks the router for, independent of any wire.
 
+use crate::conversation::{Conversation, ToolSpec, Turn};
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    User,
-    Assistant,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message {
-    pub role: Role,
-    pub content: String,
-}
-
-/// A chat request in canonical form; each wire renders it in its own format.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A chat request in canonical form: the whole conversation (system prompt, user and
+/// assistant turns, tool calls and results) and the tools offered. Each wire renders it
+/// in its own format, so a session can move between providers and be re-sent whole.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
-    pub system: Option<String>,
-    pub messages: Vec<Message>,
+    pub conversation: Conversation,
+    pub tools: Vec<ToolSpec>,
     pub max_tokens: u32,
     /// The prompt size to plan with, when the caller knows better than a character count.
     pub token_estimate: Option<u64>,
@@ -31,11 +21,11 @@ impl ChatRequest {
     /// One short user message.
     pub fn user(text: impl Into<String>, max_tokens: u32) -> Self {
         ChatRequest {
-            system: None,
-            messages: vec![Message {
-                role: Role::User,
-                content: text.into(),
-            }],
+            conversation: Conversation {
+                system: None,
+                turns: vec![Turn::User { text: text.into() }],
+            },
+            tools: Vec::new(),
             max_tokens,
             token_estimate: None,
             json_schema: None,
@@ -44,19 +34,28 @@ impl ChatRequest {
 
     /// What this request needs from a route.
     pub fn needs(&self, streaming: bool) -> crate::capability::Needs {
-        let text: u64 = self
-            .system
+        use crate::capability::estimate_tokens;
+        let c = &self.conversation;
+        let turns: u64 = c
+            .turns
             .iter()
-            .map(|s| crate::capability::estimate_tokens(s))
-            .chain(
-                self.messages
-                    .iter()
-                    .map(|m| crate::capability::estimate_tokens(&m.content)),
-            )
+            .map(|t| match t {
+                Turn::User { text } => estimate_tokens(text),
+                Turn::Assistant { text, tool_calls } => {
+                    estimate_tokens(text)
+                        + tool_calls
+                            .iter()
+                            .map(|tc| estimate_tokens(&tc.arguments.to_string()))
+                            .sum::<u64>()
+                }
+                Turn::ToolResult { content, .. } => estimate_tokens(content),
+            })
             .sum();
+        let text = turns + c.system.as_deref().map(estimate_tokens).unwrap_or(0);
         crate::capability::Needs {
             prompt_tokens: self.token_estimate.unwrap_or(text),
             max_output_tokens: self.max_tokens as u64,
+            tools: !self.tools.is_empty(),
             json_schema: self.json_schema.is_some(),
             streaming,
             ..Default::default()

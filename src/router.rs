@@ -381,6 +381,7 @@ impl Router {
             let result = match results.get(i).or(results.last()) {
                 Some(Ok(())) | None => Ok(Answer::Chat(wire::ChatSuccess {
                     text: String::new(),
+                    tool_calls: Vec::new(),
                     usage: Usage::default(),
                     request_id: None,
                     headers: Default::default(),

@@ -27,10 +27,9 @@ fn endpoint(server: &MockServer, wire: Wire, base_suffix: &str) -> Endpoint {
 }
 
 fn chat_req() -> ChatRequest {
-    ChatRequest {
-        system: Some("be brief".into()),
-        ..ChatRequest::user("hi", 7)
-    }
+    let mut req = ChatRequest::user("hi", 7);
+    req.conversation.system = Some("be brief".into());
+    req
 }
 
 #[tokio::test]
@@ -77,7 +76,7 @@ async fn anthropic_chat_request_shape() {
         .and(header("anthropic-version", "2023-06-01"))
         .and(body_partial_json(json!({
             "model": "claude-x", "max_tokens": 7, "system": "be brief",
-            "messages": [{"role": "user", "content": "hi"}]
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
         })))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({
             "id": "msg_1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "yo"}],

@@ -2,30 +2,24 @@
 //! `anthropic-version`.
 
 use super::{tokens, BadSuccess, Endpoint, HttpCall};
-use crate::request::{ChatRequest, Role, Usage};
+use crate::conversation;
+use crate::request::{ChatRequest, Usage};
 use serde_json::{json, Value};
 
 pub const API_VERSION: &str = "2023-06-01";
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
-    let messages: Vec<Value> = req
-        .messages
-        .iter()
-        .map(|m| {
-            let role = match m.role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-            };
-            json!({"role": role, "content": m.content})
-        })
-        .collect();
+    let (system, messages) = conversation::anthropic_request_parts(&req.conversation);
     let mut body = json!({
         "model": model,
         "max_tokens": req.max_tokens,
         "messages": messages,
     });
-    if let Some(system) = &req.system {
+    if let Some(system) = system {
         body["system"] = json!(system);
+    }
+    if !req.tools.is_empty() {
+        body["tools"] = conversation::anthropic_tools(&req.tools);
     }
     HttpCall {
         url: format!("{}/v1/messages", ep.base()),

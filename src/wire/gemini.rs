@@ -2,27 +2,21 @@
 //! `x-goog-api-key`.
 
 use super::{tokens, BadSuccess, Endpoint, HttpCall};
-use crate::request::{ChatRequest, Role, Usage};
+use crate::conversation;
+use crate::request::{ChatRequest, Usage};
 use serde_json::{json, Value};
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
-    let contents: Vec<Value> = req
-        .messages
-        .iter()
-        .map(|m| {
-            let role = match m.role {
-                Role::User => "user",
-                Role::Assistant => "model",
-            };
-            json!({"role": role, "parts": [{"text": m.content}]})
-        })
-        .collect();
+    let (system, contents) = conversation::gemini_request_parts(&req.conversation);
     let mut body = json!({
         "contents": contents,
         "generationConfig": {"maxOutputTokens": req.max_tokens},
     });
-    if let Some(system) = &req.system {
-        body["systemInstruction"] = json!({"parts": [{"text": system}]});
+    if let Some(system) = system {
+        body["systemInstruction"] = system;
+    }
+    if !req.tools.is_empty() {
+        body["tools"] = conversation::gemini_tools(&req.tools);
     }
     HttpCall {
         url: format!("{}/v1beta/models/{}:generateContent", ep.base(), model),

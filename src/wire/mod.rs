@@ -65,6 +65,8 @@ pub struct HttpCall {
 #[derive(Debug, Clone)]
 pub struct ChatSuccess {
     pub text: String,
+    /// Tools the model asked to call, in canonical form.
+    pub tool_calls: Vec<crate::conversation::ToolCall>,
     pub usage: Usage,
     pub request_id: Option<String>,
     pub headers: Headers,
@@ -109,9 +111,30 @@ pub async fn chat(
         Wire::Anthropic => anthropic::parse_chat(&reply.json),
         Wire::Gemini => gemini::parse_chat(&reply.json),
     };
+    let tool_calls = match endpoint.wire {
+        Wire::OpenAi => reply
+            .json
+            .pointer("/choices/0/message")
+            .map(crate::conversation::openai_answer_tool_calls),
+        Wire::Anthropic => reply
+            .json
+            .get("content")
+            .map(crate::conversation::anthropic_answer_tool_calls),
+        Wire::Gemini => reply
+            .json
+            .pointer("/candidates/0/content/parts")
+            .map(crate::conversation::gemini_answer_tool_calls),
+    }
+    .unwrap_or(Ok(Vec::new()));
+    let parsed = parsed.and_then(|ok| {
+        tool_calls.map(|calls| (ok, calls)).map_err(|e| {
+            BadSuccess::Malformed(format!("a tool call in the answer is unusable: {e}"))
+        })
+    });
     match parsed {
-        Ok((text, usage, body_id)) => Ok(ChatSuccess {
+        Ok(((text, usage, body_id), tool_calls)) => Ok(ChatSuccess {
             text,
+            tool_calls,
             usage,
             request_id: reply.headers.request_id().map(str::to_string).or(body_id),
             headers: reply.headers,

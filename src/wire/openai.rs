@@ -3,30 +3,24 @@
 //! speak it; their dialects differ only in what their errors mean.
 
 use super::{tokens, BadSuccess, Endpoint, HttpCall};
-use crate::request::{ChatRequest, Role, Usage};
+use crate::conversation;
+use crate::request::{ChatRequest, Usage};
 use serde_json::{json, Value};
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
-    let mut messages = Vec::with_capacity(req.messages.len() + 1);
-    if let Some(system) = &req.system {
-        messages.push(json!({"role": "system", "content": system}));
-    }
-    for m in &req.messages {
-        let role = match m.role {
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        };
-        messages.push(json!({"role": role, "content": m.content}));
+    let mut body = json!({
+        "model": model,
+        "messages": conversation::openai_messages(&req.conversation),
+        "max_tokens": req.max_tokens,
+        "stream": false,
+    });
+    if !req.tools.is_empty() {
+        body["tools"] = conversation::openai_tools(&req.tools);
     }
     HttpCall {
         url: format!("{}/chat/completions", ep.base()),
         headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
-        body: json!({
-            "model": model,
-            "messages": messages,
-            "max_tokens": req.max_tokens,
-            "stream": false,
-        }),
+        body,
     }
 }
 
