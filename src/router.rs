@@ -373,12 +373,11 @@ impl Router {
         &self,
         tier: &Tier,
         opts: CallOptions<'_>,
-        results: &[Result<(), UpstreamFailure>],
+        results: Vec<Result<(), UpstreamFailure>>,
     ) -> Report {
-        let calls = std::sync::atomic::AtomicUsize::new(0);
-        self.run(tier, CallPath::Chat, Needs::default(), opts, |spec| {
-            let i = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let result = match results.get(i).or(results.last()) {
+        let results = Mutex::new(results.into_iter());
+        self.run(tier, CallPath::Chat, Needs::default(), opts, |_spec| {
+            let result = match lock(&results).next() {
                 Some(Ok(())) | None => Ok(Answer::Chat(wire::ChatSuccess {
                     text: String::new(),
                     tool_calls: Vec::new(),
@@ -386,9 +385,8 @@ impl Router {
                     request_id: None,
                     headers: Default::default(),
                 })),
-                Some(Err(f)) => Err(f.clone()),
+                Some(Err(f)) => Err(f),
             };
-            let _ = spec;
             std::future::ready(Attempted::from(result))
         })
         .await
@@ -718,7 +716,7 @@ impl Router {
             detail: seen.detail,
             workflow: walk.opts.workflow.map(str::to_string),
             requested_route: walk.tier.routes[0].route.clone(),
-            chosen: chosen.to_string(),
+            chosen,
             tokens: seen.tokens,
             cost_usd,
             breaker_open_until,

@@ -61,7 +61,7 @@ pub struct AttemptRecord {
     pub requested_route: Route,
     /// Why this route was chosen: `primary`, `fallback`, `retry`, `session affinity`,
     /// `half-open trial`.
-    pub chosen: String,
+    pub chosen: &'static str,
     /// Tokens the provider reported, when it answered.
     pub tokens: Option<Usage>,
     /// Estimated cost of this call (0 without a price table).

@@ -142,7 +142,8 @@ impl Class {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Route {
-    full: String,
+    // Shared, because routes are cloned into every attempt record, skip and map key.
+    full: std::sync::Arc<str>,
     split: usize,
 }
 
@@ -150,7 +151,7 @@ impl Route {
     pub fn parse(s: &str) -> Result<Route, String> {
         match s.find('/') {
             Some(i) if i > 0 && i + 1 < s.len() => Ok(Route {
-                full: s.to_string(),
+                full: s.into(),
                 split: i,
             }),
             _ => Err(format!(
@@ -178,7 +179,7 @@ impl TryFrom<String> for Route {
 
 impl From<Route> for String {
     fn from(r: Route) -> String {
-        r.full
+        r.full.to_string()
     }
 }
 

@@ -38,7 +38,7 @@ fn attempt(
         detail: None,
         workflow: None,
         requested_route: route(r),
-        chosen: "fallback".into(),
+        chosen: "fallback",
         tokens: None,
         cost_usd: 0.0,
         breaker_open_until: None,
