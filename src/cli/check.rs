@@ -45,6 +45,26 @@ pub fn findings(
             ));
         }
     }
+    // Equivalence contracts: a backup that cannot serve what its primary serves is a
+    // fallback that will fail exactly when it is needed.
+    for (tier, entries) in &config.tiers {
+        let Some(primary) = entries.first() else {
+            continue;
+        };
+        let facts = |r: &crate::vocab::Route| config.models.get(r).copied().unwrap_or_default();
+        for backup in &entries[1..] {
+            let gaps =
+                crate::capability::backup_gaps(&facts(&primary.route), &facts(&backup.route));
+            if !gaps.is_empty() {
+                f.warnings.push(format!(
+                    "tier `{tier}`: backup `{}` cannot serve what primary `{}` serves: {}",
+                    backup.route,
+                    primary.route,
+                    gaps.join(", ")
+                ));
+            }
+        }
+    }
     let used: Vec<&str> = config
         .tiers
         .values()

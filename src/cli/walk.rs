@@ -27,9 +27,10 @@ pub struct WalkArgs {
     /// Retire ROUTE for this walk only (repeatable), to prove the chain survives without it.
     #[arg(long = "retire", value_name = "ROUTE")]
     pub retire: Vec<String>,
-    /// Use the policy card NAME from the config (default: the decision table's defaults).
-    #[arg(long, value_name = "NAME")]
-    pub policy: Option<String>,
+    /// Run under the workflow's policy card NAME from the config (default: the decision
+    /// table's defaults). The workflow is recorded on every attempt.
+    #[arg(long, alias = "policy", value_name = "NAME")]
+    pub workflow: Option<String>,
     /// The prompt to send (chat and stream tiers).
     #[arg(
         long,
@@ -50,7 +51,7 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
         .first()
         .map(|e| e.path)
         .unwrap_or_default();
-    let policy = match &args.policy {
+    let policy = match &args.workflow {
         Some(name) => config.policies.get(name).cloned().ok_or_else(|| {
             anyhow::anyhow!("no policy card `{name}` in {}", config.file.display())
         })?,
@@ -84,6 +85,7 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
         let _ = out.flush();
     };
     let mut opts = CallOptions::new(&policy);
+    opts.workflow = args.workflow.as_deref();
     if !args.json {
         opts.observer = Some(&print_step);
     }
