@@ -65,6 +65,20 @@ impl Default for Cooldowns {
 pub const RATE_LIMITED_COOLDOWN_MS: u64 = 60_000;
 pub const OVERLOADED_COOLDOWN_MS: u64 = 20_000;
 
+/// Failures that are the route's fault, not the request's: they change its health, and
+/// count against its circuit breaker.
+pub fn is_route_fault(class: Class) -> bool {
+    !matches!(
+        class,
+        Class::Ok
+            | Class::InvalidRequest
+            | Class::ContextOverflow
+            | Class::ContentPolicy
+            | Class::InvalidOutput
+            | Class::Unknown
+    )
+}
+
 /// The health a route takes after an attempt; `None` leaves it unchanged (the request's
 /// fault, not the route's). `wait_ms` is the retry wait when the action is `retry`.
 pub fn transition(

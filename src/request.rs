@@ -69,12 +69,35 @@ pub struct EmbedRequest {
     pub inputs: Vec<String>,
 }
 
+impl EmbedRequest {
+    pub fn needs(&self) -> crate::capability::Needs {
+        crate::capability::Needs {
+            prompt_tokens: self
+                .inputs
+                .iter()
+                .map(|t| crate::capability::estimate_tokens(t))
+                .sum(),
+            ..Default::default()
+        }
+    }
+}
+
 /// Candidates from a recall step, to be put in order of relevance to `query`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RerankRequest {
     pub query: String,
     pub documents: Vec<String>,
     pub top_n: usize,
+}
+
+impl RerankRequest {
+    pub fn needs(&self) -> crate::capability::Needs {
+        let texts = self.documents.iter().chain([&self.query]);
+        crate::capability::Needs {
+            prompt_tokens: texts.map(|t| crate::capability::estimate_tokens(t)).sum(),
+            ..Default::default()
+        }
+    }
 }
 
 /// Token counts of one call, as the provider reported them.

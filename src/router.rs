@@ -14,7 +14,7 @@ use crate::classify::{classify, Verdict};
 use crate::clock::{Clock, Stopwatch, UnixMs};
 use crate::decide::{decide, when_nothing_left, Decision, Situation, Why};
 use crate::failure::UpstreamFailure;
-use crate::health::{transition, Health};
+use crate::health::{is_route_fault, transition, Health};
 use crate::outcome::{failure_reason, outcome_of};
 use crate::policy::{Policy, SafeReplay};
 use crate::request::{ChatRequest, EmbedRequest, RerankRequest, Usage};
@@ -301,21 +301,18 @@ impl Router {
     /// Embeds a batch down `tier`; the vectors are in `Report::embeddings`.
     pub async fn embed(&self, tier: &Tier, req: &EmbedRequest, opts: CallOptions<'_>) -> Report {
         let client = &self.inner.client;
-        let prompt_tokens = req
-            .inputs
-            .iter()
-            .map(|t| crate::capability::estimate_tokens(t))
-            .sum();
-        let needs = Needs {
-            prompt_tokens,
-            ..Needs::default()
-        };
-        self.run(tier, CallPath::Embed, needs, opts, |spec| async move {
-            wire::embed(client, &spec.endpoint, spec.route.model(), req)
-                .await
-                .map(Answer::Embed)
-                .into()
-        })
+        self.run(
+            tier,
+            CallPath::Embed,
+            req.needs(),
+            opts,
+            |spec| async move {
+                wire::embed(client, &spec.endpoint, spec.route.model(), req)
+                    .await
+                    .map(Answer::Embed)
+                    .into()
+            },
+        )
         .await
     }
 
@@ -324,23 +321,19 @@ impl Router {
     /// is the recall order, unchanged.
     pub async fn rerank(&self, tier: &Tier, req: &RerankRequest, opts: CallOptions<'_>) -> Report {
         let client = &self.inner.client;
-        let prompt_tokens = req
-            .documents
-            .iter()
-            .chain([&req.query])
-            .map(|t| crate::capability::estimate_tokens(t))
-            .sum();
-        let needs = Needs {
-            prompt_tokens,
-            ..Needs::default()
-        };
         let mut report = self
-            .run(tier, CallPath::Rerank, needs, opts, |spec| async move {
-                wire::rerank(client, &spec.endpoint, spec.route.model(), req)
-                    .await
-                    .map(Answer::Rerank)
-                    .into()
-            })
+            .run(
+                tier,
+                CallPath::Rerank,
+                req.needs(),
+                opts,
+                |spec| async move {
+                    wire::rerank(client, &spec.endpoint, spec.route.model(), req)
+                        .await
+                        .map(Answer::Rerank)
+                        .into()
+                },
+            )
             .await;
         if report.outcome == Outcome::Degraded {
             report.ranking = Some((0..req.documents.len()).take(req.top_n).collect());
@@ -683,7 +676,7 @@ impl Router {
         let breaker_open_until = spec.endpoint.breaker.as_ref().and_then(|cfg| {
             let mut breakers = lock(&self.inner.breakers);
             let state = breakers.entry(spec.route.clone()).or_default();
-            breaker::record(state, cfg, walk.trial, !route_failure(class), now)
+            breaker::record(state, cfg, walk.trial, !is_route_fault(class), now)
         });
         if class == Class::Ok {
             if let Some(session) = walk.opts.session {
@@ -833,22 +826,6 @@ impl Router {
             extra_cost_usd: walk.extra_cost_usd,
         }
     }
-}
-
-/// Failures that count against a route's breaker: the route's fault, not the request's.
-fn route_failure(class: Class) -> bool {
-    matches!(
-        class,
-        Class::RateLimited
-            | Class::QuotaExhausted
-            | Class::ModelUnavailable
-            | Class::Overloaded
-            | Class::ServerError
-            | Class::Timeout
-            | Class::Network
-            | Class::StreamInterrupted
-            | Class::Auth
-    )
 }
 
 fn elapsed(start: UnixMs, now: UnixMs) -> u64 {

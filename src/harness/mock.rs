@@ -362,22 +362,18 @@ fn route_request<'a>(
             other => return Err(format!("unknown Gemini method `{other}`")),
         };
         (Wire::Gemini, kind, model.to_string())
-    } else if rest == "/v1/messages" {
-        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-        let kind = if stream {
-            CallKind::Stream
+    } else if rest == "/v1/messages" || rest == "/v1/chat/completions" {
+        // Both wires ask for a stream with `"stream": true` in the body.
+        let wire = if rest == "/v1/messages" {
+            Wire::Anthropic
         } else {
-            CallKind::Chat
+            Wire::OpenAi
         };
-        (Wire::Anthropic, kind, model_of(&body)?)
-    } else if rest == "/v1/chat/completions" {
-        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-        let kind = if stream {
-            CallKind::Stream
-        } else {
-            CallKind::Chat
+        let kind = match body.get("stream").and_then(Value::as_bool) {
+            Some(true) => CallKind::Stream,
+            _ => CallKind::Chat,
         };
-        (Wire::OpenAi, kind, model_of(&body)?)
+        (wire, kind, model_of(&body)?)
     } else if rest == "/v1/embeddings" {
         (Wire::OpenAi, CallKind::Embed, model_of(&body)?)
     } else if rest == "/v1/rerank" {

@@ -25,6 +25,20 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     }
 }
 
+/// The text parts of a candidate, joined (function-call parts carry none).
+pub fn candidate_text(candidate: &Value) -> String {
+    candidate
+        .pointer("/content/parts")
+        .and_then(Value::as_array)
+        .map(|parts| {
+            parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Safety stops that leave a candidate without an answer.
 const BLOCKED: &[&str] = &[
     "SAFETY",
@@ -48,17 +62,7 @@ pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSucce
         .and_then(Value::as_array)
         .and_then(|c| c.first())
         .ok_or_else(|| BadSuccess::Malformed("no candidates in the response".into()))?;
-    let text: String = candidate
-        .get("content")
-        .and_then(|c| c.get("parts"))
-        .and_then(Value::as_array)
-        .map(|parts| {
-            parts
-                .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect()
-        })
-        .unwrap_or_default();
+    let text = candidate_text(candidate);
     let finish = candidate
         .get("finishReason")
         .and_then(Value::as_str)

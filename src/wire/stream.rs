@@ -144,16 +144,7 @@ fn gemini_event(v: &Value) -> Vec<StreamEvent> {
         .and_then(Value::as_array)
         .and_then(|c| c.first());
     if let Some(c) = candidate {
-        let text: String = c
-            .pointer("/content/parts")
-            .and_then(Value::as_array)
-            .map(|parts| {
-                parts
-                    .iter()
-                    .filter_map(|p| p.get("text").and_then(Value::as_str))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let text = super::gemini::candidate_text(c);
         if !text.is_empty() {
             out.push(StreamEvent::Delta(text));
         }
