@@ -205,6 +205,25 @@ fn json_and_junit_outputs() {
         assert!(v.get(key).is_some(), "missing {key} in {v}");
     }
     assert_eq!(v["attempts"][0]["class"], "quota_exhausted");
+    // Seed 001's per-attempt fields.
+    for key in [
+        "index",
+        "requested_route",
+        "chosen",
+        "wait_ms",
+        "tokens",
+        "cost_usd",
+        "action",
+        "latency_ms",
+    ] {
+        assert!(
+            v["attempts"][0].get(key).is_some(),
+            "attempt lacks {key}: {}",
+            v["attempts"][0]
+        );
+    }
+    assert_eq!(v["attempts"][1]["chosen"], "fallback");
+    assert_eq!(v["attempts"][1]["requested_route"], "openai/gpt-x");
     assert_eq!(v["attempts"][0]["status"], 429);
     assert_eq!(v["upstream_calls"]["backup/model-b"], 1);
     let xml = std::fs::read_to_string(&junit).unwrap();

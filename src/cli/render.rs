@@ -81,18 +81,9 @@ pub fn chaos_summary(runs: &[ScenarioRun]) -> String {
 }
 
 fn request_json(req: &RequestRun) -> Value {
-    let attempts: Vec<Value> = req
-        .report
-        .attempts
-        .iter()
-        .map(|a| {
-            json!({
-                "route": a.route, "status": a.status, "class": a.class, "action": a.action,
-                "wait_ms": a.wait_ms, "health": a.health, "latency_ms": a.latency_ms,
-                "request_id": a.request_id, "hint_ms": a.hint_ms, "row": a.row, "detail": a.detail,
-            })
-        })
-        .collect();
+    // Every field of every attempt record (workflow, requested and chosen route, why,
+    // wait, tokens, cost, action, ...), as the library serializes it.
+    let attempts = json!(req.report.attempts);
     let skipped: Vec<&str> = req
         .report
         .skipped
@@ -344,20 +335,8 @@ pub fn walk_outcome(r: &crate::trace::Report) -> String {
 
 /// `walk --json` (spec/cli.md).
 pub fn walk_json(tier: &str, r: &crate::trace::Report) -> String {
-    let attempts: Vec<Value> = r
-        .attempts
-        .iter()
-        .map(|a| {
-            json!({"route": a.route, "status": a.status, "class": a.class, "action": a.action,
-                   "wait_ms": a.wait_ms, "health": a.health, "latency_ms": a.latency_ms,
-                   "request_id": a.request_id, "detail": a.detail})
-        })
-        .collect();
-    let skipped: Vec<Value> = r
-        .skipped
-        .iter()
-        .map(|s| json!({"route": s.route, "why": s.why, "cause": s.cause}))
-        .collect();
+    let attempts = json!(r.attempts);
+    let skipped = json!(r.skipped);
     json!({"tier": tier, "outcome": r.outcome, "reason": r.reason, "served_by": r.served_by,
            "text": r.text, "attempts": attempts, "skipped": skipped})
     .to_string()
