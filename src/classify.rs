@@ -370,12 +370,12 @@ fn has_decisive_code(e: &ErrorFields) -> bool {
 /// The HTTP status decides, with text breaking a tie only where the code is missing or
 /// generic (e.g. DeepSeek's context overflow, DashScope's "Model not exist.").
 fn by_status(status: u16, err: Option<&ErrorFields>) -> Class {
-    let tie_text = err
-        .filter(|e| !has_decisive_code(e))
-        .map(|e| e.message_lower())
-        .unwrap_or_default();
     match status {
         400 => {
+            let tie_text = err
+                .filter(|e| !has_decisive_code(e))
+                .map(|e| e.message_lower())
+                .unwrap_or_default();
             if mentions_context_overflow(&tie_text) {
                 Class::ContextOverflow
             } else if mentions_missing_model(&tie_text, err) {

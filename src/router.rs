@@ -22,7 +22,7 @@ use crate::store::HealthStore;
 use crate::trace::{AttemptRecord, HealthChange, Report, Skip, SkipWhy, Step};
 use crate::vocab::{Action, CallPath, Class, HealthState, Outcome, Route};
 use crate::wire::{self, Endpoint};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 /// One route of a tier, resolved: the route, the endpoint that serves it, and what the
@@ -76,7 +76,7 @@ struct Inner {
     store: Arc<dyn HealthStore>,
     /// Backoff jitter. Seeded in the harness so a scenario's waits repeat exactly.
     rng: Mutex<fastrand::Rng>,
-    breakers: Mutex<HashMap<Route, breaker::State>>,
+    breakers: Mutex<BTreeMap<Route, breaker::State>>,
     /// Session key → the route that last served it.
     sessions: Mutex<HashMap<String, Route>>,
 }
@@ -182,7 +182,7 @@ impl Router {
                 clock,
                 store,
                 rng: Mutex::new(fastrand::Rng::new()),
-                breakers: Mutex::new(HashMap::new()),
+                breakers: Mutex::new(BTreeMap::new()),
                 sessions: Mutex::new(HashMap::new()),
             }),
         }
@@ -409,8 +409,9 @@ impl Router {
             ranking: None,
             embeddings: None,
             usage: None,
-            attempts: Vec::new(),
-            skipped: Vec::new(),
+            // Sized once: records are large, and regrowing moves them all.
+            attempts: Vec::with_capacity(tier.routes.len() + 2),
+            skipped: Vec::with_capacity(tier.routes.len()),
             waits_ms: Vec::new(),
             elapsed_ms: 0,
             notes: Vec::new(),
@@ -832,18 +833,21 @@ fn elapsed(start: UnixMs, now: UnixMs) -> u64 {
     now.saturating_sub(start).max(0) as u64
 }
 
-/// A short note on a failure for traces.
+/// A short note on a failure for traces (at most 200 characters).
 fn detail_of(f: &UpstreamFailure) -> Option<String> {
     let text = match (
         &f.malformed,
-        f.error.as_ref().and_then(|e| e.message.clone()),
+        f.error.as_ref().and_then(|e| e.message.as_deref()),
     ) {
-        (Some(m), _) => m.clone(),
+        (Some(m), _) => m.as_str(),
         (None, Some(msg)) => msg,
-        (None, None) => f.excerpt.clone(),
+        (None, None) => f.excerpt.as_str(),
     };
-    let text: String = text.chars().take(200).collect();
-    (!text.is_empty()).then_some(text)
+    if text.is_empty() {
+        return None;
+    }
+    let cut = text.char_indices().nth(200).map_or(text.len(), |(i, _)| i);
+    Some(text[..cut].to_string())
 }
 
 #[allow(dead_code)]
