@@ -3,6 +3,7 @@
 //! capacity failure: a missing model must never read as "no quota" (seed 002).
 
 use crate::decide::Why;
+use crate::trace::SkipWhy;
 use crate::vocab::{Action, Class, Outcome, Reason};
 
 pub fn outcome_of(action: Action) -> Outcome {
@@ -21,13 +22,13 @@ pub fn outcome_of(action: Action) -> Outcome {
 /// - `why`: why the last decision ended the request (`None`: the chain ran out).
 /// - `last`: the class of the last attempt, if any.
 /// - `failures`: the class of every failed attempt.
-/// - `skip_causes`: for a request that made no attempt, the stored causes of the
-///   health of each skipped route (`rate_limited`, `quota`, `model_unavailable`, ...).
+/// - `skips`: for a request that made no attempt, why each route was passed over and
+///   the stored cause of its health (`rate_limited`, `quota`, `model_unavailable`, ...).
 pub fn failure_reason(
     why: Option<Why>,
     last: Option<Class>,
     failures: &[Class],
-    skip_causes: &[Option<&str>],
+    skips: &[(SkipWhy, Option<&str>)],
 ) -> Reason {
     if why == Some(Why::BudgetSpent) {
         return Reason::Budget;
@@ -52,13 +53,21 @@ pub fn failure_reason(
         }
         return Reason::Error;
     }
-    let capacity_cause = |c: &Option<&str>| {
-        matches!(
-            c,
-            Some("quota" | "rate_limited" | "quota_exhausted" | "overloaded")
-        )
+    // A route cooling for anything but a transient fault is out of capacity for now; a
+    // retired one only when it was retired for quota.
+    let capacity_skip = |(why, cause): &(SkipWhy, Option<&str>)| match why {
+        SkipWhy::Cooling => !matches!(
+            cause,
+            Some("server_error" | "timeout" | "network" | "stream_interrupted")
+        ),
+        SkipWhy::Retired => matches!(cause, Some("quota" | "quota_exhausted")),
+        _ => false,
     };
-    if !skip_causes.is_empty() && skip_causes.iter().all(capacity_cause) {
+    let health_skips: Vec<_> = skips
+        .iter()
+        .filter(|(why, _)| matches!(why, SkipWhy::Cooling | SkipWhy::Retired))
+        .collect();
+    if !health_skips.is_empty() && health_skips.into_iter().all(capacity_skip) {
         Reason::Capacity
     } else {
         Reason::Error
@@ -131,14 +140,23 @@ mod tests {
 
     #[test]
     fn no_attempt_at_all() {
+        let (c, r) = (SkipWhy::Cooling, SkipWhy::Retired);
+        let reason = |skips: &[(SkipWhy, Option<&str>)]| failure_reason(None, None, &[], skips);
         assert_eq!(
-            failure_reason(None, None, &[], &[Some("quota"), Some("rate_limited")]),
+            reason(&[(r, Some("quota")), (c, Some("rate_limited"))]),
             Reason::Capacity
         );
         assert_eq!(
-            failure_reason(None, None, &[], &[Some("quota"), Some("model_unavailable")]),
+            reason(&[(c, Some("preset"))]),
+            Reason::Capacity,
+            "cooling is capacity for now"
+        );
+        assert_eq!(
+            reason(&[(r, Some("quota")), (r, Some("model_unavailable"))]),
             Reason::Error
         );
-        assert_eq!(failure_reason(None, None, &[], &[]), Reason::Error);
+        assert_eq!(reason(&[(c, Some("server_error"))]), Reason::Error);
+        assert_eq!(reason(&[(SkipWhy::Unapproved, None)]), Reason::Error);
+        assert_eq!(reason(&[]), Reason::Error);
     }
 }

@@ -528,11 +528,10 @@ impl Router {
                 .map(|a| a.class)
                 .filter(|c| *c != Class::Ok)
                 .collect();
-            let causes: Vec<Option<&str>> = report
+            let causes: Vec<(SkipWhy, Option<&str>)> = report
                 .skipped
                 .iter()
-                .filter(|s| matches!(s.why, SkipWhy::Cooling | SkipWhy::Retired))
-                .map(|s| s.cause.as_deref())
+                .map(|s| (s.why, s.cause.as_deref()))
                 .collect();
             let last = report.attempts.last().map(|a| a.class);
             report.reason = Some(failure_reason(walk.last_why, last, &failures, &causes));
