@@ -52,7 +52,6 @@ struct Shared {
     routes: HashMap<(String, String), RouteState>,
     /// Per provider: requests being answered now, and the most ever at once.
     in_flight: HashMap<String, (AtomicU64, AtomicU64)>,
-    served: AtomicU64,
 }
 
 /// Counts a request in flight to a provider for as long as it lives.
@@ -118,7 +117,6 @@ impl MockServer {
                     )
                 })
                 .collect(),
-            served: AtomicU64::new(0),
         });
         let accept_shared = shared.clone();
         let task = tokio::spawn(async move {
@@ -204,7 +202,6 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         }
         _ => return,
     };
-    shared.served.fetch_add(1, Ordering::SeqCst);
     match route_request(&parsed, &shared) {
         Err(msg) => {
             let _ = write_response(
