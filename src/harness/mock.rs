@@ -190,28 +190,14 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     let parsed = match tokio::time::timeout(READ_DEADLINE, read_request(&mut stream)).await {
         Ok(Ok(Some(p))) => p,
         Ok(Err(msg)) => {
-            let _ = write_response(
-                &mut stream,
-                400,
-                &[],
-                "application/json",
-                bad_request(&msg).as_bytes(),
-            )
-            .await;
+            reject(&mut stream, &msg).await;
             return;
         }
         _ => return,
     };
     match route_request(&parsed, &shared) {
         Err(msg) => {
-            let _ = write_response(
-                &mut stream,
-                400,
-                &[],
-                "application/json",
-                bad_request(&msg).as_bytes(),
-            )
-            .await;
+            reject(&mut stream, &msg).await;
         }
         Ok((state, call, request)) => {
             let _gauge = shared
@@ -243,8 +229,10 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     }
 }
 
-fn bad_request(msg: &str) -> String {
-    json!({ "error": format!("mock: bad request: {msg}") }).to_string()
+/// Answers a request that is not valid for its wire: `400 {"error":"mock: bad request: ..."}`.
+async fn reject(stream: &mut TcpStream, msg: &str) {
+    let body = json!({ "error": format!("mock: bad request: {msg}") }).to_string();
+    let _ = write_response(stream, 400, &[], "application/json", body.as_bytes()).await;
 }
 
 /// Reads one request: head, then a `Content-Length` body. `Ok(None)` when the client
