@@ -7,7 +7,7 @@ use poolctl::harness::compare::{HealthView, Mismatch};
 use poolctl::harness::runner::{RequestRun, ScenarioRun};
 use poolctl::health::Health;
 use poolctl::probe::{Headroom, ProbeResult};
-use poolctl::trace::{AttemptRecord, HealthChange, Report, Skip, SkipWhy, Step};
+use poolctl::trace::{AttemptRecord, Chosen, HealthChange, Report, Skip, SkipWhy, Step};
 use poolctl::vocab::{Action, CallPath, Class, HealthState, Outcome, Reason, Route};
 use std::collections::BTreeMap;
 
@@ -38,7 +38,8 @@ fn attempt(
         detail: None,
         workflow: None,
         requested_route: route(r),
-        chosen: "fallback",
+        chosen: Chosen::Fallback,
+        dropped: Vec::new(),
         tokens: None,
         cost_usd: 0.0,
         breaker_open_until: None,
@@ -60,9 +61,6 @@ fn report(
             .filter(|a| a.class == Class::Ok)
             .map(|a| a.route.clone()),
         text: Some("OK".into()).filter(|_| outcome == Outcome::Success),
-        ranking: None,
-        embeddings: None,
-        usage: None,
         attempts,
         skipped,
         waits_ms: vec![],

@@ -9,7 +9,7 @@ use crate::clock::{Clock, ManualClock, Stopwatch, UnixMs};
 use crate::dialect::Dialect;
 use crate::health::{Cooldowns, Health};
 use crate::policy::Policy;
-use crate::request::{ChatRequest, EmbedRequest, RerankRequest};
+use crate::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
 use crate::router::{CallOptions, RouteSpec, Router, Tier};
 use crate::secret::Secret;
 use crate::store::{HealthStore, MemoryStore};
@@ -36,7 +36,7 @@ pub fn shaped_chat_request(shape: Option<&RequestShape>) -> ChatRequest {
     let mut req = scenario_chat_request();
     if let Some(s) = shape {
         req.token_estimate = s.prompt_tokens;
-        req.max_tokens = s.max_tokens.unwrap_or(req.max_tokens);
+        req.max_tokens = s.max_tokens.or(req.max_tokens);
         req.json_schema = s.json_schema.clone();
     }
     req
@@ -241,11 +241,11 @@ async fn send(
         ..CallOptions::new(policy)
     };
     let chat = shaped_chat_request(shape);
-    match scenario.path {
-        CallPath::Chat => router.chat(tier, &chat, opts).await,
-        // The delivered text is in the report; nothing else needs the deltas here.
-        CallPath::Stream => router.stream(tier, &chat, opts, &|_| {}).await,
-        CallPath::Embed => router.embed(tier, &scenario_embed_request(), opts).await,
-        CallPath::Rerank => router.rerank(tier, &scenario_rerank_request(), opts).await,
-    }
+    let req = match scenario.path {
+        CallPath::Chat => Request::Chat(chat),
+        CallPath::Stream => Request::Stream(chat),
+        CallPath::Embed => Request::Embed(scenario_embed_request()),
+        CallPath::Rerank => Request::Rerank(scenario_rerank_request()),
+    };
+    router.call(tier, &req, opts).await.report
 }

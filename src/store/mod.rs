@@ -26,4 +26,8 @@ pub trait HealthStore: Send + Sync {
     fn set(&self, route: &Route, health: Health) -> Result<(), StoreError>;
     /// Every route with a stored state, sorted by route.
     fn list(&self) -> Result<Vec<(Route, Health)>, StoreError>;
+    /// The health of each of `routes`, in order: one read for a whole selection.
+    fn get_many(&self, routes: &[&Route]) -> Result<Vec<Health>, StoreError> {
+        routes.iter().map(|r| self.get(r)).collect()
+    }
 }

@@ -8,6 +8,7 @@ pub mod openai;
 pub mod rerank;
 pub mod stream;
 
+use crate::answer::FinishReason;
 use crate::dialect::Dialect;
 use crate::failure::{excerpt, ErrorFields, Headers, Transport, UpstreamFailure};
 use crate::health::Cooldowns;
@@ -61,12 +62,38 @@ pub struct HttpCall {
     pub body: Value,
 }
 
+/// A chat success body, read by its wire.
+#[derive(Debug, Clone, Default)]
+pub struct ChatParsed {
+    pub text: String,
+    pub tool_calls: Vec<crate::conversation::ToolCall>,
+    pub finish_reason: Option<FinishReason>,
+    /// The model the body says answered.
+    pub model: Option<String>,
+    pub usage: Usage,
+    /// The body's own id (a fallback request id).
+    pub id: Option<String>,
+}
+
+/// The request fields `wire` cannot express, by their caller-facing names. Each wire's
+/// `chat_call` maps every other field; the router records these on the attempt so that
+/// nothing is lost silently.
+pub fn dropped(wire: Wire, req: &ChatRequest) -> Vec<String> {
+    match wire {
+        Wire::OpenAi => Vec::new(),
+        Wire::Anthropic => anthropic::dropped(req),
+        Wire::Gemini => gemini::dropped(req),
+    }
+}
+
 /// A usable chat answer.
 #[derive(Debug, Clone)]
 pub struct ChatSuccess {
     pub text: String,
     /// Tools the model asked to call, in canonical form.
     pub tool_calls: Vec<crate::conversation::ToolCall>,
+    pub finish_reason: Option<FinishReason>,
+    pub model: Option<String>,
     pub usage: Usage,
     pub request_id: Option<String>,
     pub headers: Headers,
@@ -111,32 +138,14 @@ pub async fn chat(
         Wire::Anthropic => anthropic::parse_chat(&reply.json),
         Wire::Gemini => gemini::parse_chat(&reply.json),
     };
-    let tool_calls = match endpoint.wire {
-        Wire::OpenAi => reply
-            .json
-            .pointer("/choices/0/message")
-            .map(crate::conversation::openai_answer_tool_calls),
-        Wire::Anthropic => reply
-            .json
-            .get("content")
-            .map(crate::conversation::anthropic_answer_tool_calls),
-        Wire::Gemini => reply
-            .json
-            .pointer("/candidates/0/content/parts")
-            .map(crate::conversation::gemini_answer_tool_calls),
-    }
-    .unwrap_or(Ok(Vec::new()));
-    let parsed = parsed.and_then(|ok| {
-        tool_calls.map(|calls| (ok, calls)).map_err(|e| {
-            BadSuccess::Malformed(format!("a tool call in the answer is unusable: {e}"))
-        })
-    });
     match parsed {
-        Ok(((text, usage, body_id), tool_calls)) => Ok(ChatSuccess {
-            text,
-            tool_calls,
-            usage,
-            request_id: reply.headers.request_id().map(str::to_string).or(body_id),
+        Ok(p) => Ok(ChatSuccess {
+            text: p.text,
+            tool_calls: p.tool_calls,
+            finish_reason: p.finish_reason,
+            model: p.model,
+            usage: p.usage,
+            request_id: reply.headers.request_id().map(str::to_string).or(p.id),
             headers: reply.headers,
         }),
         Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
