@@ -91,7 +91,7 @@ impl EmbedQueue {
         let mut out = Vec::new();
         let waiting = self.len();
         for _ in 0..waiting {
-            if !router.any_ready(tier) {
+            if !router.any_ready(tier).await {
                 break;
             }
             let Some(batch) = self.lock().pop_front() else {

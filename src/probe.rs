@@ -7,8 +7,9 @@
 use crate::classify::classify;
 use crate::clock::{Stopwatch, UnixMs};
 use crate::failure::Headers;
+use crate::health::{transition, Health, Transition};
 use crate::request::{ChatRequest, EmbedRequest, RerankRequest};
-use crate::vocab::{CallPath, Class, Route};
+use crate::vocab::{Action, CallPath, Class, HealthState, Route};
 use crate::wire::{self, Endpoint};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -84,11 +85,26 @@ pub struct ProbeResult {
     pub request_id: Option<String>,
     pub headroom: Option<Headroom>,
     pub detail: Option<String>,
+    /// The health the router's own transition gives the route for what came back
+    /// (`None`: unchanged, the request's fault). Not printed: `probe --apply` writes it.
+    #[serde(skip)]
+    pub transition: Option<Health>,
 }
 
 impl ProbeResult {
     pub fn is_live(&self) -> bool {
         self.class == Class::Ok
+    }
+
+    /// What `probe --apply` writes: the router's transition for what the probe saw —
+    /// so `quota_exhausted` with a stated reset instant cools until it rather than
+    /// retiring — and, for a retired route the probe proved live, an explicit restore
+    /// (a success alone never un-retires; spec/decisions.md).
+    pub fn apply_transition(&self, current: &Health, now: UnixMs) -> Option<Transition> {
+        if self.is_live() && current.state_at(now) == HealthState::Retired {
+            return Some(Transition::Restore);
+        }
+        self.transition.clone().map(Transition::toward)
     }
 }
 
@@ -143,6 +159,7 @@ pub async fn probe_one(
             request_id,
             headroom: headroom(&headers),
             detail: None,
+            transition: Some(Health::Ready),
         },
         Err(f) => {
             let verdict = classify(endpoint.dialect, &f, now);
@@ -161,6 +178,15 @@ pub async fn probe_one(
                 request_id: f.headers.request_id().map(str::to_string),
                 headroom: headroom(&f.headers),
                 detail: Some(detail.chars().take(160).collect()).filter(|d: &String| !d.is_empty()),
+                // As if the router left the route after this attempt (no retry).
+                transition: transition(
+                    verdict.class,
+                    Action::Fallback,
+                    verdict.hint,
+                    None,
+                    endpoint.cooldowns,
+                    now,
+                ),
             }
         }
     }

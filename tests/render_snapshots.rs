@@ -182,6 +182,7 @@ fn probe_tier_with_a_dead_tail() {
             tokens_limit: Some(100000),
         }),
         detail: None,
+        transition: None,
     };
     let dead = ProbeResult {
         route: route("dashscope/qwen3.8-max"),
@@ -192,6 +193,7 @@ fn probe_tier_with_a_dead_tail() {
         request_id: None,
         headroom: None,
         detail: Some("The free tier of the model has been exhausted.".into()),
+        transition: None,
     };
     let t = TierProbe {
         tier: "high".into(),

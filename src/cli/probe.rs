@@ -8,7 +8,7 @@ use crate::clock::wall_now_ms;
 use crate::health::Health;
 use crate::probe::{probe_all, ProbeResult, Target, DEFAULT_CONCURRENCY, PER_PROVIDER};
 use crate::store::HealthStore;
-use crate::vocab::{Class, HealthState, Route};
+use crate::vocab::{HealthState, Route};
 use clap::Args;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -156,7 +156,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
     }
     if args.apply {
         let store = open_store(&config)?;
-        let changes = apply(store.as_ref(), &results)?;
+        let changes = apply(store.as_ref(), &results).await?;
         if !args.json {
             for line in changes {
                 writeln!(out, "applied: {line}")?;
@@ -170,8 +170,8 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
     })
 }
 
-/// Writes what the probe proved: permanent failures retire, answers restore.
-fn apply(store: &dyn HealthStore, results: &[ProbeResult]) -> anyhow::Result<Vec<String>> {
+/// Writes what the probe proved, through the same atomic transition as the router.
+async fn apply(store: &dyn HealthStore, results: &[ProbeResult]) -> anyhow::Result<Vec<String>> {
     let now = wall_now_ms();
     let mut seen: BTreeMap<&Route, ()> = BTreeMap::new();
     let mut lines = Vec::new();
@@ -179,25 +179,26 @@ fn apply(store: &dyn HealthStore, results: &[ProbeResult]) -> anyhow::Result<Vec
         if seen.insert(&r.route, ()).is_some() {
             continue;
         }
-        let current = store.get(&r.route)?;
-        let reason = match r.class {
-            Class::QuotaExhausted => Some("quota"),
-            Class::ModelUnavailable => Some("model_unavailable"),
-            Class::Auth => Some("auth"),
-            _ => None,
+        let current = store.get(&r.route).await?;
+        let Some(t) = r.apply_transition(&current, now) else {
+            continue;
         };
-        if let Some(reason) = reason {
-            let new = Health::Retired {
-                reason: reason.to_string(),
-            };
-            if current != new {
-                store.set(&r.route, new)?;
-                lines.push(format!("{} retired ({reason})", r.route));
-            }
-        } else if r.is_live() && current.state_at(now) == HealthState::Retired {
-            store.set(&r.route, Health::Ready)?;
-            lines.push(format!("{} restored (answered)", r.route));
+        let (old, new) = store.apply(&r.route, t).await?;
+        if old == new {
+            continue;
         }
+        lines.push(match &new {
+            Health::Retired { reason } => format!("{} retired ({reason})", r.route),
+            Health::Cooling { until, reason } => format!(
+                "{} cooling for {} s ({reason})",
+                r.route,
+                ((until - now).max(0) as u64).div_ceil(1000)
+            ),
+            Health::Ready if old.state_at(now) == HealthState::Retired => {
+                format!("{} restored (answered)", r.route)
+            }
+            Health::Ready => format!("{} ready (answered)", r.route),
+        });
     }
     Ok(lines)
 }

@@ -7,12 +7,12 @@ use super::mock::{MockRoute, MockServer, Outage};
 use super::scenario::{Preset, RequestShape, RequestSpec, Scenario};
 use crate::clock::{Clock, ManualClock, Stopwatch, UnixMs};
 use crate::dialect::Dialect;
-use crate::health::{Cooldowns, Health};
+use crate::health::{Cooldowns, Health, Transition};
 use crate::policy::Policy;
 use crate::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
 use crate::router::{CallOptions, RouteSpec, Router, Tier};
 use crate::secret::Secret;
-use crate::store::{HealthStore, MemoryStore};
+use crate::store::MemoryStore;
 use crate::trace::Report;
 use crate::vocab::{CallPath, Route};
 use crate::wire::{
@@ -165,9 +165,7 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
                 reason: "preset".into(),
             },
         };
-        store
-            .set(route, health)
-            .expect("the memory store never fails");
+        store.apply_now(route, &Transition::toward(health));
     }
     let router = Router::with_seed(
         client.clone(),
@@ -185,7 +183,7 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
             .chain
             .iter()
             .map(|e| {
-                let h = store.get(&e.route).unwrap_or(Health::Ready);
+                let h = store.get_now(&e.route);
                 (e.route.clone(), HealthView::of(&h, now))
             })
             .collect();

@@ -392,15 +392,14 @@ impl Router {
 
     /// Whether any route of `tier` is ready now (the embedding queue re-offers batches
     /// only then).
-    pub fn any_ready(&self, tier: &Tier) -> bool {
+    pub async fn any_ready(&self, tier: &Tier) -> bool {
         let now = self.inner.clock.now_ms();
-        tier.routes.iter().any(|spec| {
-            self.inner
-                .store
-                .get(&spec.route)
-                .map(|h| h.is_available(now))
-                .unwrap_or(true)
-        })
+        let routes: Vec<&Route> = tier.routes.iter().map(|s| &s.route).collect();
+        match self.inner.store.get_many(&routes).await {
+            Ok(all) => all.iter().any(|h| h.is_available(now)),
+            // An unreadable store must not hold batches back for ever.
+            Err(_) => true,
+        }
     }
 
     /// The route a session is pinned to, if any.
@@ -473,7 +472,7 @@ impl Router {
             elapsed_ms: 0,
             notes: Vec::new(),
         };
-        let (order, sticky) = self.order(tier, opts.session, start);
+        let (order, sticky) = self.order(tier, opts.session, start).await;
         let mut walk = Walk {
             tier,
             path,
@@ -493,7 +492,7 @@ impl Router {
 
         let mut answer = None;
         let mut ended = false;
-        'chain: while self.next_route(&mut walk, &mut report) {
+        'chain: while self.next_route(&mut walk, &mut report).await {
             loop {
                 let spent = self.spent(&walk, report.attempts.len() as u32);
                 if !spent.allows(walk.opts.policy, 0, 0.0) {
@@ -543,7 +542,7 @@ impl Router {
                         dropped,
                     },
                 };
-                let decision = self.settle(&mut walk, &mut report, observed);
+                let decision = self.settle(&mut walk, &mut report, observed).await;
                 match decision.action {
                     Action::Retry => {
                         let wait = decision.wait_ms.unwrap_or(0);

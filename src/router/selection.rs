@@ -37,13 +37,13 @@ impl Snapshot {
 
 impl Router {
     /// Reads the health of every route from `walk.pos` on, once.
-    pub(super) fn take_snapshot(&self, walk: &mut Walk<'_>, notes: &mut Vec<String>) {
+    pub(super) async fn take_snapshot(&self, walk: &mut Walk<'_>, notes: &mut Vec<String>) {
         let ahead = &walk.order[walk.pos..];
         let routes: Vec<&Route> = ahead.iter().map(|&i| &walk.tier.routes[i].route).collect();
         let mut health = std::mem::take(&mut walk.snapshot.health);
         health.clear();
         health.resize(walk.tier.routes.len(), None);
-        match self.inner.store.get_many(&routes) {
+        match self.inner.store.get_many(&routes).await {
             Ok(read) => {
                 for (&i, h) in ahead.iter().zip(read) {
                     health[i] = Some(h);
@@ -56,7 +56,7 @@ impl Router {
     }
 
     /// The try order: the chain, with a session's route first while it is ready.
-    pub(super) fn order(
+    pub(super) async fn order(
         &self,
         tier: &Tier,
         session: Option<&str>,
@@ -66,17 +66,13 @@ impl Router {
         let Some(pinned) = session.and_then(|s| lock(&self.inner.sessions).get(s).cloned()) else {
             return (order, None);
         };
-        let sticky = tier
-            .routes
-            .iter()
-            .position(|r| r.route == pinned)
-            .filter(|i| {
-                self.inner
-                    .store
-                    .get(&tier.routes[*i].route)
-                    .map(|h| h.is_available(now))
-                    .unwrap_or(true)
-            });
+        let mut sticky = tier.routes.iter().position(|r| r.route == pinned);
+        if let Some(i) = sticky {
+            let health = self.inner.store.get(&tier.routes[i].route).await;
+            if !health.map(|h| h.is_available(now)).unwrap_or(true) {
+                sticky = None;
+            }
+        }
         if let Some(i) = sticky {
             order.remove(i);
             order.insert(0, i);
@@ -86,11 +82,11 @@ impl Router {
 
     /// Advances to the next route that may be called, recording each one passed over.
     /// `false` when the chain has run out.
-    pub(super) fn next_route(&self, walk: &mut Walk<'_>, report: &mut Report) -> bool {
+    pub(super) async fn next_route(&self, walk: &mut Walk<'_>, report: &mut Report) -> bool {
         walk.retries_on_route = 0;
         walk.trial = false;
         if walk.pos < walk.order.len() {
-            self.take_snapshot(walk, &mut report.notes);
+            self.take_snapshot(walk, &mut report.notes).await;
         }
         while walk.pos < walk.order.len() {
             let idx = walk.current();

@@ -9,10 +9,10 @@ use crate::capability::estimate_cost_usd;
 use crate::classify::Verdict;
 use crate::decide::{decide, Decision, Situation};
 use crate::failure::UpstreamFailure;
-use crate::health::{is_route_fault, transition, Health};
+use crate::health::{is_route_fault, transition, Transition};
 use crate::request::Usage;
 use crate::trace::{AttemptRecord, Chosen, HealthChange, Report, Step};
-use crate::vocab::{Action, Class, Route};
+use crate::vocab::{Action, Class};
 
 /// What the classifier and the wire said about one attempt.
 #[derive(Debug, Clone)]
@@ -47,7 +47,7 @@ fn chosen(retries_on_route: u32, trial: bool, sticky: bool, idx: usize) -> Chose
 impl Router {
     /// Classifies nothing, decides everything about one finished attempt: the action,
     /// the route's new health, its breaker, and the attempt record.
-    pub(super) fn settle(
+    pub(super) async fn settle(
         &self,
         walk: &mut Walk<'_>,
         report: &mut Report,
@@ -97,13 +97,24 @@ impl Router {
             spec.endpoint.cooldowns,
             now,
         );
-        let health = new_health.and_then(|h| {
-            let stored = self.apply_health(&spec.route, h, &mut report.notes);
-            if let Some((_, new)) = &stored {
-                walk.snapshot.set(idx, new.clone());
+        let mut health = None;
+        if let Some(target) = new_health {
+            match self
+                .inner
+                .store
+                .apply(&spec.route, Transition::toward(target))
+                .await
+            {
+                Ok((old, new)) => {
+                    if old != new {
+                        health = Some(HealthChange::from(&new));
+                    }
+                    walk.snapshot.set(idx, new);
+                }
+                // An unwritable store must not take traffic down; the trace says so.
+                Err(e) => report.notes.push(e.to_string()),
             }
-            stored.and_then(|(old, new)| (old != new).then(|| HealthChange::from(&new)))
-        });
+        }
         let breaker_open_until = spec.endpoint.breaker.as_ref().and_then(|cfg| {
             let mut breakers = lock(&self.inner.breakers);
             let state = breakers.entry(spec.route.clone()).or_default();
@@ -183,29 +194,6 @@ impl Router {
                 ..Answer::default()
             },
         }
-    }
-
-    /// Applies a new health to the store; returns (old, new) as stored.
-    fn apply_health(
-        &self,
-        route: &Route,
-        new: Health,
-        notes: &mut Vec<String>,
-    ) -> Option<(Health, Health)> {
-        let old = match self.inner.store.get(route) {
-            Ok(h) => h,
-            Err(e) => {
-                notes.push(e.to_string());
-                Health::Ready
-            }
-        };
-        if old == new {
-            return Some((old, new));
-        }
-        if let Err(e) = self.inner.store.set(route, new.clone()) {
-            notes.push(e.to_string());
-        }
-        Some((old, new))
     }
 }
 
