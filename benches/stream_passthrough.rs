@@ -57,15 +57,15 @@ async fn serve(route: &str, reply: Reply) -> (MockServer, Tier) {
         timeout_ms: 30_000,
         first_token_timeout_ms: 15_000,
         stream_idle_ms: 20_000,
-        cooldowns: Default::default(),
-        breaker: None,
     };
     let tier = Tier {
         name: "bench".into(),
+        path: poolctl::vocab::CallPath::Chat,
         routes: vec![RouteSpec {
             route,
             endpoint: Arc::new(endpoint),
             facts: Default::default(),
+            policy: Default::default(),
         }],
     };
     (mock, tier)

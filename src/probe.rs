@@ -9,6 +9,7 @@ use crate::clock::{Stopwatch, UnixMs};
 use crate::failure::Headers;
 use crate::health::{transition, Health, Transition};
 use crate::request::{ChatRequest, EmbedRequest, RerankRequest};
+use crate::route::RoutePolicy;
 use crate::vocab::{Action, CallPath, Class, HealthState, Route};
 use crate::wire::{self, Endpoint};
 use serde::Serialize;
@@ -26,6 +27,8 @@ pub struct Target {
     pub route: Route,
     pub path: CallPath,
     pub endpoint: Arc<Endpoint>,
+    /// The route's cooldowns, for the transition `probe --apply` writes.
+    pub policy: RoutePolicy,
 }
 
 /// Rate-limit room a provider reported in its headers.
@@ -184,7 +187,7 @@ pub async fn probe_one(
                     Action::Fallback,
                     verdict.hint,
                     None,
-                    endpoint.cooldowns,
+                    target.policy.cooldowns,
                     now,
                 ),
             }

@@ -52,6 +52,7 @@ async fn retire_while_in_flight(store: Arc<dyn HealthStore>) {
     let route = Route::parse("a/m").unwrap();
     let tier = Tier {
         name: "t".into(),
+        path: poolctl::vocab::CallPath::Chat,
         routes: vec![RouteSpec {
             route: route.clone(),
             endpoint: Arc::new(Endpoint {
@@ -63,10 +64,9 @@ async fn retire_while_in_flight(store: Arc<dyn HealthStore>) {
                 timeout_ms: 5_000,
                 first_token_timeout_ms: 5_000,
                 stream_idle_ms: 5_000,
-                cooldowns: Default::default(),
-                breaker: None,
             }),
             facts: Default::default(),
+            policy: Default::default(),
         }],
     };
     let router = Router::new(

@@ -37,6 +37,7 @@ fn tier(server: &MockServer, route: &str, wire: Wire) -> Tier {
     let route = Route::parse(route).unwrap();
     Tier {
         name: "t".into(),
+        path: poolctl::vocab::CallPath::Chat,
         routes: vec![RouteSpec {
             endpoint: Arc::new(Endpoint {
                 provider: route.provider().to_string(),
@@ -47,11 +48,10 @@ fn tier(server: &MockServer, route: &str, wire: Wire) -> Tier {
                 timeout_ms: 5_000,
                 first_token_timeout_ms: 5_000,
                 stream_idle_ms: 5_000,
-                cooldowns: Default::default(),
-                breaker: None,
             }),
             route,
             facts: Default::default(),
+            policy: Default::default(),
         }],
     }
 }

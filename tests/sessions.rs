@@ -32,11 +32,10 @@ fn spec(server: &MockServer, route: &str, wire: Wire, base: &str) -> RouteSpec {
             timeout_ms: 5_000,
             first_token_timeout_ms: 5_000,
             stream_idle_ms: 5_000,
-            cooldowns: Default::default(),
-            breaker: None,
         }),
         route,
         facts: Default::default(),
+        policy: Default::default(),
     }
 }
 
@@ -129,6 +128,7 @@ async fn a_session_sticks_and_moves_with_its_whole_history() {
 
     let tier = Tier {
         name: "t".into(),
+        path: poolctl::vocab::CallPath::Chat,
         routes: vec![
             spec(&server, "a/gpt", Wire::OpenAi, "/a/v1"),
             spec(&server, "b/claude", Wire::Anthropic, "/b"),

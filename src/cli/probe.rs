@@ -72,6 +72,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
                 route: spec.route.clone(),
                 path: entry.path,
                 endpoint: spec.endpoint.clone(),
+                policy: spec.policy,
             })
             .collect();
         plan.push((name.clone(), targets));

@@ -46,11 +46,7 @@ pub struct WalkArgs {
 pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let tier = config.tier(&args.tier, &env_key)?;
-    let path = config
-        .tier_entries(&args.tier)?
-        .first()
-        .map(|e| e.path)
-        .unwrap_or_default();
+    let path = tier.path;
     let policy = match &args.workflow {
         Some(name) => config.policies.get(name).cloned().ok_or_else(|| {
             anyhow::anyhow!("no policy card `{name}` in {}", config.file.display())

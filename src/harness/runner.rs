@@ -6,8 +6,7 @@ use super::compare::{compare, HealthView, Mismatch};
 use super::mock::{MockRoute, MockServer, Outage};
 use super::scenario::{Preset, RequestShape, RequestSpec, Scenario};
 use crate::clock::{Clock, ManualClock, Stopwatch, UnixMs};
-use crate::dialect::Dialect;
-use crate::health::{Cooldowns, Health, Transition};
+use crate::health::{Health, Transition};
 use crate::policy::Policy;
 use crate::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
 use crate::router::{CallOptions, RouteSpec, Router, Tier};
@@ -15,9 +14,6 @@ use crate::secret::Secret;
 use crate::store::MemoryStore;
 use crate::trace::Report;
 use crate::vocab::{CallPath, Route};
-use crate::wire::{
-    Endpoint, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_STREAM_IDLE_MS, DEFAULT_TIMEOUT_MS,
-};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -70,35 +66,22 @@ pub fn tier_for(scenario: &Scenario, mock: &MockServer) -> Tier {
         .chain
         .iter()
         .map(|entry| {
-            let provider = entry.route.provider().to_string();
-            let endpoint = Endpoint {
-                base_url: mock.base_url(&provider, entry.wire),
-                provider,
-                wire: entry.wire,
-                dialect: entry.dialect.unwrap_or(Dialect::of_wire(entry.wire)),
-                api_key: Secret::new(MOCK_KEY),
-                timeout_ms: entry.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
-                first_token_timeout_ms: entry
-                    .first_token_timeout_ms
-                    .unwrap_or(DEFAULT_FIRST_TOKEN_TIMEOUT_MS),
-                stream_idle_ms: entry.stream_idle_ms.unwrap_or(DEFAULT_STREAM_IDLE_MS),
-                cooldowns: Cooldowns {
-                    cooldown_ms: entry.cooldown_ms,
-                    transient_cooldown_ms: entry
-                        .transient_cooldown_ms
-                        .unwrap_or(Cooldowns::default().transient_cooldown_ms),
-                },
-                breaker: entry.breaker,
-            };
+            let provider = entry.route.provider();
+            let settings = entry.settings();
+            let base_url = mock.base_url(provider, entry.wire);
+            // A mock's loopback URL implies no dialect: only an explicit one, else the wire's.
+            let endpoint = settings.endpoint(provider, base_url, Secret::new(MOCK_KEY), None);
             RouteSpec {
                 route: entry.route.clone(),
                 endpoint: Arc::new(endpoint),
                 facts: entry.model.unwrap_or_default(),
+                policy: settings.policy(),
             }
         })
         .collect();
     Tier {
         name: scenario.name.clone(),
+        path: scenario.path,
         routes,
     }
 }

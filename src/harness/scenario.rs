@@ -3,7 +3,6 @@
 //! anything runs.
 
 use crate::clock::UnixMs;
-use crate::dialect::Dialect;
 use crate::policy::Policy;
 use crate::vocab::{Action, CallPath, Class, HealthState, Outcome, Reason, Route, Wire};
 use crate::yaml::YamlError;
@@ -40,36 +39,23 @@ pub struct Scenario {
     pub file: PathBuf,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChainEntry {
-    pub route: Route,
-    #[serde(default)]
-    pub wire: Wire,
-    #[serde(default)]
-    pub dialect: Option<Dialect>,
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
-    #[serde(default)]
-    pub first_token_timeout_ms: Option<u64>,
-    #[serde(default)]
-    pub stream_idle_ms: Option<u64>,
-    /// The pool config's cooling overrides, per route here.
-    #[serde(default)]
-    pub cooldown_ms: Option<u64>,
-    #[serde(default)]
-    pub transient_cooldown_ms: Option<u64>,
-    /// The route's circuit breaker (off when absent).
-    #[serde(default)]
-    pub breaker: Option<crate::breaker::BreakerConfig>,
-    /// What the model can serve and what it costs (its equivalence contract).
-    #[serde(default)]
-    pub model: Option<crate::capability::ModelFacts>,
-    /// A provider outage in virtual time: until `until_ms` after `now`, every call gets
-    /// `reply`; after it, `replies` are served as usual.
-    #[serde(default)]
-    pub outage: Option<OutageSpec>,
-    pub replies: Vec<Reply>,
+crate::provider_settings! {
+    /// One route of a scenario's chain: the provider settings a pool config accepts
+    /// (wire, dialect, deadlines, cooldowns, breaker), the model's facts, and the mock's
+    /// script.
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct ChainEntry {
+        pub route: Route,
+        /// What the model can serve and what it costs (its equivalence contract).
+        #[serde(default)]
+        pub model: Option<crate::capability::ModelFacts>,
+        /// A provider outage in virtual time: until `until_ms` after `now`, every call gets
+        /// `reply`; after it, `replies` are served as usual.
+        #[serde(default)]
+        pub outage: Option<OutageSpec>,
+        pub replies: Vec<Reply>,
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -96,7 +96,7 @@ impl Router {
                 continue;
             }
             let route = &walk.tier.routes[idx];
-            if let Some(cfg) = &route.endpoint.breaker {
+            if let Some(cfg) = &route.policy.breaker {
                 let now = self.inner.clock.now_ms();
                 let mut breakers = lock(&self.inner.breakers);
                 let state = breakers.entry(route.route.clone()).or_default();

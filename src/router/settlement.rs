@@ -94,7 +94,7 @@ impl Router {
             decision.action,
             seen.verdict.hint,
             decision.wait_ms,
-            spec.endpoint.cooldowns,
+            spec.policy.cooldowns,
             now,
         );
         let mut health = None;
@@ -115,7 +115,7 @@ impl Router {
                 Err(e) => report.notes.push(e.to_string()),
             }
         }
-        let breaker_open_until = spec.endpoint.breaker.as_ref().and_then(|cfg| {
+        let breaker_open_until = spec.policy.breaker.as_ref().and_then(|cfg| {
             let mut breakers = lock(&self.inner.breakers);
             let state = breakers.entry(spec.route.clone()).or_default();
             breaker::record(state, cfg, walk.trial, !is_route_fault(class), now)

@@ -11,7 +11,6 @@ pub mod stream;
 use crate::answer::FinishReason;
 use crate::dialect::Dialect;
 use crate::failure::{excerpt, ErrorFields, Headers, Transport, UpstreamFailure};
-use crate::health::Cooldowns;
 use crate::request::{ChatRequest, EmbedRequest, RerankRequest, Usage};
 use crate::secret::Secret;
 use crate::vocab::Wire;
@@ -24,7 +23,8 @@ pub const ERROR_BODY_CAP: usize = 64 * 1024;
 /// The largest success body accepted.
 pub const SUCCESS_BODY_CAP: usize = 8 * 1024 * 1024;
 
-/// One provider as the router calls it: where, how, with which key and deadlines.
+/// One provider as the wire calls it: where, how, with which key and deadlines. What the
+/// router does with its failures is in [`crate::route::RoutePolicy`].
 #[derive(Debug, Clone)]
 pub struct Endpoint {
     pub provider: String,
@@ -38,9 +38,6 @@ pub struct Endpoint {
     pub first_token_timeout_ms: u64,
     /// Streams: longest silence between chunks.
     pub stream_idle_ms: u64,
-    pub cooldowns: Cooldowns,
-    /// The circuit breaker, when configured for this provider.
-    pub breaker: Option<crate::breaker::BreakerConfig>,
 }
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
