@@ -9,6 +9,14 @@ use serde_json::{json, Value};
 
 pub const API_VERSION: &str = "2023-06-01";
 
+/// Messages has no seed.
+const SAMPLING: super::SamplingNames = super::SamplingNames {
+    temperature: "temperature",
+    top_p: "top_p",
+    stop: "stop_sequences",
+    seed: None,
+};
+
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     let (system, messages) = conversation::anthropic_request_parts(&req.conversation);
     let mut body = json!({
@@ -19,15 +27,8 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     if let Some(system) = system {
         body["system"] = json!(system);
     }
-    let s = &req.sampling;
-    if let Some(t) = s.temperature {
-        body["temperature"] = json!(t);
-    }
-    if let Some(p) = s.top_p {
-        body["top_p"] = json!(p);
-    }
-    if !s.stop.is_empty() {
-        body["stop_sequences"] = json!(s.stop);
+    if let Some(obj) = body.as_object_mut() {
+        super::put_sampling(obj, &req.sampling, &SAMPLING);
     }
     if !req.tools.is_empty() {
         body["tools"] = conversation::anthropic_tools(&req.tools);

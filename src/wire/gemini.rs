@@ -7,6 +7,14 @@ use crate::conversation;
 use crate::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Value};
 
+/// Gemini's sampling lives in `generationConfig`.
+const SAMPLING: super::SamplingNames = super::SamplingNames {
+    temperature: "temperature",
+    top_p: "topP",
+    stop: "stopSequences",
+    seed: Some("seed"),
+};
+
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     let (system, contents) = conversation::gemini_request_parts(&req.conversation);
     let mut body = json!({ "contents": contents });
@@ -14,19 +22,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     if let Some(max) = req.max_tokens {
         config.insert("maxOutputTokens".into(), json!(max));
     }
-    let s = &req.sampling;
-    if let Some(t) = s.temperature {
-        config.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = s.top_p {
-        config.insert("topP".into(), json!(p));
-    }
-    if !s.stop.is_empty() {
-        config.insert("stopSequences".into(), json!(s.stop));
-    }
-    if let Some(seed) = s.seed {
-        config.insert("seed".into(), json!(seed));
-    }
+    super::put_sampling(&mut config, &req.sampling, &SAMPLING);
     if let Some(schema) = &req.json_schema {
         config.insert("responseMimeType".into(), json!("application/json"));
         config.insert("responseJsonSchema".into(), schema.clone());

@@ -72,6 +72,35 @@ pub struct ChatParsed {
     pub id: Option<String>,
 }
 
+/// How a wire spells the sampling fields: `None` where it has no such field.
+pub struct SamplingNames {
+    pub temperature: &'static str,
+    pub top_p: &'static str,
+    pub stop: &'static str,
+    pub seed: Option<&'static str>,
+}
+
+/// Writes the sampling fields the caller set into `target` (a body, or Gemini's
+/// `generationConfig`), under the wire's names.
+pub fn put_sampling(
+    target: &mut serde_json::Map<String, Value>,
+    s: &crate::request::Sampling,
+    names: &SamplingNames,
+) {
+    if let Some(t) = s.temperature {
+        target.insert(names.temperature.into(), t.into());
+    }
+    if let Some(p) = s.top_p {
+        target.insert(names.top_p.into(), p.into());
+    }
+    if !s.stop.is_empty() {
+        target.insert(names.stop.into(), s.stop.clone().into());
+    }
+    if let (Some(seed), Some(name)) = (s.seed, names.seed) {
+        target.insert(name.into(), seed.into());
+    }
+}
+
 /// The request fields `wire` cannot express, by their caller-facing names. Each wire's
 /// `chat_call` maps every other field; the router records these on the attempt so that
 /// nothing is lost silently.

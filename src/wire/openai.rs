@@ -8,6 +8,13 @@ use crate::conversation;
 use crate::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Value};
 
+const SAMPLING: super::SamplingNames = super::SamplingNames {
+    temperature: "temperature",
+    top_p: "top_p",
+    stop: "stop",
+    seed: Some("seed"),
+};
+
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     let mut body = json!({
         "model": model,
@@ -17,18 +24,8 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     if let Some(max) = req.max_tokens {
         body["max_tokens"] = json!(max);
     }
-    let s = &req.sampling;
-    if let Some(t) = s.temperature {
-        body["temperature"] = json!(t);
-    }
-    if let Some(p) = s.top_p {
-        body["top_p"] = json!(p);
-    }
-    if !s.stop.is_empty() {
-        body["stop"] = json!(s.stop);
-    }
-    if let Some(seed) = s.seed {
-        body["seed"] = json!(seed);
+    if let Some(obj) = body.as_object_mut() {
+        super::put_sampling(obj, &req.sampling, &SAMPLING);
     }
     if !req.tools.is_empty() {
         body["tools"] = conversation::openai_tools(&req.tools);
