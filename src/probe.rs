@@ -10,10 +10,11 @@ use crate::failure::Headers;
 use crate::health::{transition, Health, Transition};
 use crate::request::{ChatRequest, EmbedRequest, RerankRequest};
 use crate::route::RoutePolicy;
+use crate::store::{HealthStore, StoreError};
 use crate::vocab::{Action, CallPath, Class, HealthState, Route};
 use crate::wire::{self, Endpoint};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
@@ -109,6 +110,69 @@ impl ProbeResult {
         }
         self.transition.clone().map(Transition::toward)
     }
+}
+
+/// One tier's probe (spec/cli.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct TierProbe {
+    pub tier: String,
+    pub live: usize,
+    pub first_live: Option<Route>,
+    pub routes: Vec<ProbeResult>,
+}
+
+impl TierProbe {
+    /// A tier's results, in chain order.
+    pub fn of(tier: &str, routes: Vec<ProbeResult>) -> Self {
+        TierProbe {
+            tier: tier.to_string(),
+            live: routes.iter().filter(|r| r.is_live()).count(),
+            first_live: routes.iter().find(|r| r.is_live()).map(|r| r.route.clone()),
+            routes,
+        }
+    }
+
+    /// The tier's last route is not live: the chain has no real fallback at its end.
+    pub fn dead_tail(&self) -> bool {
+        self.routes.last().is_some_and(|r| !r.is_live())
+    }
+}
+
+/// Writes what the probe proved, through the same atomic transition as the router.
+/// Returns one line per route it changed.
+pub async fn apply(
+    store: &dyn HealthStore,
+    results: &[ProbeResult],
+    now: UnixMs,
+) -> Result<Vec<String>, StoreError> {
+    let mut seen: BTreeMap<&Route, ()> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for r in results {
+        if seen.insert(&r.route, ()).is_some() {
+            continue;
+        }
+        let current = store.get(&r.route).await?;
+        let Some(t) = r.apply_transition(&current, now) else {
+            continue;
+        };
+        let (old, new) = store.apply(&r.route, t).await?;
+        if old == new {
+            continue;
+        }
+        lines.push(match &new {
+            Health::Retired { reason } => format!("{} retired ({reason})", r.route),
+            Health::Cooling { until, reason } => format!(
+                "{} cooling for {} s ({reason})",
+                r.route,
+                ((until - now).max(0) as u64).div_ceil(1000)
+            ),
+            Health::Ready if old.state_at(now) == HealthState::Retired => {
+                format!("{} restored (answered)", r.route)
+            }
+            Health::Ready => format!("{} ready (answered)", r.route),
+        });
+    }
+    Ok(lines)
 }
 
 /// Sends one minimal request of `target`'s path and classifies the answer.
