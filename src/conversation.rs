@@ -22,6 +22,18 @@
 //! content are refused with an error rather than silently lost.
 
 use serde::{Deserialize, Serialize};
+
+/// A history, or an answer's tool calls, that a wire's format cannot be read as: the
+/// message names the JSON path and what is wrong there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CodecError(pub String);
+
+impl From<String> for CodecError {
+    fn from(s: String) -> Self {
+        CodecError(s)
+    }
+}
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, HashSet};
 
@@ -108,17 +120,17 @@ impl Conversation {
     /// the assistant turn just before its run of results, with that call's name. A call
     /// may be left unanswered only while nothing but results follows it (tools still
     /// running); providers reject a request that skips a call's result.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), CodecError> {
         let mut seen: HashSet<&str> = HashSet::new();
         // Calls of the latest assistant turn not yet answered, in call order.
         let mut pending: Vec<&ToolCall> = Vec::new();
         for (i, turn) in self.turns.iter().enumerate() {
             if !matches!(turn, Turn::ToolResult { .. }) {
                 if let Some(call) = pending.first() {
-                    return Err(format!(
+                    return Err(CodecError(format!(
                         "turns[{i}] comes before the result of tool call '{}'",
                         call.id
-                    ));
+                    )));
                 }
             }
             match turn {
@@ -127,13 +139,13 @@ impl Conversation {
                     for (j, call) in tool_calls.iter().enumerate() {
                         let path = format!("turns[{i}].tool_calls[{j}]");
                         if call.id.is_empty() || call.name.is_empty() {
-                            return Err(format!("{path} has an empty id or name"));
+                            return Err(CodecError(format!("{path} has an empty id or name")));
                         }
                         if !seen.insert(&call.id) {
-                            return Err(format!("{path}.id '{}' is used twice", call.id));
+                            return Err(CodecError(format!("{path}.id '{}' is used twice", call.id)));
                         }
                         if !call.arguments.is_object() {
-                            return Err(format!("{path}.arguments is not a JSON object"));
+                            return Err(CodecError(format!("{path}.arguments is not a JSON object")));
                         }
                     }
                     pending = tool_calls.iter().collect();
@@ -149,10 +161,10 @@ impl Conversation {
                             )
                         })?;
                     if &pending[at].name != name {
-                        return Err(format!(
+                        return Err(CodecError(format!(
                             "turns[{i}].name '{name}' differs from the call's name '{}'",
                             pending[at].name
-                        ));
+                        )));
                     }
                     pending.remove(at);
                 }
@@ -257,7 +269,7 @@ pub fn openai_tools(tools: &[ToolSpec]) -> Value {
 /// Reads Chat Completions `messages` back. Leading `system`/`developer` messages form
 /// the system prompt (joined by a blank line); one after the first turn is an error,
 /// since the canonical form has a single system prompt.
-pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, String> {
+pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, CodecError> {
     let mut conv = Conversation::default();
     // Tool messages name only the call id; the name comes from the call.
     let mut names: HashMap<String, String> = HashMap::new();
@@ -274,9 +286,9 @@ pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, String> 
                 });
             }
             "system" | "developer" => {
-                return Err(format!(
+                return Err(CodecError(format!(
                     "{path} is a {role} message after the first turn; only leading ones count"
-                ))
+                )))
             }
             "user" => conv.turns.push(Turn::User {
                 text: openai_text(content, &format!("{path}.content"))?,
@@ -312,7 +324,7 @@ pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, String> 
                     is_error,
                 });
             }
-            other => return Err(format!("{path}.role '{other}' is not supported")),
+            other => return Err(CodecError(format!("{path}.role '{other}' is not supported"))),
         }
     }
     Ok(conv)
@@ -320,15 +332,15 @@ pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, String> 
 
 /// The tool calls of an answer's `choices[0].message`. A malformed call is an error: a
 /// dropped call would be an action the model asked for and nobody saw.
-pub fn openai_answer_tool_calls(message: &Value) -> Result<Vec<ToolCall>, String> {
+pub fn openai_answer_tool_calls(message: &Value) -> Result<Vec<ToolCall>, CodecError> {
     openai_tool_calls(message, "message")
 }
 
-fn openai_tool_calls(message: &Value, path: &str) -> Result<Vec<ToolCall>, String> {
+fn openai_tool_calls(message: &Value, path: &str) -> Result<Vec<ToolCall>, CodecError> {
     let calls = match message.get("tool_calls") {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(calls)) => calls,
-        Some(_) => return Err(format!("{path}.tool_calls is not an array")),
+        Some(_) => return Err(CodecError(format!("{path}.tool_calls is not an array"))),
     };
     calls
         .iter()
@@ -337,13 +349,13 @@ fn openai_tool_calls(message: &Value, path: &str) -> Result<Vec<ToolCall>, Strin
             let path = format!("{path}.tool_calls[{j}]");
             if let Some(kind) = call.get("type").and_then(Value::as_str) {
                 if kind != "function" {
-                    return Err(format!("{path}.type '{kind}' is not supported"));
+                    return Err(CodecError(format!("{path}.type '{kind}' is not supported")));
                 }
             }
             let id = str_field(call, "id", &path)?;
             let function = call
                 .get("function")
-                .ok_or_else(|| format!("{path}.function is missing"))?;
+                .ok_or_else(|| CodecError(format!("{path}.function is missing")))?;
             let fpath = format!("{path}.function");
             let name = str_field(function, "name", &fpath)?;
             let apath = format!("{fpath}.arguments");
@@ -351,10 +363,10 @@ fn openai_tool_calls(message: &Value, path: &str) -> Result<Vec<ToolCall>, Strin
                 // Some compatible servers send "" for a call without arguments.
                 Some(Value::String(s)) if s.trim().is_empty() => json!({}),
                 Some(Value::String(s)) => serde_json::from_str(s)
-                    .map_err(|e| format!("{apath} is not valid JSON: {e}"))?,
+                    .map_err(|e| CodecError(format!("{apath} is not valid JSON: {e}")))?,
                 // Some compatible servers send the object itself rather than a string.
                 Some(v @ Value::Object(_)) => v.clone(),
-                _ => return Err(format!("{apath} is missing or not a string")),
+                _ => return Err(CodecError(format!("{apath} is missing or not a string"))),
             };
             Ok(ToolCall {
                 id: id.to_string(),
@@ -366,7 +378,7 @@ fn openai_tool_calls(message: &Value, path: &str) -> Result<Vec<ToolCall>, Strin
 }
 
 /// OpenAI content: a string, null (none), or an array of text parts read as one text.
-fn openai_text(content: Option<&Value>, path: &str) -> Result<String, String> {
+fn openai_text(content: Option<&Value>, path: &str) -> Result<String, CodecError> {
     match content {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),
@@ -375,7 +387,7 @@ fn openai_text(content: Option<&Value>, path: &str) -> Result<String, String> {
             .enumerate()
             .map(|(k, p)| text_part(p, &format!("{path}[{k}]")))
             .collect(),
-        Some(_) => Err(format!("{path} is neither a string nor an array of parts")),
+        Some(_) => Err(CodecError(format!("{path} is neither a string nor an array of parts"))),
     }
 }
 
@@ -431,7 +443,7 @@ pub fn anthropic_tools(tools: &[ToolSpec]) -> Value {
 /// Reads a Messages API history back. Each user text block and each tool result is a
 /// turn of its own; in an assistant message a text block after the first block starts
 /// a new assistant turn, and tool uses belong to the turn before them.
-pub fn from_anthropic(system: Option<&str>, messages: &[Value]) -> Result<Conversation, String> {
+pub fn from_anthropic(system: Option<&str>, messages: &[Value]) -> Result<Conversation, CodecError> {
     let mut conv = Conversation {
         system: system.map(str::to_string),
         turns: Vec::new(),
@@ -443,7 +455,7 @@ pub fn from_anthropic(system: Option<&str>, messages: &[Value]) -> Result<Conver
         let blocks = match m.get("content") {
             Some(Value::String(s)) => vec![json!({"type": "text", "text": s})],
             Some(Value::Array(blocks)) => blocks.clone(),
-            _ => return Err(format!("{path}.content is neither a string nor an array")),
+            _ => return Err(CodecError(format!("{path}.content is neither a string nor an array"))),
         };
         match role {
             "user" => {
@@ -476,17 +488,17 @@ pub fn from_anthropic(system: Option<&str>, messages: &[Value]) -> Result<Conver
                 }
                 turn.finish(&mut conv.turns);
             }
-            other => return Err(format!("{path}.role '{other}' is not supported")),
+            other => return Err(CodecError(format!("{path}.role '{other}' is not supported"))),
         }
     }
     Ok(conv)
 }
 
 /// The `tool_use` blocks of an answer's `content`; other blocks are ignored.
-pub fn anthropic_answer_tool_calls(content: &Value) -> Result<Vec<ToolCall>, String> {
+pub fn anthropic_answer_tool_calls(content: &Value) -> Result<Vec<ToolCall>, CodecError> {
     let blocks = content
         .as_array()
-        .ok_or_else(|| "content is not an array".to_string())?;
+        .ok_or_else(|| CodecError::from("content is not an array".to_string()))?;
     blocks
         .iter()
         .enumerate()
@@ -495,7 +507,7 @@ pub fn anthropic_answer_tool_calls(content: &Value) -> Result<Vec<ToolCall>, Str
         .collect()
 }
 
-fn anthropic_call(block: &Value, path: &str) -> Result<ToolCall, String> {
+fn anthropic_call(block: &Value, path: &str) -> Result<ToolCall, CodecError> {
     let input = block.get("input").cloned().unwrap_or(Value::Null);
     Ok(ToolCall {
         id: str_field(block, "id", path)?.to_string(),
@@ -508,7 +520,7 @@ fn anthropic_result(
     block: &Value,
     path: &str,
     names: &HashMap<String, String>,
-) -> Result<Turn, String> {
+) -> Result<Turn, CodecError> {
     let call_id = str_field(block, "tool_use_id", path)?;
     let name = names.get(call_id).ok_or_else(|| {
         format!("{path}.tool_use_id '{call_id}' matches no earlier tool_use block")
@@ -521,13 +533,13 @@ fn anthropic_result(
             .iter()
             .enumerate()
             .map(|(k, p)| text_part(p, &format!("{cpath}[{k}]")))
-            .collect::<Result<String, String>>()?,
-        Some(_) => return Err(format!("{cpath} is neither a string nor an array")),
+            .collect::<Result<String, CodecError>>()?,
+        Some(_) => return Err(CodecError(format!("{cpath} is neither a string nor an array"))),
     };
     let is_error = match block.get("is_error") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(format!("{path}.is_error is not a boolean")),
+        Some(_) => return Err(CodecError(format!("{path}.is_error is not a boolean"))),
     };
     Ok(Turn::ToolResult {
         call_id: call_id.to_string(),
@@ -537,12 +549,14 @@ fn anthropic_result(
     })
 }
 
-fn block_type<'a>(block: &'a Value, path: &str) -> Result<&'a str, String> {
+fn block_type<'a>(block: &'a Value, path: &str) -> Result<&'a str, CodecError> {
     str_field(block, "type", path)
 }
 
-fn unsupported_block(path: &str, kind: &str) -> String {
-    format!("{path} has type '{kind}'; only text, tool_use and tool_result are supported")
+fn unsupported_block(path: &str, kind: &str) -> CodecError {
+    CodecError(format!(
+        "{path} has type '{kind}'; only text, tool_use and tool_result are supported"
+    ))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -598,7 +612,7 @@ pub fn gemini_tools(tools: &[ToolSpec]) -> Value {
 /// from the start of the conversation; a function response answers the earliest
 /// unanswered call of its name. Text parts split turns as in [`from_anthropic`];
 /// `thought` parts are dropped; a content without a role is a user content.
-pub fn from_gemini(system: Option<&Value>, contents: &[Value]) -> Result<Conversation, String> {
+pub fn from_gemini(system: Option<&Value>, contents: &[Value]) -> Result<Conversation, CodecError> {
     let system = system
         .map(|s| gemini_system(s, "systemInstruction"))
         .transpose()?;
@@ -624,7 +638,7 @@ pub fn from_gemini(system: Option<&Value>, contents: &[Value]) -> Result<Convers
                     if let Some(text) = p.get("text") {
                         let text = text
                             .as_str()
-                            .ok_or_else(|| format!("{ppath}.text is not a string"))?;
+                            .ok_or_else(|| CodecError(format!("{ppath}.text is not a string")))?;
                         conv.turns.push(Turn::User {
                             text: text.to_string(),
                         });
@@ -655,7 +669,7 @@ pub fn from_gemini(system: Option<&Value>, contents: &[Value]) -> Result<Convers
                 }
                 turn.finish(&mut conv.turns);
             }
-            other => return Err(format!("{path}.role '{other}' is not supported")),
+            other => return Err(CodecError(format!("{path}.role '{other}' is not supported"))),
         }
     }
     Ok(conv)
@@ -664,7 +678,7 @@ pub fn from_gemini(system: Option<&Value>, contents: &[Value]) -> Result<Convers
 /// The function calls of an answer's `candidates[0].content.parts`, with ids `call_0`,
 /// `call_1`, ... in answer order. Those ids are unique only within the answer: to append
 /// the calls to a history use [`gemini_answer_tool_calls_after`].
-pub fn gemini_answer_tool_calls(parts: &Value) -> Result<Vec<ToolCall>, String> {
+pub fn gemini_answer_tool_calls(parts: &Value) -> Result<Vec<ToolCall>, CodecError> {
     gemini_calls(parts, 0, &HashSet::new())
 }
 
@@ -674,7 +688,7 @@ pub fn gemini_answer_tool_calls(parts: &Value) -> Result<Vec<ToolCall>, String> 
 pub fn gemini_answer_tool_calls_after(
     conv: &Conversation,
     parts: &Value,
-) -> Result<Vec<ToolCall>, String> {
+) -> Result<Vec<ToolCall>, CodecError> {
     let used: HashSet<String> = conv
         .turns
         .iter()
@@ -690,10 +704,10 @@ fn gemini_calls(
     parts: &Value,
     mut next_id: usize,
     used: &HashSet<String>,
-) -> Result<Vec<ToolCall>, String> {
+) -> Result<Vec<ToolCall>, CodecError> {
     let parts = parts
         .as_array()
-        .ok_or_else(|| "parts is not an array".to_string())?;
+        .ok_or_else(|| CodecError::from("parts is not an array".to_string()))?;
     let mut calls = Vec::new();
     for (j, p) in parts.iter().enumerate() {
         if p.get("functionCall").is_none() {
@@ -717,14 +731,14 @@ enum ModelPart<'a> {
     Call(ToolCall),
 }
 
-fn gemini_model_part<'a>(p: &'a Value, path: &str, id: usize) -> Result<ModelPart<'a>, String> {
+fn gemini_model_part<'a>(p: &'a Value, path: &str, id: usize) -> Result<ModelPart<'a>, CodecError> {
     if p.get("thought").and_then(Value::as_bool) == Some(true) {
         return Ok(ModelPart::Thought);
     }
     if let Some(text) = p.get("text") {
         let text = text
             .as_str()
-            .ok_or_else(|| format!("{path}.text is not a string"))?;
+            .ok_or_else(|| CodecError(format!("{path}.text is not a string")))?;
         return Ok(ModelPart::Text(text));
     }
     let Some(call) = p.get("functionCall") else {
@@ -744,7 +758,7 @@ fn gemini_result(
     r: &Value,
     path: &str,
     pending: &mut Vec<(String, String)>,
-) -> Result<Turn, String> {
+) -> Result<Turn, CodecError> {
     let name = str_field(r, "name", path)?;
     let at = pending.iter().position(|(_, n)| n == name).ok_or_else(|| {
         format!("{path}.name '{name}' answers no earlier unanswered functionCall")
@@ -752,7 +766,7 @@ fn gemini_result(
     let (call_id, _) = pending.remove(at);
     let response = match r.get("response") {
         Some(Value::Object(o)) => o,
-        _ => return Err(format!("{path}.response is not a JSON object")),
+        _ => return Err(CodecError(format!("{path}.response is not a JSON object"))),
     };
     let (value, is_error) = match (response.get("error"), response.get("content")) {
         (Some(e), _) => (e.clone(), true),
@@ -775,16 +789,16 @@ fn gemini_result(
     })
 }
 
-fn gemini_parts<'a>(content: &'a Value, path: &str) -> Result<&'a [Value], String> {
+fn gemini_parts<'a>(content: &'a Value, path: &str) -> Result<&'a [Value], CodecError> {
     match content.get("parts") {
         Some(Value::Array(parts)) => Ok(parts),
         // A content may omit `parts` when it has none.
         None => Ok(&[]),
-        Some(_) => Err(format!("{path}.parts is not an array")),
+        Some(_) => Err(CodecError(format!("{path}.parts is not an array"))),
     }
 }
 
-fn gemini_system(system: &Value, path: &str) -> Result<String, String> {
+fn gemini_system(system: &Value, path: &str) -> Result<String, CodecError> {
     if let Some(s) = system.as_str() {
         return Ok(s.to_string());
     }
@@ -793,14 +807,16 @@ fn gemini_system(system: &Value, path: &str) -> Result<String, String> {
         .enumerate()
         .map(|(j, p)| match p.get("text").and_then(Value::as_str) {
             Some(t) => Ok(t),
-            None => Err(format!("{path}.parts[{j}] is not a text part")),
+            None => Err(CodecError(format!("{path}.parts[{j}] is not a text part"))),
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(texts.join("\n\n"))
 }
 
-fn unsupported_part(path: &str) -> String {
-    format!("{path} is not a text, functionCall or functionResponse part; only those are supported")
+fn unsupported_part(path: &str) -> CodecError {
+    CodecError(format!(
+        "{path} is not a text, functionCall or functionResponse part; only those are supported"
+    ))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -863,26 +879,26 @@ fn push_merged(out: &mut Vec<Value>, role: &str, key: &str, items: Vec<Value>) {
     out.push(Value::Object(message));
 }
 
-fn str_field<'a>(v: &'a Value, key: &str, path: &str) -> Result<&'a str, String> {
+fn str_field<'a>(v: &'a Value, key: &str, path: &str) -> Result<&'a str, CodecError> {
     v.get(key)
         .and_then(Value::as_str)
-        .ok_or_else(|| format!("{path}.{key} is missing or not a string"))
+        .ok_or_else(|| CodecError(format!("{path}.{key} is missing or not a string")))
 }
 
-fn object(v: Value, path: &str) -> Result<Value, String> {
+fn object(v: Value, path: &str) -> Result<Value, CodecError> {
     if v.is_object() {
         Ok(v)
     } else {
-        Err(format!("{path} is not a JSON object"))
+        Err(CodecError(format!("{path} is not a JSON object")))
     }
 }
 
 /// A `{"type":"text","text":...}` part (OpenAI content parts, Anthropic result blocks).
-fn text_part(p: &Value, path: &str) -> Result<String, String> {
+fn text_part(p: &Value, path: &str) -> Result<String, CodecError> {
     match p.get("type").and_then(Value::as_str) {
         Some("text") => Ok(str_field(p, "text", path)?.to_string()),
-        Some(other) => Err(format!("{path} has type '{other}'; only text is supported")),
-        None => Err(format!("{path}.type is missing or not a string")),
+        Some(other) => Err(CodecError(format!("{path} has type '{other}'; only text is supported"))),
+        None => Err(CodecError(format!("{path}.type is missing or not a string"))),
     }
 }
 
@@ -980,13 +996,13 @@ mod tests {
         assert_eq!(pending.validate(), Ok(()));
         let mut skipped = pending.clone();
         skipped.turns.push(Turn::User { text: "x".into() });
-        assert!(skipped.validate().unwrap_err().contains("turns[1]"));
+        assert!(skipped.validate().unwrap_err().0.contains("turns[1]"));
         let mut renamed = ok.clone();
         if let Turn::ToolResult { name, .. } = &mut renamed.turns[1] {
             *name = "g".into();
         }
-        assert!(renamed.validate().unwrap_err().contains("differs"));
+        assert!(renamed.validate().unwrap_err().0.contains("differs"));
         let twice = conv(vec![assistant("", vec![call("1", "f"), call("1", "f")])]);
-        assert!(twice.validate().unwrap_err().contains("used twice"));
+        assert!(twice.validate().unwrap_err().0.contains("used twice"));
     }
 }
