@@ -1,6 +1,9 @@
 //! The Anthropic Messages wire: `POST {base}/v1/messages` with `x-api-key` and
 //! `anthropic-version`.
 
+pub mod history;
+pub use history::*;
+
 use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
 use crate::answer::FinishReason;
 use crate::conversation;

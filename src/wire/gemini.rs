@@ -1,6 +1,9 @@
 //! The Gemini API wire: `POST {base}/v1beta/models/{model}:generateContent` with
 //! `x-goog-api-key`.
 
+pub mod history;
+pub use history::*;
+
 use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
 use crate::answer::FinishReason;
 use crate::conversation;

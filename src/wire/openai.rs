@@ -2,6 +2,9 @@
 //! providers (DeepSeek, DashScope compatible mode, GLM, Kimi, Groq, OpenRouter, ...)
 //! speak it; their dialects differ only in what their errors mean.
 
+pub mod history;
+pub use history::*;
+
 use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
 use crate::answer::FinishReason;
 use crate::conversation;
