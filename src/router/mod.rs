@@ -209,6 +209,8 @@ struct Walk<'a> {
     trial: bool,
     extra_cost_usd: f64,
     last_why: Option<Why>,
+    /// The routes in try order, for the store's reads.
+    routes: Vec<&'a Route>,
     /// Health of the routes from `pos` on, read once per selection.
     snapshot: Snapshot,
 }
@@ -395,8 +397,9 @@ impl Router {
     pub async fn any_ready(&self, tier: &Tier) -> bool {
         let now = self.inner.clock.now_ms();
         let routes: Vec<&Route> = tier.routes.iter().map(|s| &s.route).collect();
-        match self.inner.store.get_many(&routes).await {
-            Ok(all) => all.iter().any(|h| h.is_available(now)),
+        let mut all = Vec::with_capacity(routes.len());
+        match self.inner.store.get_many(&routes, &mut all).await {
+            Ok(()) => all.iter().any(|h| h.is_available(now)),
             // An unreadable store must not hold batches back for ever.
             Err(_) => true,
         }
@@ -473,6 +476,7 @@ impl Router {
             notes: Vec::new(),
         };
         let (order, sticky) = self.order(tier, opts.session, start).await;
+        let routes = order.iter().map(|&i| &tier.routes[i].route).collect();
         let mut walk = Walk {
             tier,
             path,
@@ -487,6 +491,7 @@ impl Router {
             trial: false,
             extra_cost_usd: 0.0,
             last_why: None,
+            routes,
             snapshot: Snapshot::default(),
         };
 

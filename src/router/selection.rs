@@ -11,26 +11,30 @@ use crate::route::Tier;
 use crate::trace::{Report, Skip, SkipWhy, Step};
 use crate::vocab::{HealthState, Route};
 
-/// The health of chain positions, read in one store call. Positions not read are ready.
+/// The health of the routes ahead, read in one store call: `health[i]` is the route at
+/// try-order position `from + i`. Positions not read count as ready.
 #[derive(Debug, Default)]
 pub(super) struct Snapshot {
-    /// Indexed by chain position.
-    health: Vec<Option<Health>>,
+    from: usize,
+    health: Vec<Health>,
 }
 
 impl Snapshot {
-    pub(super) fn of(&self, idx: usize) -> &Health {
+    /// The health of the route at try-order position `pos`.
+    pub(super) fn at(&self, pos: usize) -> &Health {
         const READY: Health = Health::Ready;
-        self.health
-            .get(idx)
-            .and_then(Option::as_ref)
+        pos.checked_sub(self.from)
+            .and_then(|i| self.health.get(i))
             .unwrap_or(&READY)
     }
 
     /// Records a health this request itself just stored.
-    pub(super) fn set(&mut self, idx: usize, health: Health) {
-        if let Some(cell) = self.health.get_mut(idx) {
-            *cell = Some(health);
+    pub(super) fn set_at(&mut self, pos: usize, health: Health) {
+        if let Some(cell) = pos
+            .checked_sub(self.from)
+            .and_then(|i| self.health.get_mut(i))
+        {
+            *cell = health;
         }
     }
 }
@@ -38,21 +42,15 @@ impl Snapshot {
 impl Router {
     /// Reads the health of every route from `walk.pos` on, once.
     pub(super) async fn take_snapshot(&self, walk: &mut Walk<'_>, notes: &mut Vec<String>) {
-        let ahead = &walk.order[walk.pos..];
-        let routes: Vec<&Route> = ahead.iter().map(|&i| &walk.tier.routes[i].route).collect();
-        let mut health = std::mem::take(&mut walk.snapshot.health);
-        health.clear();
-        health.resize(walk.tier.routes.len(), None);
-        match self.inner.store.get_many(&routes).await {
-            Ok(read) => {
-                for (&i, h) in ahead.iter().zip(read) {
-                    health[i] = Some(h);
-                }
-            }
+        let snapshot = &mut walk.snapshot;
+        snapshot.from = walk.pos;
+        snapshot.health.clear();
+        let ahead = &walk.routes[walk.pos..];
+        if let Err(e) = self.inner.store.get_many(ahead, &mut snapshot.health).await {
             // An unreadable store must not take traffic down: treat the routes as ready.
-            Err(e) => notes.push(e.to_string()),
+            snapshot.health.clear();
+            notes.push(e.to_string());
         }
-        walk.snapshot.health = health;
     }
 
     /// The try order: the chain, with a session's route first while it is ready.
@@ -90,7 +88,7 @@ impl Router {
         }
         while walk.pos < walk.order.len() {
             let idx = walk.current();
-            if let Some(skip) = self.skip_reason(walk, idx) {
+            if let Some(skip) = self.skip_reason(walk, walk.pos) {
                 self.emit_skip(walk, report, skip);
                 walk.pos += 1;
                 continue;
@@ -134,7 +132,7 @@ impl Router {
     pub(super) fn pass_over_rest(&self, walk: &mut Walk<'_>, report: &mut Report) {
         walk.pos += 1;
         while walk.pos < walk.order.len() {
-            if let Some(skip) = self.skip_reason(walk, walk.current()) {
+            if let Some(skip) = self.skip_reason(walk, walk.pos) {
                 self.emit_skip(walk, report, skip);
             }
             walk.pos += 1;
@@ -148,8 +146,10 @@ impl Router {
         }
     }
 
-    /// Why the route at chain position `idx` must be passed over right now, if it must.
-    pub(super) fn skip_reason(&self, walk: &Walk<'_>, idx: usize) -> Option<Skip> {
+    /// Why the route at try-order position `pos` must be passed over right now, if it
+    /// must.
+    pub(super) fn skip_reason(&self, walk: &Walk<'_>, pos: usize) -> Option<Skip> {
+        let idx = walk.order[pos];
         let spec = &walk.tier.routes[idx];
         let skip = |why, cause: Option<String>| {
             Some(Skip {
@@ -161,7 +161,7 @@ impl Router {
         if idx > 0 && !walk.opts.policy.approves_fallback(&spec.route) {
             return skip(SkipWhy::Unapproved, None);
         }
-        let health = walk.snapshot.of(idx);
+        let health = walk.snapshot.at(pos);
         match health.state_at(self.inner.clock.now_ms()) {
             HealthState::Ready => {}
             HealthState::Cooling => {
@@ -187,14 +187,18 @@ impl Router {
         if let Some(w) = larger_than {
             needs.min_window = w;
         }
-        walk.order[walk.pos + 1..].iter().copied().find(|&i| {
-            let spec = &walk.tier.routes[i];
-            (i == 0 || walk.opts.policy.approves_fallback(&spec.route))
-                && walk.snapshot.of(i).is_available(now)
-                && cannot_serve(&spec.facts, &needs).is_none()
-                && larger_than.is_none_or(|w| spec.facts.context_window.is_some_and(|c| c > w))
-                && !self.breaker_open(&spec.route, now)
-        })
+        let first = walk.pos + 1;
+        (first..walk.order.len())
+            .map(|p| (p, walk.order[p]))
+            .find_map(|(p, i)| {
+                let spec = &walk.tier.routes[i];
+                ((i == 0 || walk.opts.policy.approves_fallback(&spec.route))
+                    && walk.snapshot.at(p).is_available(now)
+                    && cannot_serve(&spec.facts, &needs).is_none()
+                    && larger_than.is_none_or(|w| spec.facts.context_window.is_some_and(|c| c > w))
+                    && !self.breaker_open(&spec.route, now))
+                .then_some(i)
+            })
     }
 
     fn breaker_open(&self, route: &Route, now: UnixMs) -> bool {

@@ -109,7 +109,7 @@ impl Router {
                     if old != new {
                         health = Some(HealthChange::from(&new));
                     }
-                    walk.snapshot.set(idx, new);
+                    walk.snapshot.set_at(walk.pos, new);
                 }
                 // An unwritable store must not take traffic down; the trace says so.
                 Err(e) => report.notes.push(e.to_string()),

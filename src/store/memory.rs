@@ -47,13 +47,18 @@ impl HealthStore for MemoryStore {
         ready(Ok(self.get_now(route)))
     }
 
-    fn get_many<'a>(&'a self, routes: &'a [&'a Route]) -> StoreFuture<'a, Vec<Health>> {
+    fn get_many<'a>(
+        &'a self,
+        routes: &'a [&'a Route],
+        out: &'a mut Vec<Health>,
+    ) -> StoreFuture<'a, ()> {
         let map = self.lock();
-        let all = routes
-            .iter()
-            .map(|r| map.get(*r).cloned().unwrap_or(Health::Ready))
-            .collect();
-        ready(Ok(all))
+        out.extend(
+            routes
+                .iter()
+                .map(|r| map.get(*r).cloned().unwrap_or(Health::Ready)),
+        );
+        ready(Ok(()))
     }
 
     fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>> {

@@ -32,8 +32,13 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 pub trait HealthStore: Send + Sync {
     /// The stored health of a route; `Ready` when nothing is stored.
     fn get<'a>(&'a self, route: &'a Route) -> StoreFuture<'a, Health>;
-    /// The health of each of `routes`, in order: one read for a whole selection.
-    fn get_many<'a>(&'a self, routes: &'a [&'a Route]) -> StoreFuture<'a, Vec<Health>>;
+    /// Appends the health of each of `routes` to `out`, in order: one read for a whole
+    /// selection, into a buffer the caller reuses.
+    fn get_many<'a>(
+        &'a self,
+        routes: &'a [&'a Route],
+        out: &'a mut Vec<Health>,
+    ) -> StoreFuture<'a, ()>;
     /// Every route with a stored state, sorted by route.
     fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>>;
     /// Applies `t` atomically to the route's current health; returns (old, new).

@@ -27,15 +27,20 @@ impl HealthStore for OverlayStore {
         }
     }
 
-    fn get_many<'a>(&'a self, routes: &'a [&'a Route]) -> StoreFuture<'a, Vec<Health>> {
+    fn get_many<'a>(
+        &'a self,
+        routes: &'a [&'a Route],
+        out: &'a mut Vec<Health>,
+    ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let mut all = self.base.get_many(routes).await?;
-            for (h, r) in all.iter_mut().zip(routes) {
+            let start = out.len();
+            self.base.get_many(routes, out).await?;
+            for (h, r) in out[start..].iter_mut().zip(routes) {
                 if let Some(forced) = self.forced.get(*r) {
                     *h = forced.clone();
                 }
             }
-            Ok(all)
+            Ok(())
         })
     }
 
