@@ -28,10 +28,12 @@ impl MemoryStore {
         let mut map = self.lock();
         let old = map.get(route).cloned().unwrap_or(Health::Ready);
         let new = apply(&old, t);
-        if new == Health::Ready {
-            map.remove(route);
-        } else if new != old {
-            map.insert(route.clone(), new.clone());
+        if new != old {
+            if new == Health::Ready {
+                map.remove(route);
+            } else {
+                map.insert(route.clone(), new.clone());
+            }
         }
         (old, new)
     }
