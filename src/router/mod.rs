@@ -4,13 +4,12 @@
 //! [`settlement`] asks `classify`, `decide` and `transition` — pure functions — and
 //! records the attempt. The async loop here only calls the wire and sleeps between
 //! attempts. `Router` is `Send + Sync` and cheap to clone: every request through one
-//! router shares its health, breakers and session affinities.
+//! router shares its store (health and breakers) and session affinities.
 
 mod selection;
 mod settlement;
 
 use crate::answer::{Answer, FinishReason, StreamEvent};
-use crate::breaker;
 use crate::budget::Spent;
 use crate::capability::Needs;
 use crate::classify::{classify, Verdict};
@@ -25,7 +24,7 @@ use crate::trace::{Report, SkipWhy, Step};
 use crate::vocab::{Action, CallPath, Class, Outcome, Route};
 use crate::wire;
 use selection::Snapshot;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 pub use crate::route::{RouteSpec, Tier};
@@ -78,7 +77,6 @@ struct Inner {
     store: Arc<dyn HealthStore>,
     /// Backoff jitter. Seeded in the harness so a scenario's waits repeat exactly.
     rng: Mutex<fastrand::Rng>,
-    breakers: Mutex<BTreeMap<Route, breaker::State>>,
     /// Session key → the route that last served it.
     sessions: Mutex<HashMap<String, Route>>,
 }
@@ -233,7 +231,6 @@ impl Router {
                 clock,
                 store,
                 rng: Mutex::new(fastrand::Rng::new()),
-                breakers: Mutex::new(BTreeMap::new()),
                 sessions: Mutex::new(HashMap::new()),
             }),
         }

@@ -76,7 +76,10 @@ impl Router {
             Some(target) => self.store_health(walk, report, target).await,
             None => None,
         };
-        self.record(walk, report, seen, now, decision, cost_usd, health);
+        let opened = self
+            .record_breaker(walk, report, seen.verdict.class, now)
+            .await;
+        self.record(walk, report, seen, decision, cost_usd, health, opened);
         decision
     }
 
@@ -157,26 +160,47 @@ impl Router {
         }
     }
 
-    /// The breaker, the session pin, and the attempt record.
+    /// Records the attempt on the route's breaker, in the store; when it opened the
+    /// breaker, until when.
+    async fn record_breaker(
+        &self,
+        walk: &Walk<'_>,
+        report: &mut Report,
+        class: Class,
+        now: UnixMs,
+    ) -> Option<UnixMs> {
+        let spec = &walk.tier.routes[walk.current()];
+        let cfg = spec.policy.breaker?;
+        let op = breaker::Step::Record {
+            trial: walk.trial,
+            ok: !is_route_fault(class),
+            now,
+        };
+        match self.inner.store.breaker(&spec.route, cfg, op).await {
+            Ok(breaker::Answer::Recorded(opened)) => opened,
+            Ok(breaker::Answer::Admit(_)) => None,
+            Err(e) => {
+                report.notes.push(e.to_string());
+                None
+            }
+        }
+    }
+
+    /// The session pin and the attempt record.
     #[allow(clippy::too_many_arguments)]
     fn record(
         &self,
         walk: &mut Walk<'_>,
         report: &mut Report,
         seen: Observed,
-        now: UnixMs,
         decision: Decision,
         cost_usd: f64,
         health: Option<HealthChange>,
+        breaker_open_until: Option<UnixMs>,
     ) {
         let idx = walk.current();
         let spec = &walk.tier.routes[idx];
         let class = seen.verdict.class;
-        let breaker_open_until = spec.policy.breaker.as_ref().and_then(|cfg| {
-            let mut breakers = lock(&self.inner.breakers);
-            let state = breakers.entry(spec.route.clone()).or_default();
-            breaker::record(state, cfg, walk.trial, !is_route_fault(class), now)
-        });
         if class == Class::Ok {
             if let Some(session) = walk.opts.session {
                 lock(&self.inner.sessions).insert(session.to_string(), spec.route.clone());

@@ -1,7 +1,10 @@
 //! In-process health, for the chaos harness and tests: each scenario gets a fresh one.
-//! A transition runs under the map's lock, so it sees exactly the state it replaces.
+//! A transition (or a breaker step) runs under its map's lock, so it sees exactly the
+//! state it replaces.
 
 use super::{ready, HealthStore, StoreFuture};
+use crate::breaker::{self, BreakerConfig};
+use crate::clock::UnixMs;
 use crate::health::{apply, Health, Transition};
 use crate::vocab::Route;
 use std::collections::BTreeMap;
@@ -10,6 +13,14 @@ use std::sync::Mutex;
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     routes: Mutex<BTreeMap<Route, Health>>,
+    /// Breaker states other than the fresh closed one.
+    breakers: Mutex<BTreeMap<Route, breaker::State>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere while holding the lock cannot leave a half-written entry
+    // (inserts are single operations), so the poisoned map is still sound.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl MemoryStore {
@@ -18,9 +29,35 @@ impl MemoryStore {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Route, Health>> {
-        // A panic elsewhere while holding the lock cannot leave a half-written Health
-        // (inserts are single operations), so the poisoned map is still sound.
-        self.routes.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.routes)
+    }
+
+    /// Applies a breaker step at once.
+    pub fn breaker_now(
+        &self,
+        route: &Route,
+        cfg: &BreakerConfig,
+        op: breaker::Step,
+    ) -> breaker::Answer {
+        let mut map = lock(&self.breakers);
+        match map.get_mut(route) {
+            Some(state) => {
+                let answer = breaker::step(state, cfg, op);
+                if state.is_fresh() {
+                    map.remove(route);
+                }
+                answer
+            }
+            None => {
+                // Most routes' breakers are closed with no history: no entry, no clone.
+                let mut state = breaker::State::default();
+                let answer = breaker::step(&mut state, cfg, op);
+                if !state.is_fresh() {
+                    map.insert(route.clone(), state);
+                }
+                answer
+            }
+        }
     }
 
     /// Applies `t` at once (the memory store never waits and never fails).
@@ -73,5 +110,20 @@ impl HealthStore for MemoryStore {
 
     fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)> {
         ready(Ok(self.apply_now(route, t)))
+    }
+
+    fn breaker<'a>(
+        &'a self,
+        route: &'a Route,
+        cfg: BreakerConfig,
+        op: breaker::Step,
+    ) -> StoreFuture<'a, breaker::Answer> {
+        ready(Ok(self.breaker_now(route, &cfg, op)))
+    }
+
+    fn breaker_open<'a>(&'a self, route: &'a Route, now: UnixMs) -> StoreFuture<'a, bool> {
+        ready(Ok(lock(&self.breakers)
+            .get(route)
+            .is_some_and(|s| s.is_open(now))))
     }
 }
