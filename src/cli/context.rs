@@ -2,8 +2,8 @@
 //! health store it names, and reading keys from the environment.
 
 use super::ConfigArg;
-use crate::config::{locate, PoolConfig};
-use crate::store::SqliteStore;
+use crate::config::{locate, PoolConfig, StateLocation};
+use crate::store::{FallbackStore, HealthStore, RedisStore, SqliteStore};
 use anyhow::Context;
 use std::sync::Arc;
 
@@ -19,12 +19,64 @@ pub fn load_config(arg: &ConfigArg) -> anyhow::Result<PoolConfig> {
     Ok(PoolConfig::load(&path)?)
 }
 
-/// Opens the health store the config names (default `.poolctl/state.db` beside it).
-pub fn open_store(config: &PoolConfig) -> anyhow::Result<Arc<SqliteStore>> {
-    let path = config.state_path();
-    let store = SqliteStore::open(&path)
-        .with_context(|| format!("cannot open the health store {}", path.display()))?;
-    Ok(Arc::new(store))
+/// The state store the config names, opened.
+pub struct Opened {
+    pub store: Arc<dyn HealthStore>,
+    /// Where it is (a file, or a Redis URL without credentials).
+    pub name: String,
+}
+
+/// Opens the state store the config names (default `.poolctl/state.db` beside it). Its
+/// errors reach the caller: an operator's `retire` must never claim a change that the
+/// shared store did not take.
+pub fn open_store(config: &PoolConfig) -> anyhow::Result<Opened> {
+    match config.state_location() {
+        StateLocation::File(path) => {
+            let store = SqliteStore::open(&path)
+                .with_context(|| format!("cannot open the health store {}", path.display()))?;
+            Ok(Opened {
+                store: Arc::new(store),
+                name: path.display().to_string(),
+            })
+        }
+        StateLocation::Redis(url) => {
+            let store = open_redis(config, &url)?;
+            Ok(Opened {
+                name: store.target().to_string(),
+                store: Arc::new(store),
+            })
+        }
+    }
+}
+
+fn open_redis(config: &PoolConfig, url: &str) -> anyhow::Result<RedisStore> {
+    let deadline = std::time::Duration::from_millis(config.state_timeout_ms);
+    RedisStore::open(url, deadline).with_context(|| {
+        format!(
+            "{}: cannot use the state store named by `state`",
+            config.file.display()
+        )
+    })
+}
+
+/// A routing store, and the wrapper that counts its degraded decisions (shared stores).
+pub type RoutingStore = (Arc<dyn HealthStore>, Option<Arc<FallbackStore>>);
+
+/// The store a routing command (`walk`) routes on. A shared store is wrapped so that
+/// when it cannot be reached, requests go on with this process's own view; the wrapper
+/// counts every such decision (returned, to be reported).
+pub fn open_routing_store(
+    config: &PoolConfig,
+) -> anyhow::Result<RoutingStore> {
+    match config.state_location() {
+        StateLocation::File(_) => Ok((open_store(config)?.store, None)),
+        StateLocation::Redis(url) => {
+            let shared = open_redis(config, &url)?;
+            let name = shared.target().to_string();
+            let store = Arc::new(FallbackStore::new(Arc::new(shared), name));
+            Ok((store.clone(), Some(store)))
+        }
+    }
 }
 
 /// Reads a key variable from the process environment.

@@ -6,7 +6,6 @@ use super::exit::Exit;
 use super::{render, ConfigArg};
 use crate::clock::wall_now_ms;
 use crate::health::{Health, Transition};
-use crate::store::HealthStore;
 use crate::vocab::Route;
 use clap::Args;
 use std::collections::BTreeMap;
@@ -46,12 +45,8 @@ pub async fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
     let retire = Transition::Retire {
         reason: args.reason.clone(),
     };
-    store.apply(&route, retire).await?;
-    println!(
-        "{route} retired ({}) in {}",
-        args.reason,
-        store.path().display()
-    );
+    store.store.apply(&route, retire).await?;
+    println!("{route} retired ({}) in {}", args.reason, store.name);
     Ok(Exit::Ok)
 }
 
@@ -59,7 +54,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let route = config.find_route(&args.route)?;
     let store = open_store(&config)?;
-    let (before, _) = store.apply(&route, Transition::Restore).await?;
+    let (before, _) = store.store.apply(&route, Transition::Restore).await?;
     let was = match before {
         Health::Ready => "was already ready".to_string(),
         Health::Cooling { reason, .. } => format!("was cooling ({reason})"),
@@ -78,7 +73,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
         .into_iter()
         .map(|r| (r, Health::Ready))
         .collect();
-    all.extend(store.list().await?);
+    all.extend(store.store.list().await?);
     let rows: Vec<(Route, Health)> = all.into_iter().collect();
     let now = wall_now_ms();
     if args.json {

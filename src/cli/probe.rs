@@ -133,7 +133,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
     }
     if args.apply {
         let store = open_store(&config)?;
-        let changes = apply(store.as_ref(), &results, wall_now_ms()).await?;
+        let changes = apply(store.store.as_ref(), &results, wall_now_ms()).await?;
         if !args.json {
             for line in changes {
                 writeln!(out, "applied: {line}")?;

@@ -2,7 +2,7 @@
 //! (seed 002's verification: forcibly retire the primary and watch the chain reach its
 //! end). `--retire` forces routes out for this walk only; the store never sees it.
 
-use super::context::{env_key, load_config, open_store};
+use super::context::{env_key, load_config, open_routing_store};
 use super::exit::Exit;
 use super::{render, ConfigArg};
 use crate::clock::SystemClock;
@@ -10,7 +10,7 @@ use crate::health::Health;
 use crate::policy::Policy;
 use crate::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
 use crate::router::{CallOptions, Router};
-use crate::store::{HealthStore, OverlayStore};
+use crate::store::OverlayStore;
 use crate::trace::{Report, Step};
 use crate::vocab::{CallPath, Outcome, Route};
 use clap::Args;
@@ -63,7 +63,7 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
             },
         );
     }
-    let base: Arc<dyn HealthStore> = open_store(&config)?;
+    let (base, shared) = open_routing_store(&config)?;
     let store = Arc::new(OverlayStore::new(base, forced));
     let router = Router::new(crate::wire::http_client(), Arc::new(SystemClock), store);
 
@@ -98,6 +98,13 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
         }),
     };
     let report: Report = router.call(&tier, &req, opts).await.report;
+    if let Some(shared) = shared.filter(|s| s.degraded() > 0) {
+        // The episode was logged once as it began; this is the count.
+        eprintln!(
+            "poolctl: state store degraded: {} decisions made on this process's own view",
+            shared.degraded()
+        );
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         writeln!(out, "{}", render::walk_json(&args.tier, &report))?;

@@ -79,6 +79,31 @@ impl MemoryStore {
     pub fn get_now(&self, route: &Route) -> Health {
         self.lock().get(route).cloned().unwrap_or(Health::Ready)
     }
+
+    /// Sets a route's health as another store answered it (a mirror of a shared store).
+    pub fn put(&self, route: &Route, health: Health) {
+        let mut map = self.lock();
+        if health == Health::Ready {
+            map.remove(route);
+        } else if map.get(route) != Some(&health) {
+            map.insert(route.clone(), health);
+        }
+    }
+
+    /// Every route with a stored state, sorted by route.
+    pub fn list_now(&self) -> Vec<(Route, Health)> {
+        self.lock()
+            .iter()
+            .map(|(r, h)| (r.clone(), h.clone()))
+            .collect()
+    }
+
+    /// Whether the route's breaker is open at `now`.
+    pub fn breaker_open_now(&self, route: &Route, now: UnixMs) -> bool {
+        lock(&self.breakers)
+            .get(route)
+            .is_some_and(|s| s.is_open(now))
+    }
 }
 
 impl HealthStore for MemoryStore {
@@ -101,11 +126,7 @@ impl HealthStore for MemoryStore {
     }
 
     fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>> {
-        ready(Ok(self
-            .lock()
-            .iter()
-            .map(|(r, h)| (r.clone(), h.clone()))
-            .collect()))
+        ready(Ok(self.list_now()))
     }
 
     fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)> {
@@ -122,8 +143,6 @@ impl HealthStore for MemoryStore {
     }
 
     fn breaker_open<'a>(&'a self, route: &'a Route, now: UnixMs) -> StoreFuture<'a, bool> {
-        ready(Ok(lock(&self.breakers)
-            .get(route)
-            .is_some_and(|s| s.is_open(now))))
+        ready(Ok(self.breaker_open_now(route, now)))
     }
 }

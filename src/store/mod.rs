@@ -10,10 +10,14 @@
 //! the same way: a [`breaker::Step`] (data) that the store applies atomically with the
 //! pure [`breaker::step`]. So a fleet that shares a store shares its breakers too.
 
+mod fallback;
 mod memory;
 mod overlay;
+pub mod redis;
 mod sqlite;
 
+pub use self::redis::RedisStore;
+pub use fallback::FallbackStore;
 pub use memory::MemoryStore;
 pub use overlay::OverlayStore;
 pub use sqlite::SqliteStore;
@@ -88,6 +92,18 @@ pub trait HealthStore: Send + Sync {
     ) -> StoreFuture<'a, breaker::Answer>;
     /// Whether the route's breaker is open at `now`: a read, no trial slot taken.
     fn breaker_open<'a>(&'a self, route: &'a Route, now: UnixMs) -> StoreFuture<'a, bool>;
+}
+
+/// What a process does with admission while the shared store cannot be reached
+/// (`on_store_error`, spec/cli.md v2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnStoreError {
+    /// Each process keeps `1 / workers` of each bucket locally, counted as degraded.
+    #[default]
+    LocalShare,
+    /// Shed, with reason `admission`.
+    FailClosed,
 }
 
 /// A store answer that is ready at once (the in-memory stores).

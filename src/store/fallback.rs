@@ -1,0 +1,229 @@
+//! What a serving process does while its shared store cannot be reached: it keeps
+//! routing on its own view, and says so. Every read and write goes to the shared store
+//! first (which bounds each call by its deadline); what it answers is mirrored into a
+//! local [`MemoryStore`], so that when the shared store fails, health follows the last
+//! shared view plus this process's own transitions since. Each call answered locally is
+//! a degraded decision: counted, and logged once per episode (when the store first
+//! fails and when it answers again), never once per request. While an episode lasts the
+//! shared store is tried again at most every [`RETRY_MS`], so a slow store costs one
+//! deadline per interval, not one per call.
+//!
+//! Health never fails closed: a store outage must not take traffic down (a route would
+//! otherwise be refused for a reason that is not its own). `on_store_error` decides what
+//! admission does (`local_share` or `fail_closed`); health and breakers always follow
+//! the local view.
+
+use super::{HealthStore, MemoryStore, StoreError, StoreFuture};
+use crate::breaker::{self, BreakerConfig};
+use crate::clock::{Stopwatch, UnixMs};
+use crate::health::{Health, Transition};
+use crate::vocab::Route;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// How often, at most, a failed shared store is tried again during an episode.
+pub const RETRY_MS: u64 = 250;
+
+/// Where the episode log lines go (stderr by default).
+pub type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+pub struct FallbackStore {
+    shared: Arc<dyn HealthStore>,
+    /// What the shared store last answered, plus what this process did while it could not.
+    local: MemoryStore,
+    /// The shared store's name, for the log.
+    target: String,
+    episode: Mutex<Option<Episode>>,
+    degraded: AtomicU64,
+    episodes: AtomicU64,
+    log: LogSink,
+}
+
+/// One stretch of time during which the shared store failed.
+struct Episode {
+    decisions: u64,
+    /// Since the shared store was last tried.
+    last_try: Stopwatch,
+}
+
+/// Whether a call should try the shared store.
+enum Via {
+    Shared,
+    Local,
+}
+
+impl FallbackStore {
+    pub fn new(shared: Arc<dyn HealthStore>, target: impl Into<String>) -> Self {
+        FallbackStore {
+            shared,
+            local: MemoryStore::new(),
+            target: target.into(),
+            episode: Mutex::new(None),
+            degraded: AtomicU64::new(0),
+            episodes: AtomicU64::new(0),
+            log: Arc::new(|line| eprintln!("{line}")),
+        }
+    }
+
+    /// Sends the episode log lines to `log` instead of stderr.
+    pub fn with_log(mut self, log: LogSink) -> Self {
+        self.log = log;
+        self
+    }
+
+    /// Decisions made on the local view because the shared store failed, in all.
+    pub fn degraded(&self) -> u64 {
+        self.degraded.load(Ordering::Relaxed)
+    }
+
+    /// How many times the shared store started failing.
+    pub fn episodes(&self) -> u64 {
+        self.episodes.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Episode>> {
+        self.episode.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Shared, unless an episode is open and the store was tried too recently.
+    fn which(&self) -> Via {
+        let mut ep = self.lock();
+        match ep.as_mut() {
+            None => Via::Shared,
+            Some(e) if e.last_try.elapsed_ms() >= RETRY_MS => {
+                // This call is the one that tries again; the others stay local meanwhile.
+                e.last_try = Stopwatch::start();
+                Via::Shared
+            }
+            Some(e) => {
+                e.decisions += 1;
+                self.degraded.fetch_add(1, Ordering::Relaxed);
+                Via::Local
+            }
+        }
+    }
+
+    fn answered(&self) {
+        let mut ep = self.lock();
+        if let Some(e) = ep.take() {
+            (self.log)(&format!(
+                "poolctl: state store {} answers again; {} decisions were made on this process's own view meanwhile",
+                self.target, e.decisions
+            ));
+        }
+    }
+
+    fn failed(&self, e: &StoreError) {
+        self.degraded.fetch_add(1, Ordering::Relaxed);
+        let mut ep = self.lock();
+        match ep.as_mut() {
+            Some(ep) => ep.decisions += 1,
+            None => {
+                self.episodes.fetch_add(1, Ordering::Relaxed);
+                *ep = Some(Episode {
+                    decisions: 1,
+                    last_try: Stopwatch::start(),
+                });
+                (self.log)(&format!(
+                    "poolctl: warning: {e}; health and breakers follow this process's own view until it answers (each such decision is counted)"
+                ));
+            }
+        }
+    }
+
+    /// Runs `shared` unless the episode says local; on failure, `local`.
+    async fn either<'a, T: Unpin>(
+        &'a self,
+        shared: impl FnOnce() -> StoreFuture<'a, T>,
+        local: impl FnOnce() -> T,
+        mirror: impl FnOnce(&T),
+    ) -> Result<T, StoreError> {
+        if let Via::Local = self.which() {
+            return Ok(local());
+        }
+        match shared().await {
+            Ok(v) => {
+                self.answered();
+                mirror(&v);
+                Ok(v)
+            }
+            Err(e) => {
+                self.failed(&e);
+                Ok(local())
+            }
+        }
+    }
+}
+
+impl HealthStore for FallbackStore {
+    fn get<'a>(&'a self, route: &'a Route) -> StoreFuture<'a, Health> {
+        StoreFuture::waiting(self.either(
+            || self.shared.get(route),
+            || self.local.get_now(route),
+            |h| self.local.put(route, h.clone()),
+        ))
+    }
+
+    fn get_many<'a>(
+        &'a self,
+        routes: &'a [&'a Route],
+        out: &'a mut Vec<Health>,
+    ) -> StoreFuture<'a, ()> {
+        StoreFuture::waiting(async move {
+            let start = out.len();
+            let mut got = Vec::with_capacity(routes.len());
+            let shared = async {
+                let r = self.shared.get_many(routes, &mut got).await;
+                r.map(|()| got)
+            };
+            let all = self
+                .either(
+                    || StoreFuture::waiting(shared),
+                    || routes.iter().map(|r| self.local.get_now(r)).collect(),
+                    |all: &Vec<Health>| {
+                        for (r, h) in routes.iter().zip(all) {
+                            self.local.put(r, h.clone());
+                        }
+                    },
+                )
+                .await?;
+            out.truncate(start);
+            out.extend(all);
+            Ok(())
+        })
+    }
+
+    fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>> {
+        StoreFuture::waiting(self.either(|| self.shared.list(), || self.local.list_now(), |_| {}))
+    }
+
+    fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)> {
+        let local_t = t.clone();
+        StoreFuture::waiting(self.either(
+            || self.shared.apply(route, t),
+            || self.local.apply_now(route, local_t),
+            |(_, new)| self.local.put(route, new.clone()),
+        ))
+    }
+
+    fn breaker<'a>(
+        &'a self,
+        route: &'a Route,
+        cfg: BreakerConfig,
+        op: breaker::Step,
+    ) -> StoreFuture<'a, breaker::Answer> {
+        StoreFuture::waiting(self.either(
+            move || self.shared.breaker(route, cfg, op),
+            move || self.local.breaker_now(route, &cfg, op),
+            |_| {},
+        ))
+    }
+
+    fn breaker_open<'a>(&'a self, route: &'a Route, now: UnixMs) -> StoreFuture<'a, bool> {
+        StoreFuture::waiting(self.either(
+            move || self.shared.breaker_open(route, now),
+            move || self.local.breaker_open_now(route, now),
+            |_| {},
+        ))
+    }
+}
