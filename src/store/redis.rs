@@ -100,7 +100,7 @@ impl RedisStore {
         &self.target
     }
 
-    fn err(&self, message: String) -> StoreError {
+    pub(crate) fn err(&self, message: String) -> StoreError {
         StoreError::Backend {
             path: self.target.to_string(),
             message,
@@ -108,7 +108,7 @@ impl RedisStore {
     }
 
     /// Runs `work` on a connection, within the deadline.
-    async fn within<T, F, Fut>(&self, work: F) -> Result<T, StoreError>
+    pub(crate) async fn within<T, F, Fut>(&self, work: F) -> Result<T, StoreError>
     where
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
