@@ -2,6 +2,7 @@
 //! them against loopback mocks with the production router, print the verdicts.
 
 use super::exit::Exit;
+use super::look::Look;
 use super::render;
 use crate::harness::runner::{run_scenario, ScenarioRun};
 use crate::harness::scenario::{discover, Scenario};
@@ -82,7 +83,7 @@ pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Scenario>, Vec<YamlError>> {
     }
 }
 
-pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
+pub async fn run(args: ChaosArgs, look: &Look) -> anyhow::Result<Exit> {
     let scenarios = match load_all(&args.paths) {
         Ok(s) => s,
         Err(errors) => {
@@ -131,9 +132,9 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
             writeln!(out, "{}", render::chaos_json(r))?;
         }
     } else {
-        write!(out, "{}", render::chaos_table(&runs, None))?;
-        write!(out, "{}", render::chaos_failures(&runs))?;
-        writeln!(out, "{}", render::chaos_summary(&runs))?;
+        write!(out, "{}", render::chaos_results(&runs, look))?;
+        write!(out, "{}", render::chaos_failures(&runs, look))?;
+        writeln!(out, "{}", render::chaos_summary(&runs, look))?;
     }
     if let Some(path) = &args.junit {
         std::fs::write(path, render::chaos_junit(&runs))

@@ -3,6 +3,7 @@
 
 use super::context::{load_config, open_store};
 use super::exit::Exit;
+use super::look::Look;
 use super::{render, ConfigArg};
 use crate::clock::wall_now_ms;
 use crate::health::Health;
@@ -73,7 +74,7 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
 }
 
 /// Every route the config names, plus any the store knows that the config no longer does.
-pub fn status(args: StatusArgs) -> anyhow::Result<Exit> {
+pub fn status(args: StatusArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let store = open_store(&config)?;
     let mut all: BTreeMap<Route, Health> = config
@@ -87,7 +88,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<Exit> {
     if args.json {
         println!("{}", render::status_json(&rows, now));
     } else {
-        print!("{}", render::status_table(&rows, now, None));
+        print!("{}", render::status_table(&rows, now, look));
     }
     Ok(Exit::Ok)
 }

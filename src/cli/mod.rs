@@ -7,13 +7,16 @@ pub mod check;
 pub mod context;
 pub mod exit;
 pub mod health_cmds;
+pub mod look;
 pub mod mock;
 pub mod probe;
 pub mod render;
+pub mod table;
 pub mod walk;
 
 use clap::{Parser, Subcommand};
 use exit::Exit;
+use look::{ColorChoice, Look};
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
@@ -29,6 +32,9 @@ ready / cooling / retired.\n\nExit codes: 0 success; 1 the command ran and what 
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Colour: on a terminal unless NO_COLOR is set (auto), always, or never.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
 }
 
 #[derive(Debug, Subcommand)]
@@ -62,13 +68,14 @@ pub enum Command {
 
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
+    let look = Look::detect(cli.color);
     match cli.command {
-        Command::Chaos(args) => chaos::run(args).await,
-        Command::Probe(args) => probe::run(args).await,
-        Command::Walk(args) => walk::run(args).await,
+        Command::Chaos(args) => chaos::run(args, &look).await,
+        Command::Probe(args) => probe::run(args, &look).await,
+        Command::Walk(args) => walk::run(args, &look).await,
         Command::Retire(args) => health_cmds::retire(args),
         Command::Restore(args) => health_cmds::restore(args),
-        Command::Status(args) => health_cmds::status(args),
+        Command::Status(args) => health_cmds::status(args, &look),
         Command::Mock(args) => mock::run(args).await,
         Command::Check(args) => check::run(args),
     }

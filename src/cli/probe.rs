@@ -3,6 +3,7 @@
 
 use super::context::{env_key, load_config, open_store};
 use super::exit::Exit;
+use super::look::Look;
 use super::{render, ConfigArg};
 use crate::clock::wall_now_ms;
 use crate::health::Health;
@@ -52,7 +53,7 @@ impl TierProbe {
     }
 }
 
-pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
+pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let tier_names: Vec<String> = if args.tiers.is_empty() {
         config.tiers.keys().cloned().collect()
@@ -151,7 +152,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
         )?;
     } else {
         for t in &tiers {
-            write!(out, "{}", render::probe_tier(t, None))?;
+            write!(out, "{}", render::probe_tier(t, look))?;
         }
     }
     if args.apply {

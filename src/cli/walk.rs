@@ -4,6 +4,7 @@
 
 use super::context::{env_key, load_config, open_store};
 use super::exit::Exit;
+use super::look::Look;
 use super::{render, ConfigArg};
 use crate::clock::SystemClock;
 use crate::health::Health;
@@ -43,7 +44,7 @@ pub struct WalkArgs {
     pub json: bool,
 }
 
-pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
+pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let tier = config.tier(&args.tier, &env_key)?;
     let path = config
@@ -63,7 +64,7 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
         forced.insert(
             route,
             Health::Retired {
-                reason: "forced by walk --retire".into(),
+                reason: render::FORCED_BY_WALK.into(),
             },
         );
     }
@@ -78,8 +79,9 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
             tier.routes.len()
         );
     }
+    let route_width = render::walk_route_width(tier.routes.iter().map(|r| &r.route));
     let print_step = |step: Step<'_>| {
-        let line = render::walk_step(step);
+        let line = render::walk_step(step, route_width, look);
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{line}");
         let _ = out.flush();
@@ -129,7 +131,7 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
     if args.json {
         writeln!(out, "{}", render::walk_json(&args.tier, &report))?;
     } else {
-        writeln!(out, "{}", render::walk_outcome(&report))?;
+        writeln!(out, "{}", render::walk_outcome(&report, look))?;
     }
     Ok(if report.outcome == Outcome::Success {
         Exit::Ok
