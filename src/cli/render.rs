@@ -494,7 +494,8 @@ pub fn nothing_called(skipped: &[crate::trace::Skip]) -> String {
         return "no route was called: the tier has no route this request can use".into();
     }
     // By why, in chain order; within each, the stored causes with their counts.
-    let mut groups: Vec<(SkipWhy, usize, Vec<(String, usize)>)> = Vec::new();
+    type Causes = Vec<(String, usize)>;
+    let mut groups: Vec<(SkipWhy, usize, Causes)> = Vec::new();
     for s in skipped {
         let at = match groups.iter().position(|(w, _, _)| *w == s.why) {
             Some(at) => at,
