@@ -93,16 +93,33 @@ pub enum ConfigError {
         name: String,
         nearest: Option<String>,
     },
-    #[error("unknown tier `{name}`{}", did_you_mean(.nearest))]
+    #[error("unknown tier `{name}`{}", suggest(.nearest, "tiers", .known))]
     UnknownTier {
         name: String,
         nearest: Option<String>,
+        /// Every tier, in config order, listed when none is near.
+        known: Vec<String>,
     },
-    #[error("unknown route `{route}`{}", did_you_mean(.nearest))]
+    #[error("unknown route `{route}`{}", suggest(.nearest, "routes", .known))]
     UnknownRoute {
         route: String,
         nearest: Option<String>,
+        known: Vec<String>,
     },
+}
+
+/// The nearest name when there is one, else the names to choose from (the first ten).
+pub fn suggest(nearest: &Option<String>, what: &str, known: &[String]) -> String {
+    if nearest.is_some() || known.is_empty() {
+        return did_you_mean(nearest);
+    }
+    let shown: Vec<String> = known.iter().take(10).map(|k| format!("`{k}`")).collect();
+    let more = if known.len() > 10 {
+        format!(" and {} more", known.len() - 10)
+    } else {
+        String::new()
+    };
+    format!("; the {what} are {}{more}", shown.join(", "))
 }
 
 fn did_you_mean(nearest: &Option<String>) -> String {
@@ -330,6 +347,7 @@ impl PoolConfig {
             .ok_or_else(|| ConfigError::UnknownTier {
                 name: name.to_string(),
                 nearest: self.nearest_tier(name),
+                known: self.tiers.keys().cloned().collect(),
             })
     }
 
@@ -379,6 +397,7 @@ impl PoolConfig {
             .ok_or_else(|| ConfigError::UnknownRoute {
                 route: s.to_string(),
                 nearest: nearest_route(s, &routes),
+                known: routes.iter().map(|r| r.to_string()).collect(),
             })
     }
 

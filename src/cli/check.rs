@@ -30,14 +30,32 @@ pub fn findings(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Findings {
     let mut f = Findings::default();
+    // One unset variable is one problem, however many providers share it.
+    let mut unset: Vec<(&str, Vec<&str>)> = Vec::new();
     for (name, p) in &config.providers {
         if env(&p.api_key_env).is_none_or(|v| v.is_empty()) {
-            f.errors.push(format!(
-                "provider `{name}`: environment variable `{}` is not set",
-                p.api_key_env
-            ));
+            match unset.iter_mut().find(|(v, _)| *v == p.api_key_env) {
+                Some((_, users)) => users.push(name),
+                None => unset.push((&p.api_key_env, vec![name])),
+            }
         }
-        if p.dialect().1 == DialectSource::WireDefault {
+    }
+    for (var, users) in unset {
+        let users: Vec<String> = users.iter().map(|u| format!("`{u}`")).collect();
+        let who = if users.len() == 1 {
+            "provider"
+        } else {
+            "providers"
+        };
+        f.errors.push(format!(
+            "environment variable `{var}` is not set or is empty (used by {who} {})",
+            users.join(", ")
+        ));
+    }
+    for (name, p) in &config.providers {
+        // An anthropic or gemini wire speaks its own vendor's error conventions; only an
+        // OpenAI-compatible wire can be any vendor behind it.
+        if p.dialect().1 == DialectSource::WireDefault && p.wire == crate::vocab::Wire::OpenAi {
             f.warnings.push(format!(
                 "provider `{name}`: the dialect cannot be inferred from {}; assuming `{}` error conventions (set `dialect:` to be sure)",
                 p.base_url,

@@ -21,6 +21,9 @@ pub struct RetireArgs {
     pub reason: String,
     #[command(flatten)]
     pub config: ConfigArg,
+    /// Print JSON: {route, state, reason, was, store}.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -29,6 +32,9 @@ pub struct RestoreArgs {
     pub route: String,
     #[command(flatten)]
     pub config: ConfigArg,
+    /// Print JSON: {route, state, reason, was, store}.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -40,21 +46,42 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
+/// `retire --json` and `restore --json`: the route's new state and the one it left.
+fn change_json(route: &Route, now: &Health, before: &Health, store: &std::path::Path) -> String {
+    let view = |h: &Health| {
+        let (state, reason) = match h {
+            Health::Ready => ("ready", None),
+            Health::Cooling { reason, .. } => ("cooling", Some(reason.as_str())),
+            Health::Retired { reason } => ("retired", Some(reason.as_str())),
+        };
+        serde_json::json!({"state": state, "reason": reason})
+    };
+    let new = view(now);
+    serde_json::json!({
+        "route": route, "state": new["state"], "reason": new["reason"],
+        "was": view(before), "store": store,
+    })
+    .to_string()
+}
+
 pub fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let route = config.find_route(&args.route)?;
     let store = open_store(&config)?;
-    store.set(
-        &route,
-        Health::Retired {
-            reason: args.reason.clone(),
-        },
-    )?;
-    println!(
-        "{route} retired ({}) in {}",
-        args.reason,
-        store.path().display()
-    );
+    let before = store.get(&route)?;
+    let new = Health::Retired {
+        reason: args.reason.clone(),
+    };
+    store.set(&route, new.clone())?;
+    if args.json {
+        println!("{}", change_json(&route, &new, &before, store.path()));
+    } else {
+        println!(
+            "{route} retired ({}) in {}",
+            args.reason,
+            store.path().display()
+        );
+    }
     Ok(Exit::Ok)
 }
 
@@ -64,6 +91,13 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
     let store = open_store(&config)?;
     let before = store.get(&route)?;
     store.set(&route, Health::Ready)?;
+    if args.json {
+        println!(
+            "{}",
+            change_json(&route, &Health::Ready, &before, store.path())
+        );
+        return Ok(Exit::Ok);
+    }
     let was = match before {
         Health::Ready => "was already ready".to_string(),
         Health::Cooling { reason, .. } => format!("was cooling ({reason})"),
@@ -76,13 +110,16 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
 /// Every route the config names, plus any the store knows that the config no longer does.
 pub fn status(args: StatusArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
-    let store = open_store(&config)?;
     let mut all: BTreeMap<Route, Health> = config
         .route_names()
         .into_iter()
         .map(|r| (r, Health::Ready))
         .collect();
-    all.extend(store.list()?);
+    // A read-only command: with no store yet, every route is ready, and none is created.
+    if config.state_path().exists() {
+        let store = open_store(&config)?;
+        all.extend(store.list()?);
+    }
     let rows: Vec<(Route, Health)> = all.into_iter().collect();
     let now = wall_now_ms();
     if args.json {

@@ -88,3 +88,16 @@ pub struct ConfigArg {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
+
+/// A count flag (`--jobs`, `--concurrency`): 1 to `MAX`. Zero would run nothing, or wait
+/// forever for a permit.
+pub fn positive<const MAX: usize>(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a whole number"))?;
+    if (1..=MAX).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("must be between 1 and {MAX}"))
+    }
+}

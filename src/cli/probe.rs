@@ -22,14 +22,16 @@ pub struct ProbeArgs {
     /// Probe only this tier (repeatable); default every tier.
     #[arg(long = "tier", value_name = "T")]
     pub tiers: Vec<String>,
-    /// Print JSON (spec/cli.md) instead of tables.
+    /// Print one JSON document on one line (spec/cli.md) instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Probes in flight at once, over all providers (never more than 4 per provider).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY)]
+    /// Probes in flight at once, over all providers (never more than 4 per provider);
+    /// 1 to 1024.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY,
+          value_parser = super::positive::<1024>)]
     pub concurrency: usize,
-    /// Deadline of each probe in ms (default: each provider's timeout_ms).
-    #[arg(long, value_name = "N")]
+    /// Deadline of each probe in ms, 1 to 600000 (default: each provider's timeout_ms).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub timeout_ms: Option<u64>,
     /// Write what the probe proved into the health store: retire routes found
     /// quota_exhausted, model_unavailable or auth; restore retired routes that answered.
@@ -143,25 +145,26 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
         })
         .collect();
 
+    let changes = if args.apply {
+        let store = open_store(&config)?;
+        apply(store.as_ref(), &results)?
+    } else {
+        Vec::new()
+    };
     let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "tiers": tiers }))?
-        )?;
+        // One document on one line, as every command prints (README, "Output").
+        let mut doc = serde_json::json!({ "tiers": tiers });
+        if args.apply {
+            doc["applied"] = serde_json::json!(changes);
+        }
+        writeln!(out, "{doc}")?;
     } else {
         for t in &tiers {
             write!(out, "{}", render::probe_tier(t, look))?;
         }
-    }
-    if args.apply {
-        let store = open_store(&config)?;
-        let changes = apply(store.as_ref(), &results)?;
-        if !args.json {
-            for line in changes {
-                writeln!(out, "applied: {line}")?;
-            }
+        for line in changes {
+            writeln!(out, "applied: {line}")?;
         }
     }
     Ok(if tiers.iter().all(|t| t.live > 0) {

@@ -28,9 +28,10 @@ pub struct WalkArgs {
     /// Retire ROUTE for this walk only (repeatable), to prove the chain survives without it.
     #[arg(long = "retire", value_name = "ROUTE")]
     pub retire: Vec<String>,
-    /// Run under the workflow's policy card NAME from the config (default: the decision
-    /// table's defaults). The workflow is recorded on every attempt.
-    #[arg(long, alias = "policy", value_name = "NAME")]
+    /// Run under the policy card of workflow NAME (`policies:` in the config; default:
+    /// the decision table's defaults). The workflow is recorded on every attempt.
+    /// `--policy NAME` is the same flag.
+    #[arg(long, visible_alias = "policy", value_name = "NAME")]
     pub workflow: Option<String>,
     /// The prompt to send (chat and stream tiers).
     #[arg(
@@ -54,13 +55,32 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
         .unwrap_or_default();
     let policy = match &args.workflow {
         Some(name) => config.policies.get(name).cloned().ok_or_else(|| {
-            anyhow::anyhow!("no policy card `{name}` in {}", config.file.display())
+            let known: Vec<String> = config.policies.keys().cloned().collect();
+            let hint = if known.is_empty() {
+                "; it has no `policies:`".to_string()
+            } else {
+                crate::config::suggest(
+                    &crate::yaml::nearest(name, known.iter().map(String::as_str)),
+                    "workflows",
+                    &known,
+                )
+            };
+            anyhow::anyhow!(
+                "no policy card for workflow `{name}` in {}{hint}",
+                config.file.display()
+            )
         })?,
         None => Policy::default(),
     };
     let mut forced = BTreeMap::new();
     for r in &args.retire {
         let route: Route = config.find_route(r)?;
+        if !tier.routes.iter().any(|spec| spec.route == route) {
+            eprintln!(
+                "warning: --retire {route}: the route is not in tier `{}`, so retiring it changes nothing",
+                args.tier
+            );
+        }
         forced.insert(
             route,
             Health::Retired {
