@@ -10,6 +10,8 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 
 /// Below this, a free-text column is unreadable: fall back to blocks.
 const MIN_TEXT: usize = 12;
+/// A word longer than this in a free-text column is not a name; it may be cut.
+const MAX_WORD: usize = 30;
 
 /// How a column may be laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +82,18 @@ impl Cell {
 
     fn is_empty(&self) -> bool {
         self.lines.iter().all(Vec::is_empty)
+    }
+
+    /// The longest single word: narrower than this, a word (often a name: `quota`,
+    /// `model_unavailable`) would be cut.
+    fn longest_word(&self) -> usize {
+        self.lines
+            .iter()
+            .flatten()
+            .flat_map(|item| item.split(' '))
+            .map(width)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The widest hard line, unwrapped.
@@ -156,7 +170,19 @@ fn plan(columns: &[Column], rows: &[Vec<Cell>], total: usize) -> Option<Vec<usiz
     let mut text: Vec<usize> = (0..columns.len())
         .filter(|&i| columns[i].kind != Kind::Ident)
         .collect();
-    let floor = |i: usize| natural[i].min(MIN_TEXT.max(width(columns[i].header)));
+    // A text column is never narrower than its header, MIN_TEXT, or its longest word (up
+    // to MAX_WORD: past that it is prose, and may be cut).
+    let words: Vec<usize> = (0..columns.len())
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(Cell::longest_word)
+                .max()
+                .unwrap_or(0)
+                .min(MAX_WORD)
+        })
+        .collect();
+    let floor = |i: usize| natural[i].min(MIN_TEXT.max(width(columns[i].header)).max(words[i]));
     if text.iter().map(|&i| floor(i)).sum::<usize>() > avail {
         return None;
     }
@@ -381,6 +407,20 @@ mod tests {
         );
         assert!(longest(&out) <= 40, "{out}");
         assert!(!out.contains('┆'), "{out}");
+    }
+
+    #[test]
+    fn a_name_in_a_free_text_column_is_never_cut_to_fit() {
+        let cols = [Column::ident("route"), Column::text("reason", 2)];
+        let rows = vec![vec![
+            Cell::new("dashscope/qwen3-max-preview-2026"),
+            Cell::new("model_unavailable"),
+        ]];
+        for w in [40, 60, 64, 80] {
+            let out = render(&cols, &rows, &Look::plain(w));
+            assert!(out.contains("model_unavailable"), "{w}:\n{out}");
+            assert!(longest(&out) <= w, "{w}:\n{out}");
+        }
     }
 
     #[test]
