@@ -21,6 +21,7 @@ pub mod hint;
 pub mod outcome;
 pub mod policy;
 pub mod probe;
+pub mod problems;
 pub mod request;
 pub mod router;
 pub mod secret;
