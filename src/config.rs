@@ -65,6 +65,15 @@ pub struct ProviderConfig {
     pub breaker: Option<BreakerConfig>,
 }
 
+/// What `PoolConfig::lint` found: the config as far as it parsed (None when nothing
+/// usable did), every problem, and the fields that only parsed with a stand-in value.
+#[derive(Debug)]
+pub struct Lint {
+    pub config: Option<PoolConfig>,
+    pub problems: Vec<YamlError>,
+    pub stand_ins: Vec<String>,
+}
+
 /// One route of a tier and the kind of call it serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TierEntry {
@@ -163,6 +172,53 @@ impl PoolConfig {
         };
         config.validate(text)?;
         Ok(config)
+    }
+
+    /// `poolctl check`: every problem in `text` at once, field errors and semantic ones,
+    /// each with its line. `Err` only when `text` is not YAML at all.
+    pub fn lint(file: &Path, text: &str) -> Result<Lint, YamlError> {
+        let parsed = crate::problems::parse_all::<RawConfig>(file, text)?;
+        let mut problems = parsed.problems;
+        let config = parsed.value.map(|raw| PoolConfig {
+            file: file.to_path_buf(),
+            providers: raw.providers,
+            tiers: raw.tiers,
+            policies: raw.policies,
+            models: raw.models,
+            state: raw.state,
+        });
+        if let Some(config) = &config {
+            // A field that only parsed with a stand-in is already reported.
+            let stood_in = |field: &str| {
+                parsed
+                    .stand_ins
+                    .iter()
+                    .any(|s| field == s || field.starts_with(&format!("{s}.")))
+            };
+            // An empty tier because its only entry was bad is that entry's problem.
+            let inside = |field: &str| {
+                problems.iter().any(|p: &YamlError| {
+                    p.field.starts_with(&format!("{field}["))
+                        || p.field.starts_with(&format!("{field}."))
+                })
+            };
+            let semantic: Vec<YamlError> = config
+                .problems(text)
+                .into_iter()
+                .filter(|p| !stood_in(&p.field) && !inside(&p.field))
+                .collect();
+            problems.extend(semantic);
+        }
+        Ok(Lint {
+            config,
+            problems,
+            stand_ins: parsed.stand_ins,
+        })
+    }
+
+    /// Every semantic problem of a parsed config.
+    fn problems(&self, text: &str) -> Vec<YamlError> {
+        self.validate(text).err().into_iter().collect()
     }
 
     fn validate(&self, text: &str) -> Result<(), YamlError> {
