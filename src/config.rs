@@ -216,12 +216,17 @@ impl PoolConfig {
         })
     }
 
-    /// Every semantic problem of a parsed config.
-    fn problems(&self, text: &str) -> Vec<YamlError> {
-        self.validate(text).err().into_iter().collect()
+    /// Loading stops at the first problem; `check` wants them all.
+    fn validate(&self, text: &str) -> Result<(), YamlError> {
+        match self.problems(text).into_iter().next() {
+            Some(first) => Err(first),
+            None => Ok(()),
+        }
     }
 
-    fn validate(&self, text: &str) -> Result<(), YamlError> {
+    /// Every semantic problem of a parsed config, in file order of sections.
+    fn problems(&self, text: &str) -> Vec<YamlError> {
+        let mut out = Vec::new();
         let invalid = |field: String, needles: &[&str], message: String| YamlError {
             file: self.file.clone(),
             line: line_of(text, needles),
@@ -241,10 +246,10 @@ impl PoolConfig {
                 )
             };
             if let Err(why) = check_url(&p.base_url) {
-                return Err(bad("base_url", why));
+                out.push(bad("base_url", why));
             }
             if p.api_key_env.trim().is_empty() {
-                return Err(bad(
+                out.push(bad(
                     "api_key_env",
                     "name the variable that holds the key".into(),
                 ));
@@ -255,20 +260,21 @@ impl PoolConfig {
                 ("first_token_timeout_ms", p.first_token_timeout_ms),
                 ("stream_idle_ms", p.stream_idle_ms),
             ];
-            if let Some((f, _)) = deadlines.iter().find(|(_, v)| *v == Some(0)) {
-                return Err(bad(f, "must be greater than 0".into()));
+            for (f, _) in deadlines.iter().filter(|(_, v)| *v == Some(0)) {
+                out.push(bad(f, "must be greater than 0".into()));
             }
         }
 
         if self.tiers.is_empty() {
             let msg = "define at least one tier".to_string();
-            return Err(invalid("tiers".into(), &["tiers:"], msg));
+            out.push(invalid("tiers".into(), &["tiers:"], msg));
         }
         for (tier, entries) in &self.tiers {
             let key = format!("{tier}:");
             if entries.is_empty() {
                 let msg = "a tier needs at least one route".to_string();
-                return Err(invalid(format!("tiers.{tier}"), &["tiers:", &key], msg));
+                out.push(invalid(format!("tiers.{tier}"), &["tiers:", &key], msg));
+                continue;
             }
             for (i, entry) in entries.iter().enumerate() {
                 let route = entry.route.as_str();
@@ -277,14 +283,18 @@ impl PoolConfig {
                 if !self.providers.contains_key(provider) {
                     let msg = format!(
                         "route `{route}` names provider `{provider}`, which is not under `providers`{}",
-                        did_you_mean(&self.nearest_provider(provider))
+                        suggest(
+                            &self.nearest_provider(provider),
+                            "providers",
+                            &self.providers.keys().cloned().collect::<Vec<_>>()
+                        )
                     );
-                    return Err(invalid(field, &["tiers:", &key, route], msg));
+                    out.push(invalid(field.clone(), &["tiers:", &key, route], msg));
                 }
                 if let Some(first) = entries[..i].iter().position(|e| e.route == entry.route) {
                     let msg =
                         format!("route `{route}` appears twice in this tier (first at [{first}])");
-                    return Err(invalid(field, &["tiers:", &key, route, route], msg));
+                    out.push(invalid(field, &["tiers:", &key, route, route], msg));
                 }
             }
         }
@@ -306,7 +316,8 @@ impl PoolConfig {
                             did_you_mean(&self.nearest_tier(tier))
                         );
                         let field = format!("policies.{name}.tier");
-                        return Err(invalid(field, &["policies:", &key, "tier:"], msg));
+                        out.push(invalid(field, &["policies:", &key, "tier:"], msg));
+                        continue;
                     }
                 },
             };
@@ -317,7 +328,7 @@ impl PoolConfig {
                         did_you_mean(&nearest_route(route.as_str(), &allowed))
                     );
                     let field = format!("policies.{name}.fallback_routes[{i}]");
-                    return Err(invalid(field, &["policies:", &key, route.as_str()], msg));
+                    out.push(invalid(field, &["policies:", &key, route.as_str()], msg));
                 }
             }
         }
@@ -329,14 +340,14 @@ impl PoolConfig {
                     "route `{route}` is in no tier{}",
                     did_you_mean(&nearest_route(route.as_str(), &all))
                 );
-                return Err(invalid(
+                out.push(invalid(
                     format!("models.{route}"),
                     &["models:", route.as_str()],
                     msg,
                 ));
             }
         }
-        Ok(())
+        out
     }
 
     fn provider(&self, name: &str) -> Result<&ProviderConfig, ConfigError> {

@@ -188,6 +188,9 @@ pub fn check_file(file: &Path, env: &dyn Fn(&str) -> Option<String>) -> Report {
                         .filter(|f| !lint.stand_ins.contains(&f.field)),
                 );
             }
+            // In file order, as a person fixes them; the whole-file ones first.
+            findings.errors.sort_by_key(|f| f.line.unwrap_or(0));
+            findings.warnings.sort_by_key(|f| f.line.unwrap_or(0));
             Report {
                 file: file.to_path_buf(),
                 findings,
