@@ -12,6 +12,7 @@ use crate::secret::Secret;
 use crate::vocab::{CallPath, Route, Wire};
 use crate::wire::{self, Endpoint};
 use crate::yaml::{self, YamlError};
+use indexmap::IndexMap;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,8 +32,10 @@ pub const DEFAULT_STATE: &str = ".poolctl/state.db";
 pub struct PoolConfig {
     /// The file it came from: errors name it, and `state` is relative to it.
     pub file: PathBuf,
-    pub providers: BTreeMap<String, ProviderConfig>,
-    pub tiers: BTreeMap<String, Vec<TierEntry>>,
+    /// In config order, as every listing shows them.
+    pub providers: IndexMap<String, ProviderConfig>,
+    /// In config order; each tier's routes in chain order.
+    pub tiers: IndexMap<String, Vec<TierEntry>>,
     pub policies: BTreeMap<String, Policy>,
     /// Per-model facts (equivalence contracts and prices), by route.
     pub models: BTreeMap<Route, ModelFacts>,
@@ -448,10 +451,16 @@ impl PoolConfig {
         })
     }
 
-    /// Every route of every tier, once each, sorted.
+    /// Every route of every tier, once each, in config order (chain order within a tier).
     pub fn route_names(&self) -> Vec<Route> {
-        let set: BTreeSet<&Route> = self.tiers.values().flatten().map(|e| &e.route).collect();
-        set.into_iter().cloned().collect()
+        let mut seen: BTreeSet<&Route> = BTreeSet::new();
+        self.tiers
+            .values()
+            .flatten()
+            .map(|e| &e.route)
+            .filter(|r| seen.insert(r))
+            .cloned()
+            .collect()
     }
 
     /// `s` as a route of some tier (`retire`, `restore`, `walk --retire` take these).
@@ -496,8 +505,8 @@ impl ProviderConfig {
     expecting = "a pool config: a map with `providers` and `tiers`"
 )]
 struct RawConfig {
-    providers: BTreeMap<String, ProviderConfig>,
-    tiers: BTreeMap<String, Vec<TierEntry>>,
+    providers: IndexMap<String, ProviderConfig>,
+    tiers: IndexMap<String, Vec<TierEntry>>,
     #[serde(default)]
     policies: BTreeMap<String, Policy>,
     #[serde(default)]

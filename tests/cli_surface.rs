@@ -266,3 +266,47 @@ fn every_printing_command_has_json_on_one_line() {
         }
     }
 }
+
+#[test]
+fn tiers_and_routes_are_listed_in_config_order_which_is_chain_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &format!(
+            "providers:\n  zed:\n    dialect: openai\n    base_url: {CLOSED}\n    api_key_env: {KEY_VAR}\n  acme:\n    dialect: openai\n    base_url: {CLOSED}\n    api_key_env: {KEY_VAR}\n\
+             tiers:\n  zulu:\n    - zed/primary\n    - acme/backup\n  alpha:\n    - acme/only\n"
+        ),
+    );
+    let cfg = cfg.to_str().unwrap();
+    let o = poolctl(&["status", "--json", "--config", cfg]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let routes: Vec<&str> = v["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["route"].as_str().unwrap())
+        .collect();
+    assert_eq!(routes, ["zed/primary", "acme/backup", "acme/only"]);
+    let o = poolctl(&["probe", "--json", "--timeout-ms", "2000", "--config", cfg]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let tiers: Vec<&str> = v["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tier"].as_str().unwrap())
+        .collect();
+    assert_eq!(tiers, ["zulu", "alpha"]);
+    let first: Vec<&str> = v["tiers"][0]["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["route"].as_str().unwrap())
+        .collect();
+    assert_eq!(first, ["zed/primary", "acme/backup"]);
+    let o = poolctl(&["walk", "nope", "--config", cfg]);
+    assert!(
+        stderr(&o).contains("the tiers are `zulu`, `alpha`"),
+        "{}",
+        stderr(&o)
+    );
+}

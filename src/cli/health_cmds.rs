@@ -107,20 +107,25 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// Every route the config names, plus any the store knows that the config no longer does.
+/// Every route the config names, in config order (chain order), then any the store
+/// knows that the config no longer does, sorted.
 pub fn status(args: StatusArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
-    let mut all: BTreeMap<Route, Health> = config
+    // A read-only command: with no store yet, every route is ready, and none is created.
+    let mut stored: BTreeMap<Route, Health> = if config.state_path().exists() {
+        open_store(&config)?.list()?.into_iter().collect()
+    } else {
+        BTreeMap::new()
+    };
+    let mut rows: Vec<(Route, Health)> = config
         .route_names()
         .into_iter()
-        .map(|r| (r, Health::Ready))
+        .map(|r| {
+            let h = stored.remove(&r).unwrap_or(Health::Ready);
+            (r, h)
+        })
         .collect();
-    // A read-only command: with no store yet, every route is ready, and none is created.
-    if config.state_path().exists() {
-        let store = open_store(&config)?;
-        all.extend(store.list()?);
-    }
-    let rows: Vec<(Route, Health)> = all.into_iter().collect();
+    rows.extend(stored);
     let now = wall_now_ms();
     if args.json {
         println!("{}", render::status_json(&rows, now));
