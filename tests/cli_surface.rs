@@ -310,3 +310,46 @@ fn tiers_and_routes_are_listed_in_config_order_which_is_chain_order() {
         stderr(&o)
     );
 }
+
+#[test]
+fn colour_only_when_asked_for_when_piped() {
+    let file = scenario_file();
+    let piped = poolctl(&["chaos", &file]);
+    assert!(!stdout(&piped).contains('\x1b'), "{}", stdout(&piped));
+    let forced = poolctl(&["chaos", &file, "--color", "always"]);
+    assert!(
+        stdout(&forced).contains("\x1b[32mPASS\x1b[0m"),
+        "{:?}",
+        stdout(&forced)
+    );
+    let never = poolctl(&["chaos", &file, "--color", "never"]);
+    assert!(!stdout(&never).contains('\x1b'));
+    assert_eq!(
+        poolctl(&["chaos", &file, "--color", "sometimes"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn piped_output_uses_columns_or_the_default_width_never_the_widest_cell() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    for (columns, width) in [(None, 100), (Some("80"), 80), (Some("0"), 100)] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_poolctl"));
+        cmd.args(["chaos", dir.to_str().unwrap()]);
+        match columns {
+            Some(c) => cmd.env("COLUMNS", c),
+            None => cmd.env_remove("COLUMNS"),
+        };
+        let o = cmd.output().unwrap();
+        let out = stdout(&o);
+        let widest = out.lines().map(|l| l.chars().count()).max().unwrap();
+        assert!(widest <= width, "COLUMNS={columns:?}: {widest} > {width}");
+        assert!(
+            out.lines().count() < 600,
+            "COLUMNS={columns:?}: {} lines",
+            out.lines().count()
+        );
+    }
+}
