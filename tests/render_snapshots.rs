@@ -10,7 +10,7 @@ use poolctl::harness::compare::{HealthView, Mismatch};
 use poolctl::harness::runner::{RequestRun, ScenarioRun};
 use poolctl::health::Health;
 use poolctl::probe::{Headroom, ProbeResult};
-use poolctl::trace::{AttemptRecord, HealthChange, Report, Skip, SkipWhy, Step};
+use poolctl::trace::{AttemptRecord, Chosen, HealthChange, Report, Skip, SkipWhy, Step};
 use poolctl::vocab::{Action, CallPath, Class, HealthState, Outcome, Reason, Route};
 use std::collections::BTreeMap;
 
@@ -41,7 +41,8 @@ fn attempt(
         detail: None,
         workflow: None,
         requested_route: route(r),
-        chosen: "fallback",
+        chosen: Chosen::Fallback,
+        dropped: Vec::new(),
         tokens: None,
         cost_usd: 0.0,
         breaker_open_until: None,
@@ -63,9 +64,6 @@ fn report(
             .filter(|a| a.class == Class::Ok)
             .map(|a| a.route.clone()),
         text: Some("OK".into()).filter(|_| outcome == Outcome::Success),
-        ranking: None,
-        embeddings: None,
-        usage: None,
         attempts,
         skipped,
         waits_ms: vec![],
@@ -286,6 +284,7 @@ fn probe_tiers() -> (TierProbe, TierProbe) {
             tokens_limit: Some(100000),
         }),
         detail: None,
+        transition: None,
     };
     let dead = ProbeResult {
         route: route("dashscope/free-tier403-qwen3-max"),
@@ -296,6 +295,7 @@ fn probe_tiers() -> (TierProbe, TierProbe) {
         request_id: None,
         headroom: None,
         detail: Some("The free tier of the model has been exhausted. If you wish to continue access the model on a paid basis, please disable the free tier only mode in the management console.".into()),
+        transition: None,
     };
     let t = TierProbe {
         tier: "high".into(),

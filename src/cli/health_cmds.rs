@@ -6,7 +6,7 @@ use super::exit::Exit;
 use super::look::Look;
 use super::{render, ConfigArg};
 use crate::clock::wall_now_ms;
-use crate::health::Health;
+use crate::health::{Health, Transition};
 use crate::store::HealthStore;
 use crate::vocab::Route;
 use clap::Args;
@@ -64,15 +64,14 @@ fn change_json(route: &Route, now: &Health, before: &Health, store: &std::path::
     .to_string()
 }
 
-pub fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
+pub async fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let route = config.find_route(&args.route)?;
     let store = open_store(&config)?;
-    let before = store.get(&route)?;
-    let new = Health::Retired {
+    let retire = Transition::Retire {
         reason: args.reason.clone(),
     };
-    store.set(&route, new.clone())?;
+    let (before, new) = store.apply(&route, retire).await?;
     if args.json {
         println!("{}", change_json(&route, &new, &before, store.path()));
     } else {
@@ -85,12 +84,11 @@ pub fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-pub fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
+pub async fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let route = config.find_route(&args.route)?;
     let store = open_store(&config)?;
-    let before = store.get(&route)?;
-    store.set(&route, Health::Ready)?;
+    let (before, _) = store.apply(&route, Transition::Restore).await?;
     if args.json {
         println!(
             "{}",
@@ -109,11 +107,11 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
 
 /// Every route the config names, in config order (chain order), then any the store
 /// knows that the config no longer does, sorted.
-pub fn status(args: StatusArgs, look: &Look) -> anyhow::Result<Exit> {
+pub async fn status(args: StatusArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     // A read-only command: with no store yet, every route is ready, and none is created.
     let mut stored: BTreeMap<Route, Health> = if config.state_path().exists() {
-        open_store(&config)?.list()?.into_iter().collect()
+        open_store(&config)?.list().await?.into_iter().collect()
     } else {
         BTreeMap::new()
     };

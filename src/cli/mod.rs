@@ -73,9 +73,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Chaos(args) => chaos::run(args, &look).await,
         Command::Probe(args) => probe::run(args, &look).await,
         Command::Walk(args) => walk::run(args, &look).await,
-        Command::Retire(args) => health_cmds::retire(args),
-        Command::Restore(args) => health_cmds::restore(args),
-        Command::Status(args) => health_cmds::status(args, &look),
+        Command::Retire(args) => health_cmds::retire(args).await,
+        Command::Restore(args) => health_cmds::restore(args).await,
+        Command::Status(args) => health_cmds::status(args, &look).await,
         Command::Mock(args) => mock::run(args).await,
         Command::Check(args) => check::run(args),
     }
