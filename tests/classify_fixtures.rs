@@ -45,9 +45,11 @@ fn failure_of(dialect: Dialect, wire: Wire, case: &Case) -> Option<UpstreamFailu
     }
     let parsed = match serde_json::from_slice::<serde_json::Value>(raw) {
         Err(e) => Err(BadSuccess::Malformed(e.to_string())),
-        Ok(v) if poolctl::in_band::error_in_success(dialect, &v).is_some() => Err(
-            BadSuccess::Failed(Box::new(poolctl::in_band::error_in_success(dialect, &v).unwrap())),
-        ),
+        Ok(v) if poolctl::in_band::error_in_success(dialect, &v).is_some() => {
+            Err(BadSuccess::Failed(Box::new(
+                poolctl::in_band::error_in_success(dialect, &v).unwrap(),
+            )))
+        }
         Ok(v) => match wire {
             Wire::OpenAi => poolctl::wire::openai::parse_chat(&v).map(|_| ()),
             Wire::Anthropic => poolctl::wire::anthropic::parse_chat(&v).map(|_| ()),
