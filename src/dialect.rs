@@ -129,8 +129,19 @@ impl Serialize for Dialect {
 
 impl<'de> Deserialize<'de> for Dialect {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Dialect::parse(&s).ok_or_else(|| serde::de::Error::custom(Dialect::unknown(&s)))
+        // A visitor, so the error is raised while the scalar is being read and the YAML
+        // loader can point at its line.
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = Dialect;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a dialect name")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Dialect, E> {
+                Dialect::parse(s).ok_or_else(|| E::custom(Dialect::unknown(s)))
+            }
+        }
+        d.deserialize_str(Name)
     }
 }
 
@@ -226,6 +237,28 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), Dialect::ALL.len());
+    }
+
+    /// The README's table of dialects names every dialect with each of its hosts.
+    #[test]
+    fn the_readme_lists_every_dialect_and_its_hosts() {
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
+        let table = readme
+            .split("## Dialects")
+            .nth(1)
+            .expect("README has a Dialects section");
+        for d in Dialect::ALL {
+            let row = table
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{d}` |")))
+                .unwrap_or_else(|| panic!("README lists no row for `{d}`"));
+            for h in d.hosts() {
+                assert!(
+                    row.contains(&format!("`{h}`")),
+                    "{d}: {h} missing from {row}"
+                );
+            }
+        }
     }
 
     #[test]
