@@ -134,6 +134,10 @@ impl ErrorFields {
                 f.kind = text(obj.get("type"));
             }
             _ => {
+                // MiniMax `base_resp`, Tencent Cloud `Response.Error`.
+                if let Some(embedded) = crate::in_band::embedded_error(v) {
+                    return Some(embedded);
+                }
                 // Flat shapes: DashScope native {"code":"Throttling","message":..}, Mistral
                 // {"object":"error","message":..,"type":..,"code":"3505"}. Require a message
                 // and a code, a type or `object: error`, so a success body never reads as an error.

@@ -159,6 +159,11 @@ pub async fn chat(
         Wire::Gemini => gemini::chat_call(endpoint, model, req),
     };
     let reply = send(client, call, endpoint.timeout_ms).await?;
+    // An error some dialects report inside a 2xx (MiniMax `base_resp`) is never an answer.
+    if let Some(fields) = crate::in_band::error_in_success(endpoint.dialect, &reply.json) {
+        let bad = BadSuccess::Failed(Box::new(fields));
+        return Err(bad_success(reply.status, reply.headers, &reply.raw, bad));
+    }
     let parsed = match endpoint.wire {
         Wire::OpenAi => openai::parse_chat(&reply.json),
         Wire::Anthropic => anthropic::parse_chat(&reply.json),

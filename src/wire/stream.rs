@@ -402,6 +402,22 @@ async fn drive(
             Err(_) => Err(no_first_token(Some(status))),
         };
     }
+    // A JSON body where an event stream was asked for (MiniMax answers a throttled
+    // stream so, with `base_resp`): no answer, and an error inside it is judged by its code.
+    if headers
+        .get("content-type")
+        .is_some_and(|c| c.trim_start().starts_with("application/json"))
+    {
+        let left = first_token
+            .saturating_sub(sw.elapsed())
+            .max(Duration::from_millis(1));
+        let why = || super::BadSuccess::Malformed("a JSON body, not an event stream".into());
+        return match tokio::time::timeout(left, read_capped(resp, ERROR_BODY_CAP)).await {
+            Ok(Ok((raw, _))) => Err(super::bad_success(status, headers, &raw, why())),
+            Ok(Err(f)) => Err(f),
+            Err(_) => Err(no_first_token(Some(status))),
+        };
+    }
     let request_id = headers.request_id().map(str::to_string);
     let broke = |headers: &Headers, why: String| UpstreamFailure {
         status: Some(status),
