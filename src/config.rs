@@ -170,6 +170,8 @@ impl PoolConfig {
             if let Err(why) = check_url(&p.base_url) {
                 return Err(bad("base_url", why));
             }
+            // A gateway key in `?key=` is a credential: masked wherever it is echoed.
+            crate::secret::register_url_query(&p.base_url);
             if p.api_key_env.trim().is_empty() {
                 return Err(bad(
                     "api_key_env",
@@ -464,11 +466,25 @@ impl<'de> Deserialize<'de> for TierEntry {
 
 /// Checked here rather than at the first call, so a typo in a URL fails `check`, not a
 /// request in production.
+/// The URL is only ever shown through `secret::display_url`: its query may carry a key.
 fn check_url(url: &str) -> Result<(), String> {
+    let shown = crate::secret::display_url(url);
     let parsed =
-        reqwest::Url::parse(url).map_err(|e| format!("`{url}` is not a valid URL: {e}"))?;
+        reqwest::Url::parse(url).map_err(|e| format!("`{shown}` is not a valid URL: {e}"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(format!("`{url}` is not an http(s) URL with a host"));
+        return Err(format!("`{shown}` is not an http(s) URL with a host"));
+    }
+    // A `user:password@` would be sent as a second `Authorization` header beside the
+    // key, and printed wherever the URL is: keys belong in `api_key_env`.
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(format!(
+            "`{shown}` carries credentials (`user:password@`); put the key in the variable `api_key_env` names"
+        ));
+    }
+    if parsed.fragment().is_some() {
+        return Err(format!(
+            "`{shown}` has a `#fragment`, which no request can use"
+        ));
     }
     Ok(())
 }

@@ -9,7 +9,6 @@ use crate::harness::scenario::Scenario;
 use crate::vocab::CallPath;
 use clap::Args;
 use std::fmt::Write as _;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -34,17 +33,14 @@ pub async fn run(args: MockArgs) -> anyhow::Result<Exit> {
     let server = MockServer::start(args.listen, routes)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
-    let mut out = std::io::stdout().lock();
-    write!(out, "{}", pool_config(&scenario, &server))?;
-    out.flush()?;
-    drop(out);
-    eprintln!(
+    super::out::print(&pool_config(&scenario, &server))?;
+    super::out::warn(&format!(
         "poolctl mock: serving `{}` on http://{} until interrupted (Ctrl-C)",
         scenario.name,
         server.addr()
-    );
+    ));
     wait_for_stop().await;
-    eprintln!("poolctl mock: stopped");
+    super::out::warn("poolctl mock: stopped");
     Ok(Exit::Ok)
 }
 

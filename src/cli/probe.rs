@@ -3,16 +3,19 @@
 
 use super::context::{env_key, load_config, open_store};
 use super::exit::Exit;
+use super::out;
 use super::{render, ConfigArg};
 use crate::clock::wall_now_ms;
 use crate::health::Health;
-use crate::probe::{probe_all, ProbeResult, Target, DEFAULT_CONCURRENCY, PER_PROVIDER};
+use crate::probe::{
+    probe_all, ProbeResult, Target, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, PER_PROVIDER,
+};
 use crate::store::HealthStore;
 use crate::vocab::{Class, HealthState, Route};
 use clap::Args;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
@@ -25,7 +28,7 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub json: bool,
     /// Probes in flight at once, over all providers (never more than 4 per provider).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY, value_parser = parse_concurrency)]
     pub concurrency: usize,
     /// Deadline of each probe in ms (default: each provider's timeout_ms).
     #[arg(long, value_name = "N")]
@@ -142,16 +145,13 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
         })
         .collect();
 
-    let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "tiers": tiers }))?
-        )?;
+        out::line(&serde_json::to_string_pretty(
+            &serde_json::json!({ "tiers": tiers }),
+        )?)?;
     } else {
         for t in &tiers {
-            write!(out, "{}", render::probe_tier(t, None))?;
+            out::print(&render::probe_tier(t, None))?;
         }
     }
     if args.apply {
@@ -159,7 +159,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
         let changes = apply(store.as_ref(), &results)?;
         if !args.json {
             for line in changes {
-                writeln!(out, "applied: {line}")?;
+                out::line(&format!("applied: {line}"))?;
             }
         }
     }
@@ -168,6 +168,17 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Failed
     })
+}
+
+/// `--concurrency`: 1 to `MAX_CONCURRENCY`, so an absurd value is a usage error, not a
+/// panic deep in a semaphore.
+fn parse_concurrency(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if (1..=MAX_CONCURRENCY as u64).contains(&n) => Ok(n as usize),
+        _ => Err(format!(
+            "must be a whole number from 1 to {MAX_CONCURRENCY}"
+        )),
+    }
 }
 
 /// Writes what the probe proved: permanent failures retire, answers restore.

@@ -19,7 +19,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         body["tools"] = conversation::gemini_tools(&req.tools);
     }
     HttpCall {
-        url: format!("{}/v1beta/models/{}:generateContent", ep.base(), model),
+        url: ep.url(&format!("/v1beta/models/{model}:generateContent")),
         headers: vec![("x-goog-api-key", ep.api_key.expose().to_string())],
         body,
     }
@@ -89,7 +89,7 @@ pub fn embed_call(ep: &Endpoint, model: &str, inputs: &[String]) -> HttpCall {
         .map(|t| json!({"model": format!("models/{model}"), "content": {"parts": [{"text": t}]}}))
         .collect();
     HttpCall {
-        url: format!("{}/v1beta/models/{}:batchEmbedContents", ep.base(), model),
+        url: ep.url(&format!("/v1beta/models/{model}:batchEmbedContents")),
         headers: vec![("x-goog-api-key", ep.api_key.expose().to_string())],
         body: json!({ "requests": requests }),
     }

@@ -47,9 +47,46 @@ pub const DEFAULT_FIRST_TOKEN_TIMEOUT_MS: u64 = 15_000;
 pub const DEFAULT_STREAM_IDLE_MS: u64 = 20_000;
 
 impl Endpoint {
-    /// `base_url` without a trailing slash, ready for a path to be appended.
+    /// `base_url` without a trailing slash and without its query, ready for a path to
+    /// be appended. Build whole URLs with `url`, which keeps the query.
     pub fn base(&self) -> &str {
-        self.base_url.trim_end_matches('/')
+        let no_query = self.base_url.split('?').next().unwrap_or("");
+        no_query.trim_end_matches('/')
+    }
+
+    /// The URL of `path` (which may carry its own query, `?alt=sse`) on this endpoint:
+    /// the path joins the base's path, and a query in `base_url` (a gateway's `?key=`)
+    /// is kept after it, never left in the middle of the path.
+    pub fn url(&self, path: &str) -> String {
+        join_url(&self.base_url, path)
+    }
+}
+
+/// `base` + `path`, with the query of each kept and merged after the path.
+pub fn join_url(base: &str, path: &str) -> String {
+    let (base_path, base_query) = split_query(base);
+    let (path, path_query) = split_query(path);
+    let mut url = format!(
+        "{}/{}",
+        base_path.trim_end_matches('/'),
+        path.trim_start_matches('/')
+    );
+    let queries: Vec<&str> = [base_query, path_query]
+        .into_iter()
+        .flatten()
+        .filter(|q| !q.is_empty())
+        .collect();
+    if !queries.is_empty() {
+        url.push('?');
+        url.push_str(&queries.join("&"));
+    }
+    url
+}
+
+fn split_query(s: &str) -> (&str, Option<&str>) {
+    match s.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (s, None),
     }
 }
 

@@ -18,7 +18,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         body["tools"] = conversation::openai_tools(&req.tools);
     }
     HttpCall {
-        url: format!("{}/chat/completions", ep.base()),
+        url: ep.url("/chat/completions"),
         headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
         body,
     }
@@ -70,7 +70,7 @@ pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSucce
 /// `POST {base}/embeddings` with a batch `input`.
 pub fn embed_call(ep: &Endpoint, model: &str, inputs: &[String]) -> HttpCall {
     HttpCall {
-        url: format!("{}/embeddings", ep.base()),
+        url: ep.url("/embeddings"),
         headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
         body: json!({ "model": model, "input": inputs }),
     }

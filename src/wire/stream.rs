@@ -46,11 +46,9 @@ pub fn stream_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         }
         Wire::Gemini => {
             let mut call = super::gemini::chat_call(ep, model, req);
-            call.url = format!(
-                "{}/v1beta/models/{}:streamGenerateContent?alt=sse",
-                ep.base(),
-                model
-            );
+            call.url = ep.url(&format!(
+                "/v1beta/models/{model}:streamGenerateContent?alt=sse"
+            ));
             call
         }
     }

@@ -1,0 +1,278 @@
+//! Hostile upstreams and hostile input (issue 9): the built `poolctl` binary against
+//! raw-socket upstreams on loopback that echo keys, never end a line, talk forever or
+//! never answer, and against input built to hurt. One test per defect, named after what
+//! it guards.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use support::{respond, Head};
+use tokio::net::TcpStream;
+
+const KEY_VAR: &str = "POOLCTL_HOSTILE_KEY";
+/// Never printed, whole or in part.
+const SENTINEL: &str = "sk-HOSTILE-5e1f0a9b7c3d2e4f6a8b1c0d";
+
+fn bin() -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"));
+    c.env(KEY_VAR, SENTINEL).kill_on_drop(true);
+    c
+}
+
+async fn run(config: &Path, args: &[&str]) -> Output {
+    bin()
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .await
+        .expect("poolctl runs")
+}
+
+fn all(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Neither the key nor any 8-character piece of it.
+fn assert_no_key_piece(text: &str, key: &str) {
+    for i in 0..=key.len() - 8 {
+        let piece = &key[i..i + 8];
+        assert!(
+            !text.contains(piece),
+            "`{piece}` (part of a key) leaked into:\n{text}"
+        );
+    }
+}
+
+/// An upstream that answers 401 with the key it was sent copied into the message (placed
+/// to straddle a 200-character cut) and into `x-request-id`, in `wire`'s error shape; a
+/// second path answers 502 with a plain-text body holding the key.
+async fn echo_key(head: Head, mut s: TcpStream) {
+    let key = head.key();
+    if head.target.contains("text502") {
+        let body = format!("upstream said: bad gateway for Authorization: Bearer {key}");
+        respond(
+            &mut s,
+            502,
+            &[("x-request-id", &key)],
+            "text/plain",
+            body.as_bytes(),
+        )
+        .await;
+        return;
+    }
+    let msg = format!("{}{key}", "x".repeat(190));
+    let body = if head.target.contains("/v1/messages") {
+        serde_json::json!({"type":"error","error":{"type":"authentication_error","message":msg}})
+    } else if head.target.contains("v1beta") {
+        serde_json::json!({"error":{"code":401,"status":"UNAUTHENTICATED","message":msg}})
+    } else {
+        serde_json::json!({"error":{"type":"invalid_request_error","code":"invalid_api_key","message":msg}})
+    };
+    let rid = format!("req-{key}");
+    respond(
+        &mut s,
+        401,
+        &[("x-request-id", &rid), ("request-id", &rid)],
+        "application/json",
+        body.to_string().as_bytes(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_the_upstream_echoes_is_masked_on_every_wire_and_every_output() {
+    let up = support::start(echo_key).await;
+    for wire in ["openai", "anthropic", "gemini"] {
+        for path in ["chat", "stream"] {
+            let dir = tempfile::tempdir().unwrap();
+            let yaml = support::pool_yaml(
+                &[("a", wire, &up.url("/a")), ("b", wire, &up.url("/text502"))],
+                &["a/m", "b/m"],
+                path,
+                "",
+            );
+            let config = dir.path().join("pool.yaml");
+            std::fs::write(&config, yaml).unwrap();
+            for args in [
+                &["probe"][..],
+                &["probe", "--json"],
+                &["walk", "t", "--json"],
+                &["walk", "t"],
+                &["status", "--json"],
+            ] {
+                let o = run(&config, args).await;
+                let text = all(&o);
+                assert!(
+                    text.contains("***") || args[0] == "status" || args == ["walk", "t"],
+                    "{wire} {path} {args:?}: the echo should show as a mask:\n{text}"
+                );
+                assert_no_key_piece(&text, SENTINEL);
+            }
+            let state = std::fs::read(dir.path().join(".poolctl/state.db")).unwrap_or_default();
+            assert_no_key_piece(&String::from_utf8_lossy(&state), SENTINEL);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn userinfo_in_base_url_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = support::pool_yaml(
+        &[("a", "openai", "http://user:hunter2-password@127.0.0.1:9/v1")],
+        &["a/m"],
+        "chat",
+        "",
+    );
+    let config = dir.path().join("pool.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    for args in [&["check"][..], &["walk", "t"]] {
+        let o = run(&config, args).await;
+        let text = all(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {text}");
+        assert!(text.contains("providers.a.base_url"), "{text}");
+        assert!(text.contains("api_key_env"), "{text}");
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_query_in_base_url_stays_after_the_path_and_is_masked_in_output() {
+    // The upstream echoes the whole target it was asked for in its error.
+    let up = support::start(|head: Head, mut s: TcpStream| async move {
+        let body = serde_json::json!({"error":{"message":format!("no route {}", head.target),"type":"server_error"}});
+        respond(&mut s, 500, &[], "application/json", body.to_string().as_bytes()).await;
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw_key = "gwkey-QUERY-8d7c6b";
+    let yaml = support::pool_yaml(
+        &[
+            ("a", "openai", &up.url(&format!("/gw/v1?key={gw_key}"))),
+            ("g", "gemini", &up.url(&format!("/gem?key={gw_key}"))),
+        ],
+        &["a/m"],
+        "chat",
+        "",
+    ) + "  s: [ { route: g/m, path: stream } ]\n";
+    let config = dir.path().join("pool.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    for args in [
+        &["check"][..],
+        &["walk", "t", "--json"],
+        &["walk", "s", "--json"],
+    ] {
+        let o = run(&config, args).await;
+        assert_no_key_piece(&all(&o), gw_key);
+    }
+    let targets: Vec<String> = up.requests().iter().map(|h| h.target.clone()).collect();
+    assert!(
+        targets.contains(&format!("/gw/v1/chat/completions?key={gw_key}")),
+        "{targets:?}"
+    );
+    assert!(
+        targets.contains(&format!(
+            "/gem/v1beta/models/m:streamGenerateContent?key={gw_key}&alt=sse"
+        )),
+        "{targets:?}"
+    );
+    for h in up.requests() {
+        let auths = h
+            .headers
+            .iter()
+            .filter(|(k, _)| k == "authorization")
+            .count();
+        assert!(auths <= 1, "{h:?}");
+    }
+}
+
+fn plain_config(dir: &Path) -> std::path::PathBuf {
+    let yaml = support::pool_yaml(
+        &[("a", "openai", "http://127.0.0.1:9/v1")],
+        &["a/m"],
+        "chat",
+        "",
+    );
+    let config = dir.join("pool.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    config
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_absurd_probe_concurrency_is_a_usage_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = plain_config(dir.path());
+    for n in ["2305843009213693952", "0", "lots"] {
+        let o = run(&config, &["probe", "--concurrency", n]).await;
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{n}: {err}");
+        assert!(err.contains("--concurrency"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stdout_at_dev_full_is_one_clear_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = plain_config(dir.path());
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["walk", "t"],
+        &["check"],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = bin()
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .stdout(Stdio::from(full))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+            .wait_with_output()
+            .await
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("cannot write to stdout"), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_closed_pipe_ends_quietly_without_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = plain_config(dir.path());
+    let scenarios = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let chaos = ["chaos", scenarios.to_str().unwrap()];
+    for args in [
+        &["walk", "t", "--config"][..],
+        &["status", "--config"],
+        &chaos,
+    ] {
+        // Both stdout and stderr go to a pipe nobody reads any more (`2>&1 | head -0`).
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut cmd = bin();
+        cmd.args(args);
+        if args.last() == Some(&"--config") {
+            cmd.arg(&config);
+        }
+        let status = cmd
+            .stdout(Stdio::from(writer.try_clone().unwrap()))
+            .stderr(Stdio::from(writer))
+            .status()
+            .await
+            .unwrap();
+        assert_eq!(status.code(), Some(141), "{args:?}: {status:?}");
+    }
+}
