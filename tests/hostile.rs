@@ -276,3 +276,148 @@ async fn a_closed_pipe_ends_quietly_without_a_panic() {
         assert_eq!(status.code(), Some(141), "{args:?}: {status:?}");
     }
 }
+
+// ---- item 7: the mock under a flood ------------------------------------------------
+
+/// `poolctl mock` on a scenario, optionally under `prlimit`; returns the child and the
+/// base URL of its first provider.
+async fn spawn_mock(nofile: Option<u32>) -> (tokio::process::Child, std::net::SocketAddr) {
+    use tokio::io::AsyncBufReadExt;
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios/model-not-exist-mid-chain-falls-through.yaml");
+    let mut cmd = match nofile {
+        Some(n) => {
+            let mut c = tokio::process::Command::new("prlimit");
+            c.arg(format!("--nofile={n}"))
+                .arg(env!("CARGO_BIN_EXE_poolctl"));
+            c
+        }
+        None => tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl")),
+    };
+    let mut child = cmd
+        .arg("mock")
+        .arg(&scenario)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        if let Some(url) = line.trim().strip_prefix("base_url: http://") {
+            let addr = url.split('/').next().unwrap().parse().unwrap();
+            return (child, addr);
+        }
+    }
+    panic!("poolctl mock printed no base_url");
+}
+
+fn proc_stat(pid: u32) -> (u64, u64) {
+    // utime + stime in clock ticks, and the peak resident set in KiB.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = stat.rsplit_once(')').unwrap().1;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    (ticks, hwm)
+}
+
+/// The pid of `poolctl` itself, which `prlimit` execs in place.
+fn pid(child: &tokio::process::Child) -> u32 {
+    child.id().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mock_at_the_descriptor_limit_backs_off_instead_of_spinning() {
+    let (child, addr) = spawn_mock(Some(48)).await;
+    let mut idle = Vec::new();
+    for _ in 0..120 {
+        if let Ok(s) = TcpStream::connect(addr).await {
+            idle.push(s);
+        }
+    }
+    let (before, _) = proc_stat(pid(&child));
+    // A real second of wall time: the only way to see a spin is to give it time to spin.
+    // The bound is generous (half a core): a spinning accept loop uses a whole one.
+    poolctl::clock::real_sleep(std::time::Duration::from_millis(1000)).await;
+    let (after, _) = proc_stat(pid(&child));
+    let ticks_per_sec = 100; // USER_HZ on Linux
+    assert!(
+        after - before < ticks_per_sec / 2,
+        "the accept loop used {} ticks of CPU in 1 s",
+        after - before
+    );
+    // Once the flood leaves, the mock serves again.
+    drop(idle);
+    let body =
+        serde_json::json!({"model":"qwen-flash","messages":[{"role":"user","content":"hi"}]});
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(format!("http://{addr}/dashscope/chat/completions"))
+        .bearer_auth("k")
+        .json(&body)
+        .timeout(std::time::Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().as_u16() < 500, "{}", resp.status());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mock_caps_open_connections() {
+    use poolctl::harness::mock::{MockServer, MAX_CONNECTIONS};
+    let server = MockServer::start(([127, 0, 0, 1], 0).into(), Vec::new())
+        .await
+        .unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..MAX_CONNECTIONS + 64 {
+        idle.push(TcpStream::connect(server.addr()).await.unwrap());
+    }
+    // Wait (bounded) until the server has taken all it will take.
+    let settled = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while server.open_connections() < MAX_CONNECTIONS as u64 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(
+        settled.is_ok(),
+        "only {} accepted",
+        server.open_connections()
+    );
+    tokio::task::yield_now().await;
+    assert_eq!(server.max_connections(), MAX_CONNECTIONS as u64);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mock_bounds_the_memory_of_buffered_request_bodies() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (child, addr) = spawn_mock(None).await;
+    let (_, base_kib) = proc_stat(pid(&child));
+    let body_len = 7 * 1024 * 1024;
+    let clients = (0..40).map(|_| async move {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST /dashscope/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {body_len}\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        let block = vec![b' '; 64 * 1024];
+        for _ in 0..body_len / block.len() {
+            if s.write_all(&block).await.is_err() {
+                return;
+            }
+        }
+        let mut reply = Vec::new();
+        let _ = s.read_to_end(&mut reply).await;
+    });
+    futures_util::future::join_all(clients).await;
+    let (_, peak_kib) = proc_stat(pid(&child));
+    let grown_mib = (peak_kib.saturating_sub(base_kib)) / 1024;
+    // 40 × 7 MiB = 280 MiB were sent; the budget is 64 MiB (+ slack for the allocator).
+    assert!(grown_mib < 160, "the mock grew by {grown_mib} MiB");
+}
