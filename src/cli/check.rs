@@ -65,7 +65,7 @@ pub fn findings(
             }
         }
     }
-    let used: Vec<&str> = config
+    let used: std::collections::BTreeSet<&str> = config
         .tiers
         .values()
         .flatten()
