@@ -288,7 +288,9 @@ pub async fn send(
         let headers = Headers::from_reqwest(resp.headers());
         let ok = (200..300).contains(&status);
         let cap = if ok { SUCCESS_BODY_CAP } else { ERROR_BODY_CAP };
-        let (raw, over_cap) = read_capped(resp, cap).await?;
+        let (raw, over_cap) = read_capped(resp, cap)
+            .await
+            .map_err(|cut| body_cut_off(status, headers.clone(), cut))?;
         if !ok {
             return Err(UpstreamFailure::from_response(status, headers, &raw));
         }
@@ -364,6 +366,20 @@ pub fn transport_failure(e: reqwest::Error) -> UpstreamFailure {
         source = s.source();
     }
     UpstreamFailure::transport(kind, detail)
+}
+
+/// A response whose body broke while being read. The status did come back, so it is
+/// recorded (spec/decisions.md: `network` is "before any response"): a 2xx is a broken
+/// success (`server_error`), any other status is judged by its status and headers.
+pub fn body_cut_off(status: u16, headers: Headers, cut: UpstreamFailure) -> UpstreamFailure {
+    let why = format!("the body was cut off: {}", cut.excerpt);
+    if (200..300).contains(&status) {
+        return bad_success(status, headers, &[], BadSuccess::Malformed(why));
+    }
+    UpstreamFailure {
+        malformed: Some(why),
+        ..UpstreamFailure::from_response(status, headers, &[])
+    }
 }
 
 /// A 2xx that the wire could not use, as a failure the classifier can judge.

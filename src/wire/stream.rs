@@ -233,7 +233,7 @@ async fn drive(
             .max(Duration::from_millis(1));
         return match tokio::time::timeout(left, read_capped(resp, ERROR_BODY_CAP)).await {
             Ok(Ok((raw, _))) => Err(UpstreamFailure::from_response(status, headers, &raw)),
-            Ok(Err(f)) => Err(f),
+            Ok(Err(cut)) => Err(super::body_cut_off(status, headers, cut)),
             Err(_) => Err(no_first_token(Some(status))),
         };
     }
