@@ -421,3 +421,158 @@ async fn mock_bounds_the_memory_of_buffered_request_bodies() {
     // 40 × 7 MiB = 280 MiB were sent; the budget is 64 MiB (+ slack for the allocator).
     assert!(grown_mib < 160, "the mock grew by {grown_mib} MiB");
 }
+
+// ---- item 8: config parsing stays linear and bounded ---------------------------------
+
+/// Hangs are caught, speed is not measured: the bound is far past what a linear check needs.
+const HANG: std::time::Duration = std::time::Duration::from_secs(30);
+
+async fn run_bounded(cmd: &mut tokio::process::Command) -> Output {
+    tokio::time::timeout(HANG, cmd.output())
+        .await
+        .expect("poolctl must not hang")
+        .expect("poolctl runs")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_on_dev_zero_stops_at_the_file_cap() {
+    let o = run_bounded(bin().args(["check", "--config", "/dev/zero"])).await;
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("larger than 16777216 bytes"), "{err}");
+    assert!(err.contains("POOLCTL_MAX_FILE_BYTES"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_file_cap_follows_poolctl_max_file_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = plain_config(dir.path());
+    let o = run_bounded(
+        bin()
+            .env("POOLCTL_MAX_FILE_BYTES", "64")
+            .args(["check", "--config"])
+            .arg(&config),
+    )
+    .await;
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("larger than 64 bytes"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn yaml_nested_100000_deep_is_refused_before_parsing() {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = format!(
+        "providers: {}{}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let block: String = (0..1000)
+        .map(|i| format!("{}a:\n", " ".repeat(i)))
+        .collect();
+    let deep_json = format!(
+        "name: deep\nchain:\n  - route: a/m\n    replies:\n      - status: 500\n        json: {}1{}\nexpect: {{ outcome: failed }}\n",
+        "{a: ".repeat(100_000),
+        "}".repeat(100_000)
+    );
+    for (name, text, cmd) in [
+        ("flow.yaml", flow, "check"),
+        ("block.yaml", block, "check"),
+        ("scenario.yaml", deep_json, "chaos"),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let mut c = bin();
+        if cmd == "check" {
+            c.args(["check", "--config"]).arg(&path);
+        } else {
+            c.arg("chaos").arg(&path);
+        }
+        let o = run_bounded(&mut c).await;
+        let err = all(&o);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains("nesting deeper than 64"), "{name}: {err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tier_of_100000_routes_is_checked_in_linear_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut yaml = String::from(
+        "providers:\n  a:\n    wire: openai\n    base_url: http://127.0.0.1:9/v1\n    api_key_env: POOLCTL_HOSTILE_KEY\ntiers:\n  t:\n",
+    );
+    for i in 0..100_000 {
+        yaml.push_str(&format!("    - a/m{i}\n"));
+    }
+    yaml.push_str("    - a/m99999\n");
+    let config = dir.path().join("pool.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let o = run_bounded(bin().args(["check", "--config"]).arg(&config)).await;
+    let err = all(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("appears twice in this tier (first at [99999])"),
+        "{err}"
+    );
+}
+
+// ---- item 9: the state file ------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_symlinked_state_path_is_refused_and_its_target_never_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("elsewhere.db");
+    let link = dir.path().join("state.db");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let yaml = support::pool_yaml(
+        &[("a", "openai", "http://127.0.0.1:9/v1")],
+        &["a/m"],
+        "chat",
+        "",
+    ) + "state: state.db\n";
+    let config = dir.path().join("pool.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    for args in [&["status"][..], &["retire", "a/m"], &["walk", "t"]] {
+        let o = run(&config, args).await;
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("symbolic link"), "{err}");
+        assert!(!target.exists(), "{args:?} created the link's target");
+    }
+}
+
+// ---- item 13: the status that came back is recorded --------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_2xx_cut_off_mid_body_records_its_status_as_server_error() {
+    use tokio::io::AsyncWriteExt;
+    let up = support::start(|head: Head, mut s: TcpStream| async move {
+        if head.target.starts_with("/cut") {
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 5000\r\n\r\n{\"id\":\"chatcmpl-1\",\"choi")
+                .await;
+        } else {
+            let body = br#"{"id":"chatcmpl-1","choices":[{"index":0,"message":{"role":"assistant","content":"OK"},"finish_reason":"stop"}]}"#;
+            respond(&mut s, 200, &[], "application/json", body).await;
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = support::pool_yaml(
+        &[
+            ("a", "openai", &up.url("/cut")),
+            ("b", "openai", &up.url("/ok")),
+        ],
+        &["a/m", "b/m"],
+        "chat",
+        "",
+    );
+    let config = dir.path().join("pool.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let o = run(&config, &["walk", "t", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect(&all(&o));
+    let first = &v["attempts"][0];
+    assert_eq!(first["status"], 200, "{v}");
+    assert_eq!(first["class"], "server_error", "{v}");
+    assert_eq!(v["outcome"], "success", "{v}");
+}
