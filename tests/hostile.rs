@@ -570,7 +570,8 @@ async fn a_2xx_cut_off_mid_body_records_its_status_as_server_error() {
     let config = dir.path().join("pool.yaml");
     std::fs::write(&config, yaml).unwrap();
     let o = run(&config, &["walk", "t", "--json"]).await;
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect(&all(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", all(&o)));
     let first = &v["attempts"][0];
     assert_eq!(first["status"], 200, "{v}");
     assert_eq!(first["class"], "server_error", "{v}");
