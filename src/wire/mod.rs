@@ -6,6 +6,7 @@ pub mod anthropic;
 pub mod gemini;
 pub mod openai;
 pub mod rerank;
+pub mod sse;
 pub mod stream;
 
 use crate::dialect::Dialect;
