@@ -37,6 +37,12 @@ impl Clock for SystemClock {
     }
 }
 
+/// `at` + `ms`, saturating: a duration of 2^63 ms or more must not wrap an instant
+/// into the past (a cooldown that would leave the route ready at once).
+pub fn plus_ms(at: UnixMs, ms: u64) -> UnixMs {
+    at.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
 /// Virtual time: `sleep` advances the clock and returns at once. Shared by every
 /// request of one scenario, so cooling instants and waits line up exactly.
 #[derive(Debug)]
@@ -53,7 +59,9 @@ impl ManualClock {
 
     /// Lets virtual time pass (a scenario's `after_ms`).
     pub fn advance(&self, ms: u64) {
-        self.now.fetch_add(ms as i64, Ordering::SeqCst);
+        let _ = self
+            .now
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| Some(plus_ms(t, ms)));
     }
 }
 

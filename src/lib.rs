@@ -18,6 +18,7 @@ pub mod failure;
 pub mod harness;
 pub mod health;
 pub mod hint;
+pub mod limits;
 pub mod outcome;
 pub mod policy;
 pub mod probe;
