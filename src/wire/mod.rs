@@ -8,6 +8,7 @@ pub mod openai;
 pub mod rerank;
 pub mod sse;
 pub mod stream;
+pub mod stream_limits;
 
 use crate::dialect::Dialect;
 use crate::failure::{excerpt, ErrorFields, Headers, Transport, UpstreamFailure};
