@@ -6,6 +6,7 @@ use crate::breaker::BreakerConfig;
 use crate::capability::ModelFacts;
 use crate::dialect::Dialect;
 use crate::health::Cooldowns;
+use crate::limits;
 use crate::policy::Policy;
 use crate::router::{RouteSpec, Tier};
 use crate::secret::Secret;
@@ -56,6 +57,13 @@ pub struct ProviderConfig {
     pub first_token_timeout_ms: Option<u64>,
     #[serde(default)]
     pub stream_idle_ms: Option<u64>,
+    /// Streams: the whole stream (spec/cli.md "Limits on what is read").
+    #[serde(default)]
+    pub stream_max_ms: Option<u64>,
+    #[serde(default)]
+    pub max_stream_bytes: Option<u64>,
+    #[serde(default)]
+    pub max_event_bytes: Option<u64>,
     #[serde(default)]
     pub cooldown_ms: Option<u64>,
     #[serde(default)]
@@ -177,14 +185,10 @@ impl PoolConfig {
                     "name the variable that holds the key".into(),
                 ));
             }
-            // A zero deadline fails every call before it starts: surely a mistake.
-            let deadlines = [
-                ("timeout_ms", p.timeout_ms),
-                ("first_token_timeout_ms", p.first_token_timeout_ms),
-                ("stream_idle_ms", p.stream_idle_ms),
-            ];
-            if let Some((f, _)) = deadlines.iter().find(|(_, v)| *v == Some(0)) {
-                return Err(bad(f, "must be greater than 0".into()));
+            // Out of range is refused, never wrapped: a cooldown of 2^64 - 1 ms would set
+            // `until` in the past, a zero deadline fails every call before it starts.
+            if let Err((f, why)) = limits::check_fields(&p.limit_fields()) {
+                return Err(bad(f, why));
             }
         }
 
@@ -224,6 +228,14 @@ impl PoolConfig {
 
         for (name, policy) in &self.policies {
             let key = format!("{name}:");
+            if let Err((f, why)) = limits::check_fields(&limits::policy_fields(policy)) {
+                let needle = format!("{f}:");
+                return Err(invalid(
+                    format!("policies.{name}.{f}"),
+                    &["policies:", &key, &needle],
+                    why,
+                ));
+            }
             // A fallback outside the card's own tier can never be used: the router walks
             // that tier alone.
             let (within, allowed): (String, Vec<Route>) = match &policy.tier {
@@ -320,6 +332,11 @@ impl PoolConfig {
                 .first_token_timeout_ms
                 .unwrap_or(wire::DEFAULT_FIRST_TOKEN_TIMEOUT_MS),
             stream_idle_ms: p.stream_idle_ms.unwrap_or(wire::DEFAULT_STREAM_IDLE_MS),
+            stream_max_ms: p.stream_max_ms.unwrap_or(limits::DEFAULT_STREAM_MAX_MS),
+            max_stream_bytes: p
+                .max_stream_bytes
+                .unwrap_or(limits::DEFAULT_MAX_STREAM_BYTES),
+            max_event_bytes: p.max_event_bytes.unwrap_or(limits::DEFAULT_MAX_EVENT_BYTES),
             cooldowns: Cooldowns {
                 cooldown_ms: p.cooldown_ms,
                 transient_cooldown_ms: p.transient_cooldown_ms.unwrap_or(transient),
@@ -397,6 +414,27 @@ impl PoolConfig {
 }
 
 impl ProviderConfig {
+    /// Every number of this provider that has a range (`limits::check_fields`).
+    pub fn limit_fields(&self) -> Vec<(&'static str, Option<u64>, limits::Kind)> {
+        use limits::Kind::{Bytes, Deadline, Wait};
+        let mut fields = vec![
+            ("timeout_ms", self.timeout_ms, Deadline),
+            (
+                "first_token_timeout_ms",
+                self.first_token_timeout_ms,
+                Deadline,
+            ),
+            ("stream_idle_ms", self.stream_idle_ms, Deadline),
+            ("stream_max_ms", self.stream_max_ms, Deadline),
+            ("max_stream_bytes", self.max_stream_bytes, Bytes),
+            ("max_event_bytes", self.max_event_bytes, Bytes),
+            ("cooldown_ms", self.cooldown_ms, Wait),
+            ("transient_cooldown_ms", self.transient_cooldown_ms, Wait),
+        ];
+        fields.extend(limits::breaker_fields(self.breaker.as_ref()));
+        fields
+    }
+
     /// The explicit `dialect`, else the one the host implies, else the wire's own.
     pub fn dialect(&self) -> (Dialect, DialectSource) {
         if let Some(d) = self.dialect {

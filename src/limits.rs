@@ -59,6 +59,36 @@ pub fn check_opt(kind: Kind, value: Option<u64>) -> Result<(), String> {
     value.map_or(Ok(()), |v| check(kind, v).map(|_| ()))
 }
 
+/// Checks named fields (`(name, value, kind)`) in order; the first out of range is
+/// returned with its name, for the caller's file / line / field error.
+pub fn check_fields<N: Copy>(fields: &[(N, Option<u64>, Kind)]) -> Result<(), (N, String)> {
+    for (name, value, kind) in fields {
+        check_opt(*kind, *value).map_err(|why| (*name, why))?;
+    }
+    Ok(())
+}
+
+/// A breaker's durations, as named fields.
+pub fn breaker_fields(
+    b: Option<&crate::breaker::BreakerConfig>,
+) -> Vec<(&'static str, Option<u64>, Kind)> {
+    match b {
+        Some(b) => vec![
+            ("breaker.open_ms", Some(b.open_ms), Kind::Wait),
+            ("breaker.max_open_ms", Some(b.max_open_ms), Kind::Wait),
+        ],
+        None => Vec::new(),
+    }
+}
+
+/// A policy card's durations, as named fields.
+pub fn policy_fields(p: &crate::policy::Policy) -> [(&'static str, Option<u64>, Kind); 2] {
+    [
+        ("max_elapsed_ms", Some(p.max_elapsed_ms), Kind::Deadline),
+        ("max_retry_wait_ms", Some(p.max_retry_wait_ms), Kind::Wait),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

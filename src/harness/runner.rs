@@ -82,6 +82,15 @@ pub fn tier_for(scenario: &Scenario, mock: &MockServer) -> Tier {
                     .first_token_timeout_ms
                     .unwrap_or(DEFAULT_FIRST_TOKEN_TIMEOUT_MS),
                 stream_idle_ms: entry.stream_idle_ms.unwrap_or(DEFAULT_STREAM_IDLE_MS),
+                stream_max_ms: entry
+                    .stream_max_ms
+                    .unwrap_or(crate::limits::DEFAULT_STREAM_MAX_MS),
+                max_stream_bytes: entry
+                    .max_stream_bytes
+                    .unwrap_or(crate::limits::DEFAULT_MAX_STREAM_BYTES),
+                max_event_bytes: entry
+                    .max_event_bytes
+                    .unwrap_or(crate::limits::DEFAULT_MAX_EVENT_BYTES),
                 cooldowns: Cooldowns {
                     cooldown_ms: entry.cooldown_ms,
                     transient_cooldown_ms: entry

@@ -54,6 +54,13 @@ pub struct ChainEntry {
     pub first_token_timeout_ms: Option<u64>,
     #[serde(default)]
     pub stream_idle_ms: Option<u64>,
+    /// Streams: the whole stream, real time (spec/cli.md "Limits on what is read").
+    #[serde(default)]
+    pub stream_max_ms: Option<u64>,
+    #[serde(default)]
+    pub max_stream_bytes: Option<u64>,
+    #[serde(default)]
+    pub max_event_bytes: Option<u64>,
     /// The pool config's cooling overrides, per route here.
     #[serde(default)]
     pub cooldown_ms: Option<u64>,
@@ -404,6 +411,30 @@ pub struct HealthExpect {
     pub reason: Option<String>,
 }
 
+impl ChainEntry {
+    /// Every number of this route that has a range (`limits::check_fields`), the same
+    /// as a pool config provider's.
+    pub fn limit_fields(&self) -> Vec<(&'static str, Option<u64>, crate::limits::Kind)> {
+        use crate::limits::Kind::{Bytes, Deadline, Wait};
+        let mut fields = vec![
+            ("timeout_ms", self.timeout_ms, Deadline),
+            (
+                "first_token_timeout_ms",
+                self.first_token_timeout_ms,
+                Deadline,
+            ),
+            ("stream_idle_ms", self.stream_idle_ms, Deadline),
+            ("stream_max_ms", self.stream_max_ms, Deadline),
+            ("max_stream_bytes", self.max_stream_bytes, Bytes),
+            ("max_event_bytes", self.max_event_bytes, Bytes),
+            ("cooldown_ms", self.cooldown_ms, Wait),
+            ("transient_cooldown_ms", self.transient_cooldown_ms, Wait),
+        ];
+        fields.extend(crate::limits::breaker_fields(self.breaker.as_ref()));
+        fields
+    }
+}
+
 impl Scenario {
     /// Reads, parses and validates one scenario file.
     pub fn load(file: &Path) -> Result<Scenario, YamlError> {
@@ -467,6 +498,9 @@ impl Scenario {
                     &field,
                     format!("route `{}` appears twice in the chain", entry.route),
                 );
+            }
+            if let Err((f, why)) = crate::limits::check_fields(&entry.limit_fields()) {
+                return err(&format!("{field}.{f}"), why);
             }
             let provider = entry.route.provider();
             if !provider
@@ -540,8 +574,18 @@ impl Scenario {
                     .at_field(field),
             )
         };
-        for r in self.state.keys() {
+        for (r, preset) in &self.state {
             known(r, format!("state.{r}"))?;
+            if let Preset::Cooling(ms) = preset {
+                if let Err(why) = crate::limits::check(crate::limits::Kind::Wait, *ms) {
+                    return err(&format!("state.{r}"), format!("`cooling {ms}`: {why}"));
+                }
+            }
+        }
+        if let Some(p) = &self.policy {
+            if let Err((f, why)) = crate::limits::check_fields(&crate::limits::policy_fields(p)) {
+                return err(&format!("policy.{f}"), why);
+            }
         }
         if let Some(list) = self
             .policy

@@ -39,6 +39,12 @@ pub struct Endpoint {
     pub first_token_timeout_ms: u64,
     /// Streams: longest silence between chunks.
     pub stream_idle_ms: u64,
+    /// Streams: the whole stream, headers to end.
+    pub stream_max_ms: u64,
+    /// Streams: text and tool-call arguments delivered.
+    pub max_stream_bytes: u64,
+    /// Streams: one SSE event.
+    pub max_event_bytes: u64,
     pub cooldowns: Cooldowns,
     /// The circuit breaker, when configured for this provider.
     pub breaker: Option<crate::breaker::BreakerConfig>,
@@ -54,6 +60,24 @@ impl Endpoint {
     pub fn base(&self) -> &str {
         let no_query = self.base_url.split('?').next().unwrap_or("");
         no_query.trim_end_matches('/')
+    }
+
+    /// This endpoint with every deadline cut to `left_ms` (what is left of the request's
+    /// `max_elapsed_ms`), so no attempt outlives the budget. Borrowed when none is cut.
+    pub fn within(&self, left_ms: u64) -> std::borrow::Cow<'_, Endpoint> {
+        let left = left_ms.max(1);
+        if self.timeout_ms <= left
+            && self.first_token_timeout_ms <= left
+            && self.stream_max_ms <= left
+        {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        std::borrow::Cow::Owned(Endpoint {
+            timeout_ms: self.timeout_ms.min(left),
+            first_token_timeout_ms: self.first_token_timeout_ms.min(left),
+            stream_max_ms: self.stream_max_ms.min(left),
+            ..self.clone()
+        })
     }
 
     /// The URL of `path` (which may carry its own query, `?alt=sse`) on this endpoint:

@@ -4,13 +4,13 @@
 //! silence between chunks. A stream that sent its finish is complete even without the
 //! terminator; one that closes before its finish is truncated, never a success.
 
+use super::sse::SseFramer;
+use super::stream_limits::{Ended, StreamLimits, StreamWatch, Verdict};
 use super::{read_capped, transport_failure, Endpoint, HttpCall, ERROR_BODY_CAP};
 use crate::clock::Stopwatch;
 use crate::failure::{ErrorFields, Headers, Transport, UpstreamFailure};
 use crate::request::{ChatRequest, Usage};
 use crate::vocab::Wire;
-use eventsource_stream::Eventsource;
-use futures_util::StreamExt;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -204,37 +204,32 @@ async fn drive(
     on_delta: &(dyn Fn(&str) + Send + Sync),
     delivered: &mut String,
 ) -> Result<StreamSuccess, UpstreamFailure> {
-    let first_token = Duration::from_millis(ep.first_token_timeout_ms);
-    let idle = Duration::from_millis(ep.stream_idle_ms);
+    let mut watch = StreamWatch::new(limits_of(ep));
     let sw = Stopwatch::start();
-    let no_first_token = |status: Option<u16>| UpstreamFailure {
-        status,
-        ..UpstreamFailure::transport(
-            Transport::Timeout,
-            format!("no visible token within {} ms", ep.first_token_timeout_ms),
-        )
-    };
 
     let call = stream_call(ep, model, req);
     let mut builder = client.post(&call.url).json(&call.body);
     for (name, value) in &call.headers {
         builder = builder.header(*name, value);
     }
-    let resp = match tokio::time::timeout(first_token, builder.send()).await {
-        Err(_) => return Err(no_first_token(None)),
+    let (wait, why) = watch
+        .next_wait(sw.elapsed())
+        .map_err(|why| ended(&watch, why, None, &Headers::default()))?;
+    let mut resp = match tokio::time::timeout(wait, builder.send()).await {
+        Err(_) => return Err(ended(&watch, why, None, &Headers::default())),
         Ok(Err(e)) => return Err(transport_failure(e)),
         Ok(Ok(r)) => r,
     };
     let status = resp.status().as_u16();
     let headers = Headers::from_reqwest(resp.headers());
     if !(200..300).contains(&status) {
-        let left = first_token
-            .saturating_sub(sw.elapsed())
-            .max(Duration::from_millis(1));
+        let (left, why) = watch
+            .next_wait(sw.elapsed())
+            .unwrap_or((Duration::from_millis(1), Ended::NoFirstToken));
         return match tokio::time::timeout(left, read_capped(resp, ERROR_BODY_CAP)).await {
             Ok(Ok((raw, _))) => Err(UpstreamFailure::from_response(status, headers, &raw)),
             Ok(Err(cut)) => Err(super::body_cut_off(status, headers, cut)),
-            Err(_) => Err(no_first_token(Some(status))),
+            Err(_) => Err(ended(&watch, why, Some(status), &headers)),
         };
     }
     let request_id = headers.request_id().map(str::to_string);
@@ -246,72 +241,79 @@ async fn drive(
         ..Default::default()
     };
 
-    let mut events = resp.bytes_stream().eventsource();
+    // Framed here, chunk by chunk, by the bounded framer: between two chunks the driver
+    // checks every deadline, so a peer that never lets a read wait cannot outrun them.
+    let mut framer = SseFramer::new(usize::try_from(ep.max_event_bytes).unwrap_or(usize::MAX));
+    let mut events = Vec::new();
     let mut usage: Option<Usage> = None;
     let mut finished = false;
     let mut skipped = 0u32;
-    loop {
-        // Before the first visible token the first-token deadline rules; after it, the
-        // idle deadline between chunks.
-        let wait = if delivered.is_empty() {
-            first_token.saturating_sub(sw.elapsed())
-        } else {
-            idle
-        };
-        let next = match tokio::time::timeout(wait, events.next()).await {
-            Ok(next) => next,
-            Err(_) if delivered.is_empty() => return Err(no_first_token(Some(status))),
-            Err(_) => {
-                return Err(broke(
-                    &headers,
-                    format!("stalled: no chunk for {} ms", ep.stream_idle_ms),
-                ))
-            }
-        };
-        let event = match next {
-            None if finished => break,
-            None => {
+    'read: loop {
+        let (wait, why) = watch
+            .next_wait(sw.elapsed())
+            .map_err(|why| ended(&watch, why, Some(status), &headers))?;
+        let chunk = match tokio::time::timeout(wait, resp.chunk()).await {
+            Err(_) => return Err(ended(&watch, why, Some(status), &headers)),
+            Ok(Ok(Some(chunk))) => chunk,
+            Ok(Ok(None)) if finished => break,
+            Ok(Ok(None)) => {
                 return Err(broke(
                     &headers,
                     "the stream closed before its finish".into(),
                 ))
             }
-            Some(Err(_)) if finished => break,
-            Some(Err(e)) => return Err(broke(&headers, format!("the stream broke: {e}"))),
-            Some(Ok(ev)) => ev,
+            Ok(Err(_)) if finished => break,
+            Ok(Err(e)) => {
+                let e = e.without_url();
+                return Err(broke(&headers, format!("the stream broke: {e}")));
+            }
         };
-        for ev in parse_event(ep.wire, &event.event, &event.data) {
-            match ev {
-                StreamEvent::Delta(t) => {
-                    on_delta(&t);
-                    delivered.push_str(&t);
+        watch.chunk(sw.elapsed());
+        if framer.feed(&chunk, &mut events).is_err() {
+            return Err(ended(&watch, Ended::EventTooLarge, Some(status), &headers));
+        }
+        for event in events.drain(..) {
+            for ev in parse_event(ep.wire, &event.event, &event.data) {
+                match ev {
+                    StreamEvent::Delta(t) => {
+                        // Nothing past `max_stream_bytes` reaches the caller.
+                        if let Err(why) = watch.deliver(t.len()) {
+                            return Err(ended(&watch, why, Some(status), &headers));
+                        }
+                        on_delta(&t);
+                        delivered.push_str(&t);
+                    }
+                    StreamEvent::Finish(u) => {
+                        finished = true;
+                        usage = u.or(usage);
+                    }
+                    StreamEvent::Usage(u) => usage = Some(u),
+                    StreamEvent::Terminator => finished = true,
+                    StreamEvent::Error(fields) => {
+                        return Err(UpstreamFailure {
+                            status: Some(status),
+                            headers: headers.clone(),
+                            excerpt: fields.message.clone().unwrap_or_default(),
+                            error: Some(*fields),
+                            transport: None,
+                            malformed: None,
+                        })
+                    }
+                    StreamEvent::Malformed(_) => skipped += 1,
                 }
-                StreamEvent::Finish(u) => {
-                    finished = true;
-                    usage = u.or(usage);
-                }
-                StreamEvent::Usage(u) => usage = Some(u),
-                StreamEvent::Terminator => finished = true,
-                StreamEvent::Error(fields) => {
-                    return Err(UpstreamFailure {
-                        status: Some(status),
-                        headers: headers.clone(),
-                        excerpt: fields.message.clone().unwrap_or_default(),
-                        error: Some(*fields),
-                        transport: None,
-                        malformed: None,
-                    })
-                }
-                StreamEvent::Malformed(_) => skipped += 1,
+            }
+            // A finish with its usage is a complete answer: finalise at once rather than
+            // wait for a terminator that may never come.
+            if finished
+                && (usage.is_some()
+                    || event.data.trim() == "[DONE]"
+                    || event.event == "message_stop")
+            {
+                break 'read;
             }
         }
-        // A finish with its usage is a complete answer: finalise at once rather than wait
-        // for a terminator that may never come.
-        if finished
-            && (usage.is_some() || event.data.trim() == "[DONE]" || event.event == "message_stop")
-        {
-            break;
-        }
+        // A busy peer must not starve the runtime's other tasks (and timers).
+        tokio::task::yield_now().await;
     }
     Ok(StreamSuccess {
         usage,
@@ -319,6 +321,42 @@ async fn drive(
         headers,
         skipped_events: skipped,
     })
+}
+
+/// The endpoint's stream limits.
+pub fn limits_of(ep: &Endpoint) -> StreamLimits {
+    StreamLimits {
+        first_token_ms: ep.first_token_timeout_ms,
+        idle_ms: ep.stream_idle_ms,
+        stream_max_ms: ep.stream_max_ms,
+        max_stream_bytes: ep.max_stream_bytes,
+        max_event_bytes: ep.max_event_bytes,
+    }
+}
+
+/// The failure of a stream a limit ended, as spec/cli.md words it: `stream_interrupted`
+/// after the first visible token; before it, `timeout` for a deadline and
+/// `server_error` for a cap (the 200 carried no usable answer).
+fn ended(
+    watch: &StreamWatch,
+    why: Ended,
+    status: Option<u16>,
+    headers: &Headers,
+) -> UpstreamFailure {
+    let detail = why.detail(&watch.limits);
+    let transport = match why.verdict(watch.visible()) {
+        Verdict::Timeout => Some(Transport::Timeout),
+        Verdict::Interrupted => Some(Transport::StreamInterrupted),
+        Verdict::BrokenSuccess => None,
+    };
+    UpstreamFailure {
+        status,
+        headers: headers.clone(),
+        malformed: transport.is_none().then(|| detail.clone()),
+        excerpt: detail,
+        transport,
+        error: None,
+    }
 }
 
 #[cfg(test)]
