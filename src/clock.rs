@@ -19,6 +19,11 @@ pub type Sleep<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now_ms(&self) -> UnixMs;
     fn sleep(&self, ms: u64) -> Sleep<'_>;
+    /// Virtual time does not pass while a socket is read: the router then adds the real
+    /// time spent on sockets to the budget itself (issue 9, item 11).
+    fn is_virtual(&self) -> bool {
+        false
+    }
 }
 
 /// Wall-clock time and real sleeps.
@@ -73,6 +78,10 @@ impl Clock for ManualClock {
     fn sleep(&self, ms: u64) -> Sleep<'_> {
         self.advance(ms);
         Box::pin(std::future::ready(()))
+    }
+
+    fn is_virtual(&self) -> bool {
+        true
     }
 }
 

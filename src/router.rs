@@ -162,6 +162,8 @@ struct Walk<'a> {
     trial: bool,
     extra_cost_usd: f64,
     last_why: Option<Why>,
+    /// Real time spent on sockets: on a virtual clock it is counted into the budget.
+    socket_ms: u64,
 }
 
 impl Walk<'_> {
@@ -218,8 +220,9 @@ impl Router {
             CallPath::Chat,
             req.needs(false),
             opts,
-            |spec| async move {
-                let result = wire::chat(client, &spec.endpoint, spec.route.model(), req).await;
+            |spec, left| async move {
+                let ep = spec.endpoint.within(left);
+                let result = wire::chat(client, &ep, spec.route.model(), req).await;
                 match result {
                     Ok(ok) => match schema.and_then(|s| crate::validate::violation(s, &ok.text)) {
                         Some(why) => Err(crate::validate::rejected(&ok.headers, why)),
@@ -252,16 +255,12 @@ impl Router {
             CallPath::Stream,
             req.needs(true),
             opts,
-            |spec| async move {
+            |spec, left| async move {
+                let ep = spec.endpoint.within(left);
                 if !buffered {
-                    let a = wire::stream::stream_chat(
-                        client,
-                        &spec.endpoint,
-                        spec.route.model(),
-                        req,
-                        on_delta,
-                    )
-                    .await;
+                    let a =
+                        wire::stream::stream_chat(client, &ep, spec.route.model(), req, on_delta)
+                            .await;
                     return Attempted {
                         result: a.result.map(Answer::Stream),
                         delivered: a.delivered,
@@ -269,14 +268,8 @@ impl Router {
                 }
                 let held = Mutex::new(Vec::<String>::new());
                 let hold = |t: &str| lock(&held).push(t.to_string());
-                let a = wire::stream::stream_chat(
-                    client,
-                    &spec.endpoint,
-                    spec.route.model(),
-                    req,
-                    &hold,
-                )
-                .await;
+                let a =
+                    wire::stream::stream_chat(client, &ep, spec.route.model(), req, &hold).await;
                 match a.result {
                     Ok(ok) => {
                         for piece in lock(&held).iter() {
@@ -306,8 +299,8 @@ impl Router {
             CallPath::Embed,
             req.needs(),
             opts,
-            |spec| async move {
-                wire::embed(client, &spec.endpoint, spec.route.model(), req)
+            |spec, left| async move {
+                wire::embed(client, &spec.endpoint.within(left), spec.route.model(), req)
                     .await
                     .map(Answer::Embed)
                     .into()
@@ -327,8 +320,8 @@ impl Router {
                 CallPath::Rerank,
                 req.needs(),
                 opts,
-                |spec| async move {
-                    wire::rerank(client, &spec.endpoint, spec.route.model(), req)
+                |spec, left| async move {
+                    wire::rerank(client, &spec.endpoint.within(left), spec.route.model(), req)
                         .await
                         .map(Answer::Rerank)
                         .into()
@@ -369,19 +362,25 @@ impl Router {
         results: Vec<Result<(), UpstreamFailure>>,
     ) -> Report {
         let results = Mutex::new(results.into_iter());
-        self.run(tier, CallPath::Chat, Needs::default(), opts, |_spec| {
-            let result = match lock(&results).next() {
-                Some(Ok(())) | None => Ok(Answer::Chat(wire::ChatSuccess {
-                    text: String::new(),
-                    tool_calls: Vec::new(),
-                    usage: Usage::default(),
-                    request_id: None,
-                    headers: Default::default(),
-                })),
-                Some(Err(f)) => Err(f),
-            };
-            std::future::ready(Attempted::from(result))
-        })
+        self.run(
+            tier,
+            CallPath::Chat,
+            Needs::default(),
+            opts,
+            |_spec, _left| {
+                let result = match lock(&results).next() {
+                    Some(Ok(())) | None => Ok(Answer::Chat(wire::ChatSuccess {
+                        text: String::new(),
+                        tool_calls: Vec::new(),
+                        usage: Usage::default(),
+                        request_id: None,
+                        headers: Default::default(),
+                    })),
+                    Some(Err(f)) => Err(f),
+                };
+                std::future::ready(Attempted::from(result))
+            },
+        )
         .await
     }
 
@@ -395,7 +394,7 @@ impl Router {
         call: F,
     ) -> Report
     where
-        F: Fn(&'s RouteSpec) -> Fut,
+        F: Fn(&'s RouteSpec, u64) -> Fut,
         Fut: std::future::Future<Output = Attempted>,
     {
         let clock = &self.inner.clock;
@@ -430,6 +429,7 @@ impl Router {
             trial: false,
             extra_cost_usd: 0.0,
             last_why: None,
+            socket_ms: 0,
         };
 
         let mut ended = false;
@@ -442,8 +442,11 @@ impl Router {
                 }
                 let spec = &tier.routes[walk.current()];
                 let sw = Stopwatch::start();
-                let Attempted { result, delivered } = call(spec).await;
+                // The attempt may take no longer than what is left of the budget.
+                let left = spent.time_left_ms(walk.opts.policy);
+                let Attempted { result, delivered } = call(spec, left).await;
                 let latency_ms = sw.elapsed_ms();
+                walk.socket_ms += latency_ms;
                 let visible_token = !delivered.is_empty();
                 if visible_token {
                     // Only one attempt can ever deliver text: after it, no route changes.
@@ -642,6 +645,13 @@ impl Router {
             .then_some(spec.facts.context_window)
             .flatten()
             .and_then(|window| self.fallback_candidate(walk, now, Some(window)));
+        // The breaker first: an attempt that opens it must not be retried on the route it
+        // just closed off (issue 9, item 12); the request moves to the fallback instead.
+        let breaker_open_until = spec.endpoint.breaker.as_ref().and_then(|cfg| {
+            let mut breakers = lock(&self.inner.breakers);
+            let state = breakers.entry(spec.route.clone()).or_default();
+            breaker::record(state, cfg, walk.trial, !is_route_fault(class), now)
+        });
         let situation = Situation {
             class,
             path: walk.path,
@@ -652,7 +662,8 @@ impl Router {
             visible_token: seen.visible_token,
             fallback_available: next_fallback.is_some(),
             larger_window_available: larger.is_some(),
-            trial: walk.trial,
+            // A trial is never retried, and neither is a route whose breaker is now open.
+            trial: walk.trial || breaker_open_until.is_some(),
             retry_cost_usd: cost_usd,
             fallback_cost_usd: next_fallback
                 .map(|i| estimate_cost_usd(&walk.tier.routes[i].facts, &walk.needs))
@@ -673,11 +684,6 @@ impl Router {
             now,
         );
         let health = new_health.and_then(|h| self.apply_health(&spec.route, h, &mut report.notes));
-        let breaker_open_until = spec.endpoint.breaker.as_ref().and_then(|cfg| {
-            let mut breakers = lock(&self.inner.breakers);
-            let state = breakers.entry(spec.route.clone()).or_default();
-            breaker::record(state, cfg, walk.trial, !is_route_fault(class), now)
-        });
         if class == Class::Ok {
             if let Some(session) = walk.opts.session {
                 lock(&self.inner.sessions).insert(session.to_string(), spec.route.clone());
@@ -819,10 +825,18 @@ impl Router {
         Some(HealthChange::from(&new))
     }
 
+    /// What the request has spent. On a virtual clock (chaos) time spent on sockets does
+    /// not move the clock, so it is added here: the budget counts both.
     fn spent(&self, walk: &Walk<'_>, attempts: u32) -> Spent {
+        let clock = &self.inner.clock;
+        let socket_ms = if clock.is_virtual() {
+            walk.socket_ms
+        } else {
+            0
+        };
         Spent {
             attempts,
-            elapsed_ms: elapsed(walk.start, self.inner.clock.now_ms()),
+            elapsed_ms: elapsed(walk.start, clock.now_ms()).saturating_add(socket_ms),
             extra_cost_usd: walk.extra_cost_usd,
         }
     }
