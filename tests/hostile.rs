@@ -579,3 +579,287 @@ async fn a_2xx_cut_off_mid_body_records_its_status_as_server_error() {
     assert_eq!(first["class"], "server_error", "{v}");
     assert_eq!(v["outcome"], "success", "{v}");
 }
+
+// ---- items 1, 2, 11: every stream ends, on its deadlines and caps ------------------------
+
+/// One visible delta of `text` in `wire`'s SSE format.
+fn delta(wire: &str, text: &str) -> String {
+    let t = serde_json::Value::String(text.into());
+    match wire {
+        "anthropic" => format!(
+            "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":{t}}}}}\n\n"
+        ),
+        "gemini" => format!(
+            "data: {{\"candidates\":[{{\"content\":{{\"parts\":[{{\"text\":{t}}}],\"role\":\"model\"}},\"index\":0}}]}}\n\n"
+        ),
+        _ => format!(
+            "data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{t}}},\"finish_reason\":null}}]}}\n\n"
+        ),
+    }
+}
+
+/// An event that carries no visible text (a keep-alive of the wire's own kind).
+fn empty_delta(wire: &str) -> String {
+    match wire {
+        "anthropic" => "event: ping\ndata: {\"type\":\"ping\"}\n\n".into(),
+        _ => delta(wire, ""),
+    }
+}
+
+/// A complete, proper stream answering "OK".
+fn proper_stream(wire: &str) -> String {
+    match wire {
+        "anthropic" => format!(
+            "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"m\",\"usage\":{{\"input_tokens\":1}}}}}}\n\n{}event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\"}},\"usage\":{{\"output_tokens\":1}}}}\n\nevent: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n",
+            delta(wire, "OK")
+        ),
+        "gemini" => "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"OK\"}],\"role\":\"model\"},\"finishReason\":\"STOP\",\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":1,\"candidatesTokenCount\":1}}\n\n".into(),
+        _ => format!(
+            "{}data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":1,\"completion_tokens\":1}}}}\n\ndata: [DONE]\n\n",
+            delta(wire, "OK")
+        ),
+    }
+}
+
+/// Hostile stream bodies, chosen by the path prefix of the provider's base_url.
+async fn hostile_stream(head: Head, mut s: TcpStream) {
+    let wire = if head.target.contains("/v1/messages") {
+        "anthropic"
+    } else if head.target.contains("v1beta") {
+        "gemini"
+    } else {
+        "openai"
+    };
+    let t = head.target.clone();
+    if t.starts_with("/silent") {
+        std::future::pending::<()>().await;
+    }
+    if support::sse_head(&mut s).await.is_err() {
+        return;
+    }
+    let endless = async {
+        if t.starts_with("/noline") {
+            support::chunk(&mut s, b"data: ").await?;
+            let block = vec![b'a'; 64 * 1024];
+            loop {
+                support::chunk(&mut s, &block).await?;
+            }
+        } else if t.starts_with("/talker") {
+            let d = delta(wire, &"x".repeat(1000));
+            loop {
+                support::chunk(&mut s, d.as_bytes()).await?;
+            }
+        } else if t.starts_with("/onetoken") {
+            support::chunk(&mut s, delta(wire, "Hi").as_bytes()).await?;
+            let e = empty_delta(wire);
+            loop {
+                support::chunk(&mut s, e.as_bytes()).await?;
+                // Paced a little, as a real keep-alive would be: never idle long enough
+                // for the idle deadline, never ending.
+                poolctl::clock::real_sleep(std::time::Duration::from_millis(5)).await;
+            }
+        } else {
+            support::chunk(&mut s, proper_stream(wire).as_bytes()).await?;
+            support::chunk(&mut s, b"").await?;
+            use tokio::io::AsyncWriteExt;
+            s.write_all(b"0\r\n\r\n").await
+        }
+    };
+    let _: std::io::Result<()> = endless.await;
+}
+
+/// Runs `walk t --json` (plus `extra` args) on a two-route stream tier: `a` at `hostile`
+/// with `fields`, `b` a proper stream. Returns the JSON and the real time it took.
+async fn walk_stream(
+    wire: &str,
+    hostile: &str,
+    fields: &str,
+    extra_yaml: &str,
+    args: &[&str],
+) -> (serde_json::Value, std::time::Duration) {
+    let up = support::start(hostile_stream).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut yaml = String::from("providers:\n");
+    yaml.push_str(&format!(
+        "  a:\n    wire: {wire}\n    base_url: \"{}\"\n    api_key_env: {KEY_VAR}\n{fields}",
+        up.url(hostile)
+    ));
+    yaml.push_str(&format!(
+        "  b:\n    wire: {wire}\n    base_url: \"{}\"\n    api_key_env: {KEY_VAR}\n",
+        up.url("/proper")
+    ));
+    yaml.push_str(
+        "tiers:\n  t:\n    - { route: a/m, path: stream }\n    - { route: b/m, path: stream }\n",
+    );
+    yaml.push_str(extra_yaml);
+    let config = dir.path().join("pool.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let sw = poolctl::clock::Stopwatch::start();
+    let mut all_args = vec!["walk", "t", "--json"];
+    all_args.extend_from_slice(args);
+    let o = run_bounded(bin().args(&all_args).arg("--config").arg(&config)).await;
+    let took = sw.elapsed();
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", all(&o)));
+    (v, took)
+}
+
+/// The generous bound of a deadline test: the deadline plus 2 s catches a hang, never
+/// measures speed (the exact overshoot is a bench figure).
+fn within(took: std::time::Duration, deadline_ms: u64, what: &str) {
+    assert!(
+        took.as_millis() as u64 <= deadline_ms + 2000,
+        "{what}: took {took:?} for a {deadline_ms} ms deadline"
+    );
+}
+
+const WIRES: [&str; 3] = ["openai", "anthropic", "gemini"];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_that_never_ends_a_line_fails_at_the_event_cap_and_falls_back() {
+    for wire in WIRES {
+        let (v, took) = walk_stream(
+            wire,
+            "/noline",
+            "    first_token_timeout_ms: 1500\n",
+            "",
+            &[],
+        )
+        .await;
+        within(took, 1500, wire);
+        let first = &v["attempts"][0];
+        assert_eq!(first["class"], "server_error", "{wire}: {v}");
+        assert!(
+            first["detail"].as_str().unwrap_or("").contains("1048576"),
+            "{wire}: {v}"
+        );
+        assert_eq!(v["served_by"], "b/m", "{wire}: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_that_never_ends_a_line_still_meets_its_first_token_deadline() {
+    for wire in WIRES {
+        let fields = "    first_token_timeout_ms: 1500\n    max_event_bytes: 1073741824\n";
+        let (v, took) = walk_stream(wire, "/noline", fields, "", &[]).await;
+        within(took, 1500, wire);
+        assert_eq!(v["attempts"][0]["class"], "timeout", "{wire}: {v}");
+        assert_eq!(v["served_by"], "b/m", "{wire}: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endless_stream_of_text_stops_at_max_stream_bytes() {
+    for wire in WIRES {
+        let (v, took) =
+            walk_stream(wire, "/talker", "    max_stream_bytes: 1048576\n", "", &[]).await;
+        within(took, 0, wire);
+        assert_eq!(
+            v["attempts"][0]["class"], "stream_interrupted",
+            "{wire}: {v}"
+        );
+        assert_eq!(v["outcome"], "interrupted", "{wire}: {v}");
+        let delivered = v["text"].as_str().unwrap_or("").len();
+        assert!(
+            delivered > 0 && delivered <= 1_048_576,
+            "{wire}: {delivered} bytes delivered"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_token_then_empty_deltas_forever_ends_at_stream_max_ms() {
+    for wire in WIRES {
+        let (v, took) = walk_stream(wire, "/onetoken", "    stream_max_ms: 1500\n", "", &[]).await;
+        within(took, 1500, wire);
+        assert_eq!(
+            v["attempts"][0]["class"], "stream_interrupted",
+            "{wire}: {v}"
+        );
+        assert_eq!(v["text"], "Hi", "{wire}: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_elapsed_ms_bounds_a_whole_stream() {
+    let card = "policies:\n  short: { max_elapsed_ms: 1500 }\n";
+    for wire in WIRES {
+        let (v, took) = walk_stream(wire, "/onetoken", "", card, &["--workflow", "short"]).await;
+        within(took, 1500, wire);
+        assert_eq!(
+            v["attempts"][0]["class"], "stream_interrupted",
+            "{wire}: {v}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_recovery_budget_bounds_an_attempt_in_flight() {
+    let card = "policies:\n  short: { max_elapsed_ms: 1500 }\n";
+    for wire in WIRES {
+        let fields = "    first_token_timeout_ms: 15000\n    timeout_ms: 15000\n";
+        let (v, took) = walk_stream(wire, "/silent", fields, card, &["--workflow", "short"]).await;
+        within(took, 1500, wire);
+        assert_eq!(v["attempts"][0]["class"], "timeout", "{wire}: {v}");
+    }
+}
+
+// ---- item 5: durations out of range are refused ------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn out_of_range_durations_in_a_config_are_refused_naming_the_range() {
+    let dir = tempfile::tempdir().unwrap();
+    for (field, value, range) in [
+        ("cooldown_ms", "18446744073709551615", "0 to 86400000"),
+        ("cooldown_ms", "9223372036854775807", "0 to 86400000"),
+        ("transient_cooldown_ms", "86400001", "0 to 86400000"),
+        ("timeout_ms", "0", "1 to 86400000"),
+        ("stream_max_ms", "99999999999", "1 to 86400000"),
+    ] {
+        let yaml = support::pool_yaml(
+            &[("a", "openai", "http://127.0.0.1:9/v1")],
+            &["a/m"],
+            "chat",
+            &format!("    {field}: {value}\n"),
+        );
+        let config = dir.path().join("pool.yaml");
+        std::fs::write(&config, yaml).unwrap();
+        let o = run(&config, &["check"]).await;
+        let err = all(&o);
+        assert_eq!(o.status.code(), Some(2), "{field}: {value}: {err}");
+        assert!(
+            err.contains(field) && err.contains(range),
+            "{field}: {value}: {err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn out_of_range_durations_in_a_scenario_are_refused_naming_the_range() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (tweak, range)) in [
+        (
+            "state:\n  a/m: cooling 9223372036854775807\n",
+            "0 to 86400000",
+        ),
+        ("", "0 to 86400000"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let cooldown = if tweak.is_empty() {
+            "    cooldown_ms: 18446744073709551615\n"
+        } else {
+            ""
+        };
+        let text = format!(
+            "name: range-{i}\nchain:\n  - route: a/m\n{cooldown}    replies:\n      - ok: \"x\"\n{tweak}expect: {{ outcome: success }}\n"
+        );
+        let path = dir.path().join(format!("s{i}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        let o = run_bounded(bin().arg("chaos").arg(&path)).await;
+        let err = all(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(range), "{err}");
+    }
+}
