@@ -863,3 +863,109 @@ async fn out_of_range_durations_in_a_scenario_are_refused_naming_the_range() {
         assert!(err.contains(range), "{err}");
     }
 }
+
+// ---- the property: arbitrary bytes as an SSE body, on each wire ---------------------------
+
+mod arbitrary_sse {
+    use super::support;
+    use poolctl::request::ChatRequest;
+    use poolctl::secret::Secret;
+    use poolctl::vocab::Wire;
+    use poolctl::wire::Endpoint;
+    use proptest::prelude::*;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::AsyncWriteExt;
+
+    const MAX_EVENT: u64 = 512;
+    const MAX_STREAM: u64 = 1024;
+    const STREAM_MAX_MS: u64 = 600;
+
+    fn endpoint(wire: Wire, base_url: String) -> Endpoint {
+        Endpoint {
+            provider: "p".into(),
+            wire,
+            dialect: poolctl::dialect::Dialect::of_wire(wire),
+            base_url,
+            api_key: Secret::new("sk-prop"),
+            timeout_ms: 2_000,
+            first_token_timeout_ms: 400,
+            stream_idle_ms: 200,
+            stream_max_ms: STREAM_MAX_MS,
+            max_stream_bytes: MAX_STREAM,
+            max_event_bytes: MAX_EVENT,
+            cooldowns: Default::default(),
+            breaker: None,
+        }
+    }
+
+    /// Bytes built from pieces a hostile peer would send: valid deltas of each wire,
+    /// line ends of every kind, long runs without one, and raw noise.
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        let piece = prop_oneof![
+            3 => Just(b"data: {\"choices\":[{\"delta\":{\"content\":\"abc\"}}]}\n\n".to_vec()),
+            3 => Just(b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"abc\"}}\n\n".to_vec()),
+            3 => Just(b"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"abc\"}]}}]}\n\n".to_vec()),
+            3 => Just(format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{}\"}}}}]}}\n\n", "x".repeat(200)).into_bytes()),
+            3 => Just(format!("data: {{\"candidates\":[{{\"content\":{{\"parts\":[{{\"text\":\"{}\"}}]}}}}]}}\n\n", "y".repeat(200)).into_bytes()),
+            3 => Just(format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"delta\":{{\"text\":\"{}\"}}}}\n\n", "z".repeat(200)).into_bytes()),
+            3 => Just(b"data: [DONE]\n\n".to_vec()),
+            3 => Just(b"\r\n".to_vec()),
+            3 => Just(b"\n\n".to_vec()),
+            3 => Just(b"\r".to_vec()),
+            3 => Just(b": ping\n".to_vec()),
+            1 => Just(vec![b'a'; 600]),
+            1 => proptest::collection::vec(any::<u8>(), 0..64),
+        ];
+        proptest::collection::vec(piece, 0..40).prop_map(|p| p.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+        #[test]
+        fn arbitrary_bytes_never_pass_the_caps_and_always_end(
+            bytes in body(),
+            close in proptest::bool::weighted(0.8),
+        ) {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let shared = Arc::new(bytes);
+                let up = support::start(move |_head, mut s| {
+                    let bytes = shared.clone();
+                    async move {
+                        if support::sse_head(&mut s).await.is_err() {
+                            return;
+                        }
+                        for part in bytes.chunks(97) {
+                            if support::chunk(&mut s, part).await.is_err() {
+                                return;
+                            }
+                        }
+                        if close {
+                            let _ = s.write_all(b"0\r\n\r\n").await;
+                        } else {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                })
+                .await;
+                let client = poolctl::wire::http_client();
+                for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini] {
+                    let ep = endpoint(wire, up.url("/p"));
+                    let seen = Mutex::new(0usize);
+                    let on_delta = |t: &str| *seen.lock().unwrap() += t.len();
+                    let req = ChatRequest::user("hi", 16);
+                    let bound = std::time::Duration::from_millis(STREAM_MAX_MS + 2_000);
+                    let attempt = tokio::time::timeout(
+                        bound,
+                        poolctl::wire::stream::stream_chat(&client, &ep, "m", &req, &on_delta),
+                    )
+                    .await
+                    .expect("every stream ends");
+                    let handed = *seen.lock().unwrap();
+                    assert!(handed as u64 <= MAX_STREAM, "{wire}: {handed} bytes handed over");
+                    assert_eq!(attempt.delivered.len(), handed);
+                }
+            });
+        }
+    }
+}
