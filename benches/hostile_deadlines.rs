@@ -22,6 +22,9 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 const RUNS: usize = 5;
+
+/// Sets one case's deadline on the endpoint or the card.
+type Tune = fn(&mut Endpoint, &mut Policy);
 const DEADLINE_MS: u64 = 500;
 
 fn endpoint(base_url: String) -> Endpoint {
@@ -97,7 +100,7 @@ fn main() {
         let req = ChatRequest::user("ping", 16);
         println!("hostile upstreams: overshoot past a {DEADLINE_MS} ms deadline, {RUNS} runs each (goal <= 100 ms)");
 
-        let cases: [(&str, &str, fn(&mut Endpoint, &mut Policy)); 4] = [
+        let cases: [(&str, &str, Tune); 4] = [
             ("first_token_timeout_ms, a line that never ends", "/noline", |e, _| {
                 e.first_token_timeout_ms = DEADLINE_MS;
                 e.max_event_bytes = 1 << 30;
