@@ -9,12 +9,13 @@
 mod support;
 
 use poolctl::clock::{Stopwatch, SystemClock};
+use poolctl::health::Transition;
 use poolctl::policy::Policy;
-use poolctl::request::ChatRequest;
+use poolctl::request::{ChatRequest, Request};
 use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
 use poolctl::secret::Secret;
 use poolctl::store::MemoryStore;
-use poolctl::vocab::{Route, Wire};
+use poolctl::vocab::{CallPath, Route, Wire};
 use poolctl::wire::sse::SseFramer;
 use poolctl::wire::Endpoint;
 use std::sync::Arc;
@@ -40,8 +41,6 @@ fn endpoint(base_url: String) -> Endpoint {
         stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
         max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
         max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
-        cooldowns: Default::default(),
-        breaker: None,
     }
 }
 
@@ -97,7 +96,7 @@ fn main() {
             Arc::new(SystemClock),
             Arc::new(MemoryStore::new()),
         );
-        let req = ChatRequest::user("ping", 16);
+        let req = Request::Stream(ChatRequest::user("ping", 16));
         println!("hostile upstreams: overshoot past a {DEADLINE_MS} ms deadline, {RUNS} runs each (goal <= 100 ms)");
 
         let cases: [(&str, &str, Tune); 4] = [
@@ -121,23 +120,30 @@ fn main() {
             tune(&mut ep, &mut policy);
             let tier = Tier {
                 name: "bench".into(),
+                path: CallPath::Stream,
                 routes: vec![RouteSpec {
                     route: Route::parse("p/m").unwrap(),
                     endpoint: Arc::new(ep),
                     facts: Default::default(),
+                    policy: Default::default(),
                 }],
             };
             let mut over = Vec::new();
             for _ in 0..RUNS {
                 let sw = Stopwatch::start();
                 let report = router
-                    .stream(&tier, &req, CallOptions::new(&policy), &|_| {})
-                    .await;
+                    .call(&tier, &req, CallOptions::new(&policy))
+                    .await
+                    .report;
                 let ms = sw.elapsed().as_secs_f64() * 1000.0;
                 assert_ne!(report.outcome, poolctl::vocab::Outcome::Success);
                 over.push(ms - DEADLINE_MS as f64);
                 // The route cools after its failure; the next run must call it again.
-                router.store().set(&tier.routes[0].route, poolctl::health::Health::Ready).unwrap();
+                router
+                    .store()
+                    .apply(&tier.routes[0].route, Transition::Restore)
+                    .await
+                    .unwrap();
             }
             let (median, max) = stats(over);
             println!("  {what:<48} median {median:>6.1} ms   max {max:>6.1} ms");

@@ -57,9 +57,8 @@ fn main() {
                     stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
                     max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
                     max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
-                    cooldowns: Default::default(),
-                    breaker: None,
                 }),
+                policy: Default::default(),
             })
             .collect();
         let client = poolctl::wire::http_client();

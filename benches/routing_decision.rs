@@ -14,10 +14,11 @@ use poolctl::capability::ModelFacts;
 use poolctl::clock::ManualClock;
 use poolctl::failure::{Headers, UpstreamFailure};
 use poolctl::policy::Policy;
+use poolctl::route::RoutePolicy;
 use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
 use poolctl::secret::Secret;
 use poolctl::store::MemoryStore;
-use poolctl::vocab::{Outcome, Route, Wire};
+use poolctl::vocab::{CallPath, Outcome, Route, Wire};
 use poolctl::wire::Endpoint;
 use std::sync::Arc;
 
@@ -37,8 +38,6 @@ fn tier() -> Tier {
                 stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
                 max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
                 max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
-                cooldowns: Default::default(),
-                breaker: Some(BreakerConfig::default()),
             };
             let facts = ModelFacts {
                 context_window: Some(128_000),
@@ -50,11 +49,16 @@ fn tier() -> Tier {
                 route,
                 endpoint: Arc::new(endpoint),
                 facts,
+                policy: RoutePolicy {
+                    breaker: Some(BreakerConfig::default()),
+                    ..Default::default()
+                },
             }
         })
         .collect();
     Tier {
         name: "bench".into(),
+        path: CallPath::Chat,
         routes,
     }
 }

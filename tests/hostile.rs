@@ -893,8 +893,6 @@ mod arbitrary_sse {
             stream_max_ms: STREAM_MAX_MS,
             max_stream_bytes: MAX_STREAM,
             max_event_bytes: MAX_EVENT,
-            cooldowns: Default::default(),
-            breaker: None,
         }
     }
 
@@ -952,7 +950,13 @@ mod arbitrary_sse {
                 for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini] {
                     let ep = endpoint(wire, up.url("/p"));
                     let seen = Mutex::new(0usize);
-                    let on_delta = |t: &str| *seen.lock().unwrap() += t.len();
+                    let on_delta = |ev: poolctl::answer::StreamEvent<'_>| match ev {
+                        poolctl::answer::StreamEvent::Text(t) => *seen.lock().unwrap() += t.len(),
+                        poolctl::answer::StreamEvent::ToolCall { arguments, name, .. } => {
+                            *seen.lock().unwrap() += arguments.len() + name.map_or(0, str::len)
+                        }
+                        _ => {}
+                    };
                     let req = ChatRequest::user("hi", 16);
                     let bound = std::time::Duration::from_millis(STREAM_MAX_MS + 2_000);
                     let attempt = tokio::time::timeout(

@@ -2,7 +2,6 @@
 //! fields — checked by an independent HTTP mock (wiremock), not by poolctl's own mocks.
 
 use poolctl::dialect::Dialect;
-use poolctl::health::Cooldowns;
 use poolctl::request::{ChatRequest, EmbedRequest, RerankRequest};
 use poolctl::secret::Secret;
 use poolctl::vocab::Wire;
@@ -24,8 +23,6 @@ fn endpoint(server: &MockServer, wire: Wire, base_suffix: &str) -> Endpoint {
         stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
         max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
         max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
-        cooldowns: Cooldowns::default(),
-        breaker: None,
     }
 }
 

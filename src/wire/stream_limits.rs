@@ -141,9 +141,8 @@ impl StreamWatch {
             return Err(Ended::TooMuch);
         }
         self.delivered = total;
-        if bytes > 0 {
-            self.visible = true;
-        }
+        // Every delivery is visible, even an empty one (a tool call's name alone).
+        self.visible = true;
         Ok(())
     }
 }
@@ -197,9 +196,9 @@ mod tests {
     #[test]
     fn delivery_stops_at_the_byte_cap() {
         let mut w = StreamWatch::new(L);
-        w.deliver(0).unwrap();
         assert!(!w.visible());
         w.deliver(60).unwrap();
+        assert!(w.visible());
         assert_eq!(w.deliver(41), Err(Ended::TooMuch));
         w.deliver(40).unwrap();
     }

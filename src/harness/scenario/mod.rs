@@ -1,0 +1,325 @@
+//! The chaos scenario file (spec/scenario-format.md, v1): parsed strictly (an unknown
+//! field is an error, so a typo cannot silently pass a scenario) and validated before
+//! anything runs. A scenario is a fault script ([`script`]: the chain, what each mock
+//! replies, health presets) and what must then have happened ([`expect`]).
+
+mod expect;
+mod script;
+
+pub use expect::{AttemptExpect, Expect, HealthExpect};
+pub use script::{Body, ChainEntry, OutageSpec, Preset, Reply, StreamEnd, StreamItem, StreamReply};
+
+use crate::clock::UnixMs;
+use crate::policy::Policy;
+use crate::vocab::{CallPath, Outcome, Route, Wire};
+use crate::yaml::YamlError;
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The virtual clock's start when a scenario names none.
+pub const DEFAULT_NOW: &str = "2026-01-01T00:00:00Z";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub about: Option<String>,
+    #[serde(default)]
+    pub path: CallPath,
+    #[serde(default)]
+    pub now: Option<String>,
+    #[serde(default)]
+    pub policy: Option<Policy>,
+    #[serde(default)]
+    pub request: Option<RequestShape>,
+    pub chain: Vec<ChainEntry>,
+    #[serde(default)]
+    pub state: BTreeMap<Route, Preset>,
+    #[serde(default)]
+    pub expect: Option<Expect>,
+    #[serde(default)]
+    pub requests: Option<Vec<RequestSpec>>,
+    /// Where it was loaded from (not a YAML field).
+    #[serde(skip)]
+    pub file: PathBuf,
+}
+
+/// The request chaos sends, when a scenario needs more than the default prompt.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestShape {
+    /// The prompt size the router plans with (the body stays small).
+    #[serde(default)]
+    pub prompt_tokens: Option<u64>,
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// A JSON Schema the answer must satisfy.
+    #[serde(default)]
+    pub json_schema: Option<serde_json::Value>,
+    /// The workflow name recorded on every attempt.
+    #[serde(default)]
+    pub workflow: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestSpec {
+    #[serde(default)]
+    pub after_ms: u64,
+    #[serde(default)]
+    pub session: Option<String>,
+    #[serde(default)]
+    pub priority: Option<Priority>,
+    pub expect: Expect,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    Interactive,
+    Background,
+    Retry,
+    Speculative,
+}
+
+impl Scenario {
+    /// Reads, parses and validates one scenario file.
+    pub fn load(file: &Path) -> Result<Scenario, YamlError> {
+        let mut s: Scenario = crate::yaml::load(file)?;
+        s.file = file.to_path_buf();
+        s.validate()?;
+        Ok(s)
+    }
+
+    pub fn parse(file: &Path, text: &str) -> Result<Scenario, YamlError> {
+        let mut s: Scenario = crate::yaml::parse(file, text)?;
+        s.file = file.to_path_buf();
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// The virtual clock's start.
+    pub fn start_ms(&self) -> UnixMs {
+        let text = self.now.as_deref().unwrap_or(DEFAULT_NOW);
+        crate::hint::parse_instant(text).expect("validated in load")
+    }
+
+    /// The requests to send, with their expectations.
+    pub fn request_specs(&self) -> Vec<RequestSpec> {
+        match (&self.expect, &self.requests) {
+            (Some(e), None) => vec![RequestSpec {
+                after_ms: 0,
+                session: None,
+                priority: None,
+                expect: e.clone(),
+            }],
+            (_, Some(list)) => list.clone(),
+            (None, None) => Vec::new(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), YamlError> {
+        let err = |field: &str, msg: String| {
+            Err(YamlError::new(&self.file, msg).at_field(field.to_string()))
+        };
+        if self.name.trim().is_empty() {
+            return err("name", "a scenario needs a non-empty `name`".into());
+        }
+        if let Some(now) = &self.now {
+            if crate::hint::parse_instant(now).is_none() {
+                return err(
+                    "now",
+                    format!("`{now}` is not an RFC 3339 instant such as 2026-11-30T12:00:00Z"),
+                );
+            }
+        }
+        if self.chain.is_empty() {
+            return err("chain", "the chain needs at least one route".into());
+        }
+        let mut routes = BTreeSet::new();
+        let mut wires: BTreeMap<&str, Wire> = BTreeMap::new();
+        for (i, entry) in self.chain.iter().enumerate() {
+            let field = format!("chain[{i}]");
+            if !routes.insert(entry.route.clone()) {
+                return err(
+                    &field,
+                    format!("route `{}` appears twice in the chain", entry.route),
+                );
+            }
+            if let Err((f, why)) = crate::limits::check_fields(&entry.settings().limit_fields()) {
+                return err(&format!("{field}.{f}"), why);
+            }
+            let provider = entry.route.provider();
+            if !provider
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            {
+                return err(
+                    &field,
+                    format!("provider `{provider}` must be letters, digits, `-`, `_` or `.`"),
+                );
+            }
+            if let Some(w) = wires.insert(provider, entry.wire) {
+                if w != entry.wire {
+                    return err(
+                        &field,
+                        format!(
+                            "provider `{provider}` is given two wires ({w} and {})",
+                            entry.wire
+                        ),
+                    );
+                }
+            }
+            let wire_serves_path = match self.path {
+                CallPath::Chat | CallPath::Stream => true,
+                CallPath::Embed => entry.wire != Wire::Anthropic,
+                CallPath::Rerank => entry.wire == Wire::OpenAi,
+            };
+            if !wire_serves_path {
+                return err(
+                    &format!("{field}.wire"),
+                    format!(
+                        "the {} wire has no {} endpoint (path `{}`)",
+                        entry.wire,
+                        match self.path {
+                            CallPath::Embed => "embeddings",
+                            _ => "rerank",
+                        },
+                        self.path
+                    ),
+                );
+            }
+            if entry.replies.is_empty() {
+                return err(
+                    &format!("{field}.replies"),
+                    "a route needs at least one reply".into(),
+                );
+            }
+            for (name, v) in [
+                ("timeout_ms", entry.timeout_ms),
+                ("first_token_timeout_ms", entry.first_token_timeout_ms),
+                ("stream_idle_ms", entry.stream_idle_ms),
+            ] {
+                if v == Some(0) {
+                    return err(
+                        &format!("{field}.{name}"),
+                        "a deadline of 0 ms can never be met".into(),
+                    );
+                }
+            }
+        }
+        let known = |r: &Route, field: String| -> Result<(), YamlError> {
+            if routes.contains(r) {
+                return Ok(());
+            }
+            let nearest = crate::yaml::nearest(r.as_str(), routes.iter().map(|r| r.as_str()));
+            let hint = nearest
+                .map(|n| format!("; did you mean `{n}`?"))
+                .unwrap_or_default();
+            Err(
+                YamlError::new(&self.file, format!("route `{r}` is not in the chain{hint}"))
+                    .at_field(field),
+            )
+        };
+        for (r, preset) in &self.state {
+            known(r, format!("state.{r}"))?;
+            if let Preset::Cooling(ms) = preset {
+                if let Err(why) = crate::limits::check(crate::limits::Kind::Wait, *ms) {
+                    return err(&format!("state.{r}"), format!("`cooling {ms}`: {why}"));
+                }
+            }
+        }
+        if let Some(p) = &self.policy {
+            if let Err((f, why)) = crate::limits::check_fields(&crate::limits::policy_fields(p)) {
+                return err(&format!("policy.{f}"), why);
+            }
+        }
+        if let Some(list) = self
+            .policy
+            .as_ref()
+            .and_then(|p| p.fallback_routes.as_ref())
+        {
+            for r in list {
+                known(r, "policy.fallback_routes".into())?;
+            }
+        }
+        let specs = match (&self.expect, &self.requests) {
+            (Some(_), Some(_)) => {
+                return err("requests", "give `expect` or `requests`, not both".into())
+            }
+            (None, None) => {
+                return err("expect", "a scenario needs `expect` (or `requests`)".into())
+            }
+            (None, Some(r)) if r.is_empty() => {
+                return err("requests", "`requests` is empty".into())
+            }
+            _ => self.request_specs(),
+        };
+        for (i, spec) in specs.iter().enumerate() {
+            let at = if self.requests.is_some() {
+                format!("requests[{i}].expect")
+            } else {
+                "expect".to_string()
+            };
+            let e = &spec.expect;
+            if let Some(Some(r)) = &e.served_by {
+                known(r, format!("{at}.served_by"))?;
+            }
+            if e.reason.as_ref().is_some_and(|r| r.is_some()) && e.outcome != Outcome::Failed {
+                return err(
+                    &format!("{at}.reason"),
+                    "`reason` goes only with `outcome: failed`".into(),
+                );
+            }
+            for (j, a) in e.attempts.iter().flatten().enumerate() {
+                if let Some(r) = &a.route {
+                    known(r, format!("{at}.attempts[{j}].route"))?;
+                }
+            }
+            for r in e.skipped.iter().flatten() {
+                known(r, format!("{at}.skipped"))?;
+            }
+            for r in e.health.iter().flat_map(|h| h.keys()) {
+                known(r, format!("{at}.health.{r}"))?;
+            }
+            for r in e.upstream_calls.iter().flat_map(|h| h.keys()) {
+                known(r, format!("{at}.upstream_calls.{r}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every scenario file under `paths`: files as given, directories searched
+/// recursively for `*.yaml` / `*.yml`, sorted for a stable order.
+pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, YamlError> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            walk(p, &mut out)
+                .map_err(|e| YamlError::new(p, format!("cannot read directory: {e}")))?;
+        } else if p.is_file() {
+            out.push(p.clone());
+        } else {
+            return Err(YamlError::new(p, "no such file or directory"));
+        }
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            walk(&p, out)?;
+        } else if matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")) {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
