@@ -973,3 +973,57 @@ mod arbitrary_sse {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_json_prints_an_rfc3339_until_whatever_the_state_file_holds() {
+    use poolctl::health::Transition;
+    use poolctl::store::{HealthStore, SqliteStore};
+    let dir = tempfile::tempdir().unwrap();
+    let config = plain_config(dir.path());
+    // A state file written by an older build, before durations were range-checked.
+    let store = SqliteStore::open(&dir.path().join(".poolctl/state.db")).unwrap();
+    let route = poolctl::vocab::Route::parse("a/m").unwrap();
+    store
+        .apply(
+            &route,
+            Transition::Cool {
+                until: i64::MAX,
+                reason: "rate_limited".into(),
+            },
+        )
+        .await
+        .unwrap();
+    drop(store);
+    let o = run(&config, &["status", "--json"]).await;
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", all(&o)));
+    let until = v["routes"][0]["until"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(&until).is_ok(),
+        "`until` is not RFC 3339: {v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cooldown_of_2_pow_64_minus_1_never_leaves_a_429_route_ready() {
+    // The arithmetic itself: were the range check bypassed, the instant still saturates.
+    let now = 1_764_504_000_000;
+    let cooled = poolctl::health::transition(
+        poolctl::vocab::Class::RateLimited,
+        poolctl::vocab::Action::Fallback,
+        None,
+        None,
+        poolctl::health::Cooldowns {
+            cooldown_ms: Some(u64::MAX),
+            transient_cooldown_ms: 5_000,
+        },
+        now,
+    );
+    match cooled {
+        Some(poolctl::health::Health::Cooling { until, .. }) => assert!(until > now),
+        other => panic!("{other:?}"),
+    }
+}
