@@ -93,6 +93,9 @@ pub fn pool_config(scenario: &Scenario, server: &MockServer) -> String {
             ("timeout_ms", entry.timeout_ms),
             ("first_token_timeout_ms", entry.first_token_timeout_ms),
             ("stream_idle_ms", entry.stream_idle_ms),
+            ("stream_max_ms", entry.stream_max_ms),
+            ("max_stream_bytes", entry.max_stream_bytes),
+            ("max_event_bytes", entry.max_event_bytes),
             ("cooldown_ms", entry.cooldown_ms),
             ("transient_cooldown_ms", entry.transient_cooldown_ms),
         ] {
