@@ -392,8 +392,9 @@ impl Router {
     pub async fn any_ready(&self, tier: &Tier) -> bool {
         let now = self.inner.clock.now_ms();
         let routes: Vec<&Route> = tier.routes.iter().map(|s| &s.route).collect();
-        match self.inner.store.get_many(&routes).await {
-            Ok(all) => all.iter().any(|h| h.is_available(now)),
+        let mut all = Vec::with_capacity(routes.len());
+        match self.inner.store.get_many(&routes, &mut all).await {
+            Ok(()) => all.iter().any(|h| h.is_available(now)),
             // An unreadable store must not hold batches back for ever.
             Err(_) => true,
         }
@@ -563,7 +564,7 @@ impl Router {
                         if decision.left_nothing() {
                             // The request ended because no approved live route was left:
                             // the routes after this one were passed over.
-                            self.pass_over_rest(&mut walk, &mut report);
+                            self.pass_over_rest(&mut walk, &mut report).await;
                         }
                         ended = true;
                         break 'chain;

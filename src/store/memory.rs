@@ -28,10 +28,12 @@ impl MemoryStore {
         let mut map = self.lock();
         let old = map.get(route).cloned().unwrap_or(Health::Ready);
         let new = apply(&old, t);
-        if new == Health::Ready {
-            map.remove(route);
-        } else if new != old {
-            map.insert(route.clone(), new.clone());
+        if new != old {
+            if new == Health::Ready {
+                map.remove(route);
+            } else {
+                map.insert(route.clone(), new.clone());
+            }
         }
         (old, new)
     }
@@ -47,13 +49,18 @@ impl HealthStore for MemoryStore {
         ready(Ok(self.get_now(route)))
     }
 
-    fn get_many<'a>(&'a self, routes: &'a [&'a Route]) -> StoreFuture<'a, Vec<Health>> {
+    fn get_many<'a>(
+        &'a self,
+        routes: &'a [&'a Route],
+        out: &'a mut Vec<Health>,
+    ) -> StoreFuture<'a, ()> {
         let map = self.lock();
-        let all = routes
-            .iter()
-            .map(|r| map.get(*r).cloned().unwrap_or(Health::Ready))
-            .collect();
-        ready(Ok(all))
+        out.extend(
+            routes
+                .iter()
+                .map(|r| map.get(*r).cloned().unwrap_or(Health::Ready)),
+        );
+        ready(Ok(()))
     }
 
     fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>> {

@@ -27,20 +27,25 @@ impl HealthStore for OverlayStore {
         }
     }
 
-    fn get_many<'a>(&'a self, routes: &'a [&'a Route]) -> StoreFuture<'a, Vec<Health>> {
-        Box::pin(async move {
-            let mut all = self.base.get_many(routes).await?;
-            for (h, r) in all.iter_mut().zip(routes) {
+    fn get_many<'a>(
+        &'a self,
+        routes: &'a [&'a Route],
+        out: &'a mut Vec<Health>,
+    ) -> StoreFuture<'a, ()> {
+        StoreFuture::waiting(async move {
+            let start = out.len();
+            self.base.get_many(routes, out).await?;
+            for (h, r) in out[start..].iter_mut().zip(routes) {
                 if let Some(forced) = self.forced.get(*r) {
                     *h = forced.clone();
                 }
             }
-            Ok(all)
+            Ok(())
         })
     }
 
     fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>> {
-        Box::pin(async move {
+        StoreFuture::waiting(async move {
             let mut all: BTreeMap<Route, Health> = self.base.list().await?.into_iter().collect();
             all.extend(self.forced.clone());
             Ok(all.into_iter().collect())

@@ -113,7 +113,7 @@ impl SqliteStore {
             let _ = tx.send(f(conn));
         }));
         let path = self.path.display().to_string();
-        Box::pin(async move {
+        StoreFuture::waiting(async move {
             let backend = |message: String| StoreError::Backend {
                 path: path.clone(),
                 message,
@@ -195,9 +195,22 @@ impl HealthStore for SqliteStore {
         self.run(move |conn| read(conn, &route))
     }
 
-    fn get_many<'a>(&'a self, routes: &'a [&'a Route]) -> StoreFuture<'a, Vec<Health>> {
+    fn get_many<'a>(
+        &'a self,
+        routes: &'a [&'a Route],
+        out: &'a mut Vec<Health>,
+    ) -> StoreFuture<'a, ()> {
         let routes: Vec<String> = routes.iter().map(|r| r.as_str().to_string()).collect();
-        self.run(move |conn| routes.iter().map(|r| read(conn, r)).collect())
+        let read_all = self.run(move |conn| {
+            routes
+                .iter()
+                .map(|r| read(conn, r))
+                .collect::<rusqlite::Result<Vec<_>>>()
+        });
+        StoreFuture::waiting(async move {
+            out.extend(read_all.await?);
+            Ok(())
+        })
     }
 
     fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>> {
