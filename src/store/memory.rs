@@ -24,7 +24,7 @@ impl MemoryStore {
     }
 
     /// Applies `t` at once (the memory store never waits and never fails).
-    pub fn apply_now(&self, route: &Route, t: &Transition) -> (Health, Health) {
+    pub fn apply_now(&self, route: &Route, t: Transition) -> (Health, Health) {
         let mut map = self.lock();
         let old = map.get(route).cloned().unwrap_or(Health::Ready);
         let new = apply(&old, t);
@@ -72,6 +72,6 @@ impl HealthStore for MemoryStore {
     }
 
     fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)> {
-        ready(Ok(self.apply_now(route, &t)))
+        ready(Ok(self.apply_now(route, t)))
     }
 }
