@@ -488,8 +488,8 @@ impl<'de> Deserialize<'de> for TierEntry {
 }
 
 /// Checked here rather than at the first call, so a typo in a URL fails `check`, not a
-/// request in production.
-/// The URL is only ever shown through `secret::display_url`: its query may carry a key.
+/// request in production. The URL is only ever shown through `secret::display_url`: its
+/// query may carry a key.
 fn check_url(url: &str) -> Result<(), String> {
     let shown = crate::secret::display_url(url);
     let parsed =
