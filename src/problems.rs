@@ -11,6 +11,8 @@ use std::path::Path;
 
 /// A file past this many problems is not a file with typos; stop there.
 const MAX_PROBLEMS: usize = 100;
+/// The most text all passes together parse (a few KiB config gets every pass it needs).
+const PARSE_BUDGET_BYTES: usize = 64 * 1024 * 1024;
 
 /// What parsing found: the value parsed from what was left (None when nothing usable
 /// was), every problem, and the fields that only parsed with a stand-in value, so a
@@ -25,6 +27,22 @@ pub struct Parsed<T> {
 /// Parses `text` (the contents of `file`) into `T`, collecting every field error.
 /// `Err` only when the text is not YAML at all.
 pub fn parse_all<T: DeserializeOwned>(file: &Path, text: &str) -> Result<Parsed<T>, YamlError> {
+    // The limits every load holds, checked before the parser sees the text.
+    if let Some(line) = crate::yaml::too_deep(text, crate::yaml::MAX_DEPTH) {
+        return Err(YamlError {
+            line: Some(line),
+            ..YamlError::new(
+                file,
+                format!(
+                    "nesting deeper than {} levels (the limit)",
+                    crate::yaml::MAX_DEPTH
+                ),
+            )
+        });
+    }
+    // Each pass parses the whole tree again: bound the bytes parsed in all, so a huge
+    // file full of errors costs a few passes, not hundreds.
+    let passes = (PARSE_BUDGET_BYTES / text.len().max(1)).clamp(4, MAX_PROBLEMS * 4);
     let mut tree: Value = serde_yaml::from_str(text).map_err(|e| {
         let loc = e.location();
         YamlError {
@@ -49,7 +67,7 @@ pub fn parse_all<T: DeserializeOwned>(file: &Path, text: &str) -> Result<Parsed<
             stand_ins,
         });
     }
-    for _ in 0..MAX_PROBLEMS * 4 {
+    for _ in 0..passes {
         let err = match serde_path_to_error::deserialize::<_, T>(tree.clone()) {
             Ok(value) => {
                 return Ok(Parsed {

@@ -487,7 +487,9 @@ fn check_knows_every_dialect_by_name_and_by_host() {
     let f = poolctl::cli::check::findings(&c, &|_| Some("set".to_string()));
     assert!(f.errors.is_empty(), "{:?}", f.errors);
     assert!(
-        !f.warnings.iter().any(|w| w.contains("cannot be inferred")),
+        !f.warnings
+            .iter()
+            .any(|w| w.message.contains("cannot be inferred")),
         "{:?}",
         f.warnings
     );

@@ -3,12 +3,12 @@
 
 use super::exit::Exit;
 use super::look::Look;
-use super::render;
+use super::{out, render};
 use crate::harness::runner::ScenarioRun;
 use crate::harness::scenario::{discover, Scenario};
 use crate::harness::suite::{load_all, run_all};
 use clap::Args;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -64,12 +64,12 @@ pub async fn run(args: ChaosArgs, look: &Look) -> anyhow::Result<Exit> {
         Ok(s) => s,
         Err(errors) => {
             for e in &errors {
-                eprintln!("error: {e}");
+                out::warn(&format!("error: {e}"));
             }
-            eprintln!(
+            out::warn(&format!(
                 "{} scenario file(s) could not be loaded; nothing was run",
                 errors.len()
-            );
+            ));
             return Ok(Exit::Usage);
         }
     };
@@ -83,10 +83,10 @@ pub async fn run(args: ChaosArgs, look: &Look) -> anyhow::Result<Exit> {
         })
         .collect();
     if selected.is_empty() {
-        eprintln!(
+        out::warn(&format!(
             "error: no scenario matches --filter {:?}",
             args.filter.unwrap_or_default()
-        );
+        ));
         return Ok(Exit::Usage);
     }
 
@@ -109,15 +109,17 @@ pub async fn run(args: ChaosArgs, look: &Look) -> anyhow::Result<Exit> {
         bar.finish_and_clear();
     }
 
-    let mut out = std::io::stdout().lock();
     if args.json {
+        let mut text = String::new();
         for r in &runs {
-            writeln!(out, "{}", render::chaos_json(r))?;
+            text.push_str(&render::chaos_json(r).to_string());
+            text.push('\n');
         }
+        out::print(&text)?;
     } else {
-        write!(out, "{}", render::chaos_results(&runs, look))?;
-        write!(out, "{}", render::chaos_failures(&runs, look))?;
-        writeln!(out, "{}", render::chaos_summary(&runs, look))?;
+        out::print(&render::chaos_results(&runs, look))?;
+        out::print(&render::chaos_failures(&runs, look))?;
+        out::line(&render::chaos_summary(&runs, look))?;
     }
     if let Some(path) = &args.junit {
         std::fs::write(path, render::chaos_junit(&runs))

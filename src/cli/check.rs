@@ -10,7 +10,7 @@
 
 use super::context::{env_key, missing_hint};
 use super::exit::Exit;
-use super::ConfigArg;
+use super::{out, ConfigArg};
 use crate::config::{locate, DialectSource, PoolConfig, CONFIG_ENV};
 use crate::problems;
 use crate::yaml::YamlError;
@@ -156,9 +156,10 @@ pub fn check_file(file: &Path, env: &dyn Fn(&str) -> Option<String>) -> Report {
         unloadable: true,
         config: None,
     };
-    let text = match std::fs::read_to_string(file) {
+    // The same bounded read as every load: no more than the size limit in memory.
+    let text = match crate::yaml::read_text(file) {
         Ok(t) => t,
-        Err(e) => return unloadable(format!("cannot read: {e}")),
+        Err(e) => return unloadable(e.message),
     };
     match PoolConfig::lint(file, &text) {
         Err(not_yaml) => Report {
@@ -260,7 +261,7 @@ pub fn findings_of(
                 &["providers", name, "base_url"],
                 format!(
                     "provider `{name}`: the dialect cannot be inferred from {}; assuming `{}` error conventions (set `dialect:` to be sure)",
-                    p.base_url,
+                    crate::secret::display_url(&p.base_url),
                     p.dialect().0
                 ),
             ));
@@ -289,7 +290,7 @@ pub fn findings_of(
             }
         }
     }
-    let used: Vec<&str> = config
+    let used: std::collections::BTreeSet<&str> = config
         .tiers
         .values()
         .flatten()
@@ -304,6 +305,11 @@ pub fn findings_of(
         }
     }
     f
+}
+
+/// `findings_of` without the file's text: the same findings, without lines.
+pub fn findings(config: &PoolConfig, env: &dyn Fn(&str) -> Option<String>) -> Findings {
+    findings_of(config, "", env)
 }
 
 pub fn run(args: CheckArgs) -> anyhow::Result<Exit> {
@@ -334,13 +340,13 @@ pub fn run(args: CheckArgs) -> anyhow::Result<Exit> {
         }
     };
     if args.json {
-        println!("{}", report.json());
+        out::line(&report.json())?;
     } else if report.unloadable {
         for e in &report.findings.errors {
-            eprintln!("error: {}", e.as_yaml());
+            out::warn(&format!("error: {}", e.as_yaml()));
         }
     } else {
-        print!("{}", report.text());
+        out::print(&report.text())?;
     }
     Ok(report.exit())
 }

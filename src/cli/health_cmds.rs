@@ -4,7 +4,7 @@
 use super::context::{load_config, open_store};
 use super::exit::Exit;
 use super::look::Look;
-use super::{render, ConfigArg};
+use super::{out, render, ConfigArg};
 use crate::clock::wall_now_ms;
 use crate::health::{Health, Transition};
 use crate::store::HealthStore;
@@ -73,13 +73,13 @@ pub async fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
     };
     let (before, new) = store.apply(&route, retire).await?;
     if args.json {
-        println!("{}", change_json(&route, &new, &before, store.path()));
+        out::line(&change_json(&route, &new, &before, store.path()))?;
     } else {
-        println!(
+        out::line(&format!(
             "{route} retired ({}) in {}",
             args.reason,
             store.path().display()
-        );
+        ))?;
     }
     Ok(Exit::Ok)
 }
@@ -90,10 +90,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
     let store = open_store(&config)?;
     let (before, _) = store.apply(&route, Transition::Restore).await?;
     if args.json {
-        println!(
-            "{}",
-            change_json(&route, &Health::Ready, &before, store.path())
-        );
+        out::line(&change_json(&route, &Health::Ready, &before, store.path()))?;
         return Ok(Exit::Ok);
     }
     let was = match before {
@@ -101,7 +98,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
         Health::Cooling { reason, .. } => format!("was cooling ({reason})"),
         Health::Retired { reason } => format!("was retired ({reason})"),
     };
-    println!("{route} restored to ready ({was})");
+    out::line(&format!("{route} restored to ready ({was})"))?;
     Ok(Exit::Ok)
 }
 
@@ -110,7 +107,9 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
 pub async fn status(args: StatusArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     // A read-only command: with no store yet, every route is ready, and none is created.
-    let mut stored: BTreeMap<Route, Health> = if config.state_path().exists() {
+    // (A dangling symbolic link counts as there: opening it is refused, loudly.)
+    let present = std::fs::symlink_metadata(config.state_path()).is_ok();
+    let mut stored: BTreeMap<Route, Health> = if present {
         open_store(&config)?.list().await?.into_iter().collect()
     } else {
         BTreeMap::new()
@@ -126,9 +125,9 @@ pub async fn status(args: StatusArgs, look: &Look) -> anyhow::Result<Exit> {
     rows.extend(stored);
     let now = wall_now_ms();
     if args.json {
-        println!("{}", render::status_json(&rows, now));
+        out::line(&render::status_json(&rows, now).to_string())?;
     } else {
-        print!("{}", render::status_table(&rows, now, look));
+        out::print(&render::status_table(&rows, now, look))?;
     }
     Ok(Exit::Ok)
 }

@@ -9,7 +9,6 @@ use crate::harness::scenario::Scenario;
 use crate::vocab::CallPath;
 use clap::Args;
 use std::fmt::Write as _;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -59,29 +58,23 @@ pub async fn run(args: MockArgs) -> anyhow::Result<Exit> {
     match &args.write_config {
         Some(path) => write_atomically(path, &config)
             .map_err(|e| anyhow::anyhow!("cannot write the pool config {}: {e}", path.display()))?,
-        None => {
-            let mut out = std::io::stdout().lock();
-            write!(out, "{config}")?;
-            out.flush()?;
-        }
+        None => super::out::print(&config)?,
     }
     if args.notify_ready {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "ready")?;
-        out.flush()?;
+        super::out::line("ready")?;
     }
     // In the background (--detach) nobody reads stderr any more; say nothing.
     let talk = !args.notify_ready;
     if talk {
-        eprintln!(
+        super::out::warn(&format!(
             "poolctl mock: serving `{}` on http://{} until interrupted (Ctrl-C)",
             scenario.name,
             server.addr()
-        );
+        ));
     }
     wait_for_stop().await;
     if talk {
-        eprintln!("poolctl mock: stopped");
+        super::out::warn("poolctl mock: stopped");
     }
     Ok(Exit::Ok)
 }
@@ -89,6 +82,7 @@ pub async fn run(args: MockArgs) -> anyhow::Result<Exit> {
 /// Writes `text` to a temporary file beside `path`, then renames it over `path`: a reader
 /// sees no file or the whole file, never an empty or half-written one.
 pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -219,6 +213,9 @@ pub fn pool_config(scenario: &Scenario, server: &MockServer, state: Option<&Path
             ("timeout_ms", entry.timeout_ms),
             ("first_token_timeout_ms", entry.first_token_timeout_ms),
             ("stream_idle_ms", entry.stream_idle_ms),
+            ("stream_max_ms", entry.stream_max_ms),
+            ("max_stream_bytes", entry.max_stream_bytes),
+            ("max_event_bytes", entry.max_event_bytes),
             ("cooldown_ms", entry.cooldown_ms),
             ("transient_cooldown_ms", entry.transient_cooldown_ms),
         ] {

@@ -9,6 +9,7 @@ pub mod exit;
 pub mod health_cmds;
 pub mod look;
 pub mod mock;
+pub mod out;
 pub mod probe;
 pub mod render;
 pub mod table;

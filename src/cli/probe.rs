@@ -4,11 +4,14 @@
 use super::context::{env_key, load_config, open_store};
 use super::exit::Exit;
 use super::look::Look;
+use super::out;
 use super::{render, ConfigArg};
 use crate::clock::wall_now_ms;
-use crate::probe::{apply, probe_all, ProbeResult, Target, DEFAULT_CONCURRENCY, PER_PROVIDER};
+use crate::probe::{
+    apply, probe_all, ProbeResult, Target, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, PER_PROVIDER,
+};
 use clap::Args;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
@@ -21,9 +24,8 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub json: bool,
     /// Probes in flight at once, over all providers (never more than 4 per provider);
-    /// 1 to 1024.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY,
-          value_parser = super::positive::<1024>)]
+    /// 1 to 4096.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY, value_parser = parse_concurrency)]
     pub concurrency: usize,
     /// Deadline of each probe in ms, 1 to 600000 (default: each provider's timeout_ms).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=600_000))]
@@ -128,20 +130,19 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
     } else {
         Vec::new()
     };
-    let mut out = std::io::stdout().lock();
     if args.json {
         // One document on one line, as every command prints (README, "Output").
         let mut doc = serde_json::json!({ "tiers": tiers });
         if args.apply {
             doc["applied"] = serde_json::json!(changes);
         }
-        writeln!(out, "{doc}")?;
+        out::line(&doc.to_string())?;
     } else {
         for t in &tiers {
-            write!(out, "{}", render::probe_tier(t, look))?;
+            out::print(&render::probe_tier(t, look))?;
         }
         for line in changes {
-            writeln!(out, "applied: {line}")?;
+            out::line(&format!("applied: {line}"))?;
         }
     }
     Ok(if tiers.iter().all(|t| t.live > 0) {
@@ -149,4 +150,15 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
     } else {
         Exit::Failed
     })
+}
+
+/// `--concurrency`: 1 to `MAX_CONCURRENCY`, so an absurd value is a usage error, not a
+/// panic deep in a semaphore.
+fn parse_concurrency(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if (1..=MAX_CONCURRENCY as u64).contains(&n) => Ok(n as usize),
+        _ => Err(format!(
+            "must be a whole number from 1 to {MAX_CONCURRENCY}"
+        )),
+    }
 }
