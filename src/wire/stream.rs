@@ -401,14 +401,14 @@ async fn drive(
         .get("content-type")
         .is_some_and(|c| c.trim_start().starts_with("application/json"))
     {
-        let left = first_token
-            .saturating_sub(sw.elapsed())
-            .max(Duration::from_millis(1));
+        let (left, deadline) = watch
+            .next_wait(sw.elapsed())
+            .unwrap_or((Duration::from_millis(1), Ended::NoFirstToken));
         let why = || super::BadSuccess::Malformed("a JSON body, not an event stream".into());
         return match tokio::time::timeout(left, read_capped(resp, ERROR_BODY_CAP)).await {
             Ok(Ok((raw, _))) => Err(super::bad_success(status, headers, &raw, why())),
-            Ok(Err(f)) => Err(f),
-            Err(_) => Err(no_first_token(Some(status))),
+            Ok(Err(cut)) => Err(super::body_cut_off(status, headers, cut)),
+            Err(_) => Err(ended(&watch, deadline, Some(status), &headers)),
         };
     }
     let request_id = headers.request_id().map(str::to_string);
