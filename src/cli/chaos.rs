@@ -41,22 +41,22 @@ pub async fn run(args: ChaosArgs, look: &Look) -> anyhow::Result<Exit> {
     // A report that cannot be written is found now, not after every scenario has run.
     if let Some(path) = &args.junit {
         if let Err(why) = junit_writable(path) {
-            eprintln!("error: --junit {}: {why}", path.display());
+            out::warn(&format!("error: --junit {}: {why}", path.display()));
             return Ok(Exit::Usage);
         }
     }
     match discover(&args.paths) {
         Ok(files) if files.is_empty() => {
             let shown: Vec<String> = args.paths.iter().map(|p| p.display().to_string()).collect();
-            eprintln!(
+            out::warn(&format!(
                 "error: no scenario files (*.yaml, *.yml) found in {}",
                 shown.join(", ")
-            );
+            ));
             return Ok(Exit::Usage);
         }
         Ok(_) => {}
         Err(e) => {
-            eprintln!("error: {e}");
+            out::warn(&format!("error: {e}"));
             return Ok(Exit::Usage);
         }
     }

@@ -136,11 +136,11 @@ async fn detach(args: &MockArgs) -> anyhow::Result<Exit> {
             // From here on nobody reads the server's stderr: close it so a later message
             // can never block it.
             drop(child.stderr.take());
-            println!("{pid}");
-            eprintln!(
+            super::out::line(&pid.to_string())?;
+            super::out::warn(&format!(
                 "poolctl mock: serving in the background (pid {pid}); config in {}; stop it with: kill {pid}",
                 config.display()
-            );
+            ));
             Ok(Exit::Ok)
         }
         Err(_) => {

@@ -71,10 +71,10 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
     for r in &args.retire {
         let route: Route = config.find_route(r)?;
         if !tier.routes.iter().any(|spec| spec.route == route) {
-            eprintln!(
+            out::warn(&format!(
                 "warning: --retire {route}: the route is not in tier `{}`, so retiring it changes nothing",
                 args.tier
-            );
+            ));
         }
         forced.insert(
             route,
