@@ -42,10 +42,17 @@ impl Snapshot {
 }
 
 impl Router {
-    /// Starts a new selection at `walk.pos`: nothing read yet.
+    /// Starts a new selection at `walk.pos`. What this attempt's settlement already read
+    /// of the routes ahead (the fallback candidate) is kept: it was read for this very
+    /// move, so reading it again would only double the store calls of a walk.
     fn new_snapshot(walk: &mut Walk<'_>) {
+        let passed = walk.pos.saturating_sub(walk.snapshot.from);
+        if walk.pos < walk.snapshot.from || passed >= walk.snapshot.health.len() {
+            walk.snapshot.health.clear();
+        } else {
+            walk.snapshot.health.drain(..passed);
+        }
         walk.snapshot.from = walk.pos;
-        walk.snapshot.health.clear();
     }
 
     /// Reads the health of the route at try-order position `pos` unless this selection
