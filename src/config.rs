@@ -4,6 +4,7 @@
 
 use crate::capability::ModelFacts;
 use crate::dialect::Dialect;
+use crate::limits;
 use crate::policy::Policy;
 use crate::router::{RouteSpec, Tier};
 use crate::secret::Secret;
@@ -11,6 +12,7 @@ use crate::store::OnStoreError;
 use crate::vocab::{CallPath, Route};
 use crate::wire::Endpoint;
 use crate::yaml::{self, YamlError};
+use indexmap::IndexMap;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,8 +32,10 @@ pub const DEFAULT_STATE: &str = ".poolctl/state.db";
 pub struct PoolConfig {
     /// The file it came from: errors name it, and `state` is relative to it.
     pub file: PathBuf,
-    pub providers: BTreeMap<String, ProviderConfig>,
-    pub tiers: BTreeMap<String, Vec<TierEntry>>,
+    /// In config order, as every listing shows them.
+    pub providers: IndexMap<String, ProviderConfig>,
+    /// In config order; each tier's routes in chain order.
+    pub tiers: IndexMap<String, Vec<TierEntry>>,
     pub policies: BTreeMap<String, Policy>,
     /// Per-model facts (equivalence contracts and prices), by route.
     pub models: BTreeMap<Route, ModelFacts>,
@@ -66,6 +70,15 @@ crate::provider_settings! {
     }
 }
 
+/// What `PoolConfig::lint` found: the config as far as it parsed (None when nothing
+/// usable did), every problem, and the fields that only parsed with a stand-in value.
+#[derive(Debug)]
+pub struct Lint {
+    pub config: Option<PoolConfig>,
+    pub problems: Vec<YamlError>,
+    pub stand_ins: Vec<String>,
+}
+
 /// One route of a tier and the kind of call it serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TierEntry {
@@ -87,16 +100,33 @@ pub enum ConfigError {
         name: String,
         nearest: Option<String>,
     },
-    #[error("unknown tier `{name}`{}", did_you_mean(.nearest))]
+    #[error("unknown tier `{name}`{}", suggest(.nearest, "tiers", .known))]
     UnknownTier {
         name: String,
         nearest: Option<String>,
+        /// Every tier, in config order, listed when none is near.
+        known: Vec<String>,
     },
-    #[error("unknown route `{route}`{}", did_you_mean(.nearest))]
+    #[error("unknown route `{route}`{}", suggest(.nearest, "routes", .known))]
     UnknownRoute {
         route: String,
         nearest: Option<String>,
+        known: Vec<String>,
     },
+}
+
+/// The nearest name when there is one, else the names to choose from (the first ten).
+pub fn suggest(nearest: &Option<String>, what: &str, known: &[String]) -> String {
+    if nearest.is_some() || known.is_empty() {
+        return did_you_mean(nearest);
+    }
+    let shown: Vec<String> = known.iter().take(10).map(|k| format!("`{k}`")).collect();
+    let more = if known.len() > 10 {
+        format!(" and {} more", known.len() - 10)
+    } else {
+        String::new()
+    };
+    format!("; the {what} are {}{more}", shown.join(", "))
 }
 
 fn did_you_mean(nearest: &Option<String>) -> String {
@@ -122,8 +152,7 @@ pub fn locate_with(explicit: Option<&Path>, env_value: Option<&OsStr>) -> PathBu
 
 impl PoolConfig {
     pub fn load(file: &Path) -> Result<PoolConfig, ConfigError> {
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| YamlError::new(file, format!("cannot read: {e}")))?;
+        let text = yaml::read_text(file)?;
         PoolConfig::parse(file, &text)
     }
 
@@ -147,7 +176,64 @@ impl PoolConfig {
         Ok(config)
     }
 
+    /// `poolctl check`: every problem in `text` at once, field errors and semantic ones,
+    /// each with its line. `Err` only when `text` is not YAML at all.
+    pub fn lint(file: &Path, text: &str) -> Result<Lint, YamlError> {
+        let parsed = crate::problems::parse_all::<RawConfig>(file, text)?;
+        let mut problems = parsed.problems;
+        let config = parsed.value.map(|raw| PoolConfig {
+            file: file.to_path_buf(),
+            providers: raw.providers,
+            tiers: raw.tiers,
+            policies: raw.policies,
+            models: raw.models,
+            state: raw.state,
+            on_store_error: raw.on_store_error,
+            workers: raw.workers.unwrap_or(1),
+            state_timeout_ms: raw
+                .state_timeout_ms
+                .unwrap_or(crate::store::redis::DEFAULT_DEADLINE_MS),
+        });
+        if let Some(config) = &config {
+            // A field that only parsed with a stand-in is already reported.
+            let stood_in = |field: &str| {
+                parsed
+                    .stand_ins
+                    .iter()
+                    .any(|s| field == s || field.starts_with(&format!("{s}.")))
+            };
+            // An empty tier because its only entry was bad is that entry's problem.
+            let inside = |field: &str| {
+                problems.iter().any(|p: &YamlError| {
+                    p.field.starts_with(&format!("{field}["))
+                        || p.field.starts_with(&format!("{field}."))
+                })
+            };
+            let semantic: Vec<YamlError> = config
+                .problems(text)
+                .into_iter()
+                .filter(|p| !stood_in(&p.field) && !inside(&p.field))
+                .collect();
+            problems.extend(semantic);
+        }
+        Ok(Lint {
+            config,
+            problems,
+            stand_ins: parsed.stand_ins,
+        })
+    }
+
+    /// Loading stops at the first problem; `check` wants them all.
     fn validate(&self, text: &str) -> Result<(), YamlError> {
+        match self.problems(text).into_iter().next() {
+            Some(first) => Err(first),
+            None => Ok(()),
+        }
+    }
+
+    /// Every semantic problem of a parsed config, in file order of sections.
+    fn problems(&self, text: &str) -> Vec<YamlError> {
+        let mut out = Vec::new();
         let invalid = |field: String, needles: &[&str], message: String| YamlError {
             file: self.file.clone(),
             line: line_of(text, needles),
@@ -167,35 +253,38 @@ impl PoolConfig {
                 )
             };
             if let Err(why) = check_url(&p.base_url) {
-                return Err(bad("base_url", why));
+                out.push(bad("base_url", why));
             }
+            // A gateway key in `?key=` is a credential: masked wherever it is echoed.
+            crate::secret::register_url_query(&p.base_url);
             if p.api_key_env.trim().is_empty() {
-                return Err(bad(
+                out.push(bad(
                     "api_key_env",
                     "name the variable that holds the key".into(),
                 ));
             }
-            // A zero deadline fails every call before it starts: surely a mistake.
-            let deadlines = [
-                ("timeout_ms", p.timeout_ms),
-                ("first_token_timeout_ms", p.first_token_timeout_ms),
-                ("stream_idle_ms", p.stream_idle_ms),
-            ];
-            if let Some((f, _)) = deadlines.iter().find(|(_, v)| *v == Some(0)) {
-                return Err(bad(f, "must be greater than 0".into()));
+            // Out of range is refused, never wrapped: a cooldown of 2^64 - 1 ms would set
+            // `until` in the past, a zero deadline fails every call before it starts.
+            if let Err((f, why)) = limits::check_fields(&p.settings().limit_fields()) {
+                out.push(bad(f, why));
             }
         }
 
         if self.tiers.is_empty() {
             let msg = "define at least one tier".to_string();
-            return Err(invalid("tiers".into(), &["tiers:"], msg));
+            out.push(invalid("tiers".into(), &["tiers:"], msg));
         }
         for (tier, entries) in &self.tiers {
             let key = format!("{tier}:");
             if entries.is_empty() {
                 let msg = "a tier needs at least one route".to_string();
-                return Err(invalid(format!("tiers.{tier}"), &["tiers:", &key], msg));
+                out.push(invalid(format!("tiers.{tier}"), &["tiers:", &key], msg));
+                continue;
             }
+            // Where each route was first seen: one pass, so a tier of 100,000 routes is
+            // checked in milliseconds, not minutes.
+            let mut first_at: std::collections::HashMap<&Route, usize> =
+                std::collections::HashMap::with_capacity(entries.len());
             for (i, entry) in entries.iter().enumerate() {
                 let route = entry.route.as_str();
                 let field = format!("tiers.{tier}[{i}]");
@@ -203,20 +292,33 @@ impl PoolConfig {
                 if !self.providers.contains_key(provider) {
                     let msg = format!(
                         "route `{route}` names provider `{provider}`, which is not under `providers`{}",
-                        did_you_mean(&self.nearest_provider(provider))
+                        suggest(
+                            &self.nearest_provider(provider),
+                            "providers",
+                            &self.providers.keys().cloned().collect::<Vec<_>>()
+                        )
                     );
-                    return Err(invalid(field, &["tiers:", &key, route], msg));
+                    out.push(invalid(field.clone(), &["tiers:", &key, route], msg));
                 }
-                if let Some(first) = entries[..i].iter().position(|e| e.route == entry.route) {
+                if let Some(&first) = first_at.get(&entry.route) {
                     let msg =
                         format!("route `{route}` appears twice in this tier (first at [{first}])");
-                    return Err(invalid(field, &["tiers:", &key, route, route], msg));
+                    out.push(invalid(field, &["tiers:", &key, route, route], msg));
                 }
+                first_at.insert(&entry.route, i);
             }
         }
 
         for (name, policy) in &self.policies {
             let key = format!("{name}:");
+            if let Err((f, why)) = limits::check_fields(&limits::policy_fields(policy)) {
+                let needle = format!("{f}:");
+                out.push(invalid(
+                    format!("policies.{name}.{f}"),
+                    &["policies:", &key, &needle],
+                    why,
+                ));
+            }
             // A fallback outside the card's own tier can never be used: the router walks
             // that tier alone.
             let (within, allowed): (String, Vec<Route>) = match &policy.tier {
@@ -232,7 +334,8 @@ impl PoolConfig {
                             did_you_mean(&self.nearest_tier(tier))
                         );
                         let field = format!("policies.{name}.tier");
-                        return Err(invalid(field, &["policies:", &key, "tier:"], msg));
+                        out.push(invalid(field, &["policies:", &key, "tier:"], msg));
+                        continue;
                     }
                 },
             };
@@ -243,17 +346,17 @@ impl PoolConfig {
                         did_you_mean(&nearest_route(route.as_str(), &allowed))
                     );
                     let field = format!("policies.{name}.fallback_routes[{i}]");
-                    return Err(invalid(field, &["policies:", &key, route.as_str()], msg));
+                    out.push(invalid(field, &["policies:", &key, route.as_str()], msg));
                 }
             }
         }
         if self.workers == 0 {
             let msg = "must be at least 1: the number of processes that share the buckets".into();
-            return Err(invalid("workers".into(), &["workers:"], msg));
+            out.push(invalid("workers".into(), &["workers:"], msg));
         }
         if self.state_timeout_ms == 0 {
             let msg = "must be at least 1 ms: a store call with no time cannot succeed".into();
-            return Err(invalid(
+            out.push(invalid(
                 "state_timeout_ms".into(),
                 &["state_timeout_ms:"],
                 msg,
@@ -266,25 +369,25 @@ impl PoolConfig {
                 let msg = format!(
                     "`{scheme}://…` is neither a file path nor a redis:// URL (rediss:// is not supported)"
                 );
-                return Err(invalid("state".into(), &["state:"], msg));
+                out.push(invalid("state".into(), &["state:"], msg));
             }
         }
         // Facts for a route no tier uses are a typo, not a harmless extra.
         let all = self.route_names();
         for route in self.models.keys() {
-            if !all.contains(route) {
+            if all.binary_search(route).is_err() {
                 let msg = format!(
                     "route `{route}` is in no tier{}",
                     did_you_mean(&nearest_route(route.as_str(), &all))
                 );
-                return Err(invalid(
+                out.push(invalid(
                     format!("models.{route}"),
                     &["models:", route.as_str()],
                     msg,
                 ));
             }
         }
-        Ok(())
+        out
     }
 
     fn provider(&self, name: &str) -> Result<&ProviderConfig, ConfigError> {
@@ -339,6 +442,7 @@ impl PoolConfig {
             .ok_or_else(|| ConfigError::UnknownTier {
                 name: name.to_string(),
                 nearest: self.nearest_tier(name),
+                known: self.tiers.keys().cloned().collect(),
             })
     }
 
@@ -402,10 +506,16 @@ impl PoolConfig {
         }
     }
 
-    /// Every route of every tier, once each, sorted.
+    /// Every route of every tier, once each, in config order (chain order within a tier).
     pub fn route_names(&self) -> Vec<Route> {
-        let set: BTreeSet<&Route> = self.tiers.values().flatten().map(|e| &e.route).collect();
-        set.into_iter().cloned().collect()
+        let mut seen: BTreeSet<&Route> = BTreeSet::new();
+        self.tiers
+            .values()
+            .flatten()
+            .map(|e| &e.route)
+            .filter(|r| seen.insert(r))
+            .cloned()
+            .collect()
     }
 
     /// `s` as a route of some tier (`retire`, `restore`, `walk --retire` take these).
@@ -418,6 +528,7 @@ impl PoolConfig {
             .ok_or_else(|| ConfigError::UnknownRoute {
                 route: s.to_string(),
                 nearest: nearest_route(s, &routes),
+                known: routes.iter().map(|r| r.to_string()).collect(),
             })
     }
 
@@ -450,7 +561,8 @@ impl ProviderConfig {
 /// and the policy cards.
 #[derive(Debug, Clone)]
 pub struct Pool {
-    tiers: BTreeMap<String, Result<Tier, String>>,
+    /// In config order.
+    tiers: IndexMap<String, Result<Tier, String>>,
     pub policies: BTreeMap<String, Policy>,
 }
 
@@ -464,7 +576,7 @@ impl Pool {
         }
     }
 
-    /// The names of every tier, sorted.
+    /// The names of every tier, in config order.
     pub fn tier_names(&self) -> impl Iterator<Item = &str> {
         self.tiers.keys().map(String::as_str)
     }
@@ -477,8 +589,8 @@ impl Pool {
     expecting = "a pool config: a map with `providers` and `tiers`"
 )]
 struct RawConfig {
-    providers: BTreeMap<String, ProviderConfig>,
-    tiers: BTreeMap<String, Vec<TierEntry>>,
+    providers: IndexMap<String, ProviderConfig>,
+    tiers: IndexMap<String, Vec<TierEntry>>,
     #[serde(default)]
     policies: BTreeMap<String, Policy>,
     #[serde(default)]
@@ -536,12 +648,26 @@ impl<'de> Deserialize<'de> for TierEntry {
 }
 
 /// Checked here rather than at the first call, so a typo in a URL fails `check`, not a
-/// request in production.
+/// request in production. The URL is only ever shown through `secret::display_url`: its
+/// query may carry a key.
 fn check_url(url: &str) -> Result<(), String> {
+    let shown = crate::secret::display_url(url);
     let parsed =
-        reqwest::Url::parse(url).map_err(|e| format!("`{url}` is not a valid URL: {e}"))?;
+        reqwest::Url::parse(url).map_err(|e| format!("`{shown}` is not a valid URL: {e}"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(format!("`{url}` is not an http(s) URL with a host"));
+        return Err(format!("`{shown}` is not an http(s) URL with a host"));
+    }
+    // A `user:password@` would be sent as a second `Authorization` header beside the
+    // key, and printed wherever the URL is: keys belong in `api_key_env`.
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(format!(
+            "`{shown}` carries credentials (`user:password@`); put the key in the variable `api_key_env` names"
+        ));
+    }
+    if parsed.fragment().is_some() {
+        return Err(format!(
+            "`{shown}` has a `#fragment`, which no request can use"
+        ));
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! health store it names, and reading keys from the environment.
 
 use super::ConfigArg;
-use crate::config::{locate, PoolConfig, StateLocation};
+use crate::config::{locate, PoolConfig, StateLocation, CONFIG_ENV};
 use crate::store::{FallbackStore, HealthStore, RedisStore, SqliteStore};
 use anyhow::Context;
 use std::sync::Arc;
@@ -11,12 +11,23 @@ use std::sync::Arc;
 pub fn load_config(arg: &ConfigArg) -> anyhow::Result<PoolConfig> {
     let path = locate(arg.config.as_deref());
     if !path.exists() {
+        let env = std::env::var_os(CONFIG_ENV).filter(|v| !v.is_empty());
         anyhow::bail!(
-            "no pool config at {} (give --config FILE or set $POOLCTL_CONFIG)",
-            path.display()
+            "no pool config at {}{}",
+            path.display(),
+            missing_hint(arg.config.is_some(), env.is_some())
         );
     }
     Ok(PoolConfig::load(&path)?)
+}
+
+/// Where the missing path came from, so the hint never suggests what was already done.
+pub fn missing_hint(explicit: bool, env_set: bool) -> String {
+    match (explicit, env_set) {
+        (true, _) => " (from --config)".into(),
+        (false, true) => format!(" (from ${CONFIG_ENV}; give --config FILE or fix ${CONFIG_ENV})"),
+        (false, false) => format!(" (give --config FILE or set ${CONFIG_ENV})"),
+    }
 }
 
 /// The state store the config names, opened.
@@ -32,8 +43,12 @@ pub struct Opened {
 pub fn open_store(config: &PoolConfig) -> anyhow::Result<Opened> {
     match config.state_location() {
         StateLocation::File(path) => {
-            let store = SqliteStore::open(&path)
-                .with_context(|| format!("cannot open the health store {}", path.display()))?;
+            // The store's own errors already name its path.
+            let store = SqliteStore::open(&path).map_err(|e| {
+                anyhow::anyhow!(
+                    "{e} (move the file away to start clean: every route is then ready)"
+                )
+            })?;
             Ok(Opened {
                 store: Arc::new(store),
                 name: path.display().to_string(),
@@ -65,9 +80,7 @@ pub type RoutingStore = (Arc<dyn HealthStore>, Option<Arc<FallbackStore>>);
 /// The store a routing command (`walk`) routes on. A shared store is wrapped so that
 /// when it cannot be reached, requests go on with this process's own view; the wrapper
 /// counts every such decision (returned, to be reported).
-pub fn open_routing_store(
-    config: &PoolConfig,
-) -> anyhow::Result<RoutingStore> {
+pub fn open_routing_store(config: &PoolConfig) -> anyhow::Result<RoutingStore> {
     match config.state_location() {
         StateLocation::File(_) => Ok((open_store(config)?.store, None)),
         StateLocation::Redis(url) => {

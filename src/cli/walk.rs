@@ -4,7 +4,8 @@
 
 use super::context::{env_key, load_config, open_routing_store};
 use super::exit::Exit;
-use super::{render, ConfigArg};
+use super::look::Look;
+use super::{out, render, ConfigArg};
 use crate::clock::SystemClock;
 use crate::health::Health;
 use crate::policy::Policy;
@@ -15,7 +16,6 @@ use crate::trace::{Report, Step};
 use crate::vocab::{CallPath, Outcome, Route};
 use clap::Args;
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::sync::Arc;
 
 #[derive(Debug, Args)]
@@ -27,9 +27,10 @@ pub struct WalkArgs {
     /// Retire ROUTE for this walk only (repeatable), to prove the chain survives without it.
     #[arg(long = "retire", value_name = "ROUTE")]
     pub retire: Vec<String>,
-    /// Run under the workflow's policy card NAME from the config (default: the decision
-    /// table's defaults). The workflow is recorded on every attempt.
-    #[arg(long, alias = "policy", value_name = "NAME")]
+    /// Run under the policy card of workflow NAME (`policies:` in the config; default:
+    /// the decision table's defaults). The workflow is recorded on every attempt.
+    /// `--policy NAME` is the same flag.
+    #[arg(long, visible_alias = "policy", value_name = "NAME")]
     pub workflow: Option<String>,
     /// The prompt to send (chat and stream tiers).
     #[arg(
@@ -43,23 +44,42 @@ pub struct WalkArgs {
     pub json: bool,
 }
 
-pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
+pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let tier = config.tier(&args.tier, &env_key)?;
     let path = tier.path;
     let policy = match &args.workflow {
         Some(name) => config.policies.get(name).cloned().ok_or_else(|| {
-            anyhow::anyhow!("no policy card `{name}` in {}", config.file.display())
+            let known: Vec<String> = config.policies.keys().cloned().collect();
+            let hint = if known.is_empty() {
+                "; it has no `policies:`".to_string()
+            } else {
+                crate::config::suggest(
+                    &crate::yaml::nearest(name, known.iter().map(String::as_str)),
+                    "workflows",
+                    &known,
+                )
+            };
+            anyhow::anyhow!(
+                "no policy card for workflow `{name}` in {}{hint}",
+                config.file.display()
+            )
         })?,
         None => Policy::default(),
     };
     let mut forced = BTreeMap::new();
     for r in &args.retire {
         let route: Route = config.find_route(r)?;
+        if !tier.routes.iter().any(|spec| spec.route == route) {
+            out::warn(&format!(
+                "warning: --retire {route}: the route is not in tier `{}`, so retiring it changes nothing",
+                args.tier
+            ));
+        }
         forced.insert(
             route,
             Health::Retired {
-                reason: "forced by walk --retire".into(),
+                reason: render::FORCED_BY_WALK.into(),
             },
         );
     }
@@ -68,17 +88,15 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
     let router = Router::new(crate::wire::http_client(), Arc::new(SystemClock), store);
 
     if !args.json {
-        println!(
+        out::line(&format!(
             "walk tier `{}`: {} routes, path {path}",
             args.tier,
             tier.routes.len()
-        );
+        ))?;
     }
+    let route_width = render::walk_route_width(tier.routes.iter().map(|r| &r.route));
     let print_step = |step: Step<'_>| {
-        let line = render::walk_step(step);
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
+        out::line_live(&render::walk_step(step, route_width, look));
     };
     let mut opts = CallOptions::new(&policy);
     opts.workflow = args.workflow.as_deref();
@@ -105,11 +123,10 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
             shared.degraded()
         );
     }
-    let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(out, "{}", render::walk_json(&args.tier, &report))?;
+        out::line_checked(&render::walk_json(&args.tier, &report).to_string())?;
     } else {
-        writeln!(out, "{}", render::walk_outcome(&report))?;
+        out::line_checked(&render::walk_outcome(&report, look))?;
     }
     Ok(if report.outcome == Outcome::Success {
         Exit::Ok

@@ -70,21 +70,39 @@ impl Router {
             }
             None => None,
         };
-        let (decision, cost_usd, target) =
-            self.judge(walk, report, &seen, now, next_fallback, larger.is_some());
+        // The breaker first: an attempt that opens it must not be retried on the route it
+        // just closed off (issue 9, item 12); the request moves to the fallback instead.
+        let breaker_open_until = self
+            .record_breaker(walk, report, seen.verdict.class, now)
+            .await;
+        let (decision, cost_usd, target) = self.judge(
+            walk,
+            report,
+            &seen,
+            now,
+            next_fallback,
+            larger.is_some(),
+            breaker_open_until.is_some(),
+        );
         let health = match target {
             Some(target) => self.store_health(walk, report, target).await,
             None => None,
         };
-        let opened = self
-            .record_breaker(walk, report, seen.verdict.class, now)
-            .await;
-        self.record(walk, report, seen, decision, cost_usd, health, opened);
+        self.record(
+            walk,
+            report,
+            seen,
+            decision,
+            cost_usd,
+            health,
+            breaker_open_until,
+        );
         decision
     }
 
     /// The decision for one attempt and the health it asks for. Pure but for the jitter
     /// draw.
+    #[allow(clippy::too_many_arguments)]
     fn judge(
         &self,
         walk: &mut Walk<'_>,
@@ -93,6 +111,7 @@ impl Router {
         now: UnixMs,
         next_fallback: Option<usize>,
         larger_window_available: bool,
+        breaker_opened: bool,
     ) -> (Decision, f64, Option<Health>) {
         let spec = &walk.tier.routes[walk.current()];
         let cost_usd = estimate_cost_usd(&spec.facts, &walk.needs);
@@ -110,7 +129,8 @@ impl Router {
             visible_token: seen.visible_token,
             fallback_available: next_fallback.is_some(),
             larger_window_available,
-            trial: walk.trial,
+            // A trial is never retried, and neither is a route whose breaker is now open.
+            trial: walk.trial || breaker_opened,
             retry_cost_usd: cost_usd,
             fallback_cost_usd: next_fallback
                 .map(|i| estimate_cost_usd(&walk.tier.routes[i].facts, &walk.needs))
@@ -290,7 +310,13 @@ pub(super) fn detail_of(f: &UpstreamFailure) -> Option<String> {
     if text.is_empty() {
         return None;
     }
-    let cut = text.char_indices().nth(200).map_or(text.len(), |(i, _)| i);
+    // At most 200 bytes is at most 200 characters: no need to walk them (the hot path
+    // of a failing walk notes every failure).
+    let cut = if text.len() <= 200 {
+        text.len()
+    } else {
+        text.char_indices().nth(200).map_or(text.len(), |(i, _)| i)
+    };
     Some(text[..cut].to_string())
 }
 
