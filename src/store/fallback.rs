@@ -27,14 +27,16 @@ pub const RETRY_MS: u64 = 250;
 /// Where the episode log lines go (stderr by default).
 pub type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
 
-pub struct FallbackStore {
-    shared: Arc<dyn HealthStore>,
-    /// What the shared store last answered, plus what this process did while it could not.
-    local: MemoryStore,
+/// The episodes of one shared store's failures: when to try it again, what to log, and
+/// how many decisions were made without it. One per thing that degrades (health, the
+/// buckets), each with its own words for what it does meanwhile.
+pub struct Degraded {
     /// The shared store's name, for the log.
     target: String,
+    /// What the process does while the store fails, for the log.
+    meanwhile: &'static str,
     episode: Mutex<Option<Episode>>,
-    degraded: AtomicU64,
+    decisions: AtomicU64,
     episodes: AtomicU64,
     log: LogSink,
 }
@@ -46,20 +48,13 @@ struct Episode {
     last_try: Stopwatch,
 }
 
-/// Whether a call should try the shared store.
-enum Via {
-    Shared,
-    Local,
-}
-
-impl FallbackStore {
-    pub fn new(shared: Arc<dyn HealthStore>, target: impl Into<String>) -> Self {
-        FallbackStore {
-            shared,
-            local: MemoryStore::new(),
+impl Degraded {
+    pub fn new(target: impl Into<String>, meanwhile: &'static str) -> Self {
+        Degraded {
             target: target.into(),
+            meanwhile,
             episode: Mutex::new(None),
-            degraded: AtomicU64::new(0),
+            decisions: AtomicU64::new(0),
             episodes: AtomicU64::new(0),
             log: Arc::new(|line| eprintln!("{line}")),
         }
@@ -71,9 +66,9 @@ impl FallbackStore {
         self
     }
 
-    /// Decisions made on the local view because the shared store failed, in all.
-    pub fn degraded(&self) -> u64 {
-        self.degraded.load(Ordering::Relaxed)
+    /// Decisions made without the shared store, in all.
+    pub fn decisions(&self) -> u64 {
+        self.decisions.load(Ordering::Relaxed)
     }
 
     /// How many times the shared store started failing.
@@ -85,36 +80,40 @@ impl FallbackStore {
         self.episode.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Shared, unless an episode is open and the store was tried too recently.
-    fn which(&self) -> Via {
+    /// Whether this call should try the shared store: always, unless an episode is open
+    /// and the store was tried too recently. A `false` is a degraded decision, counted.
+    pub fn try_shared(&self) -> bool {
         let mut ep = self.lock();
         match ep.as_mut() {
-            None => Via::Shared,
+            None => true,
             Some(e) if e.last_try.elapsed_ms() >= RETRY_MS => {
                 // This call is the one that tries again; the others stay local meanwhile.
                 e.last_try = Stopwatch::start();
-                Via::Shared
+                true
             }
             Some(e) => {
                 e.decisions += 1;
-                self.degraded.fetch_add(1, Ordering::Relaxed);
-                Via::Local
+                self.decisions.fetch_add(1, Ordering::Relaxed);
+                false
             }
         }
     }
 
-    fn answered(&self) {
+    /// The shared store answered: an open episode ends (logged once).
+    pub fn answered(&self) {
         let mut ep = self.lock();
         if let Some(e) = ep.take() {
             (self.log)(&format!(
-                "poolctl: state store {} answers again; {} decisions were made on this process's own view meanwhile",
+                "poolctl: state store {} answers again; {} decisions were made without it meanwhile",
                 self.target, e.decisions
             ));
         }
     }
 
-    fn failed(&self, e: &StoreError) {
-        self.degraded.fetch_add(1, Ordering::Relaxed);
+    /// The shared store failed: a degraded decision, counted; the first of an episode
+    /// is logged.
+    pub fn failed(&self, e: &StoreError) {
+        self.decisions.fetch_add(1, Ordering::Relaxed);
         let mut ep = self.lock();
         match ep.as_mut() {
             Some(ep) => ep.decisions += 1,
@@ -125,10 +124,44 @@ impl FallbackStore {
                     last_try: Stopwatch::start(),
                 });
                 (self.log)(&format!(
-                    "poolctl: warning: {e}; health and breakers follow this process's own view until it answers (each such decision is counted)"
+                    "poolctl: warning: {e}; {} until it answers (each such decision is counted)",
+                    self.meanwhile
                 ));
             }
         }
+    }
+}
+
+pub struct FallbackStore {
+    shared: Arc<dyn HealthStore>,
+    /// What the shared store last answered, plus what this process did while it could not.
+    local: MemoryStore,
+    degraded: Degraded,
+}
+
+impl FallbackStore {
+    pub fn new(shared: Arc<dyn HealthStore>, target: impl Into<String>) -> Self {
+        FallbackStore {
+            shared,
+            local: MemoryStore::new(),
+            degraded: Degraded::new(target, "health and breakers follow this process's own view"),
+        }
+    }
+
+    /// Sends the episode log lines to `log` instead of stderr.
+    pub fn with_log(mut self, log: LogSink) -> Self {
+        self.degraded = self.degraded.with_log(log);
+        self
+    }
+
+    /// Decisions made on the local view because the shared store failed, in all.
+    pub fn degraded(&self) -> u64 {
+        self.degraded.decisions()
+    }
+
+    /// How many times the shared store started failing.
+    pub fn episodes(&self) -> u64 {
+        self.degraded.episodes()
     }
 
     /// Runs `shared` unless the episode says local; on failure, `local`.
@@ -138,17 +171,17 @@ impl FallbackStore {
         local: impl FnOnce() -> T,
         mirror: impl FnOnce(&T),
     ) -> Result<T, StoreError> {
-        if let Via::Local = self.which() {
+        if !self.degraded.try_shared() {
             return Ok(local());
         }
         match shared().await {
             Ok(v) => {
-                self.answered();
+                self.degraded.answered();
                 mirror(&v);
                 Ok(v)
             }
             Err(e) => {
-                self.failed(&e);
+                self.degraded.failed(&e);
                 Ok(local())
             }
         }

@@ -17,7 +17,7 @@ pub mod redis;
 mod sqlite;
 
 pub use self::redis::RedisStore;
-pub use fallback::FallbackStore;
+pub use fallback::{Degraded, FallbackStore, LogSink};
 pub use memory::MemoryStore;
 pub use overlay::OverlayStore;
 pub use sqlite::SqliteStore;

@@ -66,7 +66,14 @@ fn route_of_key(key: &str) -> Option<Route> {
 impl RedisStore {
     /// A store on the Redis at `url`. Connects lazily: opening never waits on the
     /// network, and a Redis that is down now may be up by the first call.
+    /// Call it inside a tokio runtime (the connection manager's task lives there).
     pub fn open(url: &str, deadline: Duration) -> Result<Self, StoreError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(StoreError::Backend {
+                path: "redis".into(),
+                message: "opened outside a tokio runtime".into(),
+            });
+        }
         let client = redis::Client::open(url).map_err(|e| StoreError::Backend {
             path: "redis".into(),
             // The URL may hold a password: name only what is wrong.
