@@ -68,17 +68,17 @@ impl RedisStore {
     /// network, and a Redis that is down now may be up by the first call.
     /// Call it inside a tokio runtime (the connection manager's task lives there).
     pub fn open(url: &str, deadline: Duration) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url).map_err(|e| StoreError::Backend {
+            path: "redis".into(),
+            // The URL may hold a password: name only what is wrong.
+            message: format!("`state` is not a usable redis:// URL ({:?})", e.kind()),
+        })?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(StoreError::Backend {
                 path: "redis".into(),
                 message: "opened outside a tokio runtime".into(),
             });
         }
-        let client = redis::Client::open(url).map_err(|e| StoreError::Backend {
-            path: "redis".into(),
-            // The URL may hold a password: name only what is wrong.
-            message: format!("`state` is not a usable redis:// URL ({:?})", e.kind()),
-        })?;
         let info = client.get_connection_info();
         let target: Arc<str> =
             format!("redis://{}/{}", info.addr(), info.redis_settings().db()).into();
