@@ -3,7 +3,9 @@
 //! config → router → wire → `UpstreamFailure` → `classify` → `decide` / `transition`
 //! → health store and attempt records → outcome.
 
+pub mod admission;
 pub mod breaker;
+pub mod buckets;
 pub mod budget;
 pub mod capability;
 pub mod classify;
