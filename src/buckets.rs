@@ -96,6 +96,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+impl Cover {
+    /// The provider group these buckets belong to (one lock, one queue line).
+    pub fn group(&self) -> usize {
+        self.group
+    }
+}
+
 impl Buckets {
     /// Full buckets for every contract in `cfg`, at `now`.
     pub fn new(cfg: &AdmissionConfig, now: UnixMs) -> Buckets {

@@ -4,6 +4,8 @@
 //! → health store and attempt records → outcome.
 
 pub mod admission;
+pub mod admission_queue;
+pub mod answer;
 pub mod breaker;
 pub mod buckets;
 pub mod budget;
@@ -24,6 +26,7 @@ pub mod outcome;
 pub mod policy;
 pub mod probe;
 pub mod request;
+pub mod route;
 pub mod router;
 pub mod secret;
 pub mod store;

@@ -66,9 +66,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Chaos(args) => chaos::run(args).await,
         Command::Probe(args) => probe::run(args).await,
         Command::Walk(args) => walk::run(args).await,
-        Command::Retire(args) => health_cmds::retire(args),
-        Command::Restore(args) => health_cmds::restore(args),
-        Command::Status(args) => health_cmds::status(args),
+        Command::Retire(args) => health_cmds::retire(args).await,
+        Command::Restore(args) => health_cmds::restore(args).await,
+        Command::Status(args) => health_cmds::status(args).await,
         Command::Mock(args) => mock::run(args).await,
         Command::Check(args) => check::run(args),
     }
