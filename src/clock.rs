@@ -26,6 +26,12 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
         let ms = at.saturating_sub(self.now_ms()).max(0) as u64;
         self.sleep(ms)
     }
+
+    /// Virtual time does not pass while a socket is read: the router then adds the real
+    /// time spent on sockets to the budget itself (issue 9, item 11).
+    fn is_virtual(&self) -> bool {
+        false
+    }
 }
 
 /// Wall-clock time and real sleeps.
@@ -44,6 +50,12 @@ impl Clock for SystemClock {
     }
 }
 
+/// `at` + `ms`, saturating: a duration of 2^63 ms or more must not wrap an instant
+/// into the past (a cooldown that would leave the route ready at once).
+pub fn plus_ms(at: UnixMs, ms: u64) -> UnixMs {
+    at.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
 /// Virtual time: `sleep` advances the clock and returns at once. Shared by every
 /// request of one scenario, so cooling instants and waits line up exactly.
 #[derive(Debug)]
@@ -60,7 +72,9 @@ impl ManualClock {
 
     /// Lets virtual time pass (a scenario's `after_ms`).
     pub fn advance(&self, ms: u64) {
-        self.now.fetch_add(ms as i64, Ordering::SeqCst);
+        let _ = self
+            .now
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| Some(plus_ms(t, ms)));
     }
 }
 
@@ -75,8 +89,17 @@ impl Clock for ManualClock {
     }
 
     fn sleep_until(&self, at: UnixMs) -> Sleep<'_> {
-        self.now.fetch_max(at, Ordering::SeqCst);
-        Box::pin(std::future::ready(()))
+        // Yield once before the clock moves: requests in flight at the same instant
+        // (a concurrent burst) all reach their own decision at that instant first, so
+        // they wait side by side and the clock ends at the latest instant, not the sum.
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            self.now.fetch_max(at, Ordering::SeqCst);
+        })
+    }
+
+    fn is_virtual(&self) -> bool {
+        true
     }
 }
 

@@ -123,9 +123,13 @@ impl Router {
         let now = clock.now_ms();
         let since = now - walk.queued_ms as i64;
         let queue_deadline = since.saturating_add(policy.max_queue_ms as i64);
-        let budget_deadline = walk.start.saturating_add(policy.max_elapsed_ms as i64);
         let at = now.saturating_add(earliest as i64);
-        if !walk.opts.priority.may_wait() || at > queue_deadline || at > budget_deadline {
+        // Never past the card's max_elapsed_ms (real socket time included).
+        let elapsed_then = self.spent(walk, 0).elapsed_ms.saturating_add(earliest);
+        if !walk.opts.priority.may_wait()
+            || at > queue_deadline
+            || elapsed_then > policy.max_elapsed_ms
+        {
             return false;
         }
         let groups: Vec<usize> = walk.refused.iter().map(|(_, _, g)| *g).collect();
