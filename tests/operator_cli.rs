@@ -61,6 +61,7 @@ fn ok(text: &str) -> Reply {
     Reply::Ok {
         text: text.into(),
         headers: vec![],
+        usage: None,
     }
 }
 

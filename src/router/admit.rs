@@ -53,6 +53,9 @@ impl Router {
             match buckets.acquire(&cover, cost, priority, now) {
                 Ok(r) => {
                     walk.reservation = Some(r);
+                    // Admitted: the request leaves the queue now, not when it ends, so
+                    // the next waiter's turn does not wait on this one's upstream call.
+                    walk.ticket = None;
                     None
                 }
                 Err(refused) => Some(refused.wait_ms),

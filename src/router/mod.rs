@@ -343,6 +343,32 @@ impl Router {
     /// - Rerank is an optimisation: when no route can answer, the outcome is `degraded`
     ///   and the answer's ranking is the recall order, unchanged.
     pub async fn call(&self, tier: &Tier, req: &Request, opts: CallOptions<'_>) -> Called {
+        let mut called = self.call_tier(tier, req, opts).await;
+        if called.report.outcome == Outcome::Shed {
+            if let Some(small) = opts.degrade_tier {
+                // Admission would shed it: the card's degrade tier (a smaller or cheaper
+                // model) is offered the request instead, through admission like any call.
+                let lesser = CallOptions {
+                    degrade_tier: None,
+                    ..opts
+                };
+                let second = self.call_tier(small, req, lesser).await;
+                called = degraded(called, second);
+            }
+        }
+        if called.report.outcome == Outcome::Shed {
+            // Counted per priority class and per route that refused it.
+            for skip in &called.report.skipped {
+                if skip.why == SkipWhy::Admission {
+                    self.inner.buckets.record_shed(opts.priority, &skip.route);
+                }
+            }
+        }
+        called
+    }
+
+    /// One request down one tier.
+    async fn call_tier(&self, tier: &Tier, req: &Request, opts: CallOptions<'_>) -> Called {
         let client = &self.inner.client;
         match req {
             Request::Chat(chat) => {
@@ -722,6 +748,44 @@ impl Router {
             elapsed_ms: elapsed(walk.start, clock.now_ms()).saturating_add(socket_ms),
             extra_cost_usd: walk.extra_cost_usd,
         }
+    }
+}
+
+/// The request as its degrade tier answered it, after admission shed it on its own
+/// tier: one trace of both walks. A success there is `degraded`.
+fn degraded(shed: Called, second: Called) -> Called {
+    let mut report = shed.report;
+    let next = second.report;
+    let offset = report.attempts.len() as u32;
+    report
+        .attempts
+        .extend(next.attempts.into_iter().map(|mut a| {
+            a.index += offset;
+            a
+        }));
+    for skip in next.skipped {
+        if !report
+            .skipped
+            .iter()
+            .any(|s| s.route == skip.route && s.why == skip.why)
+        {
+            report.skipped.push(skip);
+        }
+    }
+    report.waits_ms.extend(next.waits_ms);
+    report.notes.extend(next.notes);
+    report.queued_ms += next.queued_ms;
+    report.elapsed_ms += next.elapsed_ms;
+    report.served_by = next.served_by;
+    report.text = next.text;
+    report.outcome = match next.outcome {
+        Outcome::Success => Outcome::Degraded,
+        other => other,
+    };
+    report.reason = next.reason;
+    Called {
+        answer: second.answer,
+        report,
     }
 }
 
