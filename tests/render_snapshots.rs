@@ -67,6 +67,7 @@ fn report(
         attempts,
         skipped,
         waits_ms: vec![],
+        queued_ms: 0,
         elapsed_ms: 0,
         notes: vec![],
     }
@@ -143,6 +144,7 @@ fn chaos_runs() -> Vec<ScenarioRun> {
             ),
             health: BTreeMap::new(),
             upstream_calls: BTreeMap::new(),
+            buckets: BTreeMap::new(),
             mismatches: vec![],
         }],
         wall_ms: 3.2,
@@ -177,6 +179,7 @@ fn chaos_runs() -> Vec<ScenarioRun> {
             report: report(Outcome::Success, None, long_chain, vec![]),
             health: BTreeMap::new(),
             upstream_calls: BTreeMap::new(),
+            buckets: BTreeMap::new(),
             mismatches: vec![],
         }],
         wall_ms: 12.0,
@@ -209,6 +212,7 @@ fn chaos_runs() -> Vec<ScenarioRun> {
                 },
             )]),
             upstream_calls: BTreeMap::new(),
+            buckets: BTreeMap::new(),
             mismatches: vec![Mismatch {
                 field: "attempts[0].class".into(),
                 expected: "rate_limited".into(),
