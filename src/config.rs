@@ -346,16 +346,17 @@ impl PoolConfig {
         }
         if let Some(f) = self.interactive_floor.filter(|f| !(0.0..1.0).contains(f)) {
             let msg = format!("interactive_floor {f} is outside [0, 1)");
-            out.push(invalid("interactive_floor".into(), &["interactive_floor:"], msg));
+            out.push(invalid(
+                "interactive_floor".into(),
+                &["interactive_floor:"],
+                msg,
+            ));
         }
         for (name, policy) in &self.policies {
             if let Some(t) = &policy.degrade_tier {
                 if !self.tiers.contains_key(t) {
                     let key = format!("{name}:");
-                    let msg = format!(
-                        "unknown tier `{t}`{}",
-                        did_you_mean(&self.nearest_tier(t))
-                    );
+                    let msg = format!("unknown tier `{t}`{}", did_you_mean(&self.nearest_tier(t)));
                     let field = format!("policies.{name}.degrade_tier");
                     out.push(invalid(field, &["policies:", &key, "degrade_tier:"], msg));
                 }

@@ -541,10 +541,16 @@ fn the_cli_md_v2_admission_example_parses() {
 fn admission_typos_name_the_field_and_the_nearest_name() {
     let bad = V2_ADMISSION.replace("  anthropic: { rpm", "  antropic: { rpm");
     let err = load(&bad).unwrap_err().to_string();
-    assert!(err.contains("limits.antropic") && err.contains("anthropic"), "{err}");
+    assert!(
+        err.contains("limits.antropic") && err.contains("anthropic"),
+        "{err}"
+    );
     let bad = V2_ADMISSION.replace("degrade_tier: small", "degrade_tier: smal");
     let err = load(&bad).unwrap_err().to_string();
-    assert!(err.contains("degrade_tier") && err.contains("small"), "{err}");
+    assert!(
+        err.contains("degrade_tier") && err.contains("small"),
+        "{err}"
+    );
     let bad = V2_ADMISSION.replace("headroom: 0.9", "headroom: 1.5");
     let err = load(&bad).unwrap_err().to_string();
     assert!(err.contains("headroom") && err.contains("(0, 1]"), "{err}");

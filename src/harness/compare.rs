@@ -168,7 +168,11 @@ pub fn compare(
         );
     }
     if let Some(q) = expect.queued_ms {
-        check("queued_ms".into(), q.to_string(), report.queued_ms.to_string());
+        check(
+            "queued_ms".into(),
+            q.to_string(),
+            report.queued_ms.to_string(),
+        );
     }
     for (name, dims) in expect.buckets.iter().flatten() {
         for (dim, want) in dims {

@@ -189,7 +189,12 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
         let now = clock.now_ms();
         let health: BTreeMap<Route, HealthView> = scenario
             .entries()
-            .map(|(_, e)| (e.route.clone(), HealthView::of(&store.get_now(&e.route), now)))
+            .map(|(_, e)| {
+                (
+                    e.route.clone(),
+                    HealthView::of(&store.get_now(&e.route), now),
+                )
+            })
             .collect();
         let calls: BTreeMap<Route, u64> = scenario
             .entries()

@@ -49,7 +49,9 @@ async fn write_stream(
         seq: ctx.seq,
         include_usage,
     };
-    let prompt = sr.usage.map_or_else(|| prompt_tokens(ctx.request), |u| u.input);
+    let prompt = sr
+        .usage
+        .map_or_else(|| prompt_tokens(ctx.request), |u| u.input);
     if let Some(pre) = sse.preamble(prompt) {
         chunk(stream, &pre).await?;
     }

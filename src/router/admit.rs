@@ -48,7 +48,11 @@ impl Router {
         let place = walk.ticket.as_ref().map(|t| t.place);
         let refused = if self.inner.queue.blocked(place, priority, cover.group()) {
             // Someone ahead waits for this provider: its turn first, then ours.
-            Some(buckets.wait_ms(&cover, cost, priority, now).map(|w| w.max(1)))
+            Some(
+                buckets
+                    .wait_ms(&cover, cost, priority, now)
+                    .map(|w| w.max(1)),
+            )
         } else {
             match buckets.acquire(&cover, cost, priority, now) {
                 Ok(r) => {

@@ -13,8 +13,8 @@ mod settlement;
 use crate::admission::Priority;
 use crate::admission_queue::{AdmissionQueue, Ticket};
 use crate::answer::{Answer, FinishReason, StreamEvent};
-use crate::buckets::{Buckets, Reservation};
 use crate::breaker;
+use crate::buckets::{Buckets, Reservation};
 use crate::budget::Spent;
 use crate::capability::Needs;
 use crate::classify::{classify, Verdict};
@@ -300,7 +300,11 @@ impl Router {
                 }
             }
             Err(shared) => {
-                let r = Router::new(shared.client.clone(), shared.clock.clone(), shared.store.clone());
+                let r = Router::new(
+                    shared.client.clone(),
+                    shared.clock.clone(),
+                    shared.store.clone(),
+                );
                 r.with_buckets(buckets)
             }
         }

@@ -202,7 +202,10 @@ impl Scenario {
         let mut wires: BTreeMap<&str, Wire> = BTreeMap::new();
         for (name, list) in &self.tiers {
             if list.is_empty() {
-                return err(&format!("tiers.{name}"), "a tier needs at least one route".into());
+                return err(
+                    &format!("tiers.{name}"),
+                    "a tier needs at least one route".into(),
+                );
             }
         }
         for (field, entry) in self.entries() {
@@ -348,7 +351,11 @@ impl Scenario {
                     (0.0..1.0).contains(&v)
                 };
                 if !ok {
-                    let range = if name == "headroom" { "(0, 1]" } else { "[0, 1)" };
+                    let range = if name == "headroom" {
+                        "(0, 1]"
+                    } else {
+                        "[0, 1)"
+                    };
                     return err(name, format!("{v} is outside {range}"));
                 }
             }
@@ -384,7 +391,10 @@ impl Scenario {
                 "expect".to_string()
             };
             if spec.repeat == Some(0) {
-                return err(&format!("{req}.repeat"), "`repeat` must be at least 1".into());
+                return err(
+                    &format!("{req}.repeat"),
+                    "`repeat` must be at least 1".into(),
+                );
             }
             let e = match (&spec.expect, &spec.expect_counts) {
                 (Some(e), None) => e,
