@@ -29,7 +29,7 @@ fn main() {
             .collect();
         let slow_ok = Reply::Delay {
             ms: ANSWER_MS,
-            then: Box::new(Reply::Ok { text: "pong".into(), headers: vec![] }),
+            then: Box::new(Reply::Ok { text: "pong".into(), headers: vec![], usage: None }),
         };
         let mock = MockServer::start(
             ([127, 0, 0, 1], 0).into(),

@@ -129,7 +129,8 @@ fn bench(c: &mut Criterion) {
         ))
     };
     let mut group = c.benchmark_group("routing decisions, 10-route tier, policy card");
-    let cases: [(&str, Vec<Result<(), UpstreamFailure>>, bool); 4] = [
+    type Case = (&'static str, Vec<Result<(), UpstreamFailure>>, bool);
+    let cases: [Case; 4] = [
         ("primary answers", vec![Ok(())], false),
         (
             "walk to the 10th route (9 failures)",
