@@ -22,6 +22,7 @@ fn ok(text: &str) -> Reply {
     Reply::Ok {
         text: text.into(),
         headers: vec![],
+        usage: None,
     }
 }
 

@@ -2,6 +2,7 @@
 //! their arguments into library calls and hand data to `render`; exit codes live in
 //! `exit`.
 
+pub mod capacity;
 pub mod chaos;
 pub mod check;
 pub mod context;
@@ -65,6 +66,11 @@ pub enum Command {
     ///
     /// Exit: 0 valid (warnings allowed); 1 problems found; 2 the file cannot be loaded.
     Check(check::CheckArgs),
+    /// Utilisation of every limited bucket over a window, its trend and sheds, and each
+    /// tier's failover ceiling, from the shared store's usage counters.
+    ///
+    /// Exit: 0 no warning; 1 a warning or a tier whose ceiling fails; 2 usage or config.
+    Capacity(capacity::CapacityArgs),
 }
 
 /// Runs a parsed command line.
@@ -79,6 +85,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Status(args) => health_cmds::status(args, &look).await,
         Command::Mock(args) => mock::run(args).await,
         Command::Check(args) => check::run(args),
+        Command::Capacity(args) => capacity::run(args).await,
     }
 }
 

@@ -14,6 +14,8 @@ mod fallback;
 mod memory;
 mod overlay;
 pub mod redis;
+pub mod redis_buckets;
+pub mod shared_buckets;
 mod sqlite;
 
 pub use self::redis::RedisStore;
