@@ -24,6 +24,7 @@ pub mod probe;
 pub mod request;
 pub mod router;
 pub mod secret;
+pub mod serve;
 pub mod store;
 pub mod trace;
 pub mod validate;

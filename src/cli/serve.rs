@@ -1,0 +1,112 @@
+//! `poolctl serve`: the router as an OpenAI- and Anthropic-compatible HTTP gateway.
+//! Parses flags, resolves the pool once, opens the shared health store, and hands the
+//! socket to `serve::listener`. Exit 0 after a clean drain; 2 on config or bind errors.
+
+use super::context::{env_key, load_config, open_store};
+use super::exit::Exit;
+use super::ConfigArg;
+use crate::clock::SystemClock;
+use crate::secret::Secret;
+use crate::serve::{self, choose::Lineup, Gateway, Settings};
+use clap::Args;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Address to listen on (loopback by default; expose it deliberately).
+    #[arg(long, value_name = "ADDR", default_value = serve::DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// Largest request body accepted, in bytes (413 past it).
+    #[arg(long, value_name = "BYTES", default_value_t = serve::DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+    /// How long a client may take to send its request head (408 past it).
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// How long a client may take to send its request body (408 past it).
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub body_timeout_ms: u64,
+    /// Connections served at once; more are answered 429 and closed.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// On SIGTERM / SIGINT, how long in-flight requests and streams may finish.
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub drain_ms: u64,
+    /// Log the last user message of each chat request (off: no prompt is ever logged).
+    #[arg(long)]
+    pub log_prompts: bool,
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
+    init_logging();
+    let config = load_config(&args.config)?;
+    let lineup = Lineup::build(&config, &env_key)?;
+    let store = open_store(&config)?;
+    let router =
+        crate::router::Router::new(crate::wire::http_client(), Arc::new(SystemClock), store);
+    let token = std::env::var(serve::TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.is_empty())
+        .map(Secret::new);
+    let settings = Settings {
+        listen: args.listen,
+        max_body_bytes: args.max_body_bytes,
+        header_read_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
+        body_read_timeout: Duration::from_millis(args.body_timeout_ms.max(1)),
+        max_connections: args.max_connections.max(1),
+        drain: Duration::from_millis(args.drain_ms),
+        token,
+        log_prompts: args.log_prompts,
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let gw = Arc::new(Gateway::new(lineup, router, settings));
+    // The address on stdout, alone on its line, so scripts and tests can find the port.
+    println!("poolctl serve: listening on http://{addr}");
+    eprintln!(
+        "poolctl serve: {} tiers from {}, health in {}{}",
+        gw.lineup.tiers().count(),
+        config.file.display(),
+        config.state_path().display(),
+        if gw.settings.token.is_some() {
+            format!(", clients must send ${}", serve::TOKEN_ENV)
+        } else {
+            String::new()
+        }
+    );
+    serve::listener::serve(listener, gw, stop_signal()).await;
+    eprintln!("poolctl serve: stopped");
+    Ok(Exit::Ok)
+}
+
+/// One line per event on stderr; `RUST_LOG`-style filtering is left to the operator's
+/// log pipeline, so the default is simply info.
+fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .with_max_level(tracing::Level::INFO)
+        .try_init();
+}
+
+/// Ctrl-C, or SIGTERM where there is one.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

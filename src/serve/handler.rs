@@ -1,0 +1,926 @@
+//! One HTTP request through the gateway: authenticate, read a capped body, parse it,
+//! choose the chain, call the router through the adapter, render the answer or the
+//! error, count it and log one line. A stream sends nothing before its first visible
+//! token, so a failure before it still gets a proper status.
+
+use super::adapter::{self, Called, Event, Finish, Priority, Progress, Target};
+use super::choose::{Choice, Wants};
+use super::egress::{self, AnthropicStream, OpenAiStream};
+use super::errors::{ApiError, Flavor};
+use super::ingress::{self, ChatIn};
+use super::respond::{self, Context};
+use super::Gateway;
+use crate::clock::Stopwatch;
+use crate::trace::Report;
+use crate::vocab::{Outcome, Route};
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed_unsync()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Each critical section is one encoder call: a panic cannot leave it half-done.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const SERVED_BY: &str = "x-poolctl-served-by";
+const OUTCOME: &str = "x-poolctl-outcome";
+const ATTEMPTS: &str = "x-poolctl-attempts";
+const SHOULD_RETRY: &str = "x-should-retry";
+
+fn set(headers: &mut HeaderMap, name: &'static str, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        headers.insert(HeaderName::from_static(name), v);
+    }
+}
+
+fn json_response(status: u16, body: Vec<u8>) -> Response<Body> {
+    let mut r = Response::new(full(body));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// An error response: the shape of `flavor`, `x-should-retry: false`, `Retry-After`.
+pub fn error_response(e: &ApiError, flavor: Flavor) -> Response<Body> {
+    let mut r = json_response(e.status, e.body(flavor));
+    let h = r.headers_mut();
+    set(h, SHOULD_RETRY, "false");
+    if let Some(secs) = e.retry_after_secs {
+        set(h, "retry-after", &secs.to_string());
+    }
+    r
+}
+
+fn trace_headers(h: &mut HeaderMap, served_by: Option<&Route>, outcome: &str, attempts: usize) {
+    if let Some(route) = served_by {
+        set(h, SERVED_BY, route.as_str());
+    }
+    set(h, OUTCOME, outcome);
+    set(h, ATTEMPTS, &attempts.to_string());
+}
+
+/// What one request's log line says. Never a prompt, a completion or a key.
+#[derive(Default)]
+struct Line {
+    model: String,
+    workflow: String,
+    status: u16,
+    outcome: &'static str,
+    reason: &'static str,
+    served_by: String,
+    attempts: String,
+    prompt: Option<String>,
+}
+
+impl Line {
+    fn of(report: &Report, status: u16) -> Line {
+        Line {
+            status,
+            outcome: report.outcome.as_str(),
+            reason: report.reason.map(|r| r.as_str()).unwrap_or(""),
+            served_by: report
+                .served_by
+                .as_ref()
+                .map(|r| r.to_string())
+                .unwrap_or_default(),
+            attempts: report
+                .attempts
+                .iter()
+                .map(|a| format!("{}:{}:{}", a.route, a.class, a.action))
+                .collect::<Vec<_>>()
+                .join(","),
+            ..Line::default()
+        }
+    }
+}
+
+fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
+    tracing::info!(
+        target: "poolctl::serve",
+        method = %method,
+        path,
+        model = %line.model,
+        workflow = %line.workflow,
+        status = line.status,
+        outcome = line.outcome,
+        reason = line.reason,
+        served_by = %line.served_by,
+        attempts = %line.attempts,
+        prompt = line.prompt.as_deref(),
+        elapsed_us = elapsed.as_micros() as u64,
+        "request"
+    );
+}
+
+/// Constant-time comparison, so the token cannot be guessed byte by byte from timing.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The client's credential: `Authorization: Bearer …`, or `x-api-key` (Anthropic).
+fn credential(headers: &HeaderMap) -> Option<&[u8]> {
+    if let Some(v) = headers.get("authorization") {
+        let v = v.as_bytes();
+        if v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ") {
+            return Some(&v[7..]);
+        }
+    }
+    headers.get("x-api-key").map(HeaderValue::as_bytes)
+}
+
+fn flavor_of(path: &str) -> Flavor {
+    if path == "/v1/messages" {
+        Flavor::Anthropic
+    } else {
+        Flavor::OpenAi
+    }
+}
+
+/// Serves one request. Never panics outward: the listener catches what escapes.
+pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
+    let sw = Stopwatch::start();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let flavor = flavor_of(&path);
+    match (&method, path.as_str()) {
+        (&Method::GET, "/healthz") => return json_response(200, br#"{"status":"ok"}"#.to_vec()),
+        (&Method::GET, "/readyz") => return readyz(&gw),
+        (&Method::GET, "/metrics") => {
+            let body = gw
+                .metrics
+                .render(&adapter::route_states(&gw.router, &gw.lineup.routes()));
+            let mut r = Response::new(full(body));
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            return r;
+        }
+        _ => {}
+    }
+    if let Some(token) = &gw.settings.token {
+        if !credential(req.headers()).is_some_and(|c| same(c, token.expose().as_bytes())) {
+            gw.metrics.rejected("unauthorized");
+            let e = ApiError::new(401, "authentication_error", "invalid_api_key",
+                format!("this gateway requires the token in ${} as `Authorization: Bearer` (or `x-api-key`)", super::TOKEN_ENV));
+            return error_response(&e, flavor);
+        }
+    }
+    let wants = match (&method, path.as_str()) {
+        (&Method::GET, "/v1/models") => return json_response(200, gw.lineup.models_json()),
+        (&Method::POST, "/v1/chat/completions" | "/v1/messages") => Wants::Chat,
+        (&Method::POST, "/v1/embeddings") => Wants::Embed,
+        (&Method::POST, "/v1/rerank") => Wants::Rerank,
+        (
+            _,
+            "/v1/models"
+            | "/v1/chat/completions"
+            | "/v1/messages"
+            | "/v1/embeddings"
+            | "/v1/rerank",
+        ) => {
+            gw.metrics.rejected("bad_method");
+            return error_response(
+                &ApiError::new(
+                    405,
+                    "invalid_request_error",
+                    "method_not_allowed",
+                    format!("{method} is not allowed on {path}"),
+                ),
+                flavor,
+            );
+        }
+        _ => {
+            gw.metrics.rejected("unknown_path");
+            return error_response(&ApiError::new(404, "invalid_request_error", "unknown_url",
+                format!("no such endpoint: {method} {path} (this gateway serves /v1/chat/completions, /v1/messages, /v1/embeddings, /v1/rerank, /v1/models)")), flavor);
+        }
+    };
+    if gw.draining() {
+        return error_response(
+            &ApiError::new(
+                503,
+                "unavailable",
+                "draining",
+                "the gateway is shutting down",
+            ),
+            flavor,
+        );
+    }
+    let (parts, body) = req.into_parts();
+    let body = match read_body(&gw, &parts.headers, body).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&e, flavor),
+    };
+    let priority = match parts
+        .headers
+        .get("x-poolctl-priority")
+        .map(|v| v.to_str().ok().and_then(Priority::parse))
+    {
+        None => Priority::default(),
+        Some(Some(p)) => p,
+        Some(None) => {
+            gw.metrics.rejected("bad_request");
+            return error_response(
+                &ApiError::bad_request(
+                    "`x-poolctl-priority` must be interactive, retry, background or speculative",
+                ),
+                flavor,
+            );
+        }
+    };
+    let session = parts
+        .headers
+        .get("x-poolctl-session")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let ask = Ask {
+        gw: gw.clone(),
+        method,
+        path,
+        flavor,
+        priority,
+        session,
+        sw,
+    };
+    match wants {
+        Wants::Chat => chat(ask, body).await,
+        Wants::Embed => embed(ask, body).await,
+        Wants::Rerank => rerank(ask, body).await,
+    }
+}
+
+fn readyz(gw: &Gateway) -> Response<Body> {
+    let mut not_ready = Vec::new();
+    for tier in gw.lineup.tiers() {
+        match adapter::tier_ready(&gw.router, tier) {
+            Ok(true) => {}
+            Ok(false) => not_ready.push(format!("tier `{}` has no ready route", tier.name)),
+            Err(e) => not_ready.push(format!("health store unreachable: {}", gw.mask(&e))),
+        }
+    }
+    if gw.draining() {
+        not_ready.push("draining".into());
+    }
+    if not_ready.is_empty() {
+        json_response(200, br#"{"ready":true}"#.to_vec())
+    } else {
+        json_response(
+            503,
+            serde_json::to_vec(&serde_json::json!({"ready": false, "why": not_ready}))
+                .unwrap_or_default(),
+        )
+    }
+}
+
+async fn read_body(gw: &Gateway, headers: &HeaderMap, body: Incoming) -> Result<Bytes, ApiError> {
+    let cap = gw.settings.max_body_bytes;
+    let too_large = || {
+        gw.metrics.rejected("body_too_large");
+        ApiError::new(
+            413,
+            "invalid_request_error",
+            "request_too_large",
+            format!("the request body is larger than the gateway's cap of {cap} bytes"),
+        )
+    };
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > cap as u64) {
+        return Err(too_large());
+    }
+    let collect = Limited::new(body, cap).collect();
+    match tokio::time::timeout(gw.settings.body_read_timeout, collect).await {
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+        Ok(Err(e))
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(too_large())
+        }
+        Ok(Err(e)) => {
+            gw.metrics.rejected("bad_body");
+            Err(ApiError::bad_request(format!(
+                "the request body could not be read: {e}"
+            )))
+        }
+        Err(_) => {
+            gw.metrics.rejected("body_timeout");
+            Err(ApiError::new(
+                408,
+                "invalid_request_error",
+                "request_timeout",
+                format!(
+                    "the request body did not arrive within {} ms",
+                    gw.settings.body_read_timeout.as_millis()
+                ),
+            ))
+        }
+    }
+}
+
+/// One parsed request's context.
+struct Ask {
+    gw: Arc<Gateway>,
+    method: Method,
+    path: String,
+    flavor: Flavor,
+    priority: Priority,
+    session: Option<String>,
+    sw: Stopwatch,
+}
+
+impl Ask {
+    fn target<'a>(&'a self, choice: &Choice<'a>) -> Target<'a> {
+        Target {
+            tier: choice.tier,
+            policy: choice.policy,
+            workflow: Some(choice.workflow),
+            session: self.session.as_deref(),
+            priority: self.priority,
+        }
+    }
+
+    /// A request refused before routing.
+    fn refuse(&self, why: &'static str, e: ApiError, model: &str) -> Response<Body> {
+        self.gw.metrics.rejected(why);
+        let line = Line {
+            model: model.to_string(),
+            status: e.status,
+            outcome: "rejected",
+            reason: why,
+            ..Line::default()
+        };
+        log(&self.method, &self.path, &line, self.sw.elapsed());
+        error_response(&e, self.flavor)
+    }
+
+    fn failure(&self, choice: &Choice<'_>, report: &Report) -> ApiError {
+        let ctx = Context {
+            retry_after_ms: adapter::ready_again_in_ms(&self.gw.router, choice.tier),
+            max_elapsed_ms: choice.policy.max_elapsed_ms,
+        };
+        respond::failure(report, ctx, &|s| self.gw.mask(s))
+    }
+
+    /// Counts and logs a routed request; `in_router` is excluded from the overhead.
+    fn finish(
+        &self,
+        choice: &Choice<'_>,
+        model: &str,
+        report: &Report,
+        status: u16,
+        in_router: Duration,
+        prompt: Option<String>,
+    ) {
+        let total = self.sw.elapsed();
+        self.gw.metrics.record(choice.workflow, report);
+        self.gw
+            .metrics
+            .overhead(total.saturating_sub(in_router).as_secs_f64());
+        let mut line = Line::of(report, status);
+        line.model = model.to_string();
+        line.workflow = choice.workflow.to_string();
+        line.prompt = prompt;
+        log(&self.method, &self.path, &line, total);
+    }
+}
+
+fn last_user_text(c: &ChatIn) -> Option<String> {
+    c.conversation.turns.iter().rev().find_map(|t| match t {
+        crate::conversation::Turn::User { text } => Some(text.clone()),
+        _ => None,
+    })
+}
+
+fn model_of(report: &Report, fallback: &str) -> String {
+    report
+        .served_by
+        .as_ref()
+        .map(|r| r.model().to_string())
+        .unwrap_or_else(|| fallback.to_string())
+}
+
+async fn chat(ask: Ask, body: Bytes) -> Response<Body> {
+    let parsed = match ask.flavor {
+        Flavor::OpenAi => ingress::openai_chat(&body),
+        Flavor::Anthropic => ingress::anthropic_messages(&body),
+    };
+    let c = match parsed {
+        Ok(c) => c,
+        Err(e) => return ask.refuse("bad_request", e, ""),
+    };
+    let gw = ask.gw.clone();
+    let choice = match gw.lineup.choose(&c.model, Wants::Chat) {
+        Ok(ch) => ch,
+        Err(e) => return ask.refuse("unknown_model", e, &c.model),
+    };
+    if c.stream {
+        return stream(ask, c).await;
+    }
+    let prompt = gw
+        .settings
+        .log_prompts
+        .then(|| last_user_text(&c))
+        .flatten();
+    let rt = Stopwatch::start();
+    let Called { report, reply } = adapter::chat(&gw.router, ask.target(&choice), &c).await;
+    let in_router = rt.elapsed();
+    let response = match reply {
+        Some(reply) => {
+            let n = gw.next_id();
+            let body = match ask.flavor {
+                Flavor::OpenAi => egress::openai_completion(
+                    &format!("chatcmpl-poolctl-{n}"),
+                    crate::clock::wall_now_ms() / 1000,
+                    &reply,
+                ),
+                Flavor::Anthropic => egress::anthropic_message(&format!("msg_poolctl_{n}"), &reply),
+            };
+            json_response(200, body)
+        }
+        None => error_response(&ask.failure(&choice, &report), ask.flavor),
+    };
+    let mut response = response;
+    trace_headers(
+        response.headers_mut(),
+        report.served_by.as_ref(),
+        report.outcome.as_str(),
+        report.attempts.len(),
+    );
+    ask.finish(
+        &choice,
+        &c.model,
+        &report,
+        response.status().as_u16(),
+        in_router,
+        prompt,
+    );
+    response
+}
+
+async fn embed(ask: Ask, body: Bytes) -> Response<Body> {
+    let e = match ingress::embeddings(&body) {
+        Ok(e) => e,
+        Err(err) => return ask.refuse("bad_request", err, ""),
+    };
+    let gw = ask.gw.clone();
+    let choice = match gw.lineup.choose(&e.model, Wants::Embed) {
+        Ok(ch) => ch,
+        Err(err) => return ask.refuse("unknown_model", err, &e.model),
+    };
+    let rt = Stopwatch::start();
+    let out = adapter::embed(&gw.router, ask.target(&choice), &e).await;
+    let in_router = rt.elapsed();
+    let report = &out.report;
+    let mut response = match (&out.vectors, report.outcome) {
+        (Some(v), Outcome::Success | Outcome::Degraded) => json_response(
+            200,
+            egress::embeddings(
+                &model_of(report, &e.model),
+                v,
+                e.base64,
+                report.usage.as_ref(),
+            ),
+        ),
+        _ => error_response(&ask.failure(&choice, report), ask.flavor),
+    };
+    trace_headers(
+        response.headers_mut(),
+        report.served_by.as_ref(),
+        report.outcome.as_str(),
+        report.attempts.len(),
+    );
+    ask.finish(
+        &choice,
+        &e.model,
+        report,
+        response.status().as_u16(),
+        in_router,
+        None,
+    );
+    response
+}
+
+async fn rerank(ask: Ask, body: Bytes) -> Response<Body> {
+    let r = match ingress::rerank(&body) {
+        Ok(r) => r,
+        Err(err) => return ask.refuse("bad_request", err, ""),
+    };
+    let gw = ask.gw.clone();
+    let choice = match gw.lineup.choose(&r.model, Wants::Rerank) {
+        Ok(ch) => ch,
+        Err(err) => return ask.refuse("unknown_model", err, &r.model),
+    };
+    let rt = Stopwatch::start();
+    let out = adapter::rerank(&gw.router, ask.target(&choice), &r).await;
+    let in_router = rt.elapsed();
+    let report = &out.report;
+    let mut response = match (&out.ranking, report.outcome) {
+        (Some(ranking), Outcome::Success | Outcome::Degraded) => {
+            let id = format!("rerank-poolctl-{}", gw.next_id());
+            json_response(
+                200,
+                egress::rerank(
+                    &id,
+                    &model_of(report, &r.model),
+                    ranking,
+                    &r.documents,
+                    r.return_documents,
+                ),
+            )
+        }
+        _ => error_response(&ask.failure(&choice, report), ask.flavor),
+    };
+    trace_headers(
+        response.headers_mut(),
+        report.served_by.as_ref(),
+        report.outcome.as_str(),
+        report.attempts.len(),
+    );
+    ask.finish(
+        &choice,
+        &r.model,
+        report,
+        response.status().as_u16(),
+        in_router,
+        None,
+    );
+    response
+}
+
+/// A stream's encoder, in the client's shape.
+enum Encoder {
+    OpenAi(OpenAiStream),
+    Anthropic(AnthropicStream),
+}
+
+/// What flows from the routing task to the handler and the response body.
+enum Msg {
+    /// The first visible token arrived: headers as of that token.
+    Started {
+        route: Option<Route>,
+        attempts: usize,
+    },
+    Bytes(Bytes),
+    /// The request ended without a visible token: the handler answers it whole.
+    Unstarted {
+        called: Box<Called>,
+        error: Option<ApiError>,
+        include_usage: bool,
+    },
+}
+
+/// What the routing task shares with its event callback.
+struct Live {
+    tx: mpsc::UnboundedSender<Msg>,
+    flavor: Flavor,
+    include_usage: bool,
+    id: String,
+    order: Vec<Route>,
+    progress: Progress,
+    state: Mutex<LiveState>,
+}
+
+#[derive(Default)]
+struct LiveState {
+    encoder: Option<Encoder>,
+    /// Events before the first visible token (a usage report), sent with it.
+    held: Vec<Event>,
+    finish_sent: bool,
+    usage_sent: bool,
+}
+
+impl Live {
+    fn on_event(&self, ev: Event) {
+        let mut s = lock(&self.state);
+        let visible = match &ev {
+            Event::Text(t) => !t.is_empty(),
+            Event::ToolCall { .. } => true,
+            Event::Finish(_) | Event::Usage(_) => false,
+        };
+        if s.encoder.is_none() {
+            if !visible {
+                s.held.push(ev);
+                return;
+            }
+            let (route, attempts) = self.progress.current(&self.order);
+            let model = route
+                .as_ref()
+                .map(|r| r.model().to_string())
+                .unwrap_or_default();
+            s.encoder = Some(match self.flavor {
+                Flavor::OpenAi => Encoder::OpenAi(OpenAiStream::new(
+                    self.id.clone(),
+                    crate::clock::wall_now_ms() / 1000,
+                    model,
+                    self.include_usage,
+                )),
+                Flavor::Anthropic => {
+                    Encoder::Anthropic(AnthropicStream::new(self.id.clone(), model))
+                }
+            });
+            let _ = self.tx.send(Msg::Started { route, attempts });
+            let held = std::mem::take(&mut s.held);
+            for h in held {
+                let bytes = s.encode(&h);
+                let _ = self.tx.send(Msg::Bytes(bytes.into()));
+            }
+        }
+        let bytes = s.encode(&ev);
+        if !bytes.is_empty() {
+            let _ = self.tx.send(Msg::Bytes(bytes.into()));
+        }
+    }
+}
+
+impl LiveState {
+    fn encode(&mut self, ev: &Event) -> Vec<u8> {
+        match ev {
+            Event::Finish(_) => self.finish_sent = true,
+            Event::Usage(_) => self.usage_sent = true,
+            _ => {}
+        }
+        match &mut self.encoder {
+            Some(Encoder::OpenAi(e)) => e.event(ev),
+            // Anthropic carries the finish in `message_delta`, written at the end.
+            Some(Encoder::Anthropic(e)) => match ev {
+                Event::Finish(_) => Vec::new(),
+                _ => e.event(ev),
+            },
+            None => Vec::new(),
+        }
+    }
+
+    /// The end of a started stream: finish, usage, the outcome comment, and `[DONE]`;
+    /// or after a failure, the in-band error and the comment, never `[DONE]`.
+    fn tail(&mut self, called: &Called, error: Option<&ApiError>) -> Vec<u8> {
+        let report = &called.report;
+        let mut out = Vec::new();
+        let finish = called
+            .reply
+            .as_ref()
+            .map(|r| r.finish.clone())
+            .unwrap_or(Finish::Stop);
+        let usage = called.reply.as_ref().and_then(|r| r.usage);
+        let (finish_sent, usage_sent) = (self.finish_sent, self.usage_sent);
+        match (&mut self.encoder, error) {
+            (Some(Encoder::OpenAi(e)), None) => {
+                if !finish_sent {
+                    out.extend(e.event(&Event::Finish(finish)));
+                }
+                if let (false, Some(u)) = (usage_sent, usage) {
+                    out.extend(e.event(&Event::Usage(u)));
+                }
+                out.extend(egress::outcome_comment(
+                    report.outcome.as_str(),
+                    report.attempts.len(),
+                ));
+                out.extend(e.done());
+            }
+            (Some(Encoder::OpenAi(e)), Some(err)) => {
+                out.extend(e.error(err));
+                out.extend(egress::outcome_comment(
+                    report.outcome.as_str(),
+                    report.attempts.len(),
+                ));
+            }
+            (Some(Encoder::Anthropic(e)), None) => {
+                out.extend(e.finish(&finish, usage.as_ref()));
+                out.extend(egress::outcome_comment(
+                    report.outcome.as_str(),
+                    report.attempts.len(),
+                ));
+            }
+            (Some(Encoder::Anthropic(e)), Some(err)) => {
+                out.extend(e.error(err));
+                out.extend(egress::outcome_comment(
+                    report.outcome.as_str(),
+                    report.attempts.len(),
+                ));
+            }
+            (None, _) => {}
+        }
+        out
+    }
+}
+
+/// Aborts the routing task (and so the upstream call) when the client goes away.
+struct CancelOnDrop {
+    task: tokio::task::AbortHandle,
+    done: Arc<AtomicBool>,
+    gw: Arc<Gateway>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.done.load(Ordering::Acquire) {
+            self.task.abort();
+            self.gw.metrics.disconnected();
+            tracing::info!(target: "poolctl::serve", "client went away mid-stream; upstream call cancelled");
+        }
+    }
+}
+
+/// The SSE response body: bytes from the routing task, until it ends.
+struct SseBody {
+    rx: mpsc::UnboundedReceiver<Msg>,
+    _cancel: CancelOnDrop,
+}
+
+impl hyper::body::Body for SseBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        loop {
+            return match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(Msg::Bytes(b))) => Poll::Ready(Some(Ok(Frame::data(b)))),
+                Poll::Ready(Some(_)) => continue,
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+    }
+}
+
+async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
+    let gw = ask.gw.clone();
+    let done = Arc::new(AtomicBool::new(false));
+    let n = gw.next_id();
+    let id = match ask.flavor {
+        Flavor::OpenAi => format!("chatcmpl-poolctl-{n}"),
+        Flavor::Anthropic => format!("msg_poolctl_{n}"),
+    };
+    let ask = Arc::new(ask);
+    let task = {
+        let (ask, done, gw) = (ask.clone(), done.clone(), gw.clone());
+        tokio::spawn(async move {
+            let Ok(choice) = gw.lineup.choose(&c.model, Wants::Chat) else {
+                return;
+            };
+            let order = adapter::try_order(&gw.router, choice.tier, ask.session.as_deref());
+            let live = Live {
+                tx: tx.clone(),
+                flavor: ask.flavor,
+                include_usage: c.include_usage,
+                id,
+                order,
+                progress: Progress::default(),
+                state: Mutex::new(LiveState::default()),
+            };
+            let prompt = gw
+                .settings
+                .log_prompts
+                .then(|| last_user_text(&c))
+                .flatten();
+            let rt = Stopwatch::start();
+            let on_event = |ev: Event| live.on_event(ev);
+            let called = adapter::stream(
+                &gw.router,
+                ask.target(&choice),
+                &c,
+                &on_event,
+                &live.progress,
+            )
+            .await;
+            let in_router = rt.elapsed();
+            let mut state = lock(&live.state);
+            if state.encoder.is_some() {
+                let error = called.reply.is_none().then(|| {
+                    let mut e = ask.failure(&choice, &called.report);
+                    e.kind = "stream_interrupted".into();
+                    e.code = "stream_interrupted".into();
+                    e
+                });
+                let tail = state.tail(&called, error.as_ref());
+                drop(state);
+                ask.finish(&choice, &c.model, &called.report, 200, in_router, prompt);
+                done.store(true, Ordering::Release);
+                let _ = tx.send(Msg::Bytes(tail.into()));
+            } else {
+                drop(state);
+                let error = called
+                    .reply
+                    .is_none()
+                    .then(|| ask.failure(&choice, &called.report));
+                let status = error.as_ref().map_or(200, |e| e.status);
+                ask.finish(&choice, &c.model, &called.report, status, in_router, prompt);
+                done.store(true, Ordering::Release);
+                let include_usage = c.include_usage;
+                let _ = tx.send(Msg::Unstarted {
+                    called: Box::new(called),
+                    error,
+                    include_usage,
+                });
+            }
+        })
+    };
+    let cancel = CancelOnDrop {
+        task: task.abort_handle(),
+        done,
+        gw: gw.clone(),
+    };
+    match rx.recv().await {
+        Some(Msg::Started { route, attempts }) => {
+            let mut r = Response::new(
+                SseBody {
+                    rx,
+                    _cancel: cancel,
+                }
+                .boxed_unsync(),
+            );
+            sse_headers(r.headers_mut());
+            trace_headers(r.headers_mut(), route.as_ref(), "streaming", attempts);
+            r
+        }
+        Some(Msg::Unstarted {
+            called,
+            error,
+            include_usage,
+        }) => unstarted(&ask, *called, error, include_usage),
+        // The routing task ended without a word: it panicked.
+        Some(Msg::Bytes(_)) | None => error_response(
+            &ApiError::new(
+                500,
+                "error",
+                "internal",
+                "the gateway failed while routing this request",
+            ),
+            ask.flavor,
+        ),
+    }
+}
+
+fn sse_headers(h: &mut HeaderMap) {
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert("cache-control", HeaderValue::from_static("no-cache"));
+}
+
+/// A stream request that ended before any visible token: a failure gets the status
+/// table's status; an empty answer is sent as a whole, complete stream.
+fn unstarted(
+    ask: &Ask,
+    called: Called,
+    error: Option<ApiError>,
+    include_usage: bool,
+) -> Response<Body> {
+    let report = &called.report;
+    let mut r = match (&called.reply, error) {
+        (_, Some(e)) => error_response(&e, ask.flavor),
+        (None, None) => error_response(
+            &respond::failure(report, Context::default(), &|s| ask.gw.mask(s)),
+            ask.flavor,
+        ),
+        (Some(reply), None) => {
+            let mut s = LiveState::default();
+            let id = format!("poolctl-{}", ask.gw.next_id());
+            s.encoder = Some(match ask.flavor {
+                Flavor::OpenAi => Encoder::OpenAi(OpenAiStream::new(
+                    id,
+                    crate::clock::wall_now_ms() / 1000,
+                    reply.model.clone(),
+                    include_usage,
+                )),
+                Flavor::Anthropic => {
+                    Encoder::Anthropic(AnthropicStream::new(id, reply.model.clone()))
+                }
+            });
+            let mut bytes = s.encode(&Event::Text(String::new()));
+            bytes.extend(s.tail(&called, None));
+            let mut r = Response::new(full(bytes));
+            sse_headers(r.headers_mut());
+            r
+        }
+    };
+    trace_headers(
+        r.headers_mut(),
+        report.served_by.as_ref(),
+        report.outcome.as_str(),
+        report.attempts.len(),
+    );
+    r
+}
