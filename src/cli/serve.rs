@@ -45,8 +45,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let lineup = Lineup::build(&config, &env_key)?;
     let store = open_store(&config)?;
-    let router =
-        crate::router::Router::new(crate::wire::http_client(), Arc::new(SystemClock), store);
+    let router = crate::router::Router::new(upstream_client(), Arc::new(SystemClock), store);
     let token = std::env::var(serve::TOKEN_ENV)
         .ok()
         .filter(|t| !t.is_empty())
@@ -82,6 +81,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     serve::listener::serve(listener, gw, stop_signal()).await;
     eprintln!("poolctl serve: stopped");
     Ok(Exit::Ok)
+}
+
+/// The wires' HTTP client settings (no redirects, no retries of its own), with an idle
+/// pool sized for a gateway: every concurrent client request holds one upstream
+/// connection, and a pool smaller than the concurrency closes and reopens connections
+/// on every request.
+fn upstream_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(1024)
+        .tcp_nodelay(true)
+        .build()
+        .unwrap_or_else(|_| crate::wire::http_client())
 }
 
 /// One line per event on stderr; `RUST_LOG`-style filtering is left to the operator's

@@ -14,14 +14,15 @@ use crate::clock::Stopwatch;
 use crate::trace::Report;
 use crate::vocab::{Outcome, Route};
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
@@ -724,27 +725,52 @@ impl LiveState {
     }
 }
 
-/// Aborts the routing task (and so the upstream call) when the client goes away.
-struct CancelOnDrop {
-    task: tokio::task::AbortHandle,
-    done: Arc<AtomicBool>,
+/// The routing of one stream: the router call and the rendering of its events. It runs
+/// inside the request, polled first by the handler (until the first visible token) and
+/// then by the response body, so dropping the body (the client went away) drops the
+/// upstream call with it, and no cross-task wake-up stands between a token and its
+/// write.
+type Routing = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+struct Driver {
+    rx: mpsc::UnboundedReceiver<Msg>,
+    routing: Option<Routing>,
     gw: Arc<Gateway>,
 }
 
-impl Drop for CancelOnDrop {
+impl Driver {
+    /// The next message, driving the routing while none is queued. `None` once the
+    /// routing has ended and every message was taken.
+    fn poll_msg(&mut self, cx: &mut TaskContext<'_>) -> Poll<Option<Msg>> {
+        loop {
+            if let Poll::Ready(m) = self.rx.poll_recv(cx) {
+                return Poll::Ready(m);
+            }
+            match &mut self.routing {
+                Some(f) => match f.as_mut().poll(cx) {
+                    Poll::Ready(()) => self.routing = None,
+                    Poll::Pending => return Poll::Pending,
+                },
+                // The routing ended and dropped its sender: the channel is closing.
+                None => return self.rx.poll_recv(cx),
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
     fn drop(&mut self) {
-        if !self.done.load(Ordering::Acquire) {
-            self.task.abort();
+        if self.routing.is_some() {
+            // Dropping the routing future cancels the upstream call.
             self.gw.metrics.disconnected();
             tracing::info!(target: "poolctl::serve", "client went away mid-stream; upstream call cancelled");
         }
     }
 }
 
-/// The SSE response body: bytes from the routing task, until it ends.
+/// The SSE response body: bytes rendered by the routing, until it ends.
 struct SseBody {
-    rx: mpsc::UnboundedReceiver<Msg>,
-    _cancel: CancelOnDrop,
+    driver: Driver,
 }
 
 impl hyper::body::Body for SseBody {
@@ -756,7 +782,7 @@ impl hyper::body::Body for SseBody {
         cx: &mut TaskContext<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         loop {
-            return match self.rx.poll_recv(cx) {
+            return match self.driver.poll_msg(cx) {
                 Poll::Ready(Some(Msg::Bytes(b))) => Poll::Ready(Some(Ok(Frame::data(b)))),
                 Poll::Ready(Some(_)) => continue,
                 Poll::Ready(None) => Poll::Ready(None),
@@ -767,18 +793,17 @@ impl hyper::body::Body for SseBody {
 }
 
 async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
+    let (tx, rx) = mpsc::unbounded_channel::<Msg>();
     let gw = ask.gw.clone();
-    let done = Arc::new(AtomicBool::new(false));
     let n = gw.next_id();
     let id = match ask.flavor {
         Flavor::OpenAi => format!("chatcmpl-poolctl-{n}"),
         Flavor::Anthropic => format!("msg_poolctl_{n}"),
     };
     let ask = Arc::new(ask);
-    let task = {
-        let (ask, done, gw) = (ask.clone(), done.clone(), gw.clone());
-        tokio::spawn(async move {
+    let routing = {
+        let (ask, gw) = (ask.clone(), gw.clone());
+        async move {
             let Ok(choice) = gw.lineup.choose(&c.model, Wants::Chat) else {
                 return;
             };
@@ -819,7 +844,6 @@ async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                 let tail = state.tail(&called, error.as_ref());
                 drop(state);
                 ask.finish(&choice, &c.model, &called.report, 200, in_router, prompt);
-                done.store(true, Ordering::Release);
                 let _ = tx.send(Msg::Bytes(tail.into()));
             } else {
                 drop(state);
@@ -829,7 +853,6 @@ async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                     .then(|| ask.failure(&choice, &called.report));
                 let status = error.as_ref().map_or(200, |e| e.status);
                 ask.finish(&choice, &c.model, &called.report, status, in_router, prompt);
-                done.store(true, Ordering::Release);
                 let include_usage = c.include_usage;
                 let _ = tx.send(Msg::Unstarted {
                     called: Box::new(called),
@@ -837,22 +860,22 @@ async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                     include_usage,
                 });
             }
-        })
+        }
     };
-    let cancel = CancelOnDrop {
-        task: task.abort_handle(),
-        done,
+    // A panic while routing ends this stream, never the connection task or the process.
+    let routing: Routing = Box::pin(AssertUnwindSafe(routing).catch_unwind().map(|r| {
+        if r.is_err() {
+            tracing::error!(target: "poolctl::serve", "a stream's routing panicked");
+        }
+    }));
+    let mut driver = Driver {
+        rx,
+        routing: Some(routing),
         gw: gw.clone(),
     };
-    match rx.recv().await {
+    match std::future::poll_fn(|cx| driver.poll_msg(cx)).await {
         Some(Msg::Started { route, attempts }) => {
-            let mut r = Response::new(
-                SseBody {
-                    rx,
-                    _cancel: cancel,
-                }
-                .boxed_unsync(),
-            );
+            let mut r = Response::new(SseBody { driver }.boxed_unsync());
             sse_headers(r.headers_mut());
             trace_headers(r.headers_mut(), route.as_ref(), "streaming", attempts);
             r
@@ -861,17 +884,24 @@ async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
             called,
             error,
             include_usage,
-        }) => unstarted(&ask, *called, error, include_usage),
-        // The routing task ended without a word: it panicked.
-        Some(Msg::Bytes(_)) | None => error_response(
-            &ApiError::new(
-                500,
-                "error",
-                "internal",
-                "the gateway failed while routing this request",
-            ),
-            ask.flavor,
-        ),
+        }) => {
+            // Its last act was to send this: nothing is left to cancel.
+            driver.routing = None;
+            unstarted(&ask, *called, error, include_usage)
+        }
+        // The routing ended without a word: it panicked.
+        Some(Msg::Bytes(_)) | None => {
+            driver.routing = None;
+            error_response(
+                &ApiError::new(
+                    500,
+                    "error",
+                    "internal",
+                    "the gateway failed while routing this request",
+                ),
+                ask.flavor,
+            )
+        }
     }
 }
 

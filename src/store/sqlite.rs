@@ -113,13 +113,16 @@ fn row_to_health(state: String, until: Option<i64>, reason: String) -> Health {
 
 impl HealthStore for SqliteStore {
     fn get(&self, route: &Route) -> Result<Health, StoreError> {
-        let row = self
-            .conn()
-            .query_row(
-                "SELECT state, until_ms, reason FROM health WHERE route = ?1",
-                params![route.as_str()],
-                |r| Ok(row_to_health(r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
+        // Cached: every request reads health, and parsing the statement each time cost
+        // more than running it (`poolctl serve` at thousands of requests a second).
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached("SELECT state, until_ms, reason FROM health WHERE route = ?1")
+            .map_err(|e| self.err(e))?;
+        let row = stmt
+            .query_row(params![route.as_str()], |r| {
+                Ok(row_to_health(r.get(0)?, r.get(1)?, r.get(2)?))
+            })
             .optional()
             .map_err(|e| self.err(e))?;
         Ok(row.unwrap_or(Health::Ready))
