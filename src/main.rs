@@ -5,6 +5,10 @@ use clap::Parser;
 use poolctl::cli::{self, exit::Exit, Cli};
 use std::process::ExitCode;
 
+/// See Cargo.toml: small allocations on every gateway request.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
