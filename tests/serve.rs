@@ -836,3 +836,209 @@ async fn readyz_reports_a_tier_without_a_ready_route() {
         .collect();
     assert_eq!(ids, ["high", "prim/model-a"]);
 }
+
+#[tokio::test]
+async fn embeddings_and_rerank_through_the_gateway_and_a_failing_rerank_degrades_to_recall_order() {
+    let failing = Reply::Status {
+        status: 500,
+        headers: vec![],
+        body: Body::Json(json!({"message": "internal error"})),
+    };
+    let mut routes = vec![
+        mock_route("emb/text-embed", Wire::OpenAi, vec![ok("v")]),
+        mock_route("rr/rerank-good", Wire::OpenAi, vec![ok("r")]),
+        mock_route("rr/rerank-bad", Wire::OpenAi, vec![failing]),
+    ];
+    routes[0].path = CallPath::Embed;
+    routes[1].path = CallPath::Rerank;
+    routes[2].path = CallPath::Rerank;
+    let mock = openai_mock(routes).await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "providers:\n  emb: {{ wire: openai, base_url: {}, api_key_env: {KEY_VAR} }}\n  rr: {{ wire: openai, base_url: {}, api_key_env: {KEY_VAR} }}\n\
+         tiers:\n  embed:\n    - {{ route: emb/text-embed, path: embed }}\n  rerank:\n    - {{ route: rr/rerank-good, path: rerank }}\n  \
+         rerank-down:\n    - {{ route: rr/rerank-bad, path: rerank }}\n",
+        mock.base_url("emb", Wire::OpenAi),
+        mock.base_url("rr", Wire::OpenAi)
+    );
+    let config = dir.path().join("pool.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+
+    let r = client
+        .post(gw.url("/v1/embeddings"))
+        .json(&json!({"model": "embed", "input": ["a", "b"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["data"].as_array().unwrap().len(), 2, "{b}");
+    assert!(b["data"][1]["embedding"][0].is_f64(), "{b}");
+    let r = client
+        .post(gw.url("/v1/embeddings"))
+        .json(&json!({"model": "embed", "input": "a", "encoding_format": "base64"}))
+        .send()
+        .await
+        .unwrap();
+    let b: Value = r.json().await.unwrap();
+    assert!(b["data"][0]["embedding"].is_string(), "{b}");
+
+    let docs = json!(["alpha", "beta", "gamma"]);
+    let r = client
+        .post(gw.url("/v1/rerank"))
+        .json(&json!({"model": "rerank", "query": "q", "documents": docs}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            r.status().as_u16(),
+            header(&r, "x-poolctl-outcome").to_string()
+        ),
+        (200, "success".to_string())
+    );
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["results"].as_array().unwrap().len(), 3, "{b}");
+
+    let r = client
+        .post(gw.url("/v1/rerank"))
+        .json(&json!({"model": "rerank-down", "query": "q", "documents": docs, "top_n": 2, "return_documents": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            r.status().as_u16(),
+            header(&r, "x-poolctl-outcome").to_string()
+        ),
+        (200, "degraded".to_string())
+    );
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(
+        b["results"],
+        json!([{"index": 0, "document": {"text": "alpha"}}, {"index": 1, "document": {"text": "beta"}}])
+    );
+
+    // A chat tier is not an embedding model.
+    let r = client
+        .post(gw.url("/v1/embeddings"))
+        .json(&json!({"model": "rerank", "input": "a"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, r#"poolctl_recoveries_total{kind="degraded"}"#),
+        Some(1.0),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn an_anthropic_stream_cut_after_its_first_token_ends_with_an_error_event() {
+    let mock = openai_mock(vec![mock_route(
+        "cl/claude-x",
+        Wire::Anthropic,
+        vec![stream(&["Hel", "lo"], StreamEnd::Reset, 0)],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("cl", Wire::Anthropic, mock.base_url("cl", Wire::Anthropic))],
+        &[("high", &["cl/claude-x"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/messages"))
+        .json(&json!({"model": "high", "max_tokens": 16, "stream": true, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.starts_with("event: message_start"), "{text}");
+    assert!(text.contains("\"text\":\"Hel\""), "{text}");
+    assert!(
+        text.contains("event: error\ndata: {\"error\":{\"message\""),
+        "{text}"
+    );
+    assert!(text.contains("\"type\":\"stream_interrupted\""), "{text}");
+    assert!(
+        !text.contains("message_stop"),
+        "an interrupted message never looks complete: {text}"
+    );
+    assert!(
+        text.trim_end()
+            .ends_with(": poolctl outcome=interrupted attempts=1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_route_retired_by_another_process_is_skipped_by_the_running_gateway() {
+    let mock = openai_mock(vec![
+        mock_route("prim/model-a", Wire::OpenAi, vec![ok("from the primary")]),
+        mock_route("back/model-b", Wire::OpenAi, vec![ok("from the backup")]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    let served = |r: &reqwest::Response| header(r, "x-poolctl-served-by").to_string();
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served(&r), "prim/model-a");
+    let retire = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
+        .args(["retire", "prim/model-a", "--reason", "operator"])
+        .arg("--config")
+        .arg(&config)
+        .env(KEY_VAR, UPSTREAM_KEY)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        retire.status.success(),
+        "{}",
+        String::from_utf8_lossy(&retire.stderr)
+    );
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (served(&r), header(&r, "x-poolctl-attempts").to_string()),
+        ("back/model-b".to_string(), "1".to_string())
+    );
+    assert_eq!(
+        mock.calls(&route("prim/model-a")),
+        1,
+        "the retired route is never called"
+    );
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_route_health{route="prim/model-a",state="retired"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+}
