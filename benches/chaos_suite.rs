@@ -5,8 +5,8 @@
 //!
 //! `cargo bench --bench chaos_suite [-- RUNS [JOBS]]`
 
-use poolctl::cli::chaos::{load_all, run_all};
 use poolctl::clock::Stopwatch;
+use poolctl::harness::suite::{load_all, run_all};
 use std::path::PathBuf;
 
 fn main() {
@@ -30,7 +30,7 @@ fn main() {
         .unwrap();
 
     let sw = Stopwatch::start();
-    let results = rt.block_on(run_all(batch, jobs, None));
+    let results = rt.block_on(run_all(batch, jobs, &|_| {}));
     let total = sw.elapsed().as_secs_f64();
 
     let failed = results.iter().filter(|r| !r.passed).count();

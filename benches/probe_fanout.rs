@@ -54,9 +54,8 @@ fn main() {
                     timeout_ms: 5_000,
                     first_token_timeout_ms: 5_000,
                     stream_idle_ms: 5_000,
-                    cooldowns: Default::default(),
-                    breaker: None,
                 }),
+                policy: Default::default(),
             })
             .collect();
         let client = poolctl::wire::http_client();

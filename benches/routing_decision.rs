@@ -14,10 +14,11 @@ use poolctl::capability::ModelFacts;
 use poolctl::clock::ManualClock;
 use poolctl::failure::{Headers, UpstreamFailure};
 use poolctl::policy::Policy;
+use poolctl::route::RoutePolicy;
 use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
 use poolctl::secret::Secret;
 use poolctl::store::MemoryStore;
-use poolctl::vocab::{Outcome, Route, Wire};
+use poolctl::vocab::{CallPath, Outcome, Route, Wire};
 use poolctl::wire::Endpoint;
 use std::sync::Arc;
 
@@ -34,8 +35,6 @@ fn tier() -> Tier {
                 timeout_ms: 30_000,
                 first_token_timeout_ms: 15_000,
                 stream_idle_ms: 20_000,
-                cooldowns: Default::default(),
-                breaker: Some(BreakerConfig::default()),
             };
             let facts = ModelFacts {
                 context_window: Some(128_000),
@@ -47,11 +46,16 @@ fn tier() -> Tier {
                 route,
                 endpoint: Arc::new(endpoint),
                 facts,
+                policy: RoutePolicy {
+                    breaker: Some(BreakerConfig::default()),
+                    ..Default::default()
+                },
             }
         })
         .collect();
     Tier {
         name: "bench".into(),
+        path: CallPath::Chat,
         routes,
     }
 }

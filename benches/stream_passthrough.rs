@@ -5,11 +5,12 @@
 //!
 //! `cargo bench --bench stream_passthrough`
 
+use poolctl::answer::StreamEvent;
 use poolctl::clock::{ManualClock, Stopwatch};
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::scenario::{Reply, StreamEnd, StreamItem, StreamReply};
 use poolctl::policy::Policy;
-use poolctl::request::ChatRequest;
+use poolctl::request::{ChatRequest, Request};
 use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
 use poolctl::secret::Secret;
 use poolctl::store::MemoryStore;
@@ -56,15 +57,15 @@ async fn serve(route: &str, reply: Reply) -> (MockServer, Tier) {
         timeout_ms: 30_000,
         first_token_timeout_ms: 15_000,
         stream_idle_ms: 20_000,
-        cooldowns: Default::default(),
-        breaker: None,
     };
     let tier = Tier {
         name: "bench".into(),
+        path: poolctl::vocab::CallPath::Chat,
         routes: vec![RouteSpec {
             route,
             endpoint: Arc::new(endpoint),
             facts: Default::default(),
+            policy: Default::default(),
         }],
     };
     (mock, tier)
@@ -84,7 +85,7 @@ fn main() {
         let client = poolctl::wire::http_client();
         let router = Router::new(client.clone(), Arc::new(ManualClock::new(0)), Arc::new(MemoryStore::new()));
         let policy = Policy::default();
-        let req = ChatRequest::user("ping", 16);
+        let req = Request::Stream(ChatRequest::user("ping", 16));
 
         // Time to first token: raw HTTP against the router, same mock, alternating runs.
         let items = vec![StreamItem::Text("FIRSTTOKEN".into()), StreamItem::Text(" and the rest".into())];
@@ -107,10 +108,11 @@ fn main() {
 
             let first = Mutex::new(None);
             let sw = Stopwatch::start();
-            let sink = |_: &str| {
+            let sink = |_: StreamEvent<'_>| {
                 first.lock().unwrap().get_or_insert_with(|| sw.elapsed());
             };
-            let report = router.stream(&tier, &req, CallOptions::new(&policy), &sink).await;
+            let opts = CallOptions { on_event: Some(&sink), ..CallOptions::new(&policy) };
+            let report = router.call(&tier, &req, opts).await.report;
             assert_eq!(report.outcome, poolctl::vocab::Outcome::Success);
             routed.push(first.into_inner().unwrap().unwrap().as_secs_f64() * 1000.0);
         }
@@ -125,11 +127,14 @@ fn main() {
         let items = vec![StreamItem::Text(text); CHUNKS];
         let (_mock, tier) = serve("bench/throughput", stream_reply(items)).await;
         let bytes = AtomicUsize::new(0);
-        let sink = |t: &str| {
-            bytes.fetch_add(t.len(), Ordering::Relaxed);
+        let sink = |ev: StreamEvent<'_>| {
+            if let StreamEvent::Text(t) = ev {
+                bytes.fetch_add(t.len(), Ordering::Relaxed);
+            }
         };
         let sw = Stopwatch::start();
-        let report = router.stream(&tier, &req, CallOptions::new(&policy), &sink).await;
+        let opts = CallOptions { on_event: Some(&sink), ..CallOptions::new(&policy) };
+        let report = router.call(&tier, &req, opts).await.report;
         let secs = sw.elapsed().max(Duration::from_micros(1)).as_secs_f64();
         assert_eq!(report.outcome, poolctl::vocab::Outcome::Success);
         let total = bytes.load(Ordering::Relaxed);

@@ -2,15 +2,13 @@
 //! `probe` and `walk` can trust every name in it. Every error names the file, line and
 //! field; keys never enter it, only the names of the variables that hold them.
 
-use crate::breaker::BreakerConfig;
 use crate::capability::ModelFacts;
 use crate::dialect::Dialect;
-use crate::health::Cooldowns;
 use crate::policy::Policy;
 use crate::router::{RouteSpec, Tier};
 use crate::secret::Secret;
-use crate::vocab::{CallPath, Route, Wire};
-use crate::wire::{self, Endpoint};
+use crate::vocab::{CallPath, Route};
+use crate::wire::Endpoint;
 use crate::yaml::{self, YamlError};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -39,30 +37,17 @@ pub struct PoolConfig {
     pub state: Option<PathBuf>,
 }
 
-/// One provider. Absent timeouts and cooldowns take the defaults of spec/decisions.md,
-/// applied in `PoolConfig::endpoint` so this stays a plain copy of the file.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderConfig {
-    #[serde(default)]
-    pub wire: Wire,
-    pub base_url: String,
-    pub api_key_env: String,
-    #[serde(default)]
-    pub dialect: Option<Dialect>,
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
-    #[serde(default)]
-    pub first_token_timeout_ms: Option<u64>,
-    #[serde(default)]
-    pub stream_idle_ms: Option<u64>,
-    #[serde(default)]
-    pub cooldown_ms: Option<u64>,
-    #[serde(default)]
-    pub transient_cooldown_ms: Option<u64>,
-    /// The circuit breaker for this provider's routes; none when absent.
-    #[serde(default)]
-    pub breaker: Option<BreakerConfig>,
+crate::provider_settings! {
+    /// One provider: where it is, the variable that holds its key, and the provider
+    /// settings (wire, dialect, deadlines, cooldowns, breaker). Absent values take the
+    /// defaults of spec/decisions.md, applied by `route::ProviderSettings` so this stays
+    /// a plain copy of the file.
+    #[derive(Debug, Clone, PartialEq, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct ProviderConfig {
+        pub base_url: String,
+        pub api_key_env: String,
+    }
 }
 
 /// One route of a tier and the kind of call it serves.
@@ -72,14 +57,7 @@ pub struct TierEntry {
     pub path: CallPath,
 }
 
-/// Where a provider's dialect came from; `poolctl check` warns on `WireDefault`, since a
-/// guessed dialect can misread the provider's errors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DialectSource {
-    Explicit,
-    Inferred,
-    WireDefault,
-}
+pub use crate::route::DialectSource;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -302,24 +280,12 @@ impl PoolConfig {
                 provider: provider.to_string(),
                 var: p.api_key_env.clone(),
             })?;
-        let transient = Cooldowns::default().transient_cooldown_ms;
-        Ok(Endpoint {
-            provider: provider.to_string(),
-            wire: p.wire,
-            dialect: p.dialect().0,
-            base_url: p.base_url.clone(),
-            api_key: Secret::new(key),
-            timeout_ms: p.timeout_ms.unwrap_or(wire::DEFAULT_TIMEOUT_MS),
-            first_token_timeout_ms: p
-                .first_token_timeout_ms
-                .unwrap_or(wire::DEFAULT_FIRST_TOKEN_TIMEOUT_MS),
-            stream_idle_ms: p.stream_idle_ms.unwrap_or(wire::DEFAULT_STREAM_IDLE_MS),
-            cooldowns: Cooldowns {
-                cooldown_ms: p.cooldown_ms,
-                transient_cooldown_ms: p.transient_cooldown_ms.unwrap_or(transient),
-            },
-            breaker: p.breaker,
-        })
+        Ok(p.settings().endpoint(
+            provider,
+            p.base_url.clone(),
+            Secret::new(key),
+            Some(&p.base_url),
+        ))
     }
 
     /// The entries of tier `name`, each with its call path.
@@ -355,12 +321,42 @@ impl PoolConfig {
                 route: entry.route.clone(),
                 endpoint,
                 facts: self.models.get(&entry.route).copied().unwrap_or_default(),
+                policy: self.provider(provider)?.settings().policy(),
             });
         }
         Ok(Tier {
             name: name.to_string(),
+            path: self.tier_path(name)?,
             routes,
         })
+    }
+
+    /// The call path of tier `name`: its first entry's (`walk` and `probe` default to it).
+    pub fn tier_path(&self, name: &str) -> Result<CallPath, ConfigError> {
+        Ok(self
+            .tier_entries(name)?
+            .first()
+            .map(|e| e.path)
+            .unwrap_or_default())
+    }
+
+    /// Every tier resolved once, keys read from `env` once per provider: what a
+    /// long-running process (the gateway) builds at startup.
+    pub fn resolve(&self, env: &dyn Fn(&str) -> Option<String>) -> Pool {
+        let tiers = self
+            .tiers
+            .keys()
+            .map(|name| {
+                (
+                    name.clone(),
+                    self.tier(name, env).map_err(|e| e.to_string()),
+                )
+            })
+            .collect();
+        Pool {
+            tiers,
+            policies: self.policies.clone(),
+        }
     }
 
     /// Every route of every tier, once each, sorted.
@@ -393,13 +389,31 @@ impl PoolConfig {
 impl ProviderConfig {
     /// The explicit `dialect`, else the one the host implies, else the wire's own.
     pub fn dialect(&self) -> (Dialect, DialectSource) {
-        if let Some(d) = self.dialect {
-            (d, DialectSource::Explicit)
-        } else if let Some(d) = Dialect::infer_from_url(&self.base_url) {
-            (d, DialectSource::Inferred)
-        } else {
-            (Dialect::of_wire(self.wire), DialectSource::WireDefault)
+        self.settings().dialect(Some(&self.base_url))
+    }
+}
+
+/// A pool config resolved once: every tier built (or why it cannot be: a missing key),
+/// and the policy cards.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    tiers: BTreeMap<String, Result<Tier, String>>,
+    pub policies: BTreeMap<String, Policy>,
+}
+
+impl Pool {
+    /// Tier `name`, or why it could not be built.
+    pub fn tier(&self, name: &str) -> Result<&Tier, String> {
+        match self.tiers.get(name) {
+            Some(Ok(t)) => Ok(t),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(format!("unknown tier `{name}`")),
         }
+    }
+
+    /// The names of every tier, sorted.
+    pub fn tier_names(&self) -> impl Iterator<Item = &str> {
+        self.tiers.keys().map(String::as_str)
     }
 }
 

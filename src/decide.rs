@@ -58,6 +58,14 @@ pub struct Decision {
     pub why: Why,
 }
 
+impl Decision {
+    /// Row 6: the request ended because nothing was left to try (no approved live
+    /// route, or the budget), so the routes after this one count as passed over.
+    pub fn left_nothing(&self) -> bool {
+        matches!(self.why, Why::BudgetSpent | Why::NothingLeft)
+    }
+}
+
 /// The decision table, rows checked in order.
 pub fn decide(s: &Situation) -> Decision {
     let d = |action, row, why| Decision {

@@ -3,9 +3,11 @@
 //! offered again once a route of its tier is ready. The router decides `queue`; this
 //! queue only keeps what it was handed, in order.
 
+use crate::answer::Answer;
 use crate::policy::Policy;
 use crate::request::EmbedRequest;
-use crate::router::{CallOptions, Router, Tier};
+use crate::request::Request;
+use crate::router::{CallOptions, Called, Router, Tier};
 use crate::trace::Report;
 use crate::vocab::Outcome;
 use std::collections::VecDeque;
@@ -22,8 +24,12 @@ pub struct QueuedBatch {
 /// What became of a batch.
 #[derive(Debug)]
 pub enum Offered {
-    /// Embedded (or failed for good); the report says which.
-    Finished { id: u64, report: Report },
+    /// Embedded (or failed for good); the report says which, the answer holds the vectors.
+    Finished {
+        id: u64,
+        report: Report,
+        answer: Option<Answer>,
+    },
     /// Back at the tail of the queue.
     Queued { id: u64, report: Report },
 }
@@ -85,7 +91,7 @@ impl EmbedQueue {
         let mut out = Vec::new();
         let waiting = self.len();
         for _ in 0..waiting {
-            if !router.any_ready(tier) {
+            if !router.any_ready(tier).await {
                 break;
             }
             let Some(batch) = self.lock().pop_front() else {
@@ -103,9 +109,8 @@ impl EmbedQueue {
         policy: &Policy,
         mut batch: QueuedBatch,
     ) -> Offered {
-        let report = router
-            .embed(tier, &batch.request, CallOptions::new(policy))
-            .await;
+        let req = Request::Embed(batch.request.clone());
+        let Called { answer, report } = router.call(tier, &req, CallOptions::new(policy)).await;
         if report.outcome == Outcome::Queued {
             batch.tries.push(report.clone());
             let id = batch.id;
@@ -115,6 +120,7 @@ impl EmbedQueue {
             Offered::Finished {
                 id: batch.id,
                 report,
+                answer,
             }
         }
     }

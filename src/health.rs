@@ -132,9 +132,92 @@ pub fn transition(
     })
 }
 
+/// A change of health as data: what a store applies, atomically, to the state it
+/// replaces. Data rather than a closure, so that any store — a mutex, an SQLite
+/// transaction, a Redis script — runs the same rule, [`apply`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Transition {
+    /// An attempt succeeded: ready, unless retired (a success never un-retires).
+    Succeeded,
+    /// Cool until `until`, unless retired, or already cooling longer: the later `until`
+    /// wins.
+    Cool { until: UnixMs, reason: String },
+    /// Retire until an explicit restore.
+    Retire { reason: String },
+    /// An explicit restore (`poolctl restore`, `probe --apply` on a route it proved live):
+    /// ready, whatever the state was.
+    Restore,
+}
+
+impl Transition {
+    /// The transition that moves a route toward `target`, the health an attempt asks for
+    /// ([`transition`]'s answer).
+    pub fn toward(target: Health) -> Transition {
+        match target {
+            Health::Ready => Transition::Succeeded,
+            Health::Cooling { until, reason } => Transition::Cool { until, reason },
+            Health::Retired { reason } => Transition::Retire { reason },
+        }
+    }
+}
+
+/// The rule of spec/decisions.md: the health `t` leaves after `old`. Pure, so every store
+/// applies exactly this, under whatever atomicity it has.
+pub fn apply(old: &Health, t: &Transition) -> Health {
+    match (old, t) {
+        (_, Transition::Restore) => Health::Ready,
+        (_, Transition::Retire { reason }) => Health::Retired {
+            reason: reason.clone(),
+        },
+        (Health::Retired { .. }, Transition::Succeeded | Transition::Cool { .. }) => old.clone(),
+        (_, Transition::Succeeded) => Health::Ready,
+        (Health::Cooling { until: longer, .. }, Transition::Cool { until, .. })
+            if longer > until =>
+        {
+            old.clone()
+        }
+        (_, Transition::Cool { until, reason }) => Health::Cooling {
+            until: *until,
+            reason: reason.clone(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cool(until: UnixMs) -> Transition {
+        Transition::Cool {
+            until,
+            reason: "rate_limited".into(),
+        }
+    }
+
+    #[test]
+    fn a_success_never_unretires() {
+        let retired = Health::Retired {
+            reason: "auth".into(),
+        };
+        assert_eq!(apply(&retired, &Transition::Succeeded), retired);
+        assert_eq!(apply(&retired, &cool(5)), retired);
+        assert_eq!(apply(&retired, &Transition::Restore), Health::Ready);
+        let cooling = apply(&Health::Ready, &cool(5));
+        assert_eq!(apply(&cooling, &Transition::Succeeded), Health::Ready);
+    }
+
+    #[test]
+    fn the_later_cooling_wins() {
+        let long = apply(&Health::Ready, &cool(9_000));
+        assert_eq!(apply(&long, &cool(1_000)), long);
+        let longer = apply(&long, &cool(20_000));
+        assert_eq!(longer.until(), Some(20_000));
+        let retire = Transition::Retire {
+            reason: "quota".into(),
+        };
+        assert!(matches!(apply(&longer, &retire), Health::Retired { .. }));
+    }
     use crate::hint::HintSource;
 
     const NOW: UnixMs = 1_000_000;

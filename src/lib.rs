@@ -3,6 +3,7 @@
 //! config → router → wire → `UpstreamFailure` → `classify` → `decide` / `transition`
 //! → health store and attempt records → outcome.
 
+pub mod answer;
 pub mod breaker;
 pub mod budget;
 pub mod capability;
@@ -22,6 +23,7 @@ pub mod outcome;
 pub mod policy;
 pub mod probe;
 pub mod request;
+pub mod route;
 pub mod router;
 pub mod secret;
 pub mod serve;

@@ -7,11 +7,14 @@
 use crate::classify::classify;
 use crate::clock::{Stopwatch, UnixMs};
 use crate::failure::Headers;
+use crate::health::{transition, Health, Transition};
 use crate::request::{ChatRequest, EmbedRequest, RerankRequest};
-use crate::vocab::{CallPath, Class, Route};
+use crate::route::RoutePolicy;
+use crate::store::{HealthStore, StoreError};
+use crate::vocab::{Action, CallPath, Class, HealthState, Route};
 use crate::wire::{self, Endpoint};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
@@ -25,6 +28,8 @@ pub struct Target {
     pub route: Route,
     pub path: CallPath,
     pub endpoint: Arc<Endpoint>,
+    /// The route's cooldowns, for the transition `probe --apply` writes.
+    pub policy: RoutePolicy,
 }
 
 /// Rate-limit room a provider reported in its headers.
@@ -84,12 +89,90 @@ pub struct ProbeResult {
     pub request_id: Option<String>,
     pub headroom: Option<Headroom>,
     pub detail: Option<String>,
+    /// The health the router's own transition gives the route for what came back
+    /// (`None`: unchanged, the request's fault). Not printed: `probe --apply` writes it.
+    #[serde(skip)]
+    pub transition: Option<Health>,
 }
 
 impl ProbeResult {
     pub fn is_live(&self) -> bool {
         self.class == Class::Ok
     }
+
+    /// What `probe --apply` writes: the router's transition for what the probe saw —
+    /// so `quota_exhausted` with a stated reset instant cools until it rather than
+    /// retiring — and, for a retired route the probe proved live, an explicit restore
+    /// (a success alone never un-retires; spec/decisions.md).
+    pub fn apply_transition(&self, current: &Health, now: UnixMs) -> Option<Transition> {
+        if self.is_live() && current.state_at(now) == HealthState::Retired {
+            return Some(Transition::Restore);
+        }
+        self.transition.clone().map(Transition::toward)
+    }
+}
+
+/// One tier's probe (spec/cli.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct TierProbe {
+    pub tier: String,
+    pub live: usize,
+    pub first_live: Option<Route>,
+    pub routes: Vec<ProbeResult>,
+}
+
+impl TierProbe {
+    /// A tier's results, in chain order.
+    pub fn of(tier: &str, routes: Vec<ProbeResult>) -> Self {
+        TierProbe {
+            tier: tier.to_string(),
+            live: routes.iter().filter(|r| r.is_live()).count(),
+            first_live: routes.iter().find(|r| r.is_live()).map(|r| r.route.clone()),
+            routes,
+        }
+    }
+
+    /// The tier's last route is not live: the chain has no real fallback at its end.
+    pub fn dead_tail(&self) -> bool {
+        self.routes.last().is_some_and(|r| !r.is_live())
+    }
+}
+
+/// Writes what the probe proved, through the same atomic transition as the router.
+/// Returns one line per route it changed.
+pub async fn apply(
+    store: &dyn HealthStore,
+    results: &[ProbeResult],
+    now: UnixMs,
+) -> Result<Vec<String>, StoreError> {
+    let mut seen: BTreeMap<&Route, ()> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for r in results {
+        if seen.insert(&r.route, ()).is_some() {
+            continue;
+        }
+        let current = store.get(&r.route).await?;
+        let Some(t) = r.apply_transition(&current, now) else {
+            continue;
+        };
+        let (old, new) = store.apply(&r.route, t).await?;
+        if old == new {
+            continue;
+        }
+        lines.push(match &new {
+            Health::Retired { reason } => format!("{} retired ({reason})", r.route),
+            Health::Cooling { until, reason } => format!(
+                "{} cooling for {} s ({reason})",
+                r.route,
+                ((until - now).max(0) as u64).div_ceil(1000)
+            ),
+            Health::Ready if old.state_at(now) == HealthState::Retired => {
+                format!("{} restored (answered)", r.route)
+            }
+            Health::Ready => format!("{} ready (answered)", r.route),
+        });
+    }
+    Ok(lines)
 }
 
 /// Sends one minimal request of `target`'s path and classifies the answer.
@@ -143,6 +226,7 @@ pub async fn probe_one(
             request_id,
             headroom: headroom(&headers),
             detail: None,
+            transition: Some(Health::Ready),
         },
         Err(f) => {
             let verdict = classify(endpoint.dialect, &f, now);
@@ -161,6 +245,15 @@ pub async fn probe_one(
                 request_id: f.headers.request_id().map(str::to_string),
                 headroom: headroom(&f.headers),
                 detail: Some(detail.chars().take(160).collect()).filter(|d: &String| !d.is_empty()),
+                // As if the router left the route after this attempt (no retry).
+                transition: transition(
+                    verdict.class,
+                    Action::Fallback,
+                    verdict.hint,
+                    None,
+                    target.policy.cooldowns,
+                    now,
+                ),
             }
         }
     }

@@ -1,7 +1,42 @@
 //! What a caller asks the router for, independent of any wire.
 
 use crate::conversation::{Conversation, ToolSpec, Turn};
+use crate::vocab::CallPath;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// How urgent a request is (admission control orders and sheds by it).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    #[default]
+    Interactive,
+    Retry,
+    Background,
+    Speculative,
+}
+
+/// Sampling controls a caller may set; `None` / empty leaves the provider's default.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sampling {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub stop: Vec<String>,
+    pub seed: Option<i64>,
+}
+
+/// Which tool the model must (or must not) call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    Auto,
+    None,
+    /// Some tool, the model picks which.
+    Required,
+    /// This tool, by name.
+    Tool(String),
+}
 
 /// A chat request in canonical form: the whole conversation (system prompt, user and
 /// assistant turns, tool calls and results) and the tools offered. Each wire renders it
@@ -10,12 +45,23 @@ use serde::{Deserialize, Serialize};
 pub struct ChatRequest {
     pub conversation: Conversation,
     pub tools: Vec<ToolSpec>,
-    pub max_tokens: u32,
+    pub tool_choice: Option<ToolChoice>,
+    /// The answer's length cap; `None` leaves the provider's default (Anthropic, which
+    /// requires one, gets [`ANTHROPIC_DEFAULT_MAX_TOKENS`]).
+    pub max_tokens: Option<u32>,
+    pub sampling: Sampling,
+    /// A JSON Schema the answer must satisfy (`response_format: json_schema`).
+    pub json_schema: Option<serde_json::Value>,
+    /// The end user, for the provider's abuse monitoring.
+    pub user: Option<String>,
+    /// Caller tags passed through where the wire has a place for them.
+    pub metadata: BTreeMap<String, String>,
     /// The prompt size to plan with, when the caller knows better than a character count.
     pub token_estimate: Option<u64>,
-    /// A JSON Schema the answer must satisfy (`generateObject`-style requests).
-    pub json_schema: Option<serde_json::Value>,
 }
+
+/// Anthropic requires `max_tokens`; this is sent when the caller set none.
+pub const ANTHROPIC_DEFAULT_MAX_TOKENS: u32 = 4096;
 
 impl ChatRequest {
     /// One short user message.
@@ -26,9 +72,13 @@ impl ChatRequest {
                 turns: vec![Turn::User { text: text.into() }],
             },
             tools: Vec::new(),
-            max_tokens,
-            token_estimate: None,
+            tool_choice: None,
+            max_tokens: Some(max_tokens),
+            sampling: Sampling::default(),
             json_schema: None,
+            user: None,
+            metadata: BTreeMap::new(),
+            token_estimate: None,
         }
     }
 
@@ -54,7 +104,7 @@ impl ChatRequest {
         let text = turns + c.system.as_deref().map(estimate_tokens).unwrap_or(0);
         crate::capability::Needs {
             prompt_tokens: self.token_estimate.unwrap_or(text),
-            max_output_tokens: self.max_tokens as u64,
+            max_output_tokens: self.max_tokens.unwrap_or(0) as u64,
             tools: !self.tools.is_empty(),
             json_schema: self.json_schema.is_some(),
             streaming,
@@ -100,9 +150,43 @@ impl RerankRequest {
     }
 }
 
+/// One request of any path: what [`crate::router::Router::call`] takes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    Chat(ChatRequest),
+    /// A chat answered as a stream: deltas reach `CallOptions::on_event` as they arrive.
+    Stream(ChatRequest),
+    Embed(EmbedRequest),
+    Rerank(RerankRequest),
+}
+
+impl Request {
+    pub fn path(&self) -> CallPath {
+        match self {
+            Request::Chat(_) => CallPath::Chat,
+            Request::Stream(_) => CallPath::Stream,
+            Request::Embed(_) => CallPath::Embed,
+            Request::Rerank(_) => CallPath::Rerank,
+        }
+    }
+
+    /// What this request needs from a route.
+    pub fn needs(&self) -> crate::capability::Needs {
+        match self {
+            Request::Chat(c) => c.needs(false),
+            Request::Stream(c) => c.needs(true),
+            Request::Embed(e) => e.needs(),
+            Request::Rerank(r) => r.needs(),
+        }
+    }
+}
+
 /// Token counts of one call, as the provider reported them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Prompt tokens served from the provider's cache, where the wire reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
 }

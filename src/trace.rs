@@ -59,9 +59,12 @@ pub struct AttemptRecord {
     pub workflow: Option<String>,
     /// The route the request asked for (the head of its chain).
     pub requested_route: Route,
-    /// Why this route was chosen: `primary`, `fallback`, `retry`, `session affinity`,
-    /// `half-open trial`.
-    pub chosen: &'static str,
+    /// Why this route was chosen.
+    pub chosen: Chosen,
+    /// Request fields this route's wire cannot express, so they were not sent
+    /// (Anthropic has no `seed`, ...).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
     /// Tokens the provider reported, when it answered.
     pub tokens: Option<Usage>,
     /// Estimated cost of this call (0 without a price table).
@@ -69,6 +72,44 @@ pub struct AttemptRecord {
     /// When this attempt opened the route's circuit breaker: until when.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub breaker_open_until: Option<UnixMs>,
+}
+
+/// Why an attempt went to its route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Chosen {
+    /// The head of the chain.
+    #[serde(rename = "primary")]
+    Primary,
+    /// A later route, after the ones before it failed or were passed over.
+    #[serde(rename = "fallback")]
+    Fallback,
+    /// The same route again, after a wait.
+    #[serde(rename = "retry")]
+    Retry,
+    /// The route that last served this session.
+    #[serde(rename = "session affinity")]
+    SessionAffinity,
+    /// The one trial call a half-open breaker lets through.
+    #[serde(rename = "half-open trial")]
+    HalfOpenTrial,
+}
+
+impl Chosen {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Chosen::Primary => "primary",
+            Chosen::Fallback => "fallback",
+            Chosen::Retry => "retry",
+            Chosen::SessionAffinity => "session affinity",
+            Chosen::HalfOpenTrial => "half-open trial",
+        }
+    }
+}
+
+impl std::fmt::Display for Chosen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Why a route was passed over without a call.
@@ -128,14 +169,9 @@ pub struct Report {
     pub outcome: Outcome,
     pub reason: Option<Reason>,
     pub served_by: Option<Route>,
-    /// The text the caller received (a stream: everything delivered, even when interrupted).
+    /// The text the caller received (a stream: everything delivered, even when
+    /// interrupted). The whole answer is in [`crate::answer::Answer`].
     pub text: Option<String>,
-    /// Rerank: document indices, best first (the recall order when degraded).
-    pub ranking: Option<Vec<usize>>,
-    /// Embeddings: one vector per input. Not serialized: traces carry what happened, not payloads.
-    #[serde(skip)]
-    pub embeddings: Option<Vec<Vec<f32>>>,
-    pub usage: Option<Usage>,
     pub attempts: Vec<AttemptRecord>,
     pub skipped: Vec<Skip>,
     pub waits_ms: Vec<u64>,

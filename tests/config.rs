@@ -289,8 +289,10 @@ fn endpoint_applies_the_file_and_the_defaults() {
     let a = c.endpoint("a", &keys).unwrap();
     assert_eq!((a.wire, a.dialect), (Wire::Anthropic, Dialect::Anthropic));
     assert_eq!(a.base_url, "https://api.anthropic.com");
-    assert_eq!(a.cooldowns.cooldown_ms, Some(7_000));
-    assert_eq!(a.cooldowns.transient_cooldown_ms, 900);
+    // Cooldowns are routing policy: they sit on the tier's routes, not the endpoint.
+    let tier = c.tier("t", &keys).unwrap();
+    assert_eq!(tier.routes[0].policy.cooldowns.cooldown_ms, Some(7_000));
+    assert_eq!(tier.routes[0].policy.cooldowns.transient_cooldown_ms, 900);
     let b = c.endpoint("b", &keys).unwrap();
     assert_eq!(b.wire, Wire::OpenAi);
     assert_eq!(b.timeout_ms, poolctl::wire::DEFAULT_TIMEOUT_MS);
@@ -299,7 +301,10 @@ fn endpoint_applies_the_file_and_the_defaults() {
         poolctl::wire::DEFAULT_FIRST_TOKEN_TIMEOUT_MS
     );
     assert_eq!(b.stream_idle_ms, poolctl::wire::DEFAULT_STREAM_IDLE_MS);
-    assert_eq!(b.cooldowns, poolctl::health::Cooldowns::default());
+    assert_eq!(
+        tier.routes[1].policy.cooldowns,
+        poolctl::health::Cooldowns::default()
+    );
 }
 
 #[test]

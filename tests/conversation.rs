@@ -87,16 +87,16 @@ fn modulo_ids(c: &Conversation) -> Conversation {
     out
 }
 
-fn via_openai(c: &Conversation) -> Result<Conversation, String> {
+fn via_openai(c: &Conversation) -> Result<Conversation, CodecError> {
     from_openai_messages(&openai_messages(c))
 }
 
-fn via_anthropic(c: &Conversation) -> Result<Conversation, String> {
+fn via_anthropic(c: &Conversation) -> Result<Conversation, CodecError> {
     let (system, messages) = anthropic_request_parts(c);
     from_anthropic(system.as_deref(), &messages)
 }
 
-fn via_gemini(c: &Conversation) -> Result<Conversation, String> {
+fn via_gemini(c: &Conversation) -> Result<Conversation, CodecError> {
     let (system, contents) = gemini_request_parts(c);
     from_gemini(system.as_ref(), &contents)
 }
@@ -394,8 +394,8 @@ fn reads_foreign_histories_that_the_renderers_never_produce() {
     );
 }
 
-fn err<T: std::fmt::Debug>(r: Result<T, String>) -> String {
-    r.expect_err("expected an error")
+fn err<T: std::fmt::Debug>(r: Result<T, CodecError>) -> String {
+    r.expect_err("expected an error").to_string()
 }
 
 #[test]

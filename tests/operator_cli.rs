@@ -3,7 +3,7 @@
 
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::scenario::{Body, Reply};
-use poolctl::health::Health;
+use poolctl::health::{Health, Transition};
 use poolctl::store::{HealthStore, SqliteStore};
 use poolctl::vocab::{CallPath, Route, Wire};
 use serde_json::{json, Value};
@@ -13,6 +13,25 @@ use std::process::Output;
 const KEY_VAR: &str = "POOLCTL_TEST_KEY";
 /// A key value that must never appear in any output, log or state file.
 const SENTINEL_KEY: &str = "sk-SENTINEL-7f3a9c-never-print-me";
+
+/// Runs a store future to its end outside the test's runtime: the store answers from its
+/// own thread, so any executor will do.
+fn block_on<F>(f: F) -> F::Output
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(f)
+        })
+        .join()
+        .unwrap()
+    })
+}
 
 fn route(s: &str) -> Route {
     Route::parse(s).unwrap()
@@ -200,17 +219,23 @@ async fn probe_apply_retires_and_restores() {
     // Without --apply nothing changes.
     poolctl(&config, &["probe"]).await;
     let store = SqliteStore::open(&dir.path().join(".poolctl/state.db")).unwrap();
-    assert_eq!(store.get(&route("dash/dead")).unwrap(), Health::Ready);
+    assert_eq!(
+        block_on(store.get(&route("dash/dead"))).unwrap(),
+        Health::Ready
+    );
     let o = poolctl(&config, &["probe", "--apply"]).await;
     assert!(out(&o).contains("dash/dead retired (quota)"), "{}", out(&o));
     assert!(out(&o).contains("dash/live restored"), "{}", out(&o));
     assert_eq!(
-        store.get(&route("dash/dead")).unwrap(),
+        block_on(store.get(&route("dash/dead"))).unwrap(),
         Health::Retired {
             reason: "quota".into()
         }
     );
-    assert_eq!(store.get(&route("dash/live")).unwrap(), Health::Ready);
+    assert_eq!(
+        block_on(store.get(&route("dash/live"))).unwrap(),
+        Health::Ready
+    );
 }
 
 /// Seed 002's verification: retire the primary by force and walk a ten-route chain to
@@ -469,13 +494,13 @@ async fn concurrent_processes_lose_no_update() {
         assert_eq!(o.status.code(), Some(0), "{}", out(o));
     }
     let store = SqliteStore::open(&dir.path().join(".poolctl/state.db")).unwrap();
-    let stored = store.list().unwrap();
+    let stored = block_on(store.list()).unwrap();
     assert_eq!(stored.len(), 40);
     assert!(stored.iter().all(|(_, h)| *h
         == Health::Retired {
             reason: "load test".into()
         }));
-    assert_eq!(store.integrity_check().unwrap(), "ok");
+    assert_eq!(block_on(store.integrity_check()).unwrap(), "ok");
 }
 
 /// The child half of the SIGKILL test: writes health changes as fast as it can, forever,
@@ -490,17 +515,17 @@ fn store_hammer_child() {
     let routes: Vec<Route> = (0..50).map(|i| route(&format!("h/m{i}"))).collect();
     for n in 0u64.. {
         let r = &routes[(n % 50) as usize];
-        let h = match n % 3 {
-            0 => Health::Retired {
+        let t = match n % 3 {
+            0 => Transition::Retire {
                 reason: format!("write {n}"),
             },
-            1 => Health::Cooling {
+            1 => Transition::Cool {
                 until: n as i64,
                 reason: "hammer".into(),
             },
-            _ => Health::Ready,
+            _ => Transition::Restore,
         };
-        store.set(r, h).unwrap();
+        block_on(store.apply(r, t)).unwrap();
         if n % 200 == 0 {
             println!("wrote {n}");
         }
@@ -536,8 +561,12 @@ async fn a_writer_killed_mid_stream_leaves_the_store_valid() {
         let status = child.wait().await.unwrap();
         assert!(!status.success());
         let store = SqliteStore::open(&db).unwrap();
-        assert_eq!(store.integrity_check().unwrap(), "ok", "round {round}");
-        let listed = store.list().unwrap();
+        assert_eq!(
+            block_on(store.integrity_check()).unwrap(),
+            "ok",
+            "round {round}"
+        );
+        let listed = block_on(store.list()).unwrap();
         assert!(listed.len() <= 50);
     }
 }

@@ -2,6 +2,7 @@
 //! text over as it arrives and never splice; a stall ends on its deadline; embedding
 //! batches queue and come back; rerank degrades to the recall order.
 
+use poolctl::answer::StreamEvent;
 use poolctl::clock::{Clock, ManualClock, Stopwatch};
 use poolctl::embed_queue::{EmbedQueue, Offered};
 use poolctl::harness::mock::MockServer;
@@ -10,9 +11,10 @@ use poolctl::harness::runner::{
 };
 use poolctl::harness::scenario::Scenario;
 use poolctl::policy::Policy;
-use poolctl::request::EmbedRequest;
-use poolctl::router::{CallOptions, Router, Tier};
+use poolctl::request::{EmbedRequest, Request};
+use poolctl::router::{CallOptions, Called, Router, Tier};
 use poolctl::store::MemoryStore;
+use poolctl::trace::Report;
 use poolctl::vocab::{Action, Class, Outcome, Route};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -23,6 +25,20 @@ struct Rig {
     tier: Tier,
     router: Router,
     clock: Arc<ManualClock>,
+}
+
+/// Streams the scenario prompt down the rig's tier, each event to `sink`.
+async fn stream(
+    rig: &Rig,
+    policy: &Policy,
+    sink: &(dyn Fn(StreamEvent<'_>) + Send + Sync),
+) -> Report {
+    let opts = CallOptions {
+        on_event: Some(sink),
+        ..CallOptions::new(policy)
+    };
+    let req = Request::Stream(scenario_chat_request());
+    rig.router.call(&rig.tier, &req, opts).await.report
 }
 
 /// A chain from scenario YAML (only `chain` matters), served by real mocks.
@@ -66,17 +82,13 @@ expect: { outcome: interrupted }
 "#)
     .await;
     let got = Mutex::new(String::new());
-    let sink = |t: &str| got.lock().unwrap().push_str(t);
+    let sink = |ev: StreamEvent<'_>| {
+        if let StreamEvent::Text(t) = ev {
+            got.lock().unwrap().push_str(t)
+        }
+    };
     let policy = Policy::default();
-    let report = rig
-        .router
-        .stream(
-            &rig.tier,
-            &scenario_chat_request(),
-            CallOptions::new(&policy),
-            &sink,
-        )
-        .await;
+    let report = stream(&rig, &policy, &sink).await;
     assert_eq!(report.outcome, Outcome::Interrupted);
     assert_eq!(*got.lock().unwrap(), "The answer is 4");
     assert_eq!(report.text.as_deref(), Some("The answer is 4"));
@@ -105,17 +117,13 @@ expect: { outcome: success }
     .await;
     let sw = Stopwatch::start();
     let arrivals = Mutex::new(Vec::new());
-    let sink = |t: &str| arrivals.lock().unwrap().push((t.to_string(), sw.elapsed()));
+    let sink = |ev: StreamEvent<'_>| {
+        if let StreamEvent::Text(t) = ev {
+            arrivals.lock().unwrap().push((t.to_string(), sw.elapsed()))
+        }
+    };
     let policy = Policy::default();
-    let report = rig
-        .router
-        .stream(
-            &rig.tier,
-            &scenario_chat_request(),
-            CallOptions::new(&policy),
-            &sink,
-        )
-        .await;
+    let report = stream(&rig, &policy, &sink).await;
     assert_eq!(report.outcome, Outcome::Success);
     let arrivals = arrivals.into_inner().unwrap();
     assert_eq!(arrivals.len(), 3);
@@ -140,15 +148,7 @@ expect: { outcome: interrupted }
     .await;
     let policy = Policy::default();
     let sw = Stopwatch::start();
-    let report = rig
-        .router
-        .stream(
-            &rig.tier,
-            &scenario_chat_request(),
-            CallOptions::new(&policy),
-            &|_| {},
-        )
-        .await;
+    let report = stream(&rig, &policy, &|_| {}).await;
     let took = sw.elapsed();
     assert_eq!(report.outcome, Outcome::Interrupted);
     assert_eq!(report.text.as_deref(), Some("partial"));
@@ -173,15 +173,7 @@ expect: { outcome: failed }
     .await;
     let policy = Policy::default();
     let sw = Stopwatch::start();
-    let report = rig
-        .router
-        .stream(
-            &rig.tier,
-            &scenario_chat_request(),
-            CallOptions::new(&policy),
-            &|_| {},
-        )
-        .await;
+    let report = stream(&rig, &policy, &|_| {}).await;
     let took = sw.elapsed();
     assert_eq!(report.attempts[0].class, Class::Timeout);
     assert_eq!(report.outcome, Outcome::Failed);
@@ -224,9 +216,9 @@ expect: { outcome: queued }
     rig.clock.advance(30_000);
     let offered = queue.drain(&rig.router, &rig.tier, &policy).await;
     match &offered[..] {
-        [Offered::Finished { report, .. }] => {
+        [Offered::Finished { report, answer, .. }] => {
             assert_eq!(report.outcome, Outcome::Success);
-            let vectors = report.embeddings.as_ref().unwrap();
+            let vectors = answer.as_ref().unwrap().embeddings.as_ref().unwrap();
             assert_eq!(vectors.len(), 2);
         }
         other => panic!("{other:?}"),
@@ -249,22 +241,23 @@ expect: { outcome: degraded }
     .await;
     let policy = Policy::default();
     let req = scenario_rerank_request();
-    let report = rig
+    let req = Request::Rerank(req);
+    let Called { answer, report } = rig
         .router
-        .rerank(&rig.tier, &req, CallOptions::new(&policy))
+        .call(&rig.tier, &req, CallOptions::new(&policy))
         .await;
     assert_eq!(report.outcome, Outcome::Degraded);
-    assert_eq!(report.ranking, Some(vec![0, 1, 2]));
+    assert_eq!(answer.unwrap().ranking, Some(vec![0, 1, 2]));
     assert_eq!(report.attempts.last().unwrap().action, Action::Degrade);
 
     // A working reranker changes the order (the mock ranks in reverse).
     let ok = rig_ok().await;
-    let report = ok
+    let Called { answer, report } = ok
         .router
-        .rerank(&ok.tier, &req, CallOptions::new(&policy))
+        .call(&ok.tier, &req, CallOptions::new(&policy))
         .await;
     assert_eq!(report.outcome, Outcome::Success);
-    assert_eq!(report.ranking, Some(vec![2, 1, 0]));
+    assert_eq!(answer.unwrap().ranking, Some(vec![2, 1, 0]));
 }
 
 async fn rig_ok() -> Rig {

@@ -7,7 +7,7 @@ use poolctl::harness::compare::{HealthView, Mismatch};
 use poolctl::harness::runner::{RequestRun, ScenarioRun};
 use poolctl::health::Health;
 use poolctl::probe::{Headroom, ProbeResult};
-use poolctl::trace::{AttemptRecord, HealthChange, Report, Skip, SkipWhy, Step};
+use poolctl::trace::{AttemptRecord, Chosen, HealthChange, Report, Skip, SkipWhy, Step};
 use poolctl::vocab::{Action, CallPath, Class, HealthState, Outcome, Reason, Route};
 use std::collections::BTreeMap;
 
@@ -38,7 +38,8 @@ fn attempt(
         detail: None,
         workflow: None,
         requested_route: route(r),
-        chosen: "fallback",
+        chosen: Chosen::Fallback,
+        dropped: Vec::new(),
         tokens: None,
         cost_usd: 0.0,
         breaker_open_until: None,
@@ -60,9 +61,6 @@ fn report(
             .filter(|a| a.class == Class::Ok)
             .map(|a| a.route.clone()),
         text: Some("OK".into()).filter(|_| outcome == Outcome::Success),
-        ranking: None,
-        embeddings: None,
-        usage: None,
         attempts,
         skipped,
         waits_ms: vec![],
@@ -184,6 +182,7 @@ fn probe_tier_with_a_dead_tail() {
             tokens_limit: Some(100000),
         }),
         detail: None,
+        transition: None,
     };
     let dead = ProbeResult {
         route: route("dashscope/qwen3.8-max"),
@@ -194,6 +193,7 @@ fn probe_tier_with_a_dead_tail() {
         request_id: None,
         headroom: None,
         detail: Some("The free tier of the model has been exhausted.".into()),
+        transition: None,
     };
     let t = TierProbe {
         tier: "high".into(),

@@ -8,9 +8,11 @@ use poolctl::conversation::{Conversation, ToolCall, ToolSpec, Turn};
 use poolctl::dialect::Dialect;
 use poolctl::policy::Policy;
 use poolctl::request::ChatRequest;
+use poolctl::request::Request;
 use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
 use poolctl::secret::Secret;
 use poolctl::store::MemoryStore;
+use poolctl::trace::Chosen;
 use poolctl::vocab::{Outcome, Route, Wire};
 use poolctl::wire::Endpoint;
 use serde_json::json;
@@ -30,11 +32,10 @@ fn spec(server: &MockServer, route: &str, wire: Wire, base: &str) -> RouteSpec {
             timeout_ms: 5_000,
             first_token_timeout_ms: 5_000,
             stream_idle_ms: 5_000,
-            cooldowns: Default::default(),
-            breaker: None,
         }),
         route,
         facts: Default::default(),
+        policy: Default::default(),
     }
 }
 
@@ -127,6 +128,7 @@ async fn a_session_sticks_and_moves_with_its_whole_history() {
 
     let tier = Tier {
         name: "t".into(),
+        path: poolctl::vocab::CallPath::Chat,
         routes: vec![
             spec(&server, "a/gpt", Wire::OpenAi, "/a/v1"),
             spec(&server, "b/claude", Wire::Anthropic, "/b"),
@@ -146,16 +148,16 @@ async fn a_session_sticks_and_moves_with_its_whole_history() {
         session: Some("s1"),
         ..CallOptions::new(&policy)
     };
-    let req = history();
+    let req = Request::Chat(history());
 
-    let first = router.chat(&tier, &req, opts).await;
+    let first = router.call(&tier, &req, opts).await.report;
     assert_eq!(
         (first.outcome, first.served_by.as_ref().map(Route::as_str)),
         (Outcome::Success, Some("a/gpt"))
     );
 
     // The primary is overloaded: the session moves, its history re-sent in Anthropic's format.
-    let second = router.chat(&tier, &req, opts).await;
+    let second = router.call(&tier, &req, opts).await.report;
     assert_eq!(
         second.served_by.as_ref().map(Route::as_str),
         Some("b/claude"),
@@ -169,12 +171,12 @@ async fn a_session_sticks_and_moves_with_its_whole_history() {
 
     // The primary's cooling ends; the session stays where it is while that route is ready.
     clock.advance(60_000);
-    let third = router.chat(&tier, &req, opts).await;
+    let third = router.call(&tier, &req, opts).await.report;
     assert_eq!(
         third.served_by.as_ref().map(Route::as_str),
         Some("b/claude")
     );
     assert_eq!(third.attempts.len(), 1);
-    assert_eq!(third.attempts[0].chosen, "session affinity");
+    assert_eq!(third.attempts[0].chosen, Chosen::SessionAffinity);
     assert_eq!(third.attempts[0].requested_route.as_str(), "a/gpt");
 }

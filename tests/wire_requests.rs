@@ -2,7 +2,6 @@
 //! fields — checked by an independent HTTP mock (wiremock), not by poolctl's own mocks.
 
 use poolctl::dialect::Dialect;
-use poolctl::health::Cooldowns;
 use poolctl::request::{ChatRequest, EmbedRequest, RerankRequest};
 use poolctl::secret::Secret;
 use poolctl::vocab::Wire;
@@ -21,8 +20,6 @@ fn endpoint(server: &MockServer, wire: Wire, base_suffix: &str) -> Endpoint {
         timeout_ms: 5_000,
         first_token_timeout_ms: 5_000,
         stream_idle_ms: 5_000,
-        cooldowns: Cooldowns::default(),
-        breaker: None,
     }
 }
 

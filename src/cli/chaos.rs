@@ -3,14 +3,12 @@
 
 use super::exit::Exit;
 use super::render;
-use crate::harness::runner::{run_scenario, ScenarioRun};
-use crate::harness::scenario::{discover, Scenario};
-use crate::yaml::YamlError;
+use crate::harness::runner::ScenarioRun;
+use crate::harness::scenario::Scenario;
+use crate::harness::suite::{load_all, run_all};
 use clap::Args;
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 #[derive(Debug, Args)]
 pub struct ChaosArgs {
@@ -35,51 +33,6 @@ fn default_jobs() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
-}
-
-/// Loads every scenario under `paths`; returns them, or every load error.
-pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Scenario>, Vec<YamlError>> {
-    let files = discover(paths).map_err(|e| vec![e])?;
-    if files.is_empty() {
-        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-        return Err(vec![YamlError::new(
-            &paths[0],
-            format!(
-                "no scenario files (*.yaml, *.yml) under {}",
-                shown.join(", ")
-            ),
-        )]);
-    }
-    let mut errors = Vec::new();
-    let mut scenarios: Vec<Scenario> = Vec::new();
-    let mut names: BTreeMap<String, PathBuf> = BTreeMap::new();
-    for file in files {
-        match Scenario::load(&file) {
-            Ok(s) => {
-                if let Some(first) = names.insert(s.name.clone(), file.clone()) {
-                    errors.push(
-                        YamlError::new(
-                            &file,
-                            format!(
-                                "scenario name `{}` is already used by {}",
-                                s.name,
-                                first.display()
-                            ),
-                        )
-                        .at_field("name"),
-                    );
-                } else {
-                    scenarios.push(s);
-                }
-            }
-            Err(e) => errors.push(e),
-        }
-    }
-    if errors.is_empty() {
-        Ok(scenarios)
-    } else {
-        Err(errors)
-    }
 }
 
 pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
@@ -120,7 +73,13 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
         );
         bar
     });
-    let runs = run_all(selected, args.jobs.max(1), progress.as_ref()).await;
+    let bump = |r: &ScenarioRun| {
+        if let Some(bar) = &progress {
+            bar.inc(1);
+            bar.set_message(r.name.clone());
+        }
+    };
+    let runs = run_all(selected, args.jobs.max(1), &bump).await;
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
@@ -144,45 +103,4 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Failed
     })
-}
-
-/// Runs scenarios `jobs` at a time, in file order in the result. A scenario whose task
-/// dies counts as failed, never as passed.
-pub async fn run_all(
-    scenarios: Vec<Scenario>,
-    jobs: usize,
-    progress: Option<&indicatif::ProgressBar>,
-) -> Vec<ScenarioRun> {
-    let client = crate::wire::http_client();
-    let limit = Arc::new(tokio::sync::Semaphore::new(jobs));
-    let handles: Vec<_> = scenarios
-        .into_iter()
-        .map(|s| {
-            let client = client.clone();
-            let limit = limit.clone();
-            let (name, file) = (s.name.clone(), s.file.clone());
-            let handle = tokio::spawn(async move {
-                let _permit = limit.acquire_owned().await.expect("never closed");
-                run_scenario(&s, &client).await
-            });
-            (name, file, handle)
-        })
-        .collect();
-    let mut runs = Vec::with_capacity(handles.len());
-    for (name, file, handle) in handles {
-        let run = handle.await.unwrap_or_else(|e| ScenarioRun {
-            file,
-            name: name.clone(),
-            passed: false,
-            requests: Vec::new(),
-            wall_ms: 0.0,
-            error: Some(format!("the scenario task died: {e}")),
-        });
-        if let Some(bar) = progress {
-            bar.inc(1);
-            bar.set_message(name);
-        }
-        runs.push(run);
-    }
-    runs
 }

@@ -5,7 +5,7 @@ use super::context::{load_config, open_store};
 use super::exit::Exit;
 use super::{render, ConfigArg};
 use crate::clock::wall_now_ms;
-use crate::health::Health;
+use crate::health::{Health, Transition};
 use crate::store::HealthStore;
 use crate::vocab::Route;
 use clap::Args;
@@ -39,16 +39,14 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-pub fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
+pub async fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let route = config.find_route(&args.route)?;
     let store = open_store(&config)?;
-    store.set(
-        &route,
-        Health::Retired {
-            reason: args.reason.clone(),
-        },
-    )?;
+    let retire = Transition::Retire {
+        reason: args.reason.clone(),
+    };
+    store.apply(&route, retire).await?;
     println!(
         "{route} retired ({}) in {}",
         args.reason,
@@ -57,12 +55,11 @@ pub fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-pub fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
+pub async fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let route = config.find_route(&args.route)?;
     let store = open_store(&config)?;
-    let before = store.get(&route)?;
-    store.set(&route, Health::Ready)?;
+    let (before, _) = store.apply(&route, Transition::Restore).await?;
     let was = match before {
         Health::Ready => "was already ready".to_string(),
         Health::Cooling { reason, .. } => format!("was cooling ({reason})"),
@@ -73,7 +70,7 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
 }
 
 /// Every route the config names, plus any the store knows that the config no longer does.
-pub fn status(args: StatusArgs) -> anyhow::Result<Exit> {
+pub async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let store = open_store(&config)?;
     let mut all: BTreeMap<Route, Health> = config
@@ -81,7 +78,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<Exit> {
         .into_iter()
         .map(|r| (r, Health::Ready))
         .collect();
-    all.extend(store.list()?);
+    all.extend(store.list().await?);
     let rows: Vec<(Route, Health)> = all.into_iter().collect();
     let now = wall_now_ms();
     if args.json {

@@ -5,13 +5,8 @@ use super::context::{env_key, load_config, open_store};
 use super::exit::Exit;
 use super::{render, ConfigArg};
 use crate::clock::wall_now_ms;
-use crate::health::Health;
-use crate::probe::{probe_all, ProbeResult, Target, DEFAULT_CONCURRENCY, PER_PROVIDER};
-use crate::store::HealthStore;
-use crate::vocab::{Class, HealthState, Route};
+use crate::probe::{apply, probe_all, ProbeResult, Target, DEFAULT_CONCURRENCY, PER_PROVIDER};
 use clap::Args;
-use serde::Serialize;
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 
 #[derive(Debug, Args)]
@@ -36,21 +31,7 @@ pub struct ProbeArgs {
     pub apply: bool,
 }
 
-/// One tier's probe (spec/cli.md).
-#[derive(Debug, Clone, Serialize)]
-pub struct TierProbe {
-    pub tier: String,
-    pub live: usize,
-    pub first_live: Option<Route>,
-    pub routes: Vec<ProbeResult>,
-}
-
-impl TierProbe {
-    /// The tier's last route is not live: the chain has no real fallback at its end.
-    pub fn dead_tail(&self) -> bool {
-        self.routes.last().is_some_and(|r| !r.is_live())
-    }
-}
+pub use crate::probe::TierProbe;
 
 pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
@@ -72,6 +53,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
                 route: spec.route.clone(),
                 path: entry.path,
                 endpoint: spec.endpoint.clone(),
+                policy: spec.policy,
             })
             .collect();
         plan.push((name.clone(), targets));
@@ -133,12 +115,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
                     results[i].clone()
                 })
                 .collect();
-            TierProbe {
-                tier: name.clone(),
-                live: routes.iter().filter(|r| r.is_live()).count(),
-                first_live: routes.iter().find(|r| r.is_live()).map(|r| r.route.clone()),
-                routes,
-            }
+            TierProbe::of(name, routes)
         })
         .collect();
 
@@ -156,7 +133,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
     }
     if args.apply {
         let store = open_store(&config)?;
-        let changes = apply(store.as_ref(), &results)?;
+        let changes = apply(store.as_ref(), &results, wall_now_ms()).await?;
         if !args.json {
             for line in changes {
                 writeln!(out, "applied: {line}")?;
@@ -168,36 +145,4 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Failed
     })
-}
-
-/// Writes what the probe proved: permanent failures retire, answers restore.
-fn apply(store: &dyn HealthStore, results: &[ProbeResult]) -> anyhow::Result<Vec<String>> {
-    let now = wall_now_ms();
-    let mut seen: BTreeMap<&Route, ()> = BTreeMap::new();
-    let mut lines = Vec::new();
-    for r in results {
-        if seen.insert(&r.route, ()).is_some() {
-            continue;
-        }
-        let current = store.get(&r.route)?;
-        let reason = match r.class {
-            Class::QuotaExhausted => Some("quota"),
-            Class::ModelUnavailable => Some("model_unavailable"),
-            Class::Auth => Some("auth"),
-            _ => None,
-        };
-        if let Some(reason) = reason {
-            let new = Health::Retired {
-                reason: reason.to_string(),
-            };
-            if current != new {
-                store.set(&r.route, new)?;
-                lines.push(format!("{} retired ({reason})", r.route));
-            }
-        } else if r.is_live() && current.state_at(now) == HealthState::Retired {
-            store.set(&r.route, Health::Ready)?;
-            lines.push(format!("{} restored (answered)", r.route));
-        }
-    }
-    Ok(lines)
 }

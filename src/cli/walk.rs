@@ -8,7 +8,7 @@ use super::{render, ConfigArg};
 use crate::clock::SystemClock;
 use crate::health::Health;
 use crate::policy::Policy;
-use crate::request::{ChatRequest, EmbedRequest, RerankRequest};
+use crate::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
 use crate::router::{CallOptions, Router};
 use crate::store::{HealthStore, OverlayStore};
 use crate::trace::{Report, Step};
@@ -46,11 +46,7 @@ pub struct WalkArgs {
 pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let tier = config.tier(&args.tier, &env_key)?;
-    let path = config
-        .tier_entries(&args.tier)?
-        .first()
-        .map(|e| e.path)
-        .unwrap_or_default();
+    let path = tier.path;
     let policy = match &args.workflow {
         Some(name) => config.policies.get(name).cloned().ok_or_else(|| {
             anyhow::anyhow!("no policy card `{name}` in {}", config.file.display())
@@ -89,42 +85,19 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
     if !args.json {
         opts.observer = Some(&print_step);
     }
-    let report: Report = match path {
-        CallPath::Chat => {
-            router
-                .chat(&tier, &ChatRequest::user(args.prompt.clone(), 64), opts)
-                .await
-        }
-        CallPath::Stream => {
-            router
-                .stream(
-                    &tier,
-                    &ChatRequest::user(args.prompt.clone(), 64),
-                    opts,
-                    &|_| {},
-                )
-                .await
-        }
-        CallPath::Embed => {
-            router
-                .embed(
-                    &tier,
-                    &EmbedRequest {
-                        inputs: vec![args.prompt.clone()],
-                    },
-                    opts,
-                )
-                .await
-        }
-        CallPath::Rerank => {
-            let req = RerankRequest {
-                query: args.prompt.clone(),
-                documents: vec!["first candidate".into(), "second candidate".into()],
-                top_n: 2,
-            };
-            router.rerank(&tier, &req, opts).await
-        }
+    let req = match path {
+        CallPath::Chat => Request::Chat(ChatRequest::user(args.prompt.clone(), 64)),
+        CallPath::Stream => Request::Stream(ChatRequest::user(args.prompt.clone(), 64)),
+        CallPath::Embed => Request::Embed(EmbedRequest {
+            inputs: vec![args.prompt.clone()],
+        }),
+        CallPath::Rerank => Request::Rerank(RerankRequest {
+            query: args.prompt.clone(),
+            documents: vec!["first candidate".into(), "second candidate".into()],
+            top_n: 2,
+        }),
     };
+    let report: Report = router.call(&tier, &req, opts).await.report;
     let mut out = std::io::stdout().lock();
     if args.json {
         writeln!(out, "{}", render::walk_json(&args.tier, &report))?;

@@ -7,4 +7,5 @@ pub mod mock;
 pub mod runner;
 pub mod scenario;
 pub mod stream_server;
+pub mod suite;
 pub mod wire_bodies;

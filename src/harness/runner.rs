@@ -6,18 +6,14 @@ use super::compare::{compare, HealthView, Mismatch};
 use super::mock::{MockRoute, MockServer, Outage};
 use super::scenario::{Preset, RequestShape, RequestSpec, Scenario};
 use crate::clock::{Clock, ManualClock, Stopwatch, UnixMs};
-use crate::dialect::Dialect;
-use crate::health::{Cooldowns, Health};
+use crate::health::{Health, Transition};
 use crate::policy::Policy;
-use crate::request::{ChatRequest, EmbedRequest, RerankRequest};
+use crate::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
 use crate::router::{CallOptions, RouteSpec, Router, Tier};
 use crate::secret::Secret;
-use crate::store::{HealthStore, MemoryStore};
+use crate::store::MemoryStore;
 use crate::trace::Report;
 use crate::vocab::{CallPath, Route};
-use crate::wire::{
-    Endpoint, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_STREAM_IDLE_MS, DEFAULT_TIMEOUT_MS,
-};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,7 +32,7 @@ pub fn shaped_chat_request(shape: Option<&RequestShape>) -> ChatRequest {
     let mut req = scenario_chat_request();
     if let Some(s) = shape {
         req.token_estimate = s.prompt_tokens;
-        req.max_tokens = s.max_tokens.unwrap_or(req.max_tokens);
+        req.max_tokens = s.max_tokens.or(req.max_tokens);
         req.json_schema = s.json_schema.clone();
     }
     req
@@ -70,35 +66,22 @@ pub fn tier_for(scenario: &Scenario, mock: &MockServer) -> Tier {
         .chain
         .iter()
         .map(|entry| {
-            let provider = entry.route.provider().to_string();
-            let endpoint = Endpoint {
-                base_url: mock.base_url(&provider, entry.wire),
-                provider,
-                wire: entry.wire,
-                dialect: entry.dialect.unwrap_or(Dialect::of_wire(entry.wire)),
-                api_key: Secret::new(MOCK_KEY),
-                timeout_ms: entry.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
-                first_token_timeout_ms: entry
-                    .first_token_timeout_ms
-                    .unwrap_or(DEFAULT_FIRST_TOKEN_TIMEOUT_MS),
-                stream_idle_ms: entry.stream_idle_ms.unwrap_or(DEFAULT_STREAM_IDLE_MS),
-                cooldowns: Cooldowns {
-                    cooldown_ms: entry.cooldown_ms,
-                    transient_cooldown_ms: entry
-                        .transient_cooldown_ms
-                        .unwrap_or(Cooldowns::default().transient_cooldown_ms),
-                },
-                breaker: entry.breaker,
-            };
+            let provider = entry.route.provider();
+            let settings = entry.settings();
+            let base_url = mock.base_url(provider, entry.wire);
+            // A mock's loopback URL implies no dialect: only an explicit one, else the wire's.
+            let endpoint = settings.endpoint(provider, base_url, Secret::new(MOCK_KEY), None);
             RouteSpec {
                 route: entry.route.clone(),
                 endpoint: Arc::new(endpoint),
                 facts: entry.model.unwrap_or_default(),
+                policy: settings.policy(),
             }
         })
         .collect();
     Tier {
         name: scenario.name.clone(),
+        path: scenario.path,
         routes,
     }
 }
@@ -165,9 +148,7 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
                 reason: "preset".into(),
             },
         };
-        store
-            .set(route, health)
-            .expect("the memory store never fails");
+        store.apply_now(route, &Transition::toward(health));
     }
     let router = Router::with_seed(
         client.clone(),
@@ -185,7 +166,7 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
             .chain
             .iter()
             .map(|e| {
-                let h = store.get(&e.route).unwrap_or(Health::Ready);
+                let h = store.get_now(&e.route);
                 (e.route.clone(), HealthView::of(&h, now))
             })
             .collect();
@@ -241,11 +222,11 @@ async fn send(
         ..CallOptions::new(policy)
     };
     let chat = shaped_chat_request(shape);
-    match scenario.path {
-        CallPath::Chat => router.chat(tier, &chat, opts).await,
-        // The delivered text is in the report; nothing else needs the deltas here.
-        CallPath::Stream => router.stream(tier, &chat, opts, &|_| {}).await,
-        CallPath::Embed => router.embed(tier, &scenario_embed_request(), opts).await,
-        CallPath::Rerank => router.rerank(tier, &scenario_rerank_request(), opts).await,
-    }
+    let req = match scenario.path {
+        CallPath::Chat => Request::Chat(chat),
+        CallPath::Stream => Request::Stream(chat),
+        CallPath::Embed => Request::Embed(scenario_embed_request()),
+        CallPath::Rerank => Request::Rerank(scenario_rerank_request()),
+    };
+    router.call(tier, &req, opts).await.report
 }

@@ -162,11 +162,10 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
     let flavor = flavor_of(&path);
     match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => return json_response(200, br#"{"status":"ok"}"#.to_vec()),
-        (&Method::GET, "/readyz") => return readyz(&gw),
+        (&Method::GET, "/readyz") => return readyz(&gw).await,
         (&Method::GET, "/metrics") => {
-            let body = gw
-                .metrics
-                .render(&adapter::route_states(&gw.router, &gw.lineup.routes()));
+            let health = adapter::route_states(&gw.router, &gw.lineup.routes()).await;
+            let body = gw.metrics.render(&health);
             let mut r = Response::new(full(body));
             r.headers_mut().insert(
                 CONTENT_TYPE,
@@ -233,7 +232,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
     let priority = match parts
         .headers
         .get("x-poolctl-priority")
-        .map(|v| v.to_str().ok().and_then(Priority::parse))
+        .map(|v| v.to_str().ok().and_then(adapter::parse_priority))
     {
         None => Priority::default(),
         Some(Some(p)) => p,
@@ -268,10 +267,10 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
     }
 }
 
-fn readyz(gw: &Gateway) -> Response<Body> {
+async fn readyz(gw: &Gateway) -> Response<Body> {
     let mut not_ready = Vec::new();
     for tier in gw.lineup.tiers() {
-        match adapter::tier_ready(&gw.router, tier) {
+        match adapter::tier_ready(&gw.router, tier).await {
             Ok(true) => {}
             Ok(false) => not_ready.push(format!("tier `{}` has no ready route", tier.name)),
             Err(e) => not_ready.push(format!("health store unreachable: {}", gw.mask(&e))),
@@ -375,9 +374,9 @@ impl Ask {
         error_response(&e, self.flavor)
     }
 
-    fn failure(&self, choice: &Choice<'_>, report: &Report) -> ApiError {
+    async fn failure(&self, choice: &Choice<'_>, report: &Report) -> ApiError {
         let ctx = Context {
-            retry_after_ms: adapter::ready_again_in_ms(&self.gw.router, choice.tier),
+            retry_after_ms: adapter::ready_again_in_ms(&self.gw.router, choice.tier).await,
             max_elapsed_ms: choice.policy.max_elapsed_ms,
         };
         respond::failure(report, ctx, &|s| self.gw.mask(s))
@@ -459,7 +458,7 @@ async fn chat(ask: Ask, body: Bytes) -> Response<Body> {
             };
             json_response(200, body)
         }
-        None => error_response(&ask.failure(&choice, &report), ask.flavor),
+        None => error_response(&ask.failure(&choice, &report).await, ask.flavor),
     };
     let mut response = response;
     trace_headers(
@@ -496,14 +495,9 @@ async fn embed(ask: Ask, body: Bytes) -> Response<Body> {
     let mut response = match (&out.vectors, report.outcome) {
         (Some(v), Outcome::Success | Outcome::Degraded) => json_response(
             200,
-            egress::embeddings(
-                &model_of(report, &e.model),
-                v,
-                e.base64,
-                report.usage.as_ref(),
-            ),
+            egress::embeddings(&model_of(report, &e.model), v, e.base64, out.usage.as_ref()),
         ),
-        _ => error_response(&ask.failure(&choice, report), ask.flavor),
+        _ => error_response(&ask.failure(&choice, report).await, ask.flavor),
     };
     trace_headers(
         response.headers_mut(),
@@ -550,7 +544,7 @@ async fn rerank(ask: Ask, body: Bytes) -> Response<Body> {
                 ),
             )
         }
-        _ => error_response(&ask.failure(&choice, report), ask.flavor),
+        _ => error_response(&ask.failure(&choice, report).await, ask.flavor),
     };
     trace_headers(
         response.headers_mut(),
@@ -807,7 +801,7 @@ async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
             let Ok(choice) = gw.lineup.choose(&c.model, Wants::Chat) else {
                 return;
             };
-            let order = adapter::try_order(&gw.router, choice.tier, ask.session.as_deref());
+            let order = adapter::try_order(&gw.router, choice.tier, ask.session.as_deref()).await;
             let live = Live {
                 tx: tx.clone(),
                 flavor: ask.flavor,
@@ -833,10 +827,13 @@ async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
             )
             .await;
             let in_router = rt.elapsed();
+            let error = match called.reply {
+                None => Some(ask.failure(&choice, &called.report).await),
+                Some(_) => None,
+            };
             let mut state = lock(&live.state);
             if state.encoder.is_some() {
-                let error = called.reply.is_none().then(|| {
-                    let mut e = ask.failure(&choice, &called.report);
+                let error = error.map(|mut e| {
                     e.kind = "stream_interrupted".into();
                     e.code = "stream_interrupted".into();
                     e
@@ -847,10 +844,6 @@ async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                 let _ = tx.send(Msg::Bytes(tail.into()));
             } else {
                 drop(state);
-                let error = called
-                    .reply
-                    .is_none()
-                    .then(|| ask.failure(&choice, &called.report));
                 let status = error.as_ref().map_or(200, |e| e.status);
                 ask.finish(&choice, &c.model, &called.report, status, in_router, prompt);
                 let include_usage = c.include_usage;

@@ -1,7 +1,8 @@
 //! In-process health, for the chaos harness and tests: each scenario gets a fresh one.
+//! A transition runs under the map's lock, so it sees exactly the state it replaces.
 
-use super::{HealthStore, StoreError};
-use crate::health::Health;
+use super::{ready, HealthStore, StoreFuture};
+use crate::health::{apply, Health, Transition};
 use crate::vocab::Route;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -21,28 +22,54 @@ impl MemoryStore {
         // (inserts are single operations), so the poisoned map is still sound.
         self.routes.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Applies `t` at once (the memory store never waits and never fails).
+    pub fn apply_now(&self, route: &Route, t: &Transition) -> (Health, Health) {
+        let mut map = self.lock();
+        let old = map.get(route).cloned().unwrap_or(Health::Ready);
+        let new = apply(&old, t);
+        if new == Health::Ready {
+            map.remove(route);
+        } else if new != old {
+            map.insert(route.clone(), new.clone());
+        }
+        (old, new)
+    }
+
+    /// The health of a route now.
+    pub fn get_now(&self, route: &Route) -> Health {
+        self.lock().get(route).cloned().unwrap_or(Health::Ready)
+    }
 }
 
 impl HealthStore for MemoryStore {
-    fn get(&self, route: &Route) -> Result<Health, StoreError> {
-        Ok(self.lock().get(route).cloned().unwrap_or(Health::Ready))
+    fn get<'a>(&'a self, route: &'a Route) -> StoreFuture<'a, Health> {
+        ready(Ok(self.get_now(route)))
     }
 
-    fn set(&self, route: &Route, health: Health) -> Result<(), StoreError> {
-        let mut map = self.lock();
-        if health == Health::Ready {
-            map.remove(route);
-        } else {
-            map.insert(route.clone(), health);
-        }
-        Ok(())
+    fn get_many<'a>(
+        &'a self,
+        routes: &'a [&'a Route],
+        out: &'a mut Vec<Health>,
+    ) -> StoreFuture<'a, ()> {
+        let map = self.lock();
+        out.extend(
+            routes
+                .iter()
+                .map(|r| map.get(*r).cloned().unwrap_or(Health::Ready)),
+        );
+        ready(Ok(()))
     }
 
-    fn list(&self) -> Result<Vec<(Route, Health)>, StoreError> {
-        Ok(self
+    fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>> {
+        ready(Ok(self
             .lock()
             .iter()
             .map(|(r, h)| (r.clone(), h.clone()))
-            .collect())
+            .collect()))
+    }
+
+    fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)> {
+        ready(Ok(self.apply_now(route, &t)))
     }
 }

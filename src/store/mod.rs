@@ -1,7 +1,10 @@
-//! Where route health lives. One trait, so the router neither knows nor cares whether
-//! health is in memory (tests, chaos), in an embedded file, or shared by a fleet.
-//! Every `set` is atomic: concurrent requests and other processes change health at
-//! once, and no update may be lost.
+//! Where route health lives. One async trait, so the router neither knows nor cares
+//! whether health is in memory (tests, chaos), in an embedded file, or shared by a fleet.
+//! Health changes only through [`HealthStore::apply`]: a [`Transition`] (data, not a
+//! closure) that the store applies atomically to the state it replaces, by the one rule
+//! in [`crate::health::apply`]. Concurrent requests and other processes change health at
+//! once, and no update may be lost: a success in flight while a route was retired
+//! leaves it retired.
 
 mod memory;
 mod overlay;
@@ -11,19 +14,38 @@ pub use memory::MemoryStore;
 pub use overlay::OverlayStore;
 pub use sqlite::SqliteStore;
 
-use crate::health::Health;
+use crate::health::{Health, Transition};
 use crate::vocab::Route;
+use std::future::Future;
+use std::pin::Pin;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("health store {path}: {message}")]
     Backend { path: String, message: String },
 }
 
+/// What every store call returns: boxed so the trait stays object-safe (`Arc<dyn
+/// HealthStore>`) without an extra crate.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
 pub trait HealthStore: Send + Sync {
     /// The stored health of a route; `Ready` when nothing is stored.
-    fn get(&self, route: &Route) -> Result<Health, StoreError>;
-    fn set(&self, route: &Route, health: Health) -> Result<(), StoreError>;
+    fn get<'a>(&'a self, route: &'a Route) -> StoreFuture<'a, Health>;
+    /// Appends the health of each of `routes` to `out`, in order: one read for a whole
+    /// selection, into a buffer the caller reuses.
+    fn get_many<'a>(
+        &'a self,
+        routes: &'a [&'a Route],
+        out: &'a mut Vec<Health>,
+    ) -> StoreFuture<'a, ()>;
     /// Every route with a stored state, sorted by route.
-    fn list(&self) -> Result<Vec<(Route, Health)>, StoreError>;
+    fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>>;
+    /// Applies `t` atomically to the route's current health; returns (old, new).
+    fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)>;
+}
+
+/// A store answer that is ready at once (the in-memory stores).
+fn ready<'a, T: Send + 'a>(v: Result<T, StoreError>) -> StoreFuture<'a, T> {
+    Box::pin(std::future::ready(v))
 }

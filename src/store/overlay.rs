@@ -2,8 +2,8 @@
 //! reads of forced routes see the forced state, every other read and write goes to the
 //! real store, which never learns of the forcing.
 
-use super::{HealthStore, StoreError};
-use crate::health::Health;
+use super::{HealthStore, StoreFuture};
+use crate::health::{Health, Transition};
 use crate::vocab::Route;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,23 +20,43 @@ impl OverlayStore {
 }
 
 impl HealthStore for OverlayStore {
-    fn get(&self, route: &Route) -> Result<Health, StoreError> {
+    fn get<'a>(&'a self, route: &'a Route) -> StoreFuture<'a, Health> {
         match self.forced.get(route) {
-            Some(h) => Ok(h.clone()),
+            Some(h) => super::ready(Ok(h.clone())),
             None => self.base.get(route),
         }
     }
 
-    fn set(&self, route: &Route, health: Health) -> Result<(), StoreError> {
-        if self.forced.contains_key(route) {
-            return Ok(()); // forced for this command; the real store keeps its own state
-        }
-        self.base.set(route, health)
+    fn get_many<'a>(
+        &'a self,
+        routes: &'a [&'a Route],
+        out: &'a mut Vec<Health>,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let start = out.len();
+            self.base.get_many(routes, out).await?;
+            for (h, r) in out[start..].iter_mut().zip(routes) {
+                if let Some(forced) = self.forced.get(*r) {
+                    *h = forced.clone();
+                }
+            }
+            Ok(())
+        })
     }
 
-    fn list(&self) -> Result<Vec<(Route, Health)>, StoreError> {
-        let mut all: BTreeMap<Route, Health> = self.base.list()?.into_iter().collect();
-        all.extend(self.forced.clone());
-        Ok(all.into_iter().collect())
+    fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>> {
+        Box::pin(async move {
+            let mut all: BTreeMap<Route, Health> = self.base.list().await?.into_iter().collect();
+            all.extend(self.forced.clone());
+            Ok(all.into_iter().collect())
+        })
+    }
+
+    fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)> {
+        match self.forced.get(route) {
+            // Forced for this command; the real store keeps its own state.
+            Some(h) => super::ready(Ok((h.clone(), h.clone()))),
+            None => self.base.apply(route, t),
+        }
     }
 }

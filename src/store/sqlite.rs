@@ -1,22 +1,29 @@
 //! The embedded health store: one SQLite file in WAL mode. Several processes (a running
-//! gateway, an operator's `poolctl restore`) share it: every change is one statement in
-//! its own transaction, so no update is lost and a writer killed mid-way leaves the
-//! file valid. The file is created 0600; it holds route states and reasons, never keys.
+//! gateway, an operator's `poolctl restore`) share it: every transition is one
+//! `BEGIN IMMEDIATE` transaction that reads the row, applies the rule and writes it, so
+//! no update is lost and a writer killed mid-way leaves the file valid. The connection
+//! lives on its own thread: SQLite calls block (on disk, on another process's lock), and
+//! must never stall the async workers that carry requests. The file is created 0600; it
+//! holds route states and reasons, never keys.
 
-use super::{HealthStore, StoreError};
-use crate::health::Health;
+use super::{HealthStore, StoreError, StoreFuture};
+use crate::health::{apply, Health, Transition};
 use crate::vocab::Route;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::mpsc;
 use std::time::Duration;
 
 /// How long a writer waits for another process's lock before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// One piece of work for the store's thread.
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
 pub struct SqliteStore {
     path: PathBuf,
-    conn: Mutex<Connection>,
+    /// To the thread that owns the connection; it stops when this is dropped.
+    jobs: mpsc::Sender<Job>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -60,9 +67,19 @@ impl SqliteStore {
              );",
         )
         .map_err(|e| err(e.to_string()))?;
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let mut conn = conn;
+        std::thread::Builder::new()
+            .name("poolctl-sqlite".into())
+            .spawn(move || {
+                while let Ok(job) = queue.recv() {
+                    job(&mut conn);
+                }
+            })
+            .map_err(|e| err(format!("cannot start its thread: {e}")))?;
         Ok(SqliteStore {
             path: path.to_path_buf(),
-            conn: Mutex::new(conn),
+            jobs,
         })
     }
 
@@ -70,24 +87,36 @@ impl SqliteStore {
         &self.path
     }
 
-    fn err(&self, e: rusqlite::Error) -> StoreError {
-        StoreError::Backend {
-            path: self.path.display().to_string(),
-            message: e.to_string(),
-        }
-    }
-
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        // A panic while holding the lock cannot leave a statement half-applied: SQLite
-        // rolls it back. The connection is still sound.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    /// Runs `f` on the store's thread; the future resolves with its result.
+    fn run<T, F>(&self, f: F) -> StoreFuture<'_, T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let sent = self.jobs.send(Box::new(move |conn| {
+            // The caller may have gone away; nothing to tell it then.
+            let _ = tx.send(f(conn));
+        }));
+        let path = self.path.display().to_string();
+        Box::pin(async move {
+            let backend = |message: String| StoreError::Backend {
+                path: path.clone(),
+                message,
+            };
+            if sent.is_err() {
+                return Err(backend("its thread has stopped".into()));
+            }
+            match rx.await {
+                Ok(result) => result.map_err(|e| backend(e.to_string())),
+                Err(_) => Err(backend("its thread has stopped".into())),
+            }
+        })
     }
 
     /// Runs SQLite's own consistency check; `Ok("ok")` for a sound file.
-    pub fn integrity_check(&self) -> Result<String, StoreError> {
-        self.conn()
-            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-            .map_err(|e| self.err(e))
+    pub fn integrity_check(&self) -> StoreFuture<'_, String> {
+        self.run(|conn| conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)))
     }
 }
 
@@ -111,69 +140,108 @@ fn row_to_health(state: String, until: Option<i64>, reason: String) -> Health {
     }
 }
 
+fn read(conn: &Connection, route: &str) -> rusqlite::Result<Health> {
+    // Cached: every request reads health, and parsing the statement each time cost more
+    // than running it (`poolctl serve` at thousands of requests a second).
+    let row = conn
+        .prepare_cached("SELECT state, until_ms, reason FROM health WHERE route = ?1")?
+        .query_row(params![route], |r| {
+            Ok(row_to_health(r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()?;
+    Ok(row.unwrap_or(Health::Ready))
+}
+
+fn write(conn: &Connection, route: &str, health: &Health) -> rusqlite::Result<()> {
+    match health {
+        Health::Ready => conn.execute("DELETE FROM health WHERE route = ?1", params![route]),
+        Health::Cooling { until, reason } => conn.execute(
+            "INSERT INTO health (route, state, until_ms, reason) VALUES (?1, 'cooling', ?2, ?3)
+             ON CONFLICT(route) DO UPDATE SET state = 'cooling', until_ms = ?2, reason = ?3",
+            params![route, until, reason],
+        ),
+        Health::Retired { reason } => conn.execute(
+            "INSERT INTO health (route, state, until_ms, reason) VALUES (?1, 'retired', NULL, ?2)
+             ON CONFLICT(route) DO UPDATE SET state = 'retired', until_ms = NULL, reason = ?2",
+            params![route, reason],
+        ),
+    }
+    .map(|_| ())
+}
+
 impl HealthStore for SqliteStore {
-    fn get(&self, route: &Route) -> Result<Health, StoreError> {
-        // Cached: every request reads health, and parsing the statement each time cost
-        // more than running it (`poolctl serve` at thousands of requests a second).
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare_cached("SELECT state, until_ms, reason FROM health WHERE route = ?1")
-            .map_err(|e| self.err(e))?;
-        let row = stmt
-            .query_row(params![route.as_str()], |r| {
-                Ok(row_to_health(r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .optional()
-            .map_err(|e| self.err(e))?;
-        Ok(row.unwrap_or(Health::Ready))
+    fn get<'a>(&'a self, route: &'a Route) -> StoreFuture<'a, Health> {
+        let route = route.as_str().to_string();
+        self.run(move |conn| read(conn, &route))
     }
 
-    fn set(&self, route: &Route, health: Health) -> Result<(), StoreError> {
-        let conn = self.conn();
-        let result = match &health {
-            Health::Ready => conn.execute("DELETE FROM health WHERE route = ?1", params![route.as_str()]),
-            Health::Cooling { until, reason } => conn.execute(
-                "INSERT INTO health (route, state, until_ms, reason) VALUES (?1, 'cooling', ?2, ?3)
-                 ON CONFLICT(route) DO UPDATE SET state = 'cooling', until_ms = ?2, reason = ?3",
-                params![route.as_str(), until, reason],
-            ),
-            Health::Retired { reason } => conn.execute(
-                "INSERT INTO health (route, state, until_ms, reason) VALUES (?1, 'retired', NULL, ?2)
-                 ON CONFLICT(route) DO UPDATE SET state = 'retired', until_ms = NULL, reason = ?2",
-                params![route.as_str(), reason],
-            ),
-        };
-        result.map(|_| ()).map_err(|e| self.err(e))
+    fn get_many<'a>(
+        &'a self,
+        routes: &'a [&'a Route],
+        out: &'a mut Vec<Health>,
+    ) -> StoreFuture<'a, ()> {
+        let routes: Vec<String> = routes.iter().map(|r| r.as_str().to_string()).collect();
+        let read_all = self.run(move |conn| {
+            routes
+                .iter()
+                .map(|r| read(conn, r))
+                .collect::<rusqlite::Result<Vec<_>>>()
+        });
+        Box::pin(async move {
+            out.extend(read_all.await?);
+            Ok(())
+        })
     }
 
-    fn list(&self) -> Result<Vec<(Route, Health)>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare("SELECT route, state, until_ms, reason FROM health ORDER BY route")
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |r| {
+    fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>> {
+        self.run(|conn| {
+            let mut stmt =
+                conn.prepare("SELECT route, state, until_ms, reason FROM health ORDER BY route")?;
+            let rows = stmt.query_map([], |r| {
                 Ok((
                     r.get::<_, String>(0)?,
                     row_to_health(r.get(1)?, r.get(2)?, r.get(3)?),
                 ))
-            })
-            .map_err(|e| self.err(e))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (route, health) = row.map_err(|e| self.err(e))?;
-            // A row whose route no longer parses is skipped, not fatal: `status` still works.
-            if let Ok(route) = Route::parse(&route) {
-                out.push((route, health));
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (route, health) = row?;
+                // A row whose route no longer parses is skipped, not fatal: `status` still works.
+                if let Ok(route) = Route::parse(&route) {
+                    out.push((route, health));
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
+    }
+
+    fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)> {
+        let route = route.as_str().to_string();
+        self.run(move |conn| {
+            // IMMEDIATE takes the write lock before the read: no other process can change
+            // the row between what the rule saw and what it writes.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let old = read(&tx, &route)?;
+            let new = apply(&old, &t);
+            if new != old {
+                write(&tx, &route, &new)?;
+            }
+            tx.commit()?;
+            Ok((old, new))
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
 
     #[test]
     fn round_trips_and_survives_reopen() {
@@ -182,34 +250,31 @@ mod tests {
         let r = Route::parse("a/x").unwrap();
         {
             let s = SqliteStore::open(&path).unwrap();
-            assert_eq!(s.get(&r).unwrap(), Health::Ready);
-            s.set(
-                &r,
-                Health::Cooling {
-                    until: 42,
-                    reason: "rate_limited".into(),
-                },
-            )
-            .unwrap();
-            s.set(
-                &r,
-                Health::Retired {
-                    reason: "quota".into(),
-                },
-            )
-            .unwrap();
+            assert_eq!(block_on(s.get(&r)).unwrap(), Health::Ready);
+            let cool = Transition::Cool {
+                until: 42,
+                reason: "rate_limited".into(),
+            };
+            block_on(s.apply(&r, cool)).unwrap();
+            let retire = Transition::Retire {
+                reason: "quota".into(),
+            };
+            block_on(s.apply(&r, retire)).unwrap();
+            // A success in flight while it was retired leaves it retired.
+            let (_, after) = block_on(s.apply(&r, Transition::Succeeded)).unwrap();
+            assert!(matches!(after, Health::Retired { .. }));
         }
         let s = SqliteStore::open(&path).unwrap();
         assert_eq!(
-            s.get(&r).unwrap(),
+            block_on(s.get(&r)).unwrap(),
             Health::Retired {
                 reason: "quota".into()
             }
         );
-        assert_eq!(s.list().unwrap().len(), 1);
-        s.set(&r, Health::Ready).unwrap();
-        assert!(s.list().unwrap().is_empty());
-        assert_eq!(s.integrity_check().unwrap(), "ok");
+        assert_eq!(block_on(s.list()).unwrap().len(), 1);
+        block_on(s.apply(&r, Transition::Restore)).unwrap();
+        assert!(block_on(s.list()).unwrap().is_empty());
+        assert_eq!(block_on(s.integrity_check()).unwrap(), "ok");
     }
 
     #[cfg(unix)]

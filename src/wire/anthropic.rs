@@ -1,25 +1,51 @@
 //! The Anthropic Messages wire: `POST {base}/v1/messages` with `x-api-key` and
 //! `anthropic-version`.
 
-use super::{tokens, BadSuccess, Endpoint, HttpCall};
+pub mod history;
+pub use history::*;
+
+use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
+use crate::answer::FinishReason;
 use crate::conversation;
-use crate::request::{ChatRequest, Usage};
+use crate::request::{ChatRequest, ToolChoice, Usage, ANTHROPIC_DEFAULT_MAX_TOKENS};
 use serde_json::{json, Value};
 
 pub const API_VERSION: &str = "2023-06-01";
+
+/// Messages has no seed.
+const SAMPLING: super::SamplingNames = super::SamplingNames {
+    temperature: "temperature",
+    top_p: "top_p",
+    stop: "stop_sequences",
+    seed: None,
+};
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     let (system, messages) = conversation::anthropic_request_parts(&req.conversation);
     let mut body = json!({
         "model": model,
-        "max_tokens": req.max_tokens,
+        "max_tokens": req.max_tokens.unwrap_or(ANTHROPIC_DEFAULT_MAX_TOKENS),
         "messages": messages,
     });
     if let Some(system) = system {
         body["system"] = json!(system);
     }
+    if let Some(obj) = body.as_object_mut() {
+        super::put_sampling(obj, &req.sampling, &SAMPLING);
+    }
     if !req.tools.is_empty() {
         body["tools"] = conversation::anthropic_tools(&req.tools);
+    }
+    if let Some(choice) = &req.tool_choice {
+        body["tool_choice"] = match choice {
+            ToolChoice::Auto => json!({"type": "auto"}),
+            ToolChoice::None => json!({"type": "none"}),
+            ToolChoice::Required => json!({"type": "any"}),
+            ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+        };
+    }
+    if let Some(user) = &req.user {
+        body["metadata"] = json!({"user_id": user});
     }
     HttpCall {
         url: format!("{}/v1/messages", ep.base()),
@@ -31,30 +57,76 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     }
 }
 
-/// The text blocks of `content`, `usage`, and the message `id`.
-pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSuccess> {
+/// What `chat_call` cannot send: Messages has no seed and no JSON-schema response
+/// format (the router still validates the answer against the schema), and its
+/// `metadata` holds only `user_id`.
+pub fn dropped(req: &ChatRequest) -> Vec<String> {
+    let mut out = Vec::new();
+    if req.sampling.seed.is_some() {
+        out.push("seed".to_string());
+    }
+    if req.json_schema.is_some() {
+        out.push("response_format".to_string());
+    }
+    if !req.metadata.is_empty() {
+        out.push("metadata".to_string());
+    }
+    out
+}
+
+/// Anthropic's `stop_reason` in the shared vocabulary.
+pub fn finish_reason(s: &str) -> FinishReason {
+    match s {
+        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "max_tokens" => FinishReason::Length,
+        "tool_use" => FinishReason::ToolCalls,
+        "refusal" => FinishReason::ContentFilter,
+        other => FinishReason::Other(other.to_string()),
+    }
+}
+
+/// A `usage` object; cache reads are the cached prompt tokens.
+pub fn usage(u: Option<&Value>) -> Usage {
+    Usage {
+        input_tokens: tokens(u.and_then(|u| u.get("input_tokens"))),
+        output_tokens: tokens(u.and_then(|u| u.get("output_tokens"))),
+        cached_tokens: u
+            .and_then(|u| u.get("cache_read_input_tokens"))
+            .and_then(Value::as_u64),
+    }
+}
+
+/// The text and `tool_use` blocks of `content`, `stop_reason`, `model`, `usage`, and
+/// the message `id`.
+pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
     if v.get("type").and_then(Value::as_str) == Some("error") {
         return Err(BadSuccess::Malformed("an error object inside a 200".into()));
     }
-    let blocks = v
+    let content = v
         .get("content")
-        .and_then(Value::as_array)
+        .filter(|c| c.is_array())
         .ok_or_else(|| BadSuccess::Malformed("no content in the message".into()))?;
+    let blocks = content.as_array().map(Vec::as_slice).unwrap_or_default();
     let text: String = blocks
         .iter()
         .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
         .filter_map(|b| b.get("text").and_then(Value::as_str))
         .collect();
-    let usage = v.get("usage");
-    let usage = Usage {
-        input_tokens: tokens(usage.and_then(|u| u.get("input_tokens"))),
-        output_tokens: tokens(usage.and_then(|u| u.get("output_tokens"))),
-    };
-    if text.is_empty() && v.get("stop_reason").and_then(Value::as_str) == Some("refusal") {
+    let stop = v.get("stop_reason").and_then(Value::as_str);
+    if text.is_empty() && stop == Some("refusal") {
         return Err(BadSuccess::Refused("stop_reason refusal".into()));
     }
-    let id = v.get("id").and_then(Value::as_str).map(str::to_string);
-    Ok((text, usage, id))
+    let tool_calls = conversation::anthropic_answer_tool_calls(content).map_err(|e| {
+        BadSuccess::Malformed(format!("a tool call in the answer is unusable: {e}"))
+    })?;
+    Ok(ChatParsed {
+        text,
+        tool_calls,
+        finish_reason: stop.map(finish_reason),
+        model: v.get("model").and_then(Value::as_str).map(str::to_string),
+        usage: usage(v.get("usage")),
+        id: v.get("id").and_then(Value::as_str).map(str::to_string),
+    })
 }
 
 #[cfg(test)]
@@ -63,12 +135,15 @@ mod tests {
 
     #[test]
     fn parses_a_message() {
-        let v = json!({"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"O"},{"type":"text","text":"K"}],"stop_reason":"end_turn","usage":{"input_tokens":9,"output_tokens":2}});
-        let (text, usage, id) = parse_chat(&v).ok().unwrap();
+        let v = json!({"id":"msg_1","type":"message","role":"assistant","model":"claude-x-1","content":[{"type":"text","text":"O"},{"type":"text","text":"K"}],"stop_reason":"end_turn","usage":{"input_tokens":9,"output_tokens":2,"cache_read_input_tokens":7}});
+        let p = parse_chat(&v).ok().unwrap();
         assert_eq!(
-            (text.as_str(), usage.input_tokens, id.as_deref()),
+            (p.text.as_str(), p.usage.input_tokens, p.id.as_deref()),
             ("OK", 9, Some("msg_1"))
         );
+        assert_eq!(p.usage.cached_tokens, Some(7));
+        assert_eq!(p.model.as_deref(), Some("claude-x-1"));
+        assert_eq!(p.finish_reason, Some(FinishReason::Stop));
         assert!(parse_chat(&json!({"type":"message"})).is_err());
     }
 }

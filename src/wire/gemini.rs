@@ -1,27 +1,93 @@
 //! The Gemini API wire: `POST {base}/v1beta/models/{model}:generateContent` with
 //! `x-goog-api-key`.
 
-use super::{tokens, BadSuccess, Endpoint, HttpCall};
+pub mod history;
+pub use history::*;
+
+use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
+use crate::answer::FinishReason;
 use crate::conversation;
-use crate::request::{ChatRequest, Usage};
+use crate::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Value};
+
+/// Gemini's sampling lives in `generationConfig`.
+const SAMPLING: super::SamplingNames = super::SamplingNames {
+    temperature: "temperature",
+    top_p: "topP",
+    stop: "stopSequences",
+    seed: Some("seed"),
+};
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     let (system, contents) = conversation::gemini_request_parts(&req.conversation);
-    let mut body = json!({
-        "contents": contents,
-        "generationConfig": {"maxOutputTokens": req.max_tokens},
-    });
+    let mut body = json!({ "contents": contents });
+    let mut config = serde_json::Map::new();
+    if let Some(max) = req.max_tokens {
+        config.insert("maxOutputTokens".into(), json!(max));
+    }
+    super::put_sampling(&mut config, &req.sampling, &SAMPLING);
+    if let Some(schema) = &req.json_schema {
+        config.insert("responseMimeType".into(), json!("application/json"));
+        config.insert("responseJsonSchema".into(), schema.clone());
+    }
+    if !config.is_empty() {
+        body["generationConfig"] = Value::Object(config);
+    }
     if let Some(system) = system {
         body["systemInstruction"] = system;
     }
     if !req.tools.is_empty() {
         body["tools"] = conversation::gemini_tools(&req.tools);
     }
+    if let Some(choice) = &req.tool_choice {
+        let calling = match choice {
+            ToolChoice::Auto => json!({"mode": "AUTO"}),
+            ToolChoice::None => json!({"mode": "NONE"}),
+            ToolChoice::Required => json!({"mode": "ANY"}),
+            ToolChoice::Tool(name) => json!({"mode": "ANY", "allowedFunctionNames": [name]}),
+        };
+        body["toolConfig"] = json!({ "functionCallingConfig": calling });
+    }
     HttpCall {
         url: format!("{}/v1beta/models/{}:generateContent", ep.base(), model),
         headers: vec![("x-goog-api-key", ep.api_key.expose().to_string())],
         body,
+    }
+}
+
+/// What `chat_call` cannot send: the Gemini API has no end-user field and no request
+/// metadata (labels are Vertex-only).
+pub fn dropped(req: &ChatRequest) -> Vec<String> {
+    let mut out = Vec::new();
+    if req.user.is_some() {
+        out.push("user".to_string());
+    }
+    if !req.metadata.is_empty() {
+        out.push("metadata".to_string());
+    }
+    out
+}
+
+/// Gemini's `finishReason` in the shared vocabulary. Gemini says `STOP` even when the
+/// answer calls functions; `has_calls` corrects that.
+pub fn finish_reason(s: &str, has_calls: bool) -> FinishReason {
+    match s {
+        "STOP" if has_calls => FinishReason::ToolCalls,
+        "STOP" => FinishReason::Stop,
+        "MAX_TOKENS" => FinishReason::Length,
+        s if BLOCKED.contains(&s) => FinishReason::ContentFilter,
+        other => FinishReason::Other(other.to_string()),
+    }
+}
+
+/// A `usageMetadata` object; `cachedContentTokenCount` is the cached prompt.
+pub fn usage(u: Option<&Value>) -> Usage {
+    Usage {
+        input_tokens: tokens(u.and_then(|u| u.get("promptTokenCount"))),
+        output_tokens: tokens(u.and_then(|u| u.get("candidatesTokenCount"))),
+        cached_tokens: u
+            .and_then(|u| u.get("cachedContentTokenCount"))
+            .and_then(Value::as_u64),
     }
 }
 
@@ -48,8 +114,9 @@ const BLOCKED: &[&str] = &[
     "RECITATION",
 ];
 
-/// The text parts of the first candidate, `usageMetadata`, and `responseId`.
-pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSuccess> {
+/// The text and function-call parts of the first candidate, `finishReason`,
+/// `modelVersion`, `usageMetadata`, and `responseId`.
+pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
     if let Some(reason) = v
         .get("promptFeedback")
         .and_then(|p| p.get("blockReason"))
@@ -63,23 +130,33 @@ pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSucce
         .and_then(|c| c.first())
         .ok_or_else(|| BadSuccess::Malformed("no candidates in the response".into()))?;
     let text = candidate_text(candidate);
-    let finish = candidate
-        .get("finishReason")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if text.is_empty() && BLOCKED.contains(&finish) {
-        return Err(BadSuccess::Refused(format!("finishReason {finish}")));
+    let finish = candidate.get("finishReason").and_then(Value::as_str);
+    if text.is_empty() && finish.is_some_and(|f| BLOCKED.contains(&f)) {
+        return Err(BadSuccess::Refused(format!(
+            "finishReason {}",
+            finish.unwrap_or_default()
+        )));
     }
-    let usage = v.get("usageMetadata");
-    let usage = Usage {
-        input_tokens: tokens(usage.and_then(|u| u.get("promptTokenCount"))),
-        output_tokens: tokens(usage.and_then(|u| u.get("candidatesTokenCount"))),
+    let tool_calls = match candidate.pointer("/content/parts") {
+        Some(parts) => conversation::gemini_answer_tool_calls(parts).map_err(|e| {
+            BadSuccess::Malformed(format!("a tool call in the answer is unusable: {e}"))
+        })?,
+        None => Vec::new(),
     };
-    let id = v
-        .get("responseId")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    Ok((text, usage, id))
+    Ok(ChatParsed {
+        finish_reason: finish.map(|f| finish_reason(f, !tool_calls.is_empty())),
+        text,
+        tool_calls,
+        model: v
+            .get("modelVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        usage: usage(v.get("usageMetadata")),
+        id: v
+            .get("responseId")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    })
 }
 
 /// `POST {base}/v1beta/models/{model}:batchEmbedContents`.
@@ -120,12 +197,15 @@ mod tests {
 
     #[test]
     fn parses_a_response() {
-        let v = json!({"candidates":[{"content":{"role":"model","parts":[{"text":"OK"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":1},"responseId":"r1"});
-        let (text, usage, id) = parse_chat(&v).ok().unwrap();
+        let v = json!({"candidates":[{"content":{"role":"model","parts":[{"text":"OK"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":1,"cachedContentTokenCount":3},"responseId":"r1","modelVersion":"gemini-x-001"});
+        let p = parse_chat(&v).ok().unwrap();
         assert_eq!(
-            (text.as_str(), usage.input_tokens, id.as_deref()),
+            (p.text.as_str(), p.usage.input_tokens, p.id.as_deref()),
             ("OK", 4, Some("r1"))
         );
+        assert_eq!(p.usage.cached_tokens, Some(3));
+        assert_eq!(p.model.as_deref(), Some("gemini-x-001"));
+        assert_eq!(p.finish_reason, Some(FinishReason::Stop));
         let blocked = json!({"candidates":[{"finishReason":"SAFETY"}]});
         assert!(matches!(parse_chat(&blocked), Err(BadSuccess::Refused(_))));
         let prompt = json!({"promptFeedback":{"blockReason":"SAFETY"}});

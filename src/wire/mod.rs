@@ -8,9 +8,9 @@ pub mod openai;
 pub mod rerank;
 pub mod stream;
 
+use crate::answer::FinishReason;
 use crate::dialect::Dialect;
 use crate::failure::{excerpt, ErrorFields, Headers, Transport, UpstreamFailure};
-use crate::health::Cooldowns;
 use crate::request::{ChatRequest, EmbedRequest, RerankRequest, Usage};
 use crate::secret::Secret;
 use crate::vocab::Wire;
@@ -23,7 +23,8 @@ pub const ERROR_BODY_CAP: usize = 64 * 1024;
 /// The largest success body accepted.
 pub const SUCCESS_BODY_CAP: usize = 8 * 1024 * 1024;
 
-/// One provider as the router calls it: where, how, with which key and deadlines.
+/// One provider as the wire calls it: where, how, with which key and deadlines. What the
+/// router does with its failures is in [`crate::route::RoutePolicy`].
 #[derive(Debug, Clone)]
 pub struct Endpoint {
     pub provider: String,
@@ -37,9 +38,6 @@ pub struct Endpoint {
     pub first_token_timeout_ms: u64,
     /// Streams: longest silence between chunks.
     pub stream_idle_ms: u64,
-    pub cooldowns: Cooldowns,
-    /// The circuit breaker, when configured for this provider.
-    pub breaker: Option<crate::breaker::BreakerConfig>,
 }
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
@@ -61,12 +59,67 @@ pub struct HttpCall {
     pub body: Value,
 }
 
+/// A chat success body, read by its wire.
+#[derive(Debug, Clone, Default)]
+pub struct ChatParsed {
+    pub text: String,
+    pub tool_calls: Vec<crate::conversation::ToolCall>,
+    pub finish_reason: Option<FinishReason>,
+    /// The model the body says answered.
+    pub model: Option<String>,
+    pub usage: Usage,
+    /// The body's own id (a fallback request id).
+    pub id: Option<String>,
+}
+
+/// How a wire spells the sampling fields: `None` where it has no such field.
+pub struct SamplingNames {
+    pub temperature: &'static str,
+    pub top_p: &'static str,
+    pub stop: &'static str,
+    pub seed: Option<&'static str>,
+}
+
+/// Writes the sampling fields the caller set into `target` (a body, or Gemini's
+/// `generationConfig`), under the wire's names.
+pub fn put_sampling(
+    target: &mut serde_json::Map<String, Value>,
+    s: &crate::request::Sampling,
+    names: &SamplingNames,
+) {
+    if let Some(t) = s.temperature {
+        target.insert(names.temperature.into(), t.into());
+    }
+    if let Some(p) = s.top_p {
+        target.insert(names.top_p.into(), p.into());
+    }
+    if !s.stop.is_empty() {
+        target.insert(names.stop.into(), s.stop.clone().into());
+    }
+    if let (Some(seed), Some(name)) = (s.seed, names.seed) {
+        target.insert(name.into(), seed.into());
+    }
+}
+
+/// The request fields `wire` cannot express, by their caller-facing names. Each wire's
+/// `chat_call` maps every other field; the router records these on the attempt so that
+/// nothing is lost silently.
+pub fn dropped(wire: Wire, req: &ChatRequest) -> Vec<String> {
+    match wire {
+        Wire::OpenAi => Vec::new(),
+        Wire::Anthropic => anthropic::dropped(req),
+        Wire::Gemini => gemini::dropped(req),
+    }
+}
+
 /// A usable chat answer.
 #[derive(Debug, Clone)]
 pub struct ChatSuccess {
     pub text: String,
     /// Tools the model asked to call, in canonical form.
     pub tool_calls: Vec<crate::conversation::ToolCall>,
+    pub finish_reason: Option<FinishReason>,
+    pub model: Option<String>,
     pub usage: Usage,
     pub request_id: Option<String>,
     pub headers: Headers,
@@ -111,32 +164,14 @@ pub async fn chat(
         Wire::Anthropic => anthropic::parse_chat(&reply.json),
         Wire::Gemini => gemini::parse_chat(&reply.json),
     };
-    let tool_calls = match endpoint.wire {
-        Wire::OpenAi => reply
-            .json
-            .pointer("/choices/0/message")
-            .map(crate::conversation::openai_answer_tool_calls),
-        Wire::Anthropic => reply
-            .json
-            .get("content")
-            .map(crate::conversation::anthropic_answer_tool_calls),
-        Wire::Gemini => reply
-            .json
-            .pointer("/candidates/0/content/parts")
-            .map(crate::conversation::gemini_answer_tool_calls),
-    }
-    .unwrap_or(Ok(Vec::new()));
-    let parsed = parsed.and_then(|ok| {
-        tool_calls.map(|calls| (ok, calls)).map_err(|e| {
-            BadSuccess::Malformed(format!("a tool call in the answer is unusable: {e}"))
-        })
-    });
     match parsed {
-        Ok(((text, usage, body_id), tool_calls)) => Ok(ChatSuccess {
-            text,
-            tool_calls,
-            usage,
-            request_id: reply.headers.request_id().map(str::to_string).or(body_id),
+        Ok(p) => Ok(ChatSuccess {
+            text: p.text,
+            tool_calls: p.tool_calls,
+            finish_reason: p.finish_reason,
+            model: p.model,
+            usage: p.usage,
+            request_id: reply.headers.request_id().map(str::to_string).or(p.id),
             headers: reply.headers,
         }),
         Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),

@@ -2,20 +2,56 @@
 //! providers (DeepSeek, DashScope compatible mode, GLM, Kimi, Groq, OpenRouter, ...)
 //! speak it; their dialects differ only in what their errors mean.
 
-use super::{tokens, BadSuccess, Endpoint, HttpCall};
+pub mod history;
+pub use history::*;
+
+use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
+use crate::answer::FinishReason;
 use crate::conversation;
-use crate::request::{ChatRequest, Usage};
+use crate::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Value};
+
+const SAMPLING: super::SamplingNames = super::SamplingNames {
+    temperature: "temperature",
+    top_p: "top_p",
+    stop: "stop",
+    seed: Some("seed"),
+};
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     let mut body = json!({
         "model": model,
         "messages": conversation::openai_messages(&req.conversation),
-        "max_tokens": req.max_tokens,
         "stream": false,
     });
+    if let Some(max) = req.max_tokens {
+        body["max_tokens"] = json!(max);
+    }
+    if let Some(obj) = body.as_object_mut() {
+        super::put_sampling(obj, &req.sampling, &SAMPLING);
+    }
     if !req.tools.is_empty() {
         body["tools"] = conversation::openai_tools(&req.tools);
+    }
+    if let Some(choice) = &req.tool_choice {
+        body["tool_choice"] = match choice {
+            ToolChoice::Auto => json!("auto"),
+            ToolChoice::None => json!("none"),
+            ToolChoice::Required => json!("required"),
+            ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+        };
+    }
+    if let Some(schema) = &req.json_schema {
+        body["response_format"] = json!({
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": schema},
+        });
+    }
+    if let Some(user) = &req.user {
+        body["user"] = json!(user);
+    }
+    if !req.metadata.is_empty() {
+        body["metadata"] = json!(req.metadata);
     }
     HttpCall {
         url: format!("{}/chat/completions", ep.base()),
@@ -24,8 +60,31 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     }
 }
 
-/// `choices[0].message.content`, `usage`, and the body's `id`.
-pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSuccess> {
+/// OpenAI's `finish_reason` in the shared vocabulary.
+pub fn finish_reason(s: &str) -> FinishReason {
+    match s {
+        "stop" => FinishReason::Stop,
+        "length" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "content_filter" => FinishReason::ContentFilter,
+        other => FinishReason::Other(other.to_string()),
+    }
+}
+
+/// A `usage` object: prompt, completion, and cached prompt tokens when reported.
+pub fn usage(u: Option<&Value>) -> Usage {
+    Usage {
+        input_tokens: tokens(u.and_then(|u| u.get("prompt_tokens"))),
+        output_tokens: tokens(u.and_then(|u| u.get("completion_tokens"))),
+        cached_tokens: u
+            .and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens"))
+            .and_then(Value::as_u64),
+    }
+}
+
+/// `choices[0].message` (content and tool calls), `finish_reason`, `model`, `usage`, and
+/// the body's `id`.
+pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
     let choice = v
         .get("choices")
         .and_then(Value::as_array)
@@ -58,13 +117,23 @@ pub fn parse_chat(v: &Value) -> Result<(String, Usage, Option<String>), BadSucce
             ));
         }
     };
-    let usage = v.get("usage");
-    let usage = Usage {
-        input_tokens: tokens(usage.and_then(|u| u.get("prompt_tokens"))),
-        output_tokens: tokens(usage.and_then(|u| u.get("completion_tokens"))),
+    let tool_calls = match message {
+        Some(m) => conversation::openai_answer_tool_calls(m).map_err(|e| {
+            BadSuccess::Malformed(format!("a tool call in the answer is unusable: {e}"))
+        })?,
+        None => Vec::new(),
     };
-    let id = v.get("id").and_then(Value::as_str).map(str::to_string);
-    Ok((text, usage, id))
+    Ok(ChatParsed {
+        text,
+        tool_calls,
+        finish_reason: choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .map(finish_reason),
+        model: v.get("model").and_then(Value::as_str).map(str::to_string),
+        usage: usage(v.get("usage")),
+        id: v.get("id").and_then(Value::as_str).map(str::to_string),
+    })
 }
 
 /// `POST {base}/embeddings` with a batch `input`.
@@ -99,7 +168,7 @@ pub fn parse_embed(v: &Value, expected: usize) -> Result<(Vec<Vec<f32>>, Usage),
     }
     let usage = Usage {
         input_tokens: tokens(v.pointer("/usage/prompt_tokens")),
-        output_tokens: 0,
+        ..Usage::default()
     };
     Ok((indexed.into_iter().map(|(_, e)| e).collect(), usage))
 }
@@ -118,12 +187,15 @@ mod tests {
 
     #[test]
     fn parses_a_completion() {
-        let v = json!({"id":"chatcmpl-1","choices":[{"index":0,"message":{"role":"assistant","content":"OK"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1}});
-        let (text, usage, id) = parse_chat(&v).ok().unwrap();
+        let v = json!({"id":"chatcmpl-1","model":"gpt-x-0613","choices":[{"index":0,"message":{"role":"assistant","content":"OK"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":4}}});
+        let p = parse_chat(&v).ok().unwrap();
         assert_eq!(
-            (text.as_str(), usage.output_tokens, id.as_deref()),
+            (p.text.as_str(), p.usage.output_tokens, p.id.as_deref()),
             ("OK", 1, Some("chatcmpl-1"))
         );
+        assert_eq!(p.usage.cached_tokens, Some(4));
+        assert_eq!(p.model.as_deref(), Some("gpt-x-0613"));
+        assert_eq!(p.finish_reason, Some(FinishReason::Stop));
         assert!(matches!(
             parse_chat(&json!({"choices":[]})),
             Err(BadSuccess::Malformed(_))

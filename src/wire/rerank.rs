@@ -48,7 +48,7 @@ pub fn parse_rerank(v: &Value, documents: usize) -> Result<(Vec<usize>, Usage), 
     scored.sort_by(|a, b| b.1.total_cmp(&a.1));
     let usage = Usage {
         input_tokens: tokens(v.pointer("/usage/total_tokens")),
-        output_tokens: 0,
+        ..Usage::default()
     };
     Ok((scored.into_iter().map(|(i, _)| i).collect(), usage))
 }

@@ -5,7 +5,9 @@
 //! terminator; one that closes before its finish is truncated, never a success.
 
 use super::{read_capped, transport_failure, Endpoint, HttpCall, ERROR_BODY_CAP};
+use crate::answer::{FinishReason, StreamEvent};
 use crate::clock::Stopwatch;
+use crate::conversation::ToolCall;
 use crate::failure::{ErrorFields, Headers, Transport, UpstreamFailure};
 use crate::request::{ChatRequest, Usage};
 use crate::vocab::Wire;
@@ -16,13 +18,23 @@ use std::time::Duration;
 
 /// What one SSE event means, whatever the wire.
 #[derive(Debug, Clone, PartialEq)]
-pub enum StreamEvent {
+pub enum WireEvent {
     /// Text for the caller.
     Delta(String),
+    /// A piece of tool call `index`: id and name when it starts, argument text to append.
+    ToolCall {
+        index: u32,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
     /// The model finished (finish reason / stop reason), maybe with usage.
-    Finish(Option<Usage>),
-    /// Usage arriving in its own event (OpenAI's `include_usage` chunk).
+    Finish(Option<FinishReason>, Option<Usage>),
+    /// Usage arriving in its own event (OpenAI's `include_usage` chunk, Anthropic's
+    /// `message_start`).
     Usage(Usage),
+    /// The model the stream says is answering.
+    Model(String),
     /// The wire's end-of-stream marker (`[DONE]`, `message_stop`).
     Terminator,
     /// The wire's in-stream error event.
@@ -57,32 +69,36 @@ pub fn stream_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
 }
 
 /// Reads one SSE event of `wire`. Pure, so every wire's event table is unit-tested.
-pub fn parse_event(wire: Wire, event: &str, data: &str) -> Vec<StreamEvent> {
+/// `calls_so_far` numbers Gemini's whole function calls on from the earlier chunks.
+pub fn parse_event(wire: Wire, event: &str, data: &str, calls_so_far: u32) -> Vec<WireEvent> {
     let data = data.trim();
     if data.is_empty() {
         return Vec::new();
     }
     if wire == Wire::OpenAi && data == "[DONE]" {
-        return vec![StreamEvent::Terminator];
+        return vec![WireEvent::Terminator];
     }
     let v: Value = match serde_json::from_str(data) {
         Ok(v) => v,
-        Err(e) => return vec![StreamEvent::Malformed(format!("not JSON: {e}"))],
+        Err(e) => return vec![WireEvent::Malformed(format!("not JSON: {e}"))],
     };
     if wire == Wire::Anthropic && event == "error" || v.get("error").is_some_and(Value::is_object) {
-        return vec![StreamEvent::Error(Box::new(
+        return vec![WireEvent::Error(Box::new(
             ErrorFields::from_value(&v).unwrap_or_default(),
         ))];
     }
     match wire {
         Wire::OpenAi => openai_event(&v),
         Wire::Anthropic => anthropic_event(event, &v),
-        Wire::Gemini => gemini_event(&v),
+        Wire::Gemini => gemini_event(&v, calls_so_far),
     }
 }
 
-fn openai_event(v: &Value) -> Vec<StreamEvent> {
+fn openai_event(v: &Value) -> Vec<WireEvent> {
     let mut out = Vec::new();
+    if let Some(model) = v.get("model").and_then(Value::as_str) {
+        out.push(WireEvent::Model(model.to_string()));
+    }
     let choice = v
         .get("choices")
         .and_then(Value::as_array)
@@ -90,78 +106,151 @@ fn openai_event(v: &Value) -> Vec<StreamEvent> {
     if let Some(choice) = choice {
         if let Some(text) = choice.pointer("/delta/content").and_then(Value::as_str) {
             if !text.is_empty() {
-                out.push(StreamEvent::Delta(text.to_string()));
+                out.push(WireEvent::Delta(text.to_string()));
             }
         }
-        if choice.get("finish_reason").is_some_and(|f| !f.is_null()) {
-            out.push(StreamEvent::Finish(None));
+        let calls = choice
+            .pointer("/delta/tool_calls")
+            .and_then(Value::as_array);
+        for (j, call) in calls.into_iter().flatten().enumerate() {
+            let str_at = |ptr: &str| {
+                call.pointer(ptr)
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            };
+            out.push(WireEvent::ToolCall {
+                index: call
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(j as u64) as u32,
+                id: str_at("/id"),
+                name: str_at("/function/name"),
+                arguments: str_at("/function/arguments").unwrap_or_default(),
+            });
+        }
+        if let Some(reason) = choice.get("finish_reason").filter(|f| !f.is_null()) {
+            let reason = reason.as_str().map(super::openai::finish_reason);
+            out.push(WireEvent::Finish(reason, None));
         }
     }
     if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-        out.push(StreamEvent::Usage(Usage {
-            input_tokens: super::tokens(u.get("prompt_tokens")),
-            output_tokens: super::tokens(u.get("completion_tokens")),
-        }));
+        out.push(WireEvent::Usage(super::openai::usage(Some(u))));
     }
-    if out.is_empty() && choice.is_none() && v.get("usage").is_none() && v.get("id").is_none() {
-        out.push(StreamEvent::Malformed(
+    if choice.is_none() && v.get("usage").is_none() && v.get("id").is_none() {
+        out.push(WireEvent::Malformed(
             "a chunk with no choices, usage or id".into(),
         ));
     }
     out
 }
 
-fn anthropic_event(event: &str, v: &Value) -> Vec<StreamEvent> {
+fn anthropic_event(event: &str, v: &Value) -> Vec<WireEvent> {
     let kind = v.get("type").and_then(Value::as_str).unwrap_or(event);
+    let index = v.get("index").and_then(Value::as_u64).unwrap_or(0) as u32;
     match kind {
-        "content_block_delta" => match v.pointer("/delta/text").and_then(Value::as_str) {
-            Some(t) if !t.is_empty() => vec![StreamEvent::Delta(t.to_string())],
+        "message_start" => {
+            let mut out = Vec::new();
+            if let Some(model) = v.pointer("/message/model").and_then(Value::as_str) {
+                out.push(WireEvent::Model(model.to_string()));
+            }
+            if let Some(u) = v.pointer("/message/usage").filter(|u| u.is_object()) {
+                out.push(WireEvent::Usage(super::anthropic::usage(Some(u))));
+            }
+            out
+        }
+        "content_block_start" => match v.get("content_block") {
+            Some(b) if b.get("type").and_then(Value::as_str) == Some("tool_use") => {
+                vec![WireEvent::ToolCall {
+                    index,
+                    id: b.get("id").and_then(Value::as_str).map(str::to_string),
+                    name: b.get("name").and_then(Value::as_str).map(str::to_string),
+                    arguments: String::new(),
+                }]
+            }
             _ => Vec::new(),
         },
-        "message_delta" => {
-            let finished = v
-                .pointer("/delta/stop_reason")
-                .is_some_and(|s| !s.is_null());
-            let usage = v.get("usage").map(|u| Usage {
-                input_tokens: super::tokens(u.get("input_tokens")),
-                output_tokens: super::tokens(u.get("output_tokens")),
-            });
-            if finished {
-                vec![StreamEvent::Finish(usage)]
-            } else {
-                usage.map(StreamEvent::Usage).into_iter().collect()
+        "content_block_delta" => {
+            if let Some(t) = v.pointer("/delta/text").and_then(Value::as_str) {
+                return match t.is_empty() {
+                    true => Vec::new(),
+                    false => vec![WireEvent::Delta(t.to_string())],
+                };
+            }
+            match v.pointer("/delta/partial_json").and_then(Value::as_str) {
+                Some(json) => vec![WireEvent::ToolCall {
+                    index,
+                    id: None,
+                    name: None,
+                    arguments: json.to_string(),
+                }],
+                None => Vec::new(),
             }
         }
-        "message_stop" => vec![StreamEvent::Terminator],
-        _ => Vec::new(), // message_start, content_block_start/stop, ping
+        "message_delta" => {
+            let stop = v.pointer("/delta/stop_reason").filter(|s| !s.is_null());
+            let usage = v.get("usage").map(|u| super::anthropic::usage(Some(u)));
+            match stop {
+                Some(s) => vec![WireEvent::Finish(
+                    s.as_str().map(super::anthropic::finish_reason),
+                    usage,
+                )],
+                None => usage.map(WireEvent::Usage).into_iter().collect(),
+            }
+        }
+        "message_stop" => vec![WireEvent::Terminator],
+        _ => Vec::new(), // content_block_stop, ping
     }
 }
 
-fn gemini_event(v: &Value) -> Vec<StreamEvent> {
+fn gemini_event(v: &Value, calls_so_far: u32) -> Vec<WireEvent> {
     let mut out = Vec::new();
+    if let Some(model) = v.get("modelVersion").and_then(Value::as_str) {
+        out.push(WireEvent::Model(model.to_string()));
+    }
     let candidate = v
         .get("candidates")
         .and_then(Value::as_array)
         .and_then(|c| c.first());
+    let mut calls = 0u32;
     if let Some(c) = candidate {
         let text = super::gemini::candidate_text(c);
         if !text.is_empty() {
-            out.push(StreamEvent::Delta(text));
+            out.push(WireEvent::Delta(text));
+        }
+        // Gemini sends each function call whole, in one part; it has no call ids.
+        let parts = c.pointer("/content/parts").and_then(Value::as_array);
+        for call in parts
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("functionCall"))
+        {
+            out.push(WireEvent::ToolCall {
+                index: calls_so_far + calls,
+                id: None,
+                name: call.get("name").and_then(Value::as_str).map(str::to_string),
+                arguments: call
+                    .get("args")
+                    .map(Value::to_string)
+                    .unwrap_or_else(|| "{}".into()),
+            });
+            calls += 1;
         }
     }
-    let usage = v.get("usageMetadata").map(|u| Usage {
-        input_tokens: super::tokens(u.get("promptTokenCount")),
-        output_tokens: super::tokens(u.get("candidatesTokenCount")),
-    });
+    let usage = v
+        .get("usageMetadata")
+        .map(|u| super::gemini::usage(Some(u)));
     match candidate
         .and_then(|c| c.get("finishReason"))
         .and_then(Value::as_str)
     {
-        Some(_) => out.push(StreamEvent::Finish(usage)),
-        None => out.extend(usage.map(StreamEvent::Usage)),
+        Some(f) => out.push(WireEvent::Finish(
+            Some(super::gemini::finish_reason(f, calls_so_far + calls > 0)),
+            usage,
+        )),
+        None => out.extend(usage.map(WireEvent::Usage)),
     }
-    if candidate.is_none() && out.is_empty() {
-        out.push(StreamEvent::Malformed("a chunk with no candidates".into()));
+    if candidate.is_none() && !out.iter().any(|e| matches!(e, WireEvent::Usage(_))) {
+        out.push(WireEvent::Malformed("a chunk with no candidates".into()));
     }
     out
 }
@@ -170,32 +259,106 @@ fn gemini_event(v: &Value) -> Vec<StreamEvent> {
 #[derive(Debug, Clone)]
 pub struct StreamSuccess {
     pub usage: Option<Usage>,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<FinishReason>,
+    pub model: Option<String>,
     pub request_id: Option<String>,
     pub headers: Headers,
     /// Events that could not be read and were skipped.
     pub skipped_events: u32,
 }
 
-/// One streaming attempt: its result, and whether visible text reached the caller.
+/// One streaming attempt: its result, and whether anything reached the caller.
 #[derive(Debug)]
 pub struct StreamAttempt {
     pub result: Result<StreamSuccess, UpstreamFailure>,
-    /// Text already delivered: after this, no other route may answer (decision row 2).
+    /// Text already delivered.
     pub delivered: String,
+    /// Text or a tool-call delta reached the caller: after this, no other route may
+    /// answer (decision row 2).
+    pub visible: bool,
 }
 
-/// Sends one streaming call and drives it to its end, handing each piece of visible
-/// text to `on_delta` as it arrives.
+/// Sends one streaming call and drives it to its end, handing each text and tool-call
+/// delta to `on_event` as it arrives. The finish and usage events follow once the
+/// stream completed.
 pub async fn stream_chat(
     client: &reqwest::Client,
     ep: &Endpoint,
     model: &str,
     req: &ChatRequest,
-    on_delta: &(dyn Fn(&str) + Send + Sync),
+    on_event: &(dyn Fn(StreamEvent<'_>) + Send + Sync),
 ) -> StreamAttempt {
-    let mut delivered = String::new();
-    let result = drive(client, ep, model, req, on_delta, &mut delivered).await;
-    StreamAttempt { result, delivered }
+    let mut seen = Seen::default();
+    let result = drive(client, ep, model, req, on_event, &mut seen).await;
+    if let Ok(ok) = &result {
+        if let Some(f) = &ok.finish_reason {
+            on_event(StreamEvent::Finish(f));
+        }
+        if let Some(u) = &ok.usage {
+            on_event(StreamEvent::Usage(u));
+        }
+    }
+    StreamAttempt {
+        result,
+        delivered: seen.text,
+        visible: seen.visible,
+    }
+}
+
+/// What a stream has delivered so far.
+#[derive(Default)]
+struct Seen {
+    text: String,
+    visible: bool,
+    calls: Vec<PendingCall>,
+}
+
+/// A tool call being assembled from its deltas.
+struct PendingCall {
+    index: u32,
+    id: Option<String>,
+    name: String,
+    arguments: String,
+}
+
+/// A later usage report fills in what it states and keeps what only an earlier one
+/// said (Anthropic sends input tokens at the start, output tokens at the end).
+fn merge_usage(old: Option<Usage>, new: Usage) -> Usage {
+    let Some(old) = old else { return new };
+    let pick = |n: u64, o: u64| if n > 0 { n } else { o };
+    Usage {
+        input_tokens: pick(new.input_tokens, old.input_tokens),
+        output_tokens: pick(new.output_tokens, old.output_tokens),
+        cached_tokens: new.cached_tokens.or(old.cached_tokens),
+    }
+}
+
+/// The assembled calls in index order; arguments must be JSON objects (an empty string
+/// is a call without arguments).
+fn finish_calls(mut calls: Vec<PendingCall>) -> Result<Vec<ToolCall>, String> {
+    calls.sort_by_key(|c| c.index);
+    calls
+        .into_iter()
+        .map(|c| {
+            let arguments = if c.arguments.trim().is_empty() {
+                Value::Object(Default::default())
+            } else {
+                serde_json::from_str::<Value>(&c.arguments)
+                    .ok()
+                    .filter(Value::is_object)
+                    .ok_or_else(|| {
+                        format!("tool call {} arguments are not a JSON object", c.index)
+                    })?
+            };
+            Ok(ToolCall {
+                // Gemini has no call ids: number them as the non-streaming parser does.
+                id: c.id.unwrap_or_else(|| format!("call_{}", c.index)),
+                name: c.name,
+                arguments,
+            })
+        })
+        .collect()
 }
 
 async fn drive(
@@ -203,8 +366,8 @@ async fn drive(
     ep: &Endpoint,
     model: &str,
     req: &ChatRequest,
-    on_delta: &(dyn Fn(&str) + Send + Sync),
-    delivered: &mut String,
+    on_event: &(dyn Fn(StreamEvent<'_>) + Send + Sync),
+    seen: &mut Seen,
 ) -> Result<StreamSuccess, UpstreamFailure> {
     let first_token = Duration::from_millis(ep.first_token_timeout_ms);
     let idle = Duration::from_millis(ep.stream_idle_ms);
@@ -250,19 +413,21 @@ async fn drive(
 
     let mut events = resp.bytes_stream().eventsource();
     let mut usage: Option<Usage> = None;
+    let mut finish_reason: Option<FinishReason> = None;
+    let mut answering: Option<String> = None;
     let mut finished = false;
     let mut skipped = 0u32;
     loop {
         // Before the first visible token the first-token deadline rules; after it, the
         // idle deadline between chunks.
-        let wait = if delivered.is_empty() {
+        let wait = if !seen.visible {
             first_token.saturating_sub(sw.elapsed())
         } else {
             idle
         };
         let next = match tokio::time::timeout(wait, events.next()).await {
             Ok(next) => next,
-            Err(_) if delivered.is_empty() => return Err(no_first_token(Some(status))),
+            Err(_) if !seen.visible => return Err(no_first_token(Some(status))),
             Err(_) => {
                 return Err(broke(
                     &headers,
@@ -282,19 +447,54 @@ async fn drive(
             Some(Err(e)) => return Err(broke(&headers, format!("the stream broke: {e}"))),
             Some(Ok(ev)) => ev,
         };
-        for ev in parse_event(ep.wire, &event.event, &event.data) {
+        let calls_so_far = seen.calls.len() as u32;
+        for ev in parse_event(ep.wire, &event.event, &event.data, calls_so_far) {
             match ev {
-                StreamEvent::Delta(t) => {
-                    on_delta(&t);
-                    delivered.push_str(&t);
+                WireEvent::Delta(t) => {
+                    seen.visible = true;
+                    on_event(StreamEvent::Text(&t));
+                    seen.text.push_str(&t);
                 }
-                StreamEvent::Finish(u) => {
+                WireEvent::ToolCall {
+                    index,
+                    id,
+                    name,
+                    arguments,
+                } => {
+                    seen.visible = true;
+                    on_event(StreamEvent::ToolCall {
+                        index,
+                        id: id.as_deref(),
+                        name: name.as_deref(),
+                        arguments: &arguments,
+                    });
+                    match seen.calls.iter_mut().find(|c| c.index == index) {
+                        Some(call) => {
+                            call.id = call.id.take().or(id);
+                            if let Some(n) = name {
+                                call.name.push_str(&n);
+                            }
+                            call.arguments.push_str(&arguments);
+                        }
+                        None => seen.calls.push(PendingCall {
+                            index,
+                            id,
+                            name: name.unwrap_or_default(),
+                            arguments,
+                        }),
+                    }
+                }
+                WireEvent::Finish(reason, u) => {
                     finished = true;
-                    usage = u.or(usage);
+                    finish_reason = reason.or(finish_reason);
+                    if let Some(u) = u {
+                        usage = Some(merge_usage(usage, u));
+                    }
                 }
-                StreamEvent::Usage(u) => usage = Some(u),
-                StreamEvent::Terminator => finished = true,
-                StreamEvent::Error(fields) => {
+                WireEvent::Usage(u) => usage = Some(merge_usage(usage, u)),
+                WireEvent::Model(m) => answering = Some(m),
+                WireEvent::Terminator => finished = true,
+                WireEvent::Error(fields) => {
                     return Err(UpstreamFailure {
                         status: Some(status),
                         headers: headers.clone(),
@@ -304,7 +504,7 @@ async fn drive(
                         malformed: None,
                     })
                 }
-                StreamEvent::Malformed(_) => skipped += 1,
+                WireEvent::Malformed(_) => skipped += 1,
             }
         }
         // A finish with its usage is a complete answer: finalise at once rather than wait
@@ -315,8 +515,13 @@ async fn drive(
             break;
         }
     }
+    let tool_calls =
+        finish_calls(std::mem::take(&mut seen.calls)).map_err(|why| broke(&headers, why))?;
     Ok(StreamSuccess {
         usage,
+        tool_calls,
+        finish_reason,
+        model: answering,
         request_id,
         headers,
         skipped_events: skipped,
@@ -327,40 +532,75 @@ async fn drive(
 mod tests {
     use super::*;
 
+    fn usage(input: u64, output: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cached_tokens: None,
+        }
+    }
+
     #[test]
     fn openai_events() {
         let d =
             r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#;
         assert_eq!(
-            parse_event(Wire::OpenAi, "", d),
-            vec![StreamEvent::Delta("Hi".into())]
+            parse_event(Wire::OpenAi, "", d, 0),
+            vec![WireEvent::Delta("Hi".into())]
         );
         let f = r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
         assert_eq!(
-            parse_event(Wire::OpenAi, "", f),
-            vec![StreamEvent::Finish(None)]
+            parse_event(Wire::OpenAi, "", f, 0),
+            vec![WireEvent::Finish(Some(FinishReason::Stop), None)]
         );
         let u = r#"{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
         assert_eq!(
-            parse_event(Wire::OpenAi, "", u),
-            vec![StreamEvent::Usage(Usage {
-                input_tokens: 3,
-                output_tokens: 2
-            })]
+            parse_event(Wire::OpenAi, "", u, 0),
+            vec![WireEvent::Usage(usage(3, 2))]
         );
         assert_eq!(
-            parse_event(Wire::OpenAi, "", "[DONE]"),
-            vec![StreamEvent::Terminator]
+            parse_event(Wire::OpenAi, "", "[DONE]", 0),
+            vec![WireEvent::Terminator]
         );
         assert!(matches!(
-            parse_event(Wire::OpenAi, "", "{not json")[0],
-            StreamEvent::Malformed(_)
+            parse_event(Wire::OpenAi, "", "{not json", 0)[0],
+            WireEvent::Malformed(_)
         ));
         let e = r#"{"error":{"message":"boom","type":"server_error"}}"#;
         assert!(matches!(
-            parse_event(Wire::OpenAi, "", e)[0],
-            StreamEvent::Error(_)
+            parse_event(Wire::OpenAi, "", e, 0)[0],
+            WireEvent::Error(_)
         ));
+    }
+
+    #[test]
+    fn openai_tool_call_deltas_and_model() {
+        let start = r#"{"id":"c","model":"gpt-x-1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get","arguments":""}}]}}]}"#;
+        assert_eq!(
+            parse_event(Wire::OpenAi, "", start, 0),
+            vec![
+                WireEvent::Model("gpt-x-1".into()),
+                WireEvent::ToolCall {
+                    index: 0,
+                    id: Some("call_a".into()),
+                    name: Some("get".into()),
+                    arguments: String::new()
+                }
+            ]
+        );
+        let more = r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"q\":1}"}}]},"finish_reason":"tool_calls"}]}"#;
+        assert_eq!(
+            parse_event(Wire::OpenAi, "", more, 0),
+            vec![
+                WireEvent::ToolCall {
+                    index: 0,
+                    id: None,
+                    name: None,
+                    arguments: r#"{"q":1}"#.into()
+                },
+                WireEvent::Finish(Some(FinishReason::ToolCalls), None)
+            ]
+        );
     }
 
     #[test]
@@ -368,31 +608,68 @@ mod tests {
         let d =
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#;
         assert_eq!(
-            parse_event(Wire::Anthropic, "content_block_delta", d),
-            vec![StreamEvent::Delta("Hi".into())]
+            parse_event(Wire::Anthropic, "content_block_delta", d, 0),
+            vec![WireEvent::Delta("Hi".into())]
         );
         let m = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#;
         assert_eq!(
-            parse_event(Wire::Anthropic, "message_delta", m),
-            vec![StreamEvent::Finish(Some(Usage {
-                input_tokens: 0,
-                output_tokens: 5
-            }))]
+            parse_event(Wire::Anthropic, "message_delta", m, 0),
+            vec![WireEvent::Finish(
+                Some(FinishReason::Stop),
+                Some(usage(0, 5))
+            )]
         );
         assert_eq!(
             parse_event(
                 Wire::Anthropic,
                 "message_stop",
-                r#"{"type":"message_stop"}"#
+                r#"{"type":"message_stop"}"#,
+                0
             ),
-            vec![StreamEvent::Terminator]
+            vec![WireEvent::Terminator]
         );
         let e = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-        match &parse_event(Wire::Anthropic, "error", e)[0] {
-            StreamEvent::Error(f) => assert_eq!(f.kind.as_deref(), Some("overloaded_error")),
+        match &parse_event(Wire::Anthropic, "error", e, 0)[0] {
+            WireEvent::Error(f) => assert_eq!(f.kind.as_deref(), Some("overloaded_error")),
             other => panic!("{other:?}"),
         }
-        assert!(parse_event(Wire::Anthropic, "ping", r#"{"type":"ping"}"#).is_empty());
+        assert!(parse_event(Wire::Anthropic, "ping", r#"{"type":"ping"}"#, 0).is_empty());
+    }
+
+    #[test]
+    fn anthropic_tool_use_blocks_model_and_cached_usage() {
+        let start = r#"{"type":"message_start","message":{"model":"claude-x-1","usage":{"input_tokens":9,"output_tokens":1,"cache_read_input_tokens":6}}}"#;
+        assert_eq!(
+            parse_event(Wire::Anthropic, "message_start", start, 0),
+            vec![
+                WireEvent::Model("claude-x-1".into()),
+                WireEvent::Usage(Usage {
+                    input_tokens: 9,
+                    output_tokens: 1,
+                    cached_tokens: Some(6)
+                })
+            ]
+        );
+        let block = r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"get","input":{}}}"#;
+        assert_eq!(
+            parse_event(Wire::Anthropic, "content_block_start", block, 0),
+            vec![WireEvent::ToolCall {
+                index: 1,
+                id: Some("toolu_1".into()),
+                name: Some("get".into()),
+                arguments: String::new()
+            }]
+        );
+        let delta = r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"q\""}}"#;
+        assert_eq!(
+            parse_event(Wire::Anthropic, "content_block_delta", delta, 0),
+            vec![WireEvent::ToolCall {
+                index: 1,
+                id: None,
+                name: None,
+                arguments: r#"{"q""#.into()
+            }]
+        );
     }
 
     #[test]
@@ -400,16 +677,49 @@ mod tests {
         let d =
             r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"},"index":0}]}"#;
         assert_eq!(
-            parse_event(Wire::Gemini, "", d),
-            vec![StreamEvent::Delta("Hi".into())]
+            parse_event(Wire::Gemini, "", d, 0),
+            vec![WireEvent::Delta("Hi".into())]
         );
         let f = r#"{"candidates":[{"content":{"parts":[{"text":""}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":2,"candidatesTokenCount":1}}"#;
         assert_eq!(
-            parse_event(Wire::Gemini, "", f),
-            vec![StreamEvent::Finish(Some(Usage {
-                input_tokens: 2,
-                output_tokens: 1
-            }))]
+            parse_event(Wire::Gemini, "", f, 0),
+            vec![WireEvent::Finish(
+                Some(FinishReason::Stop),
+                Some(usage(2, 1))
+            )]
         );
+    }
+
+    #[test]
+    fn gemini_function_calls_are_numbered_across_chunks() {
+        let c = r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"get","args":{"q":1}}}]},"finishReason":"STOP"}]}"#;
+        assert_eq!(
+            parse_event(Wire::Gemini, "", c, 2),
+            vec![
+                WireEvent::ToolCall {
+                    index: 2,
+                    id: None,
+                    name: Some("get".into()),
+                    arguments: r#"{"q":1}"#.into()
+                },
+                WireEvent::Finish(Some(FinishReason::ToolCalls), None)
+            ]
+        );
+    }
+
+    #[test]
+    fn assembled_tool_calls_need_json_object_arguments() {
+        let call = |args: &str| PendingCall {
+            index: 0,
+            id: None,
+            name: "get".into(),
+            arguments: args.into(),
+        };
+        let ok = finish_calls(vec![call(r#"{"q":1}"#)]).unwrap();
+        assert_eq!(
+            (ok[0].id.as_str(), &ok[0].arguments),
+            ("call_0", &serde_json::json!({"q":1}))
+        );
+        assert!(finish_calls(vec![call(r#"{"q":"#)]).is_err());
     }
 }

@@ -1,13 +1,19 @@
 //! The chaos scenario file (spec/scenario-format.md, v1): parsed strictly (an unknown
 //! field is an error, so a typo cannot silently pass a scenario) and validated before
-//! anything runs.
+//! anything runs. A scenario is a fault script ([`script`]: the chain, what each mock
+//! replies, health presets) and what must then have happened ([`expect`]).
+
+mod expect;
+mod script;
+
+pub use expect::{AttemptExpect, Expect, HealthExpect};
+pub use script::{Body, ChainEntry, OutageSpec, Preset, Reply, StreamEnd, StreamItem, StreamReply};
 
 use crate::clock::UnixMs;
-use crate::dialect::Dialect;
 use crate::policy::Policy;
-use crate::vocab::{Action, CallPath, Class, HealthState, Outcome, Reason, Route, Wire};
+use crate::vocab::{CallPath, Outcome, Route, Wire};
 use crate::yaml::YamlError;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -40,45 +46,6 @@ pub struct Scenario {
     pub file: PathBuf,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChainEntry {
-    pub route: Route,
-    #[serde(default)]
-    pub wire: Wire,
-    #[serde(default)]
-    pub dialect: Option<Dialect>,
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
-    #[serde(default)]
-    pub first_token_timeout_ms: Option<u64>,
-    #[serde(default)]
-    pub stream_idle_ms: Option<u64>,
-    /// The pool config's cooling overrides, per route here.
-    #[serde(default)]
-    pub cooldown_ms: Option<u64>,
-    #[serde(default)]
-    pub transient_cooldown_ms: Option<u64>,
-    /// The route's circuit breaker (off when absent).
-    #[serde(default)]
-    pub breaker: Option<crate::breaker::BreakerConfig>,
-    /// What the model can serve and what it costs (its equivalence contract).
-    #[serde(default)]
-    pub model: Option<crate::capability::ModelFacts>,
-    /// A provider outage in virtual time: until `until_ms` after `now`, every call gets
-    /// `reply`; after it, `replies` are served as usual.
-    #[serde(default)]
-    pub outage: Option<OutageSpec>,
-    pub replies: Vec<Reply>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OutageSpec {
-    pub until_ms: u64,
-    pub reply: Reply,
-}
-
 /// The request chaos sends, when a scenario needs more than the default prompt.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -94,235 +61,6 @@ pub struct RequestShape {
     /// The workflow name recorded on every attempt.
     #[serde(default)]
     pub workflow: Option<String>,
-}
-
-/// One reply of a mock route.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Reply {
-    /// A valid success for the route's wire and path.
-    Ok { text: String, headers: Headers },
-    /// A status with a JSON or raw body.
-    Status {
-        status: u16,
-        headers: Headers,
-        body: Body,
-    },
-    /// Waits, then replies.
-    Delay { ms: u64, then: Box<Reply> },
-    /// A 200 SSE stream.
-    Stream(StreamReply),
-    /// The connection is closed before any response.
-    Reset,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Body {
-    Json(serde_json::Value),
-    Raw(String),
-    Empty,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct StreamReply {
-    pub items: Vec<StreamItem>,
-    pub end: StreamEnd,
-    pub first_token_ms: u64,
-    pub gap_ms: u64,
-    pub headers: Headers,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(untagged)]
-pub enum StreamItem {
-    Text(String),
-    Raw { raw: String },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StreamEnd {
-    #[default]
-    Done,
-    NoDone,
-    Eof,
-    Reset,
-    Stall,
-    Error,
-}
-
-/// Header names (lowercase) and values, in file order.
-pub type Headers = Vec<(String, String)>;
-
-/// The YAML shape of a reply: every form's fields, checked for a legal combination.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawReply {
-    ok: Option<String>,
-    status: Option<u16>,
-    headers: Option<BTreeMap<String, Scalar>>,
-    json: Option<serde_json::Value>,
-    body: Option<String>,
-    delay_ms: Option<u64>,
-    then: Option<Box<RawReply>>,
-    stream: Option<Vec<StreamItem>>,
-    end: Option<StreamEnd>,
-    first_token_ms: Option<u64>,
-    gap_ms: Option<u64>,
-    reset: Option<bool>,
-}
-
-/// A header value: YAML may write `retry-after: 20` without quotes.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Scalar {
-    Text(String),
-    Int(i64),
-    Float(f64),
-    Bool(bool),
-}
-
-impl Scalar {
-    fn into_string(self) -> String {
-        match self {
-            Scalar::Text(s) => s,
-            Scalar::Int(i) => i.to_string(),
-            Scalar::Float(f) => f.to_string(),
-            Scalar::Bool(b) => b.to_string(),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Reply {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = RawReply::deserialize(d)?;
-        Reply::try_from(raw).map_err(serde::de::Error::custom)
-    }
-}
-
-impl TryFrom<RawReply> for Reply {
-    type Error = String;
-
-    fn try_from(r: RawReply) -> Result<Self, String> {
-        let headers = match r.headers {
-            Some(map) => {
-                let mut out = Vec::new();
-                for (k, v) in map {
-                    let v = v.into_string();
-                    if !valid_header(&k, &v) {
-                        return Err(format!(
-                            "header `{k}` is not a valid HTTP header name and value"
-                        ));
-                    }
-                    out.push((k.to_ascii_lowercase(), v));
-                }
-                out
-            }
-            None => Vec::new(),
-        };
-        let forms = [
-            r.ok.is_some(),
-            r.status.is_some(),
-            r.delay_ms.is_some(),
-            r.stream.is_some(),
-            r.reset.is_some(),
-        ];
-        if forms.iter().filter(|f| **f).count() != 1 {
-            return Err(
-                "a reply is exactly one of `ok`, `status`, `delay_ms` (with `then`), `stream`, `reset`"
-                    .into(),
-            );
-        }
-        let stray = |what: &str, present: bool| -> Result<(), String> {
-            if present {
-                Err(format!("`{what}` does not belong to this form of reply"))
-            } else {
-                Ok(())
-            }
-        };
-        if let Some(text) = r.ok {
-            stray("json", r.json.is_some())?;
-            stray("body", r.body.is_some())?;
-            stray("then", r.then.is_some())?;
-            stray("end", r.end.is_some())?;
-            return Ok(Reply::Ok { text, headers });
-        }
-        if let Some(status) = r.status {
-            if !(100..=599).contains(&status) {
-                return Err(format!("status {status} is not an HTTP status (100-599)"));
-            }
-            stray("then", r.then.is_some())?;
-            stray("end", r.end.is_some())?;
-            let body = match (r.json, r.body) {
-                (Some(_), Some(_)) => return Err("give `json` or `body`, not both".into()),
-                (Some(j), None) => Body::Json(j),
-                (None, Some(b)) => Body::Raw(b),
-                (None, None) => Body::Empty,
-            };
-            return Ok(Reply::Status {
-                status,
-                headers,
-                body,
-            });
-        }
-        if let Some(ms) = r.delay_ms {
-            let then = r.then.ok_or("`delay_ms` needs `then: <another reply>`")?;
-            stray("headers", !headers.is_empty())?;
-            return Ok(Reply::Delay {
-                ms,
-                then: Box::new(Reply::try_from(*then)?),
-            });
-        }
-        if let Some(items) = r.stream {
-            stray("json", r.json.is_some())?;
-            stray("body", r.body.is_some())?;
-            return Ok(Reply::Stream(StreamReply {
-                items,
-                end: r.end.unwrap_or_default(),
-                first_token_ms: r.first_token_ms.unwrap_or(0),
-                gap_ms: r.gap_ms.unwrap_or(0),
-                headers,
-            }));
-        }
-        match r.reset {
-            Some(true) => Ok(Reply::Reset),
-            _ => Err("`reset` must be `true`".into()),
-        }
-    }
-}
-
-fn valid_header(name: &str, value: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b))
-        && !value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
-}
-
-/// A health preset: `retired`, `cooling 30000` (ms from `now`), or `ready`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Preset {
-    Ready,
-    Cooling(u64),
-    Retired,
-}
-
-impl<'de> Deserialize<'de> for Preset {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        let words: Vec<&str> = s.split_whitespace().collect();
-        match words.as_slice() {
-            ["ready"] => Ok(Preset::Ready),
-            ["retired"] => Ok(Preset::Retired),
-            ["cooling", ms] => ms.parse().map(Preset::Cooling).map_err(|_| {
-                serde::de::Error::custom(format!(
-                    "`cooling {ms}`: the milliseconds must be a whole number"
-                ))
-            }),
-            _ => Err(serde::de::Error::custom(format!(
-                "state `{s}` is not `ready`, `retired` or `cooling <ms>`"
-            ))),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -344,64 +82,6 @@ pub enum Priority {
     Background,
     Retry,
     Speculative,
-}
-
-/// What one request must have done. Absent fields are not compared.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Expect {
-    pub outcome: Outcome,
-    #[serde(default, deserialize_with = "present")]
-    pub reason: Option<Option<Reason>>,
-    #[serde(default, deserialize_with = "present")]
-    pub served_by: Option<Option<Route>>,
-    #[serde(default)]
-    pub text: Option<String>,
-    #[serde(default)]
-    pub attempts: Option<Vec<AttemptExpect>>,
-    #[serde(default)]
-    pub skipped: Option<Vec<Route>>,
-    #[serde(default)]
-    pub health: Option<BTreeMap<Route, HealthExpect>>,
-    #[serde(default)]
-    pub upstream_calls: Option<BTreeMap<Route, u64>>,
-    #[serde(default)]
-    pub waits_ms: Option<Vec<u64>>,
-}
-
-/// Tells "absent" (outer `None`) from an explicit `null` (`Some(None)`).
-fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AttemptExpect {
-    #[serde(default)]
-    pub route: Option<Route>,
-    #[serde(default, deserialize_with = "present")]
-    pub status: Option<Option<u16>>,
-    #[serde(default)]
-    pub class: Option<Class>,
-    #[serde(default)]
-    pub action: Option<Action>,
-    #[serde(default, deserialize_with = "present")]
-    pub wait_ms: Option<Option<u64>>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HealthExpect {
-    pub state: HealthState,
-    /// `until - now`, exact (cooling only).
-    #[serde(default)]
-    pub ms: Option<i64>,
-    #[serde(default)]
-    pub reason: Option<String>,
 }
 
 impl Scenario {

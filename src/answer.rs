@@ -1,0 +1,68 @@
+//! What the router hands back beside the trace: everything the upstream said that a
+//! caller (a gateway above all) must pass on — text, tool calls, finish reason, the model
+//! that actually answered, usage, embedding vectors, rerank order — and the wire-neutral
+//! stream events that carry the same things as they arrive.
+
+use crate::conversation::ToolCall;
+use crate::request::Usage;
+use serde::Serialize;
+
+/// Why the model stopped, in one vocabulary for every wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A natural end or a stop sequence.
+    Stop,
+    /// The output cap (`max_tokens`).
+    Length,
+    /// The model asked to call tools.
+    ToolCalls,
+    /// A safety filter stopped it.
+    ContentFilter,
+    /// A reason this vocabulary has no word for, verbatim.
+    Other(String),
+}
+
+impl FinishReason {
+    /// The OpenAI spelling, which most callers expect.
+    pub fn as_str(&self) -> &str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::ContentFilter => "content_filter",
+            FinishReason::Other(s) => s,
+        }
+    }
+}
+
+/// One request's answer. Fields a path does not produce stay empty / `None`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answer {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<FinishReason>,
+    /// The model that actually answered, from the body when the wire says it.
+    pub model: Option<String>,
+    pub usage: Option<Usage>,
+    pub embeddings: Option<Vec<Vec<f32>>>,
+    /// Rerank: document indices, best first (the recall order when degraded).
+    pub ranking: Option<Vec<usize>>,
+}
+
+/// A stream delta, wire-neutral, handed to the caller as it arrives.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StreamEvent<'a> {
+    Text(&'a str),
+    /// A piece of tool call `index`: its id and name when first seen, then argument text
+    /// (JSON, possibly partial) to append.
+    ToolCall {
+        index: u32,
+        id: Option<&'a str>,
+        name: Option<&'a str>,
+        arguments: &'a str,
+    },
+    Finish(&'a FinishReason),
+    /// The final usage, once the stream completed.
+    Usage(&'a Usage),
+}

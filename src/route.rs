@@ -1,0 +1,189 @@
+//! Routes as the router walks them, and the one place where a route's settings become a
+//! resolved route. A pool config's provider and a scenario's chain entry accept the same
+//! provider settings ([`provider_settings!`] declares them once for both file formats);
+//! [`ProviderSettings`] turns them into the wire's [`Endpoint`] (base URL, key,
+//! deadlines, dialect) and the [`RoutePolicy`] the router applies (cooldowns, breaker),
+//! with the defaults of spec/decisions.md and dialect inference, for both.
+
+use crate::breaker::BreakerConfig;
+use crate::capability::ModelFacts;
+use crate::dialect::Dialect;
+use crate::health::Cooldowns;
+use crate::secret::Secret;
+use crate::vocab::{CallPath, Route, Wire};
+use crate::wire::{
+    Endpoint, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_STREAM_IDLE_MS, DEFAULT_TIMEOUT_MS,
+};
+use std::sync::Arc;
+
+/// What the router does with a route's failures: routing policy, not wire format.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RoutePolicy {
+    pub cooldowns: Cooldowns,
+    /// The circuit breaker, when configured.
+    pub breaker: Option<BreakerConfig>,
+}
+
+/// One route of a tier, resolved: the route, the endpoint that serves it, what the model
+/// can serve, and the routing policy that applies to it.
+#[derive(Debug, Clone)]
+pub struct RouteSpec {
+    pub route: Route,
+    pub endpoint: Arc<Endpoint>,
+    pub facts: ModelFacts,
+    pub policy: RoutePolicy,
+}
+
+/// An ordered chain of routes and the kind of call it serves. Whether a chat call
+/// streams is chosen per request; `path: stream` is the default for `walk` and `probe`.
+#[derive(Debug, Clone)]
+pub struct Tier {
+    pub name: String,
+    pub path: CallPath,
+    pub routes: Vec<RouteSpec>,
+}
+
+/// Where a provider's dialect came from; `poolctl check` warns on `WireDefault`, since a
+/// guessed dialect can misread the provider's errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DialectSource {
+    Explicit,
+    Inferred,
+    WireDefault,
+}
+
+/// Declares a file-format struct (a pool config provider, a scenario chain entry) with
+/// the provider settings every such struct accepts, plus its own fields, and a
+/// `settings()` that hands them to the one builder. A macro rather than
+/// `#[serde(flatten)]`, which cannot be combined with `deny_unknown_fields`: unknown
+/// field errors, with their nearest-name hints, must keep working.
+#[macro_export]
+macro_rules! provider_settings {
+    ($(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* pub $field:ident : $ty:ty,)* }) => {
+        $(#[$m])*
+        pub struct $name {
+            $($(#[$fm])* pub $field: $ty,)*
+            #[serde(default)]
+            pub wire: $crate::vocab::Wire,
+            /// Whose error conventions apply; inferred when absent.
+            #[serde(default)]
+            pub dialect: Option<$crate::dialect::Dialect>,
+            #[serde(default)]
+            pub timeout_ms: Option<u64>,
+            #[serde(default)]
+            pub first_token_timeout_ms: Option<u64>,
+            #[serde(default)]
+            pub stream_idle_ms: Option<u64>,
+            #[serde(default)]
+            pub cooldown_ms: Option<u64>,
+            #[serde(default)]
+            pub transient_cooldown_ms: Option<u64>,
+            /// The circuit breaker (off when absent).
+            #[serde(default)]
+            pub breaker: Option<$crate::breaker::BreakerConfig>,
+        }
+
+        impl $name {
+            /// The provider settings, as written.
+            pub fn settings(&self) -> $crate::route::ProviderSettings {
+                $crate::route::ProviderSettings {
+                    wire: self.wire,
+                    dialect: self.dialect,
+                    timeout_ms: self.timeout_ms,
+                    first_token_timeout_ms: self.first_token_timeout_ms,
+                    stream_idle_ms: self.stream_idle_ms,
+                    cooldown_ms: self.cooldown_ms,
+                    transient_cooldown_ms: self.transient_cooldown_ms,
+                    breaker: self.breaker,
+                }
+            }
+        }
+    };
+}
+
+/// A provider's settings as written: `None` takes the default.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProviderSettings {
+    pub wire: Wire,
+    pub dialect: Option<Dialect>,
+    pub timeout_ms: Option<u64>,
+    pub first_token_timeout_ms: Option<u64>,
+    pub stream_idle_ms: Option<u64>,
+    pub cooldown_ms: Option<u64>,
+    pub transient_cooldown_ms: Option<u64>,
+    pub breaker: Option<BreakerConfig>,
+}
+
+impl ProviderSettings {
+    /// The explicit `dialect`, else the one the host of `base_url` implies (a real
+    /// provider's URL; a mock's loopback URL implies none), else the wire's own.
+    pub fn dialect(&self, base_url: Option<&str>) -> (Dialect, DialectSource) {
+        if let Some(d) = self.dialect {
+            (d, DialectSource::Explicit)
+        } else if let Some(d) = base_url.and_then(Dialect::infer_from_url) {
+            (d, DialectSource::Inferred)
+        } else {
+            (Dialect::of_wire(self.wire), DialectSource::WireDefault)
+        }
+    }
+
+    /// The endpoint the wire calls. `infer_from` is the URL whose host may imply the
+    /// dialect (`None` for mocks).
+    pub fn endpoint(
+        &self,
+        provider: &str,
+        base_url: String,
+        api_key: Secret,
+        infer_from: Option<&str>,
+    ) -> Endpoint {
+        Endpoint {
+            provider: provider.to_string(),
+            wire: self.wire,
+            dialect: self.dialect(infer_from).0,
+            base_url,
+            api_key,
+            timeout_ms: self.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
+            first_token_timeout_ms: self
+                .first_token_timeout_ms
+                .unwrap_or(DEFAULT_FIRST_TOKEN_TIMEOUT_MS),
+            stream_idle_ms: self.stream_idle_ms.unwrap_or(DEFAULT_STREAM_IDLE_MS),
+        }
+    }
+
+    /// The routing policy of the provider's routes.
+    pub fn policy(&self) -> RoutePolicy {
+        RoutePolicy {
+            cooldowns: Cooldowns {
+                cooldown_ms: self.cooldown_ms,
+                transient_cooldown_ms: self
+                    .transient_cooldown_ms
+                    .unwrap_or(Cooldowns::default().transient_cooldown_ms),
+            },
+            breaker: self.breaker,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_dialect_inference_in_one_place() {
+        let s = ProviderSettings::default();
+        let ep = s.endpoint(
+            "ds",
+            "https://dashscope.aliyuncs.com/compatible-mode/v1".into(),
+            Secret::new("k"),
+            Some("https://dashscope.aliyuncs.com/compatible-mode/v1"),
+        );
+        assert_eq!(ep.dialect, Dialect::Dashscope);
+        assert_eq!(ep.timeout_ms, DEFAULT_TIMEOUT_MS);
+        // A mock's URL implies nothing: the wire's own dialect.
+        assert_eq!(
+            s.dialect(None),
+            (Dialect::Openai, DialectSource::WireDefault)
+        );
+        assert_eq!(s.policy(), RoutePolicy::default());
+    }
+}

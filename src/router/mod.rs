@@ -1,0 +1,628 @@
+//! The router: the only loop, and the only retry layer. `Router::call` takes a request
+//! of any path and walks a tier: [`selection`] passes over routes that are cooling,
+//! retired, unapproved, incapable or behind an open breaker; the wire makes the call;
+//! [`settlement`] asks `classify`, `decide` and `transition` — pure functions — and
+//! records the attempt. The async loop here only calls the wire and sleeps between
+//! attempts. `Router` is `Send + Sync` and cheap to clone: every request through one
+//! router shares its health, breakers and session affinities.
+
+mod selection;
+mod settlement;
+
+use crate::answer::{Answer, FinishReason, StreamEvent};
+use crate::breaker;
+use crate::budget::Spent;
+use crate::capability::Needs;
+use crate::classify::{classify, Verdict};
+use crate::clock::{Clock, Stopwatch, UnixMs};
+use crate::decide::{when_nothing_left, Why};
+use crate::failure::UpstreamFailure;
+use crate::outcome::{failure_reason, outcome_of};
+use crate::policy::{Policy, SafeReplay};
+use crate::request::{ChatRequest, Request, Usage};
+use crate::store::HealthStore;
+use crate::trace::{Report, SkipWhy, Step};
+use crate::vocab::{Action, CallPath, Class, Outcome, Route};
+use crate::wire;
+use selection::Snapshot;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+pub use crate::route::{RouteSpec, Tier};
+pub use settlement::Observed;
+
+/// Per-request options.
+#[derive(Clone, Copy)]
+pub struct CallOptions<'a> {
+    pub policy: &'a Policy,
+    /// The workflow (policy card name), recorded on every attempt.
+    pub workflow: Option<&'a str>,
+    /// A session key: the session stays on the route that last served it while that
+    /// route is ready.
+    pub session: Option<&'a str>,
+    /// Called for every attempt and skip as it happens (`walk` prints them live).
+    pub observer: Option<&'a (dyn Fn(Step<'_>) + Send + Sync)>,
+    /// Streams: called with each delta as it reaches the caller (text, tool-call
+    /// pieces), then the finish reason and the final usage.
+    pub on_event: Option<&'a (dyn Fn(StreamEvent<'_>) + Send + Sync)>,
+}
+
+impl<'a> CallOptions<'a> {
+    pub fn new(policy: &'a Policy) -> Self {
+        CallOptions {
+            policy,
+            workflow: None,
+            session: None,
+            observer: None,
+            on_event: None,
+        }
+    }
+}
+
+/// What a call returns: the answer beside the trace. `answer` is `None` unless the
+/// outcome is `success` or `degraded`.
+#[derive(Debug, Clone)]
+pub struct Called {
+    pub answer: Option<Answer>,
+    pub report: Report,
+}
+
+#[derive(Clone)]
+pub struct Router {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: reqwest::Client,
+    clock: Arc<dyn Clock>,
+    store: Arc<dyn HealthStore>,
+    /// Backoff jitter. Seeded in the harness so a scenario's waits repeat exactly.
+    rng: Mutex<fastrand::Rng>,
+    breakers: Mutex<BTreeMap<Route, breaker::State>>,
+    /// Session key → the route that last served it.
+    sessions: Mutex<HashMap<String, Route>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section here is a single map operation: a panic elsewhere cannot
+    // leave the data half-written, so a poisoned lock is still sound.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What one upstream call produced, per path.
+enum Reply {
+    Chat(wire::ChatSuccess),
+    Stream(wire::stream::StreamSuccess),
+    Embed(wire::EmbedSuccess),
+    Rerank(wire::RerankSuccess),
+}
+
+impl Reply {
+    fn request_id(&self) -> Option<String> {
+        match self {
+            Reply::Chat(a) => a.request_id.clone(),
+            Reply::Stream(a) => a.request_id.clone(),
+            Reply::Embed(a) => a.request_id.clone(),
+            Reply::Rerank(a) => a.request_id.clone(),
+        }
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        match self {
+            Reply::Chat(a) => Some(a.usage),
+            Reply::Stream(a) => a.usage,
+            Reply::Embed(a) => Some(a.usage),
+            Reply::Rerank(a) => Some(a.usage),
+        }
+    }
+}
+
+/// One upstream call as the loop sees it: the reply or failure, and what already
+/// reached the caller (streams only).
+struct Attempted {
+    result: Result<Reply, UpstreamFailure>,
+    delivered: String,
+    /// Text or a tool-call delta reached the caller.
+    visible: bool,
+}
+
+impl From<Result<Reply, UpstreamFailure>> for Attempted {
+    fn from(result: Result<Reply, UpstreamFailure>) -> Self {
+        Attempted {
+            result,
+            delivered: String::new(),
+            visible: false,
+        }
+    }
+}
+
+/// A stream event held back under `safe_replay_until: buffered`, replayed on success.
+enum Held {
+    Text(String),
+    ToolCall {
+        index: u32,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
+    Finish(FinishReason),
+    Usage(Usage),
+}
+
+impl Held {
+    fn of(ev: StreamEvent<'_>) -> Held {
+        match ev {
+            StreamEvent::Text(t) => Held::Text(t.to_string()),
+            StreamEvent::ToolCall {
+                index,
+                id,
+                name,
+                arguments,
+            } => Held::ToolCall {
+                index,
+                id: id.map(str::to_string),
+                name: name.map(str::to_string),
+                arguments: arguments.to_string(),
+            },
+            StreamEvent::Finish(f) => Held::Finish(f.clone()),
+            StreamEvent::Usage(u) => Held::Usage(*u),
+        }
+    }
+
+    fn replay(&self, to: &(dyn Fn(StreamEvent<'_>) + Send + Sync)) {
+        to(match self {
+            Held::Text(t) => StreamEvent::Text(t),
+            Held::ToolCall {
+                index,
+                id,
+                name,
+                arguments,
+            } => StreamEvent::ToolCall {
+                index: *index,
+                id: id.as_deref(),
+                name: name.as_deref(),
+                arguments,
+            },
+            Held::Finish(f) => StreamEvent::Finish(f),
+            Held::Usage(u) => StreamEvent::Usage(u),
+        })
+    }
+}
+
+/// The state of one request while it walks its tier.
+struct Walk<'a> {
+    tier: &'a Tier,
+    path: CallPath,
+    opts: CallOptions<'a>,
+    needs: Needs,
+    /// The chat request, when the path is chat or stream (for what its wire drops).
+    chat: Option<&'a ChatRequest>,
+    start: UnixMs,
+    /// Chain positions in the order they are tried (a session's route first).
+    order: Vec<usize>,
+    /// Position in `order` of the route being tried.
+    pos: usize,
+    /// Chain position of the sticky route, when the session put it first.
+    sticky: Option<usize>,
+    retries_on_route: u32,
+    /// The current route's attempt is a half-open breaker trial.
+    trial: bool,
+    extra_cost_usd: f64,
+    last_why: Option<Why>,
+    /// The routes in try order, for the store's reads.
+    routes: Vec<&'a Route>,
+    /// Health of the routes from `pos` on, read once per selection.
+    snapshot: Snapshot,
+}
+
+impl Walk<'_> {
+    fn current(&self) -> usize {
+        self.order[self.pos]
+    }
+}
+
+fn no_events(_: StreamEvent<'_>) {}
+
+impl Router {
+    pub fn new(
+        client: reqwest::Client,
+        clock: Arc<dyn Clock>,
+        store: Arc<dyn HealthStore>,
+    ) -> Self {
+        Router {
+            inner: Arc::new(Inner {
+                client,
+                clock,
+                store,
+                rng: Mutex::new(fastrand::Rng::new()),
+                breakers: Mutex::new(BTreeMap::new()),
+                sessions: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// A router whose backoff jitter follows `seed`.
+    pub fn with_seed(
+        client: reqwest::Client,
+        clock: Arc<dyn Clock>,
+        store: Arc<dyn HealthStore>,
+        seed: u64,
+    ) -> Self {
+        let r = Router::new(client, clock, store);
+        *lock(&r.inner.rng) = fastrand::Rng::with_seed(seed);
+        r
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    pub fn store(&self) -> &Arc<dyn HealthStore> {
+        &self.inner.store
+    }
+
+    /// Sends one request of any path down `tier`.
+    ///
+    /// - Chat: with a JSON schema, an answer that does not satisfy it is rejected
+    ///   (`invalid_output`) and the next route is asked.
+    /// - Stream: each delta reaches `opts.on_event` as it arrives. Routes change only
+    ///   before the first visible delta; after it a failure ends the request
+    ///   `interrupted` with exactly the text already delivered. Under
+    ///   `safe_replay_until: buffered` the deltas are held until the upstream completes,
+    ///   so a mid-stream failure can still move to another route, unseen.
+    /// - Rerank is an optimisation: when no route can answer, the outcome is `degraded`
+    ///   and the answer's ranking is the recall order, unchanged.
+    pub async fn call(&self, tier: &Tier, req: &Request, opts: CallOptions<'_>) -> Called {
+        let client = &self.inner.client;
+        match req {
+            Request::Chat(chat) => {
+                let schema = chat.json_schema.as_ref();
+                self.run(
+                    tier,
+                    CallPath::Chat,
+                    req.needs(),
+                    Some(chat),
+                    opts,
+                    |spec| async move {
+                        let result =
+                            wire::chat(client, &spec.endpoint, spec.route.model(), chat).await;
+                        match result {
+                            Ok(ok) => {
+                                match schema.and_then(|s| crate::validate::violation(s, &ok.text)) {
+                                    Some(why) => Err(crate::validate::rejected(&ok.headers, why)),
+                                    None => Ok(Reply::Chat(ok)),
+                                }
+                            }
+                            Err(f) => Err(f),
+                        }
+                        .into()
+                    },
+                )
+                .await
+            }
+            Request::Stream(chat) => {
+                let on_event = opts.on_event.unwrap_or(&no_events);
+                let buffered = opts.policy.safe_replay_until == SafeReplay::Buffered;
+                self.run(
+                    tier,
+                    CallPath::Stream,
+                    req.needs(),
+                    Some(chat),
+                    opts,
+                    |spec| async move {
+                        let model = spec.route.model();
+                        if !buffered {
+                            let a = wire::stream::stream_chat(
+                                client,
+                                &spec.endpoint,
+                                model,
+                                chat,
+                                on_event,
+                            )
+                            .await;
+                            return Attempted {
+                                result: a.result.map(Reply::Stream),
+                                delivered: a.delivered,
+                                visible: a.visible,
+                            };
+                        }
+                        let held = Mutex::new(Vec::<Held>::new());
+                        let hold = |ev: StreamEvent<'_>| lock(&held).push(Held::of(ev));
+                        let a =
+                            wire::stream::stream_chat(client, &spec.endpoint, model, chat, &hold)
+                                .await;
+                        match a.result {
+                            Ok(ok) => {
+                                for ev in lock(&held).iter() {
+                                    ev.replay(on_event);
+                                }
+                                Attempted {
+                                    result: Ok(Reply::Stream(ok)),
+                                    delivered: a.delivered,
+                                    visible: a.visible,
+                                }
+                            }
+                            // Nothing reached the caller: the failure is one before the first token.
+                            Err(f) => Attempted::from(Err(f)),
+                        }
+                    },
+                )
+                .await
+            }
+            Request::Embed(embed) => {
+                self.run(
+                    tier,
+                    CallPath::Embed,
+                    req.needs(),
+                    None,
+                    opts,
+                    |spec| async move {
+                        wire::embed(client, &spec.endpoint, spec.route.model(), embed)
+                            .await
+                            .map(Reply::Embed)
+                            .into()
+                    },
+                )
+                .await
+            }
+            Request::Rerank(rerank) => {
+                let mut called = self
+                    .run(
+                        tier,
+                        CallPath::Rerank,
+                        req.needs(),
+                        None,
+                        opts,
+                        |spec| async move {
+                            wire::rerank(client, &spec.endpoint, spec.route.model(), rerank)
+                                .await
+                                .map(Reply::Rerank)
+                                .into()
+                        },
+                    )
+                    .await;
+                if called.report.outcome == Outcome::Degraded {
+                    called.answer = Some(Answer {
+                        ranking: Some((0..rerank.documents.len()).take(rerank.top_n).collect()),
+                        ..Answer::default()
+                    });
+                }
+                called
+            }
+        }
+    }
+
+    /// Whether any route of `tier` is ready now (the embedding queue re-offers batches
+    /// only then).
+    pub async fn any_ready(&self, tier: &Tier) -> bool {
+        let now = self.inner.clock.now_ms();
+        let routes: Vec<&Route> = tier.routes.iter().map(|s| &s.route).collect();
+        let mut all = Vec::with_capacity(routes.len());
+        match self.inner.store.get_many(&routes, &mut all).await {
+            Ok(()) => all.iter().any(|h| h.is_available(now)),
+            // An unreadable store must not hold batches back for ever.
+            Err(_) => true,
+        }
+    }
+
+    /// The route a session is pinned to, if any.
+    pub fn session_route(&self, session: &str) -> Option<Route> {
+        lock(&self.inner.sessions).get(session).cloned()
+    }
+
+    /// Walks `tier` with canned attempt results instead of network calls: the same
+    /// selection, classification, decision and health code as a real request, for
+    /// benchmarks of the routing itself. `results[i]` answers the i-th call.
+    pub async fn dry_run(
+        &self,
+        tier: &Tier,
+        opts: CallOptions<'_>,
+        results: Vec<Result<(), UpstreamFailure>>,
+    ) -> Report {
+        let results = Mutex::new(results.into_iter());
+        self.run(
+            tier,
+            CallPath::Chat,
+            Needs::default(),
+            None,
+            opts,
+            |_spec| {
+                let result = match lock(&results).next() {
+                    Some(Ok(())) | None => Ok(Reply::Chat(wire::ChatSuccess {
+                        text: String::new(),
+                        tool_calls: Vec::new(),
+                        finish_reason: None,
+                        model: None,
+                        usage: Usage::default(),
+                        request_id: None,
+                        headers: Default::default(),
+                    })),
+                    Some(Err(f)) => Err(f),
+                };
+                std::future::ready(Attempted::from(result))
+            },
+        )
+        .await
+        .report
+    }
+
+    /// The chain walk shared by every path; `call` makes one upstream call.
+    async fn run<'s, F, Fut>(
+        &self,
+        tier: &'s Tier,
+        path: CallPath,
+        needs: Needs,
+        chat: Option<&'s ChatRequest>,
+        opts: CallOptions<'s>,
+        call: F,
+    ) -> Called
+    where
+        F: Fn(&'s RouteSpec) -> Fut,
+        Fut: std::future::Future<Output = Attempted>,
+    {
+        let clock = &self.inner.clock;
+        let start = clock.now_ms();
+        let mut report = Report {
+            path,
+            outcome: Outcome::Failed,
+            reason: None,
+            served_by: None,
+            text: None,
+            // Sized once: records are large, and regrowing moves them all.
+            attempts: Vec::with_capacity(tier.routes.len() + 2),
+            skipped: Vec::with_capacity(tier.routes.len()),
+            waits_ms: Vec::new(),
+            elapsed_ms: 0,
+            notes: Vec::new(),
+        };
+        let (order, sticky) = self.order(tier, opts.session, start).await;
+        let routes = order.iter().map(|&i| &tier.routes[i].route).collect();
+        let mut walk = Walk {
+            tier,
+            path,
+            opts,
+            needs,
+            chat,
+            start,
+            order,
+            pos: 0,
+            sticky,
+            retries_on_route: 0,
+            trial: false,
+            extra_cost_usd: 0.0,
+            last_why: None,
+            routes,
+            snapshot: Snapshot::default(),
+        };
+
+        let mut answer = None;
+        let mut ended = false;
+        'chain: while self.next_route(&mut walk, &mut report).await {
+            loop {
+                let spent = self.spent(&walk, report.attempts.len() as u32);
+                if !spent.allows(walk.opts.policy, 0, 0.0) {
+                    walk.last_why = Some(Why::BudgetSpent);
+                    break 'chain;
+                }
+                let spec = &tier.routes[walk.current()];
+                let sw = Stopwatch::start();
+                let Attempted {
+                    result,
+                    delivered,
+                    visible,
+                } = call(spec).await;
+                let latency_ms = sw.elapsed_ms();
+                if visible {
+                    // Only one attempt can ever deliver: after it, no route changes.
+                    report.text = Some(delivered);
+                    report.served_by = Some(spec.route.clone());
+                }
+                let now = clock.now_ms();
+                let dropped = match walk.chat {
+                    Some(chat) => wire::dropped(spec.endpoint.wire, chat),
+                    None => Vec::new(),
+                };
+                let observed = match &result {
+                    Ok(reply) => Observed {
+                        verdict: Verdict {
+                            class: Class::Ok,
+                            hint: None,
+                        },
+                        status: Some(200),
+                        request_id: reply.request_id(),
+                        detail: None,
+                        latency_ms,
+                        visible_token: visible,
+                        tokens: reply.usage(),
+                        dropped,
+                    },
+                    Err(f) => Observed {
+                        verdict: classify(spec.endpoint.dialect, f, now),
+                        status: f.status,
+                        request_id: f.headers.request_id().map(str::to_string),
+                        detail: settlement::detail_of(f),
+                        latency_ms,
+                        visible_token: visible,
+                        tokens: None,
+                        dropped,
+                    },
+                };
+                let decision = self.settle(&mut walk, &mut report, observed).await;
+                match decision.action {
+                    Action::Retry => {
+                        let wait = decision.wait_ms.unwrap_or(0);
+                        report.waits_ms.push(wait);
+                        clock.sleep(wait).await;
+                        walk.retries_on_route += 1;
+                    }
+                    Action::Fallback => {
+                        walk.pos += 1;
+                        continue 'chain;
+                    }
+                    action => {
+                        if let Ok(reply) = result {
+                            answer = Some(self.answered(&walk, &mut report, reply));
+                        }
+                        report.outcome = outcome_of(action);
+                        if decision.left_nothing() {
+                            // The request ended because no approved live route was left:
+                            // the routes after this one were passed over.
+                            self.pass_over_rest(&mut walk, &mut report);
+                        }
+                        ended = true;
+                        break 'chain;
+                    }
+                }
+            }
+        }
+
+        if !ended {
+            // The chain ran out (or the budget did) without a decision that ends the
+            // request: row 6 answers.
+            let action = if walk.last_why == Some(Why::BudgetSpent) {
+                Action::FailClosed
+            } else {
+                when_nothing_left(path, walk.opts.policy)
+            };
+            report.outcome = outcome_of(action);
+        }
+        if report.outcome == Outcome::Failed {
+            let failures: Vec<Class> = report
+                .attempts
+                .iter()
+                .map(|a| a.class)
+                .filter(|c| *c != Class::Ok)
+                .collect();
+            let causes: Vec<(SkipWhy, Option<&str>)> = report
+                .skipped
+                .iter()
+                .map(|s| (s.why, s.cause.as_deref()))
+                .collect();
+            let last = report.attempts.last().map(|a| a.class);
+            report.reason = Some(failure_reason(walk.last_why, last, &failures, &causes));
+        }
+        report.elapsed_ms = elapsed(start, clock.now_ms());
+        if !matches!(report.outcome, Outcome::Success | Outcome::Degraded) {
+            answer = None;
+        }
+        Called { answer, report }
+    }
+
+    fn spent(&self, walk: &Walk<'_>, attempts: u32) -> Spent {
+        Spent {
+            attempts,
+            elapsed_ms: elapsed(walk.start, self.inner.clock.now_ms()),
+            extra_cost_usd: walk.extra_cost_usd,
+        }
+    }
+}
+
+fn elapsed(start: UnixMs, now: UnixMs) -> u64 {
+    now.saturating_sub(start).max(0) as u64
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync + Clone>() {}
+    is::<Router>();
+}

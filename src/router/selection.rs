@@ -1,0 +1,207 @@
+//! Selection: which route a request tries next. Reads the health of the routes still
+//! ahead once per selection (a snapshot), then passes over the cooling, retired,
+//! unapproved, incapable and breaker-blocked ones, recording each skip.
+
+use super::{lock, Router, Walk};
+use crate::breaker::{self, Admit};
+use crate::capability::cannot_serve;
+use crate::clock::UnixMs;
+use crate::health::Health;
+use crate::route::Tier;
+use crate::trace::{Report, Skip, SkipWhy, Step};
+use crate::vocab::{HealthState, Route};
+
+/// The health of the routes ahead, read in one store call: `health[i]` is the route at
+/// try-order position `from + i`. Positions not read count as ready.
+#[derive(Debug, Default)]
+pub(super) struct Snapshot {
+    from: usize,
+    health: Vec<Health>,
+}
+
+impl Snapshot {
+    /// The health of the route at try-order position `pos`.
+    pub(super) fn at(&self, pos: usize) -> &Health {
+        const READY: Health = Health::Ready;
+        pos.checked_sub(self.from)
+            .and_then(|i| self.health.get(i))
+            .unwrap_or(&READY)
+    }
+
+    /// Records a health this request itself just stored.
+    pub(super) fn set_at(&mut self, pos: usize, health: Health) {
+        if let Some(cell) = pos
+            .checked_sub(self.from)
+            .and_then(|i| self.health.get_mut(i))
+        {
+            *cell = health;
+        }
+    }
+}
+
+impl Router {
+    /// Reads the health of every route from `walk.pos` on, once.
+    pub(super) async fn take_snapshot(&self, walk: &mut Walk<'_>, notes: &mut Vec<String>) {
+        let snapshot = &mut walk.snapshot;
+        snapshot.from = walk.pos;
+        snapshot.health.clear();
+        let ahead = &walk.routes[walk.pos..];
+        if let Err(e) = self.inner.store.get_many(ahead, &mut snapshot.health).await {
+            // An unreadable store must not take traffic down: treat the routes as ready.
+            snapshot.health.clear();
+            notes.push(e.to_string());
+        }
+    }
+
+    /// The try order: the chain, with a session's route first while it is ready.
+    pub(super) async fn order(
+        &self,
+        tier: &Tier,
+        session: Option<&str>,
+        now: UnixMs,
+    ) -> (Vec<usize>, Option<usize>) {
+        let mut order: Vec<usize> = (0..tier.routes.len()).collect();
+        let Some(pinned) = session.and_then(|s| lock(&self.inner.sessions).get(s).cloned()) else {
+            return (order, None);
+        };
+        let mut sticky = tier.routes.iter().position(|r| r.route == pinned);
+        if let Some(i) = sticky {
+            let health = self.inner.store.get(&tier.routes[i].route).await;
+            if !health.map(|h| h.is_available(now)).unwrap_or(true) {
+                sticky = None;
+            }
+        }
+        if let Some(i) = sticky {
+            order.remove(i);
+            order.insert(0, i);
+        }
+        (order, sticky)
+    }
+
+    /// Advances to the next route that may be called, recording each one passed over.
+    /// `false` when the chain has run out.
+    pub(super) async fn next_route(&self, walk: &mut Walk<'_>, report: &mut Report) -> bool {
+        walk.retries_on_route = 0;
+        walk.trial = false;
+        if walk.pos < walk.order.len() {
+            self.take_snapshot(walk, &mut report.notes).await;
+        }
+        while walk.pos < walk.order.len() {
+            let idx = walk.current();
+            if let Some(skip) = self.skip_reason(walk, walk.pos) {
+                self.emit_skip(walk, report, skip);
+                walk.pos += 1;
+                continue;
+            }
+            let route = &walk.tier.routes[idx];
+            if let Some(cfg) = &route.policy.breaker {
+                let now = self.inner.clock.now_ms();
+                let mut breakers = lock(&self.inner.breakers);
+                let state = breakers.entry(route.route.clone()).or_default();
+                let blocked = match breaker::admit(state, cfg, now) {
+                    Admit::Yes => None,
+                    Admit::Trial => {
+                        walk.trial = true;
+                        None
+                    }
+                    Admit::Open(until) => Some((
+                        SkipWhy::Open,
+                        Some(format!("open for {} ms more", until - now)),
+                    )),
+                    Admit::Busy => Some((SkipWhy::HalfOpen, None)),
+                };
+                drop(breakers);
+                if let Some((why, cause)) = blocked {
+                    let skip = Skip {
+                        route: route.route.clone(),
+                        why,
+                        cause,
+                    };
+                    self.emit_skip(walk, report, skip);
+                    walk.pos += 1;
+                    continue;
+                }
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Records every route after the current one that must be passed over (the request
+    /// ended because none was left).
+    pub(super) fn pass_over_rest(&self, walk: &mut Walk<'_>, report: &mut Report) {
+        walk.pos += 1;
+        while walk.pos < walk.order.len() {
+            if let Some(skip) = self.skip_reason(walk, walk.pos) {
+                self.emit_skip(walk, report, skip);
+            }
+            walk.pos += 1;
+        }
+    }
+
+    pub(super) fn emit_skip(&self, walk: &Walk<'_>, report: &mut Report, skip: Skip) {
+        report.skipped.push(skip);
+        if let Some(observe) = walk.opts.observer {
+            observe(Step::Skipped(report.skipped.last().expect("just pushed")));
+        }
+    }
+
+    /// Why the route at try-order position `pos` must be passed over right now, if it
+    /// must.
+    pub(super) fn skip_reason(&self, walk: &Walk<'_>, pos: usize) -> Option<Skip> {
+        let idx = walk.order[pos];
+        let spec = &walk.tier.routes[idx];
+        let skip = |why, cause: Option<String>| {
+            Some(Skip {
+                route: spec.route.clone(),
+                why,
+                cause,
+            })
+        };
+        if idx > 0 && !walk.opts.policy.approves_fallback(&spec.route) {
+            return skip(SkipWhy::Unapproved, None);
+        }
+        let health = walk.snapshot.at(pos);
+        match health.state_at(self.inner.clock.now_ms()) {
+            HealthState::Ready => {}
+            HealthState::Cooling => {
+                return skip(SkipWhy::Cooling, health.reason().map(str::to_string))
+            }
+            HealthState::Retired => {
+                return skip(SkipWhy::Retired, health.reason().map(str::to_string))
+            }
+        }
+        cannot_serve(&spec.facts, &walk.needs).and_then(|why| skip(SkipWhy::Incapable, Some(why)))
+    }
+
+    /// The next route a fallback would reach: approved, neither cooling nor retired, able
+    /// to serve, its breaker not open — and with a window larger than `larger_than` when
+    /// given (rows 3a and 5).
+    pub(super) fn fallback_candidate(
+        &self,
+        walk: &Walk<'_>,
+        now: UnixMs,
+        larger_than: Option<u64>,
+    ) -> Option<usize> {
+        let mut needs = walk.needs;
+        if let Some(w) = larger_than {
+            needs.min_window = w;
+        }
+        let first = walk.pos + 1;
+        (first..walk.order.len())
+            .map(|p| (p, walk.order[p]))
+            .find_map(|(p, i)| {
+                let spec = &walk.tier.routes[i];
+                ((i == 0 || walk.opts.policy.approves_fallback(&spec.route))
+                    && walk.snapshot.at(p).is_available(now)
+                    && cannot_serve(&spec.facts, &needs).is_none()
+                    && larger_than.is_none_or(|w| spec.facts.context_window.is_some_and(|c| c > w))
+                    && !self.breaker_open(&spec.route, now))
+                .then_some(i)
+            })
+    }
+
+    fn breaker_open(&self, route: &Route, now: UnixMs) -> bool {
+        matches!(lock(&self.inner.breakers).get(route), Some(breaker::State::Open { until, .. }) if now < *until)
+    }
+}

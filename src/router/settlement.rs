@@ -1,0 +1,229 @@
+//! Settlement: everything decided about one finished attempt — the action (by the
+//! decision table), the route's new health (applied to the store as one atomic
+//! transition), its breaker, the session's pin — and the attempt record.
+
+use super::{lock, Reply, Router, Walk};
+use crate::answer::Answer;
+use crate::breaker;
+use crate::capability::estimate_cost_usd;
+use crate::classify::Verdict;
+use crate::decide::{decide, Decision, Situation};
+use crate::failure::UpstreamFailure;
+use crate::health::{is_route_fault, transition, Transition};
+use crate::request::Usage;
+use crate::trace::{AttemptRecord, Chosen, HealthChange, Report, Step};
+use crate::vocab::{Action, Class};
+
+/// What the classifier and the wire said about one attempt.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub verdict: Verdict,
+    pub status: Option<u16>,
+    pub request_id: Option<String>,
+    pub detail: Option<String>,
+    pub latency_ms: u64,
+    /// A stream already delivered a visible delta.
+    pub visible_token: bool,
+    pub tokens: Option<Usage>,
+    /// Request fields the route's wire could not express.
+    pub dropped: Vec<String>,
+}
+
+/// Why the attempt went to its route. Pure.
+fn chosen(retries_on_route: u32, trial: bool, sticky: bool, idx: usize) -> Chosen {
+    if retries_on_route > 0 {
+        Chosen::Retry
+    } else if trial {
+        Chosen::HalfOpenTrial
+    } else if sticky {
+        Chosen::SessionAffinity
+    } else if idx == 0 {
+        Chosen::Primary
+    } else {
+        Chosen::Fallback
+    }
+}
+
+impl Router {
+    /// Classifies nothing, decides everything about one finished attempt: the action,
+    /// the route's new health, its breaker, and the attempt record.
+    pub(super) async fn settle(
+        &self,
+        walk: &mut Walk<'_>,
+        report: &mut Report,
+        seen: Observed,
+    ) -> Decision {
+        let now = self.inner.clock.now_ms();
+        let idx = walk.current();
+        let spec = &walk.tier.routes[idx];
+        let policy = walk.opts.policy;
+        let cost_usd = estimate_cost_usd(&spec.facts, &walk.needs);
+        if !report.attempts.is_empty() {
+            walk.extra_cost_usd += cost_usd;
+        }
+        let class = seen.verdict.class;
+        let next_fallback = self.fallback_candidate(walk, now, None);
+        let larger = (class == Class::ContextOverflow)
+            .then_some(spec.facts.context_window)
+            .flatten()
+            .and_then(|window| self.fallback_candidate(walk, now, Some(window)));
+        let situation = Situation {
+            class,
+            path: walk.path,
+            hint: seen.verdict.hint,
+            policy,
+            spent: self.spent(walk, report.attempts.len() as u32 + 1),
+            retries_on_route: walk.retries_on_route,
+            visible_token: seen.visible_token,
+            fallback_available: next_fallback.is_some(),
+            larger_window_available: larger.is_some(),
+            trial: walk.trial,
+            retry_cost_usd: cost_usd,
+            fallback_cost_usd: next_fallback
+                .map(|i| estimate_cost_usd(&walk.tier.routes[i].facts, &walk.needs))
+                .unwrap_or(0.0),
+            jitter: lock(&self.inner.rng).f64(),
+        };
+        let decision = decide(&situation);
+        if decision.action == Action::Fallback && class == Class::ContextOverflow {
+            // Only a larger window may serve it now.
+            walk.needs.min_window = spec.facts.context_window.unwrap_or(0);
+        }
+        let new_health = transition(
+            class,
+            decision.action,
+            seen.verdict.hint,
+            decision.wait_ms,
+            spec.policy.cooldowns,
+            now,
+        );
+        let mut health = None;
+        if let Some(target) = new_health {
+            match self
+                .inner
+                .store
+                .apply(&spec.route, Transition::toward(target))
+                .await
+            {
+                Ok((old, new)) => {
+                    if old != new {
+                        health = Some(HealthChange::from(&new));
+                    }
+                    walk.snapshot.set_at(walk.pos, new);
+                }
+                // An unwritable store must not take traffic down; the trace says so.
+                Err(e) => report.notes.push(e.to_string()),
+            }
+        }
+        let breaker_open_until = spec.policy.breaker.as_ref().and_then(|cfg| {
+            let mut breakers = lock(&self.inner.breakers);
+            let state = breakers.entry(spec.route.clone()).or_default();
+            breaker::record(state, cfg, walk.trial, !is_route_fault(class), now)
+        });
+        if class == Class::Ok {
+            if let Some(session) = walk.opts.session {
+                lock(&self.inner.sessions).insert(session.to_string(), spec.route.clone());
+            }
+        }
+        report.attempts.push(AttemptRecord {
+            index: report.attempts.len() as u32 + 1,
+            route: spec.route.clone(),
+            status: seen.status,
+            class,
+            action: decision.action,
+            wait_ms: decision.wait_ms,
+            health,
+            latency_ms: seen.latency_ms,
+            request_id: seen.request_id,
+            hint_ms: seen.verdict.hint.map(|h| h.ms),
+            row: decision.row,
+            detail: seen.detail,
+            workflow: walk.opts.workflow.map(str::to_string),
+            requested_route: walk.tier.routes[0].route.clone(),
+            chosen: chosen(
+                walk.retries_on_route,
+                walk.trial,
+                walk.sticky == Some(idx),
+                idx,
+            ),
+            dropped: seen.dropped,
+            tokens: seen.tokens,
+            cost_usd,
+            breaker_open_until,
+        });
+        if let Some(observe) = walk.opts.observer {
+            observe(Step::Attempt(report.attempts.last().expect("just pushed")));
+        }
+        walk.last_why = Some(decision.why);
+        decision
+    }
+
+    /// The answer of the reply that ended the request; the report notes who served.
+    pub(super) fn answered(&self, walk: &Walk<'_>, report: &mut Report, reply: Reply) -> Answer {
+        report.served_by = Some(walk.tier.routes[walk.current()].route.clone());
+        let usage = reply.usage();
+        match reply {
+            Reply::Chat(ok) => {
+                report.text = Some(ok.text.clone());
+                Answer {
+                    text: ok.text,
+                    tool_calls: ok.tool_calls,
+                    finish_reason: ok.finish_reason,
+                    model: ok.model,
+                    usage,
+                    ..Answer::default()
+                }
+            }
+            // The text went out as it arrived; the report holds it.
+            Reply::Stream(ok) => Answer {
+                text: report.text.get_or_insert_with(String::new).clone(),
+                tool_calls: ok.tool_calls,
+                finish_reason: ok.finish_reason,
+                model: ok.model,
+                usage,
+                ..Answer::default()
+            },
+            Reply::Embed(ok) => Answer {
+                embeddings: Some(ok.vectors),
+                usage,
+                ..Answer::default()
+            },
+            Reply::Rerank(ok) => Answer {
+                ranking: Some(ok.ranking),
+                usage,
+                ..Answer::default()
+            },
+        }
+    }
+}
+
+/// A short note on a failure for traces (at most 200 characters).
+pub(super) fn detail_of(f: &UpstreamFailure) -> Option<String> {
+    let text = match (
+        &f.malformed,
+        f.error.as_ref().and_then(|e| e.message.as_deref()),
+    ) {
+        (Some(m), _) => m.as_str(),
+        (None, Some(msg)) => msg,
+        (None, None) => f.excerpt.as_str(),
+    };
+    if text.is_empty() {
+        return None;
+    }
+    let cut = text.char_indices().nth(200).map_or(text.len(), |(i, _)| i);
+    Some(text[..cut].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chosen_names_why_the_route_was_tried() {
+        assert_eq!(chosen(1, true, true, 0), Chosen::Retry);
+        assert_eq!(chosen(0, true, true, 0), Chosen::HalfOpenTrial);
+        assert_eq!(chosen(0, false, true, 2), Chosen::SessionAffinity);
+        assert_eq!(chosen(0, false, false, 0), Chosen::Primary);
+        assert_eq!(chosen(0, false, false, 1), Chosen::Fallback);
+    }
+}

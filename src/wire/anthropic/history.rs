@@ -1,0 +1,189 @@
+//! The Anthropic Messages rendering of the canonical conversation history and its parser (see
+//! [`crate::conversation`] for what survives a round trip).
+
+use crate::conversation::{
+    object, push_merged, str_field, text_part, AssistantTurns, CodecError, Conversation, ToolCall,
+    ToolSpec, Turn,
+};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+
+/// `system` and `messages` for the Messages API. Roles must alternate there, so a run
+/// of same-role turns becomes one message: tool results (user role) and any user text
+/// after them share a user message, tool results first as Anthropic requires.
+pub fn anthropic_request_parts(c: &Conversation) -> (Option<String>, Vec<Value>) {
+    let mut messages = Vec::with_capacity(c.turns.len());
+    for turn in &c.turns {
+        let (role, blocks) = match turn {
+            Turn::User { text } => ("user", vec![json!({"type": "text", "text": text})]),
+            Turn::Assistant { text, tool_calls } => {
+                // Anthropic rejects empty text blocks; a calls-only turn has none.
+                let text = (!text.is_empty()).then(|| json!({"type": "text", "text": text}));
+                let uses = tool_calls.iter().map(|c| {
+                    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments})
+                });
+                ("assistant", text.into_iter().chain(uses).collect())
+            }
+            Turn::ToolResult {
+                call_id,
+                content,
+                is_error,
+                ..
+            } => (
+                "user",
+                vec![json!({
+                    "type": "tool_result",
+                    "tool_use_id": call_id,
+                    "content": content,
+                    "is_error": is_error,
+                })],
+            ),
+        };
+        push_merged(&mut messages, role, "content", blocks);
+    }
+    (c.system.clone(), messages)
+}
+
+/// `tools` for the Messages API.
+pub fn anthropic_tools(tools: &[ToolSpec]) -> Value {
+    tools
+        .iter()
+        .map(
+            |t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}),
+        )
+        .collect()
+}
+
+/// Reads a Messages API history back. Each user text block and each tool result is a
+/// turn of its own; in an assistant message a text block after the first block starts
+/// a new assistant turn, and tool uses belong to the turn before them.
+pub fn from_anthropic(
+    system: Option<&str>,
+    messages: &[Value],
+) -> Result<Conversation, CodecError> {
+    let mut conv = Conversation {
+        system: system.map(str::to_string),
+        turns: Vec::new(),
+    };
+    let mut names: HashMap<String, String> = HashMap::new();
+    for (i, m) in messages.iter().enumerate() {
+        let path = format!("messages[{i}]");
+        let role = str_field(m, "role", &path)?;
+        let blocks = match m.get("content") {
+            Some(Value::String(s)) => vec![json!({"type": "text", "text": s})],
+            Some(Value::Array(blocks)) => blocks.clone(),
+            _ => {
+                return Err(CodecError(format!(
+                    "{path}.content is neither a string nor an array"
+                )))
+            }
+        };
+        match role {
+            "user" => {
+                for (j, b) in blocks.iter().enumerate() {
+                    let bpath = format!("{path}.content[{j}]");
+                    conv.turns.push(match block_type(b, &bpath)? {
+                        "text" => Turn::User {
+                            text: str_field(b, "text", &bpath)?.to_string(),
+                        },
+                        "tool_result" => anthropic_result(b, &bpath, &names)?,
+                        other => return Err(unsupported_block(&bpath, other)),
+                    });
+                }
+            }
+            "assistant" => {
+                let mut turn = AssistantTurns::default();
+                for (j, b) in blocks.iter().enumerate() {
+                    let bpath = format!("{path}.content[{j}]");
+                    match block_type(b, &bpath)? {
+                        "text" => turn.text(str_field(b, "text", &bpath)?),
+                        "tool_use" => {
+                            let call = anthropic_call(b, &bpath)?;
+                            names.insert(call.id.clone(), call.name.clone());
+                            turn.call(call);
+                        }
+                        // Reasoning is the provider's own and cannot be replayed elsewhere.
+                        "thinking" | "redacted_thinking" => {}
+                        other => return Err(unsupported_block(&bpath, other)),
+                    }
+                }
+                turn.finish(&mut conv.turns);
+            }
+            other => {
+                return Err(CodecError(format!(
+                    "{path}.role '{other}' is not supported"
+                )))
+            }
+        }
+    }
+    Ok(conv)
+}
+
+/// The `tool_use` blocks of an answer's `content`; other blocks are ignored.
+pub fn anthropic_answer_tool_calls(content: &Value) -> Result<Vec<ToolCall>, CodecError> {
+    let blocks = content
+        .as_array()
+        .ok_or_else(|| CodecError::from("content is not an array".to_string()))?;
+    blocks
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+        .map(|(j, b)| anthropic_call(b, &format!("content[{j}]")))
+        .collect()
+}
+
+fn anthropic_call(block: &Value, path: &str) -> Result<ToolCall, CodecError> {
+    let input = block.get("input").cloned().unwrap_or(Value::Null);
+    Ok(ToolCall {
+        id: str_field(block, "id", path)?.to_string(),
+        name: str_field(block, "name", path)?.to_string(),
+        arguments: object(input, &format!("{path}.input"))?,
+    })
+}
+
+fn anthropic_result(
+    block: &Value,
+    path: &str,
+    names: &HashMap<String, String>,
+) -> Result<Turn, CodecError> {
+    let call_id = str_field(block, "tool_use_id", path)?;
+    let name = names.get(call_id).ok_or_else(|| {
+        format!("{path}.tool_use_id '{call_id}' matches no earlier tool_use block")
+    })?;
+    let cpath = format!("{path}.content");
+    let content = match block.get("content") {
+        None => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .enumerate()
+            .map(|(k, p)| text_part(p, &format!("{cpath}[{k}]")))
+            .collect::<Result<String, CodecError>>()?,
+        Some(_) => {
+            return Err(CodecError(format!(
+                "{cpath} is neither a string nor an array"
+            )))
+        }
+    };
+    let is_error = match block.get("is_error") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(CodecError(format!("{path}.is_error is not a boolean"))),
+    };
+    Ok(Turn::ToolResult {
+        call_id: call_id.to_string(),
+        name: name.clone(),
+        content,
+        is_error,
+    })
+}
+
+fn block_type<'a>(block: &'a Value, path: &str) -> Result<&'a str, CodecError> {
+    str_field(block, "type", path)
+}
+
+fn unsupported_block(path: &str, kind: &str) -> CodecError {
+    CodecError(format!(
+        "{path} has type '{kind}'; only text, tool_use and tool_result are supported"
+    ))
+}

@@ -1,0 +1,217 @@
+//! The OpenAI Chat Completions rendering of the canonical conversation history and its parser (see
+//! [`crate::conversation`] for what survives a round trip).
+
+use crate::conversation::{
+    object, str_field, text_part, CodecError, Conversation, ToolCall, ToolSpec, Turn,
+};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+
+/// Marks an error result in an OpenAI tool message, which has no error field. The model
+/// reads it as part of the result, which is what the flag is for.
+pub const OPENAI_TOOL_ERROR_PREFIX: &str = "[tool error] ";
+
+/// `messages` for Chat Completions: the system prompt first, then one message per turn.
+/// An error result's content is [`OPENAI_TOOL_ERROR_PREFIX`] + content; a successful
+/// result whose content happens to start with that prefix is sent as a one-part text
+/// array instead, so that it cannot be read back as an error.
+pub fn openai_messages(c: &Conversation) -> Vec<Value> {
+    let mut out = Vec::with_capacity(c.turns.len() + 1);
+    if let Some(system) = &c.system {
+        out.push(json!({"role": "system", "content": system}));
+    }
+    for turn in &c.turns {
+        out.push(match turn {
+            Turn::User { text } => json!({"role": "user", "content": text}),
+            Turn::Assistant { text, tool_calls } => openai_assistant(text, tool_calls),
+            Turn::ToolResult {
+                call_id,
+                content,
+                is_error,
+                ..
+            } => json!({
+                "role": "tool",
+                "tool_call_id": call_id,
+                "content": openai_tool_content(content, *is_error),
+            }),
+        });
+    }
+    out
+}
+
+fn openai_assistant(text: &str, tool_calls: &[ToolCall]) -> Value {
+    // OpenAI needs `content` unless tool calls are present; then null stands for "none".
+    if tool_calls.is_empty() {
+        return json!({"role": "assistant", "content": text});
+    }
+    let calls: Vec<Value> = tool_calls
+        .iter()
+        .map(|c| {
+            json!({
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments.to_string()},
+            })
+        })
+        .collect();
+    let content = if text.is_empty() {
+        Value::Null
+    } else {
+        json!(text)
+    };
+    json!({"role": "assistant", "content": content, "tool_calls": calls})
+}
+
+fn openai_tool_content(content: &str, is_error: bool) -> Value {
+    if is_error {
+        json!(format!("{OPENAI_TOOL_ERROR_PREFIX}{content}"))
+    } else if content.starts_with(OPENAI_TOOL_ERROR_PREFIX) {
+        json!([{"type": "text", "text": content}])
+    } else {
+        json!(content)
+    }
+}
+
+/// `tools` for Chat Completions.
+pub fn openai_tools(tools: &[ToolSpec]) -> Value {
+    tools
+        .iter()
+        .map(|t| {
+            json!({
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+            })
+        })
+        .collect()
+}
+
+/// Reads Chat Completions `messages` back. Leading `system`/`developer` messages form
+/// the system prompt (joined by a blank line); one after the first turn is an error,
+/// since the canonical form has a single system prompt.
+pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, CodecError> {
+    let mut conv = Conversation::default();
+    // Tool messages name only the call id; the name comes from the call.
+    let mut names: HashMap<String, String> = HashMap::new();
+    for (i, m) in messages.iter().enumerate() {
+        let path = format!("messages[{i}]");
+        let role = str_field(m, "role", &path)?;
+        let content = m.get("content");
+        match role {
+            "system" | "developer" if conv.turns.is_empty() => {
+                let text = openai_text(content, &format!("{path}.content"))?;
+                conv.system = Some(match conv.system.take() {
+                    Some(before) => format!("{before}\n\n{text}"),
+                    None => text,
+                });
+            }
+            "system" | "developer" => {
+                return Err(CodecError(format!(
+                    "{path} is a {role} message after the first turn; only leading ones count"
+                )))
+            }
+            "user" => conv.turns.push(Turn::User {
+                text: openai_text(content, &format!("{path}.content"))?,
+            }),
+            "assistant" => {
+                let tool_calls = openai_tool_calls(m, &path)?;
+                for call in &tool_calls {
+                    names.insert(call.id.clone(), call.name.clone());
+                }
+                conv.turns.push(Turn::Assistant {
+                    text: openai_text(content, &format!("{path}.content"))?,
+                    tool_calls,
+                });
+            }
+            "tool" => {
+                let call_id = str_field(m, "tool_call_id", &path)?;
+                let name = names.get(call_id).ok_or_else(|| {
+                    format!(
+                        "{path}.tool_call_id '{call_id}' matches no earlier assistant tool call"
+                    )
+                })?;
+                let (content, is_error) = match content {
+                    Some(Value::String(s)) => match s.strip_prefix(OPENAI_TOOL_ERROR_PREFIX) {
+                        Some(rest) => (rest.to_string(), true),
+                        None => (s.clone(), false),
+                    },
+                    other => (openai_text(other, &format!("{path}.content"))?, false),
+                };
+                conv.turns.push(Turn::ToolResult {
+                    call_id: call_id.to_string(),
+                    name: name.clone(),
+                    content,
+                    is_error,
+                });
+            }
+            other => {
+                return Err(CodecError(format!(
+                    "{path}.role '{other}' is not supported"
+                )))
+            }
+        }
+    }
+    Ok(conv)
+}
+
+/// The tool calls of an answer's `choices[0].message`. A malformed call is an error: a
+/// dropped call would be an action the model asked for and nobody saw.
+pub fn openai_answer_tool_calls(message: &Value) -> Result<Vec<ToolCall>, CodecError> {
+    openai_tool_calls(message, "message")
+}
+
+fn openai_tool_calls(message: &Value, path: &str) -> Result<Vec<ToolCall>, CodecError> {
+    let calls = match message.get("tool_calls") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(calls)) => calls,
+        Some(_) => return Err(CodecError(format!("{path}.tool_calls is not an array"))),
+    };
+    calls
+        .iter()
+        .enumerate()
+        .map(|(j, call)| {
+            let path = format!("{path}.tool_calls[{j}]");
+            if let Some(kind) = call.get("type").and_then(Value::as_str) {
+                if kind != "function" {
+                    return Err(CodecError(format!("{path}.type '{kind}' is not supported")));
+                }
+            }
+            let id = str_field(call, "id", &path)?;
+            let function = call
+                .get("function")
+                .ok_or_else(|| CodecError(format!("{path}.function is missing")))?;
+            let fpath = format!("{path}.function");
+            let name = str_field(function, "name", &fpath)?;
+            let apath = format!("{fpath}.arguments");
+            let arguments = match function.get("arguments") {
+                // Some compatible servers send "" for a call without arguments.
+                Some(Value::String(s)) if s.trim().is_empty() => json!({}),
+                Some(Value::String(s)) => serde_json::from_str(s)
+                    .map_err(|e| CodecError(format!("{apath} is not valid JSON: {e}")))?,
+                // Some compatible servers send the object itself rather than a string.
+                Some(v @ Value::Object(_)) => v.clone(),
+                _ => return Err(CodecError(format!("{apath} is missing or not a string"))),
+            };
+            Ok(ToolCall {
+                id: id.to_string(),
+                name: name.to_string(),
+                arguments: object(arguments, &apath)?,
+            })
+        })
+        .collect()
+}
+
+/// OpenAI content: a string, null (none), or an array of text parts read as one text.
+fn openai_text(content: Option<&Value>, path: &str) -> Result<String, CodecError> {
+    match content {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .enumerate()
+            .map(|(k, p)| text_part(p, &format!("{path}[{k}]")))
+            .collect(),
+        Some(_) => Err(CodecError(format!(
+            "{path} is neither a string nor an array of parts"
+        ))),
+    }
+}
