@@ -88,8 +88,13 @@ pub fn failure(report: &Report, ctx: Context, mask: &dyn Fn(&str) -> String) -> 
         deadline,
     };
     let status = http_status(report.outcome, reason, facts);
+    // A request error keeps the upstream's own code; a wire that sent none gets the
+    // code OpenAI clients know for its class.
     let code = match request_attempt {
-        Some(a) => request_code(a.class).to_string(),
+        Some(a) => a
+            .code
+            .clone()
+            .unwrap_or_else(|| request_code(a.class).to_string()),
         None => word.clone(),
     };
     let upstream_message = request_attempt
@@ -130,6 +135,7 @@ mod tests {
             hint_ms: None,
             row: 3,
             detail: Some(detail.into()),
+            code: None,
             workflow: None,
             requested_route: route,
             chosen: crate::trace::Chosen::Primary,
