@@ -1048,7 +1048,9 @@ async fn a_request_error_keeps_the_upstreams_status_code_and_message_and_moves_n
     let too_long = Reply::Status {
         status: 400,
         headers: vec![],
-        body: Body::Json(json!({"error": {"message": "This model's maximum context length is 4097 tokens. However, your messages resulted in 4294 tokens.", "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})),
+        body: Body::Json(
+            json!({"error": {"message": "This model's maximum context length is 4097 tokens. However, your messages resulted in 4294 tokens.", "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+        ),
     };
     let mock = openai_mock(vec![
         mock_route("prim/model-a", Wire::OpenAi, vec![too_long]),
@@ -1065,11 +1067,38 @@ async fn a_request_error_keeps_the_upstreams_status_code_and_message_and_moves_n
         &[("high", &["prim/model-a", "back/model-b"])],
     );
     let gw = start(&config, &[], &[]).await;
-    let r = reqwest::Client::new().post(gw.url("/v1/chat/completions")).json(&chat_body("high", false)).send().await.unwrap();
-    assert_eq!((r.status().as_u16(), header(&r, "x-should-retry")), (400, "false"));
-    assert_eq!((header(&r, "x-poolctl-outcome"), header(&r, "x-poolctl-attempts")), ("failed", "1"));
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status().as_u16(), header(&r, "x-should-retry")),
+        (400, "false")
+    );
+    assert_eq!(
+        (
+            header(&r, "x-poolctl-outcome"),
+            header(&r, "x-poolctl-attempts")
+        ),
+        ("failed", "1")
+    );
     let b: Value = r.json().await.unwrap();
-    assert_eq!((b["error"]["type"].as_str(), b["error"]["code"].as_str()), (Some("request"), Some("context_length_exceeded")));
-    assert!(b["error"]["message"].as_str().unwrap().starts_with("This model's maximum context length"), "{b}");
-    assert_eq!(mock.calls(&route("back/model-b")), 0, "another route would not fix the request");
+    assert_eq!(
+        (b["error"]["type"].as_str(), b["error"]["code"].as_str()),
+        (Some("request"), Some("context_length_exceeded"))
+    );
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("This model's maximum context length"),
+        "{b}"
+    );
+    assert_eq!(
+        mock.calls(&route("back/model-b")),
+        0,
+        "another route would not fix the request"
+    );
 }
