@@ -569,7 +569,7 @@ impl Router {
                         if decision.left_nothing() {
                             // The request ended because no approved live route was left:
                             // the routes after this one were passed over.
-                            self.pass_over_rest(&mut walk, &mut report);
+                            self.pass_over_rest(&mut walk, &mut report).await;
                         }
                         ended = true;
                         break 'chain;

@@ -11,20 +11,22 @@ use crate::route::Tier;
 use crate::trace::{Report, Skip, SkipWhy, Step};
 use crate::vocab::{HealthState, Route};
 
-/// The health of the routes ahead, read in one store call: `health[i]` is the route at
-/// try-order position `from + i`. Positions not read count as ready.
+/// The health of the routes ahead, each read from the store at most once per selection:
+/// `health[i]` is the route at try-order position `from + i`, `None` until it is needed.
+/// Read on demand rather than all at once, so that a walk down a long chain stays linear.
 #[derive(Debug, Default)]
 pub(super) struct Snapshot {
     from: usize,
-    health: Vec<Health>,
+    health: Vec<Option<Health>>,
 }
 
 impl Snapshot {
-    /// The health of the route at try-order position `pos`.
+    /// The health of the route at try-order position `pos` (ready when never read).
     pub(super) fn at(&self, pos: usize) -> &Health {
         const READY: Health = Health::Ready;
         pos.checked_sub(self.from)
             .and_then(|i| self.health.get(i))
+            .and_then(Option::as_ref)
             .unwrap_or(&READY)
     }
 
@@ -34,23 +36,44 @@ impl Snapshot {
             .checked_sub(self.from)
             .and_then(|i| self.health.get_mut(i))
         {
-            *cell = health;
+            *cell = Some(health);
         }
     }
 }
 
 impl Router {
-    /// Reads the health of every route from `walk.pos` on, once.
-    pub(super) async fn take_snapshot(&self, walk: &mut Walk<'_>, notes: &mut Vec<String>) {
-        let snapshot = &mut walk.snapshot;
-        snapshot.from = walk.pos;
-        snapshot.health.clear();
-        let ahead = &walk.routes[walk.pos..];
-        if let Err(e) = self.inner.store.get_many(ahead, &mut snapshot.health).await {
-            // An unreadable store must not take traffic down: treat the routes as ready.
-            snapshot.health.clear();
-            notes.push(e.to_string());
+    /// Starts a new selection at `walk.pos`: nothing read yet.
+    fn new_snapshot(walk: &mut Walk<'_>) {
+        walk.snapshot.from = walk.pos;
+        walk.snapshot.health.clear();
+    }
+
+    /// Reads the health of the route at try-order position `pos` unless this selection
+    /// already has.
+    pub(super) async fn read_health(
+        &self,
+        walk: &mut Walk<'_>,
+        pos: usize,
+        notes: &mut Vec<String>,
+    ) {
+        let Some(i) = pos.checked_sub(walk.snapshot.from) else {
+            return;
+        };
+        if walk.snapshot.health.len() <= i {
+            walk.snapshot.health.resize(i + 1, None);
         }
+        if walk.snapshot.health[i].is_some() {
+            return;
+        }
+        let health = match self.inner.store.get(walk.routes[pos]).await {
+            Ok(h) => h,
+            // An unreadable store must not take traffic down: treat the route as ready.
+            Err(e) => {
+                notes.push(e.to_string());
+                Health::Ready
+            }
+        };
+        walk.snapshot.health[i] = Some(health);
     }
 
     /// The try order: the chain, with a session's route first while it is ready.
@@ -83,11 +106,10 @@ impl Router {
     pub(super) async fn next_route(&self, walk: &mut Walk<'_>, report: &mut Report) -> bool {
         walk.retries_on_route = 0;
         walk.trial = false;
-        if walk.pos < walk.order.len() {
-            self.take_snapshot(walk, &mut report.notes).await;
-        }
+        Self::new_snapshot(walk);
         while walk.pos < walk.order.len() {
             let idx = walk.current();
+            self.read_health(walk, walk.pos, &mut report.notes).await;
             if let Some(skip) = self.skip_reason(walk, walk.pos) {
                 self.emit_skip(walk, report, skip);
                 walk.pos += 1;
@@ -129,9 +151,10 @@ impl Router {
 
     /// Records every route after the current one that must be passed over (the request
     /// ended because none was left).
-    pub(super) fn pass_over_rest(&self, walk: &mut Walk<'_>, report: &mut Report) {
+    pub(super) async fn pass_over_rest(&self, walk: &mut Walk<'_>, report: &mut Report) {
         walk.pos += 1;
         while walk.pos < walk.order.len() {
+            self.read_health(walk, walk.pos, &mut report.notes).await;
             if let Some(skip) = self.skip_reason(walk, walk.pos) {
                 self.emit_skip(walk, report, skip);
             }
@@ -177,28 +200,34 @@ impl Router {
     /// The next route a fallback would reach: approved, neither cooling nor retired, able
     /// to serve, its breaker not open — and with a window larger than `larger_than` when
     /// given (rows 3a and 5).
-    pub(super) fn fallback_candidate(
+    pub(super) async fn fallback_candidate(
         &self,
-        walk: &Walk<'_>,
+        walk: &mut Walk<'_>,
         now: UnixMs,
         larger_than: Option<u64>,
+        notes: &mut Vec<String>,
     ) -> Option<usize> {
         let mut needs = walk.needs;
         if let Some(w) = larger_than {
             needs.min_window = w;
         }
-        let first = walk.pos + 1;
-        (first..walk.order.len())
-            .map(|p| (p, walk.order[p]))
-            .find_map(|(p, i)| {
-                let spec = &walk.tier.routes[i];
-                ((i == 0 || walk.opts.policy.approves_fallback(&spec.route))
-                    && walk.snapshot.at(p).is_available(now)
-                    && cannot_serve(&spec.facts, &needs).is_none()
-                    && larger_than.is_none_or(|w| spec.facts.context_window.is_some_and(|c| c > w))
-                    && !self.breaker_open(&spec.route, now))
-                .then_some(i)
-            })
+        for p in walk.pos + 1..walk.order.len() {
+            let i = walk.order[p];
+            let spec = &walk.tier.routes[i];
+            // The checks that need no store first: health is read only when it decides.
+            let eligible = (i == 0 || walk.opts.policy.approves_fallback(&spec.route))
+                && cannot_serve(&spec.facts, &needs).is_none()
+                && larger_than.is_none_or(|w| spec.facts.context_window.is_some_and(|c| c > w))
+                && !self.breaker_open(&spec.route, now);
+            if !eligible {
+                continue;
+            }
+            self.read_health(walk, p, notes).await;
+            if walk.snapshot.at(p).is_available(now) {
+                return Some(i);
+            }
+        }
+        None
     }
 
     fn breaker_open(&self, route: &Route, now: UnixMs) -> bool {

@@ -64,11 +64,20 @@ impl Router {
             walk.extra_cost_usd += cost_usd;
         }
         let class = seen.verdict.class;
-        let next_fallback = self.fallback_candidate(walk, now, None);
-        let larger = (class == Class::ContextOverflow)
+        let next_fallback = self
+            .fallback_candidate(walk, now, None, &mut report.notes)
+            .await;
+        let window = (class == Class::ContextOverflow)
             .then_some(spec.facts.context_window)
-            .flatten()
-            .and_then(|window| self.fallback_candidate(walk, now, Some(window)));
+            .flatten();
+        let larger = match window {
+            Some(w) => {
+                self.fallback_candidate(walk, now, Some(w), &mut report.notes)
+                    .await
+            }
+            None => None,
+        };
+        let spec = &walk.tier.routes[idx];
         let situation = Situation {
             class,
             path: walk.path,

@@ -25,9 +25,39 @@ pub enum StoreError {
     Backend { path: String, message: String },
 }
 
-/// What every store call returns: boxed so the trait stays object-safe (`Arc<dyn
-/// HealthStore>`) without an extra crate.
-pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+/// What every store call returns. A store that answers at once (memory) hands back the
+/// answer itself, with no allocation — the routing hot path calls the store twice per
+/// attempt; one that must wait (SQLite, a network store) a boxed future. Either way the
+/// trait stays object-safe (`Arc<dyn HealthStore>`) without an extra crate.
+pub enum StoreFuture<'a, T> {
+    Ready(Option<Result<T, StoreError>>),
+    Waiting(Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>),
+}
+
+impl<'a, T> StoreFuture<'a, T> {
+    /// A future of `work`.
+    pub fn waiting(work: impl Future<Output = Result<T, StoreError>> + Send + 'a) -> Self {
+        StoreFuture::Waiting(Box::pin(work))
+    }
+}
+
+impl<T: Unpin> Future for StoreFuture<'_, T> {
+    type Output = Result<T, StoreError>;
+
+    fn poll(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.get_mut() {
+            StoreFuture::Ready(answer) => std::task::Poll::Ready(
+                answer
+                    .take()
+                    .expect("a store future polled after it answered"),
+            ),
+            StoreFuture::Waiting(work) => work.as_mut().poll(cx),
+        }
+    }
+}
 
 pub trait HealthStore: Send + Sync {
     /// The stored health of a route; `Ready` when nothing is stored.
@@ -46,6 +76,6 @@ pub trait HealthStore: Send + Sync {
 }
 
 /// A store answer that is ready at once (the in-memory stores).
-fn ready<'a, T: Send + 'a>(v: Result<T, StoreError>) -> StoreFuture<'a, T> {
-    Box::pin(std::future::ready(v))
+fn ready<'a, T>(v: Result<T, StoreError>) -> StoreFuture<'a, T> {
+    StoreFuture::Ready(Some(v))
 }

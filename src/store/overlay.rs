@@ -32,7 +32,7 @@ impl HealthStore for OverlayStore {
         routes: &'a [&'a Route],
         out: &'a mut Vec<Health>,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        StoreFuture::waiting(async move {
             let start = out.len();
             self.base.get_many(routes, out).await?;
             for (h, r) in out[start..].iter_mut().zip(routes) {
@@ -45,7 +45,7 @@ impl HealthStore for OverlayStore {
     }
 
     fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>> {
-        Box::pin(async move {
+        StoreFuture::waiting(async move {
             let mut all: BTreeMap<Route, Health> = self.base.list().await?.into_iter().collect();
             all.extend(self.forced.clone());
             Ok(all.into_iter().collect())

@@ -99,7 +99,7 @@ impl SqliteStore {
             let _ = tx.send(f(conn));
         }));
         let path = self.path.display().to_string();
-        Box::pin(async move {
+        StoreFuture::waiting(async move {
             let backend = |message: String| StoreError::Backend {
                 path: path.clone(),
                 message,
@@ -187,7 +187,7 @@ impl HealthStore for SqliteStore {
                 .map(|r| read(conn, r))
                 .collect::<rusqlite::Result<Vec<_>>>()
         });
-        Box::pin(async move {
+        StoreFuture::waiting(async move {
             out.extend(read_all.await?);
             Ok(())
         })
