@@ -1102,3 +1102,41 @@ async fn a_request_error_keeps_the_upstreams_status_code_and_message_and_moves_n
         "another route would not fix the request"
     );
 }
+
+#[tokio::test]
+async fn prompts_reach_the_log_only_when_the_operator_asks() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("the completion")],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    for (flags, logged) in [(&[][..], false), (&["--log-prompts"][..], true)] {
+        let gw = start(&config, flags, &[]).await;
+        let body =
+            json!({"model": "high", "messages": [{"role": "user", "content": "PROMPT-MARKER-42"}]});
+        let r = reqwest::Client::new()
+            .post(gw.url("/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let (_, stderr) = gw.stop().await;
+        assert_eq!(
+            stderr.contains("PROMPT-MARKER-42"),
+            logged,
+            "flags {flags:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("the completion"),
+            "a completion is never logged: {stderr}"
+        );
+    }
+}
