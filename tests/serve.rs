@@ -1140,3 +1140,62 @@ async fn prompts_reach_the_log_only_when_the_operator_asks() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_buffered_workflow_moves_a_stream_cut_mid_way_to_the_backup_unseen() {
+    let mock = openai_mock(vec![
+        mock_route(
+            "prim/model-a",
+            Wire::OpenAi,
+            vec![stream(&["PRIMARY-", "PARTIAL"], StreamEnd::Reset, 0)],
+        ),
+        mock_route(
+            "back/model-b",
+            Wire::OpenAi,
+            vec![stream(&["whole ", "answer"], StreamEnd::Done, 0)],
+        ),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let mut yaml = std::fs::read_to_string(&config).unwrap();
+    yaml.push_str(
+        "policies:\n  careful-answer:\n    tier: high\n    safe_replay_until: buffered\n",
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let gw = start(&config, &[], &[]).await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("careful-answer", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "back/model-b");
+    let text = r.text().await.unwrap();
+    assert!(
+        !text.contains("PRIMARY"),
+        "nothing of the cut stream reached the client: {text}"
+    );
+    assert!(
+        text.contains("whole ") && text.contains(": poolctl outcome=success attempts=2"),
+        "{text}"
+    );
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_requests_total{workflow="careful-answer",outcome="success"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+}
