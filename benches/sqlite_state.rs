@@ -1,7 +1,7 @@
 //! Concurrent requests sharing one SQLite state file: N requests in flight at once on a
 //! multi-threaded runtime, each through the production router (`Router::dry_run`: canned
 //! upstream results, no network) doing what a gateway's requests do to the store — one
-//! health snapshot per selection and one atomic transition per attempt (a 429 with a
+//! health read per selection and one atomic transition per attempt (a 429 with a
 //! zero hint, a retry, an answer: two writes). The SQLite connection lives on its own
 //! thread, so the async workers never block on it. Prints requests per second and the
 //! p50 / p99 latency per N, with the in-memory store beside it for reference.
@@ -110,7 +110,7 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        println!("concurrent requests on one state file ({REQUESTS} requests each; 1 snapshot + 2 transitions per request)");
+        println!("concurrent requests on one state file ({REQUESTS} requests each; 1 health read + 2 transitions per request)");
         println!("  {:<8} {:>4}  {:>10}  {:>10}  {:>10}", "store", "N", "req/s", "p50", "p99");
         for n in [1, 8, 32, 128] {
             let dir = tempfile::tempdir().unwrap();

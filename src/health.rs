@@ -164,23 +164,18 @@ impl Transition {
 
 /// The rule of spec/decisions.md: the health `t` leaves after `old`. Pure, so every store
 /// applies exactly this, under whatever atomicity it has.
-pub fn apply(old: &Health, t: &Transition) -> Health {
+pub fn apply(old: &Health, t: Transition) -> Health {
     match (old, t) {
         (_, Transition::Restore) => Health::Ready,
-        (_, Transition::Retire { reason }) => Health::Retired {
-            reason: reason.clone(),
-        },
+        (_, Transition::Retire { reason }) => Health::Retired { reason },
         (Health::Retired { .. }, Transition::Succeeded | Transition::Cool { .. }) => old.clone(),
         (_, Transition::Succeeded) => Health::Ready,
         (Health::Cooling { until: longer, .. }, Transition::Cool { until, .. })
-            if longer > until =>
+            if *longer > until =>
         {
             old.clone()
         }
-        (_, Transition::Cool { until, reason }) => Health::Cooling {
-            until: *until,
-            reason: reason.clone(),
-        },
+        (_, Transition::Cool { until, reason }) => Health::Cooling { until, reason },
     }
 }
 
@@ -200,23 +195,23 @@ mod tests {
         let retired = Health::Retired {
             reason: "auth".into(),
         };
-        assert_eq!(apply(&retired, &Transition::Succeeded), retired);
-        assert_eq!(apply(&retired, &cool(5)), retired);
-        assert_eq!(apply(&retired, &Transition::Restore), Health::Ready);
-        let cooling = apply(&Health::Ready, &cool(5));
-        assert_eq!(apply(&cooling, &Transition::Succeeded), Health::Ready);
+        assert_eq!(apply(&retired, Transition::Succeeded), retired);
+        assert_eq!(apply(&retired, cool(5)), retired);
+        assert_eq!(apply(&retired, Transition::Restore), Health::Ready);
+        let cooling = apply(&Health::Ready, cool(5));
+        assert_eq!(apply(&cooling, Transition::Succeeded), Health::Ready);
     }
 
     #[test]
     fn the_later_cooling_wins() {
-        let long = apply(&Health::Ready, &cool(9_000));
-        assert_eq!(apply(&long, &cool(1_000)), long);
-        let longer = apply(&long, &cool(20_000));
+        let long = apply(&Health::Ready, cool(9_000));
+        assert_eq!(apply(&long, cool(1_000)), long);
+        let longer = apply(&long, cool(20_000));
         assert_eq!(longer.until(), Some(20_000));
         let retire = Transition::Retire {
             reason: "quota".into(),
         };
-        assert!(matches!(apply(&longer, &retire), Health::Retired { .. }));
+        assert!(matches!(apply(&longer, retire), Health::Retired { .. }));
     }
     use crate::hint::HintSource;
 

@@ -148,7 +148,7 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
                 reason: "preset".into(),
             },
         };
-        store.apply_now(route, &Transition::toward(health));
+        store.apply_now(route, Transition::toward(health));
     }
     let router = Router::with_seed(
         client.clone(),

@@ -209,8 +209,6 @@ struct Walk<'a> {
     trial: bool,
     extra_cost_usd: f64,
     last_why: Option<Why>,
-    /// The routes in try order, for the store's reads.
-    routes: Vec<&'a Route>,
     /// Health of the routes from `pos` on, read once per selection.
     snapshot: Snapshot,
 }
@@ -476,7 +474,6 @@ impl Router {
             notes: Vec::new(),
         };
         let (order, sticky) = self.order(tier, opts.session, start).await;
-        let routes = order.iter().map(|&i| &tier.routes[i].route).collect();
         let mut walk = Walk {
             tier,
             path,
@@ -491,7 +488,6 @@ impl Router {
             trial: false,
             extra_cost_usd: 0.0,
             last_why: None,
-            routes,
             snapshot: Snapshot::default(),
         };
 

@@ -65,7 +65,8 @@ impl Router {
         if walk.snapshot.health[i].is_some() {
             return;
         }
-        let health = match self.inner.store.get(walk.routes[pos]).await {
+        let route = &walk.tier.routes[walk.order[pos]].route;
+        let health = match self.inner.store.get(route).await {
             Ok(h) => h,
             // An unreadable store must not take traffic down: treat the route as ready.
             Err(e) => {

@@ -7,9 +7,10 @@ use crate::answer::Answer;
 use crate::breaker;
 use crate::capability::estimate_cost_usd;
 use crate::classify::Verdict;
+use crate::clock::UnixMs;
 use crate::decide::{decide, Decision, Situation};
 use crate::failure::UpstreamFailure;
-use crate::health::{is_route_fault, transition, Transition};
+use crate::health::{is_route_fault, transition, Health, Transition};
 use crate::request::Usage;
 use crate::trace::{AttemptRecord, Chosen, HealthChange, Report, Step};
 use crate::vocab::{Action, Class};
@@ -48,7 +49,8 @@ fn chosen(retries_on_route: u32, trial: bool, sticky: bool, idx: usize) -> Chose
 
 impl Router {
     /// Classifies nothing, decides everything about one finished attempt: the action,
-    /// the route's new health, its breaker, and the attempt record.
+    /// the route's new health, its breaker, and the attempt record. Only the store is
+    /// awaited; the decision and the record are plain synchronous steps.
     pub(super) async fn settle(
         &self,
         walk: &mut Walk<'_>,
@@ -57,19 +59,12 @@ impl Router {
     ) -> Decision {
         let now = self.inner.clock.now_ms();
         let idx = walk.current();
-        let spec = &walk.tier.routes[idx];
-        let policy = walk.opts.policy;
-        let cost_usd = estimate_cost_usd(&spec.facts, &walk.needs);
-        if !report.attempts.is_empty() {
-            walk.extra_cost_usd += cost_usd;
-        }
-        let class = seen.verdict.class;
+        let window = (seen.verdict.class == Class::ContextOverflow)
+            .then_some(walk.tier.routes[idx].facts.context_window)
+            .flatten();
         let next_fallback = self
             .fallback_candidate(walk, now, None, &mut report.notes)
             .await;
-        let window = (class == Class::ContextOverflow)
-            .then_some(spec.facts.context_window)
-            .flatten();
         let larger = match window {
             Some(w) => {
                 self.fallback_candidate(walk, now, Some(w), &mut report.notes)
@@ -77,17 +72,43 @@ impl Router {
             }
             None => None,
         };
-        let spec = &walk.tier.routes[idx];
+        let (decision, cost_usd, target) =
+            self.judge(walk, report, &seen, now, next_fallback, larger.is_some());
+        let health = match target {
+            Some(target) => self.store_health(walk, report, target).await,
+            None => None,
+        };
+        self.record(walk, report, seen, now, decision, cost_usd, health);
+        decision
+    }
+
+    /// The decision for one attempt and the health it asks for. Pure but for the jitter
+    /// draw.
+    fn judge(
+        &self,
+        walk: &mut Walk<'_>,
+        report: &Report,
+        seen: &Observed,
+        now: UnixMs,
+        next_fallback: Option<usize>,
+        larger_window_available: bool,
+    ) -> (Decision, f64, Option<Health>) {
+        let spec = &walk.tier.routes[walk.current()];
+        let cost_usd = estimate_cost_usd(&spec.facts, &walk.needs);
+        if !report.attempts.is_empty() {
+            walk.extra_cost_usd += cost_usd;
+        }
+        let class = seen.verdict.class;
         let situation = Situation {
             class,
             path: walk.path,
             hint: seen.verdict.hint,
-            policy,
+            policy: walk.opts.policy,
             spent: self.spent(walk, report.attempts.len() as u32 + 1),
             retries_on_route: walk.retries_on_route,
             visible_token: seen.visible_token,
             fallback_available: next_fallback.is_some(),
-            larger_window_available: larger.is_some(),
+            larger_window_available,
             trial: walk.trial,
             retry_cost_usd: cost_usd,
             fallback_cost_usd: next_fallback
@@ -100,7 +121,7 @@ impl Router {
             // Only a larger window may serve it now.
             walk.needs.min_window = spec.facts.context_window.unwrap_or(0);
         }
-        let new_health = transition(
+        let target = transition(
             class,
             decision.action,
             seen.verdict.hint,
@@ -108,24 +129,51 @@ impl Router {
             spec.policy.cooldowns,
             now,
         );
-        let mut health = None;
-        if let Some(target) = new_health {
-            match self
-                .inner
-                .store
-                .apply(&spec.route, Transition::toward(target))
-                .await
-            {
-                Ok((old, new)) => {
-                    if old != new {
-                        health = Some(HealthChange::from(&new));
-                    }
-                    walk.snapshot.set_at(walk.pos, new);
-                }
-                // An unwritable store must not take traffic down; the trace says so.
-                Err(e) => report.notes.push(e.to_string()),
+        (decision, cost_usd, target)
+    }
+
+    /// Applies the transition toward `target` to the store; the change, for the trace.
+    async fn store_health(
+        &self,
+        walk: &mut Walk<'_>,
+        report: &mut Report,
+        target: Health,
+    ) -> Option<HealthChange> {
+        let route = &walk.tier.routes[walk.current()].route;
+        match self
+            .inner
+            .store
+            .apply(route, Transition::toward(target))
+            .await
+        {
+            Ok((old, new)) => {
+                let change = (old != new).then(|| HealthChange::from(&new));
+                walk.snapshot.set_at(walk.pos, new);
+                change
+            }
+            // An unwritable store must not take traffic down; the trace says so.
+            Err(e) => {
+                report.notes.push(e.to_string());
+                None
             }
         }
+    }
+
+    /// The breaker, the session pin, and the attempt record.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &self,
+        walk: &mut Walk<'_>,
+        report: &mut Report,
+        seen: Observed,
+        now: UnixMs,
+        decision: Decision,
+        cost_usd: f64,
+        health: Option<HealthChange>,
+    ) {
+        let idx = walk.current();
+        let spec = &walk.tier.routes[idx];
+        let class = seen.verdict.class;
         let breaker_open_until = spec.policy.breaker.as_ref().and_then(|cfg| {
             let mut breakers = lock(&self.inner.breakers);
             let state = breakers.entry(spec.route.clone()).or_default();
@@ -167,7 +215,6 @@ impl Router {
             observe(Step::Attempt(report.attempts.last().expect("just pushed")));
         }
         walk.last_why = Some(decision.why);
-        decision
     }
 
     /// The answer of the reply that ended the request; the report notes who served.

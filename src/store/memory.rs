@@ -24,14 +24,16 @@ impl MemoryStore {
     }
 
     /// Applies `t` at once (the memory store never waits and never fails).
-    pub fn apply_now(&self, route: &Route, t: &Transition) -> (Health, Health) {
+    pub fn apply_now(&self, route: &Route, t: Transition) -> (Health, Health) {
         let mut map = self.lock();
         let old = map.get(route).cloned().unwrap_or(Health::Ready);
         let new = apply(&old, t);
-        if new == Health::Ready {
-            map.remove(route);
-        } else if new != old {
-            map.insert(route.clone(), new.clone());
+        if new != old {
+            if new == Health::Ready {
+                map.remove(route);
+            } else {
+                map.insert(route.clone(), new.clone());
+            }
         }
         (old, new)
     }
@@ -70,6 +72,6 @@ impl HealthStore for MemoryStore {
     }
 
     fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)> {
-        ready(Ok(self.apply_now(route, &t)))
+        ready(Ok(self.apply_now(route, t)))
     }
 }

@@ -229,7 +229,7 @@ impl HealthStore for SqliteStore {
             // the row between what the rule saw and what it writes.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let old = read(&tx, &route)?;
-            let new = apply(&old, &t);
+            let new = apply(&old, t);
             if new != old {
                 write(&tx, &route, &new)?;
             }
