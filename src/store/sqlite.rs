@@ -222,7 +222,7 @@ impl HealthStore for SqliteStore {
             // request a gateway serves): one plain read shows it, and the no-op is ordered
             // at that read, without taking the write lock every process shares.
             let seen = read(conn, &route)?;
-            if apply(&seen, &t) == seen {
+            if apply(&seen, t.clone()) == seen {
                 return Ok((seen.clone(), seen));
             }
             // IMMEDIATE takes the write lock before the read: no other process can change
