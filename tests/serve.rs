@@ -1042,3 +1042,160 @@ async fn a_route_retired_by_another_process_is_skipped_by_the_running_gateway() 
         "{m}"
     );
 }
+
+#[tokio::test]
+async fn a_request_error_keeps_the_upstreams_status_code_and_message_and_moves_nowhere() {
+    let too_long = Reply::Status {
+        status: 400,
+        headers: vec![],
+        body: Body::Json(
+            json!({"error": {"message": "This model's maximum context length is 4097 tokens. However, your messages resulted in 4294 tokens.", "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+        ),
+    };
+    let mock = openai_mock(vec![
+        mock_route("prim/model-a", Wire::OpenAi, vec![too_long]),
+        mock_route("back/model-b", Wire::OpenAi, vec![ok("never")]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status().as_u16(), header(&r, "x-should-retry")),
+        (400, "false")
+    );
+    assert_eq!(
+        (
+            header(&r, "x-poolctl-outcome"),
+            header(&r, "x-poolctl-attempts")
+        ),
+        ("failed", "1")
+    );
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(
+        (b["error"]["type"].as_str(), b["error"]["code"].as_str()),
+        (Some("request"), Some("context_length_exceeded"))
+    );
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("This model's maximum context length"),
+        "{b}"
+    );
+    assert_eq!(
+        mock.calls(&route("back/model-b")),
+        0,
+        "another route would not fix the request"
+    );
+}
+
+#[tokio::test]
+async fn prompts_reach_the_log_only_when_the_operator_asks() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("the completion")],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    for (flags, logged) in [(&[][..], false), (&["--log-prompts"][..], true)] {
+        let gw = start(&config, flags, &[]).await;
+        let body =
+            json!({"model": "high", "messages": [{"role": "user", "content": "PROMPT-MARKER-42"}]});
+        let r = reqwest::Client::new()
+            .post(gw.url("/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let (_, stderr) = gw.stop().await;
+        assert_eq!(
+            stderr.contains("PROMPT-MARKER-42"),
+            logged,
+            "flags {flags:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("the completion"),
+            "a completion is never logged: {stderr}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_buffered_workflow_moves_a_stream_cut_mid_way_to_the_backup_unseen() {
+    let mock = openai_mock(vec![
+        mock_route(
+            "prim/model-a",
+            Wire::OpenAi,
+            vec![stream(&["PRIMARY-", "PARTIAL"], StreamEnd::Reset, 0)],
+        ),
+        mock_route(
+            "back/model-b",
+            Wire::OpenAi,
+            vec![stream(&["whole ", "answer"], StreamEnd::Done, 0)],
+        ),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let mut yaml = std::fs::read_to_string(&config).unwrap();
+    yaml.push_str(
+        "policies:\n  careful-answer:\n    tier: high\n    safe_replay_until: buffered\n",
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let gw = start(&config, &[], &[]).await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("careful-answer", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "back/model-b");
+    let text = r.text().await.unwrap();
+    assert!(
+        !text.contains("PRIMARY"),
+        "nothing of the cut stream reached the client: {text}"
+    );
+    assert!(
+        text.contains("whole ") && text.contains(": poolctl outcome=success attempts=2"),
+        "{text}"
+    );
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_requests_total{workflow="careful-answer",outcome="success"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+}

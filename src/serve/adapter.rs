@@ -3,44 +3,28 @@
 //! surface is a change of this file alone. No routing logic lives here: it translates
 //! requests in and answers out, and reads health only to tell a client when to retry.
 
-use super::ingress::{ChatIn, EmbedIn, RerankIn};
+use super::ingress::{self, ChatIn, EmbedIn, RerankIn};
+use crate::answer::{Answer, FinishReason, StreamEvent};
 use crate::conversation::ToolCall;
 use crate::policy::Policy;
-use crate::request::{ChatRequest, EmbedRequest, RerankRequest, Usage};
+use crate::request::{self, ChatRequest, EmbedRequest, Request, RerankRequest, Usage};
 use crate::router::{CallOptions, Router, Tier};
 use crate::trace::{Report, Step};
 use crate::vocab::{Action, Route};
 use std::sync::Mutex;
 
 /// A priority class (`x-poolctl-priority`), carried to the router for admission control.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Priority {
-    #[default]
-    Interactive,
-    Retry,
-    Background,
-    Speculative,
-}
+pub use crate::request::Priority;
 
-impl Priority {
-    pub fn parse(s: &str) -> Option<Priority> {
-        Some(match s.trim().to_ascii_lowercase().as_str() {
-            "interactive" => Priority::Interactive,
-            "retry" => Priority::Retry,
-            "background" => Priority::Background,
-            "speculative" => Priority::Speculative,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Priority::Interactive => "interactive",
-            Priority::Retry => "retry",
-            Priority::Background => "background",
-            Priority::Speculative => "speculative",
-        }
-    }
+/// The header's words for a priority class.
+pub fn parse_priority(s: &str) -> Option<Priority> {
+    Some(match s.trim().to_ascii_lowercase().as_str() {
+        "interactive" => Priority::Interactive,
+        "retry" => Priority::Retry,
+        "background" => Priority::Background,
+        "speculative" => Priority::Speculative,
+        _ => return None,
+    })
 }
 
 /// Why an answer ended.
@@ -104,18 +88,73 @@ pub struct Called {
     pub reply: Option<Reply>,
 }
 
-/// The output cap when the client names none: the wire needs one (Anthropic requires it).
-const DEFAULT_MAX_TOKENS: u32 = 4096;
-
 fn chat_request(c: &ChatIn) -> ChatRequest {
-    // Today's router carries the conversation, tools, output cap and schema; tool
-    // choice, sampling, user and metadata pass through once the router's request has them.
     ChatRequest {
         conversation: c.conversation.clone(),
         tools: c.tools.clone(),
-        max_tokens: c.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-        token_estimate: None,
+        tool_choice: c.tool_choice.as_ref().map(|t| match t {
+            ingress::ToolChoice::Auto => request::ToolChoice::Auto,
+            ingress::ToolChoice::None => request::ToolChoice::None,
+            ingress::ToolChoice::Required => request::ToolChoice::Required,
+            ingress::ToolChoice::Tool(name) => request::ToolChoice::Tool(name.clone()),
+        }),
+        max_tokens: c.max_tokens,
+        sampling: request::Sampling {
+            temperature: c.sampling.temperature,
+            top_p: c.sampling.top_p,
+            stop: c.sampling.stop.clone(),
+            seed: c.sampling.seed,
+        },
         json_schema: c.json_schema.clone(),
+        user: c.user.clone(),
+        metadata: c.metadata.clone(),
+        token_estimate: None,
+    }
+}
+
+fn finish_of(f: &FinishReason) -> Finish {
+    match f {
+        FinishReason::Stop => Finish::Stop,
+        FinishReason::Length => Finish::Length,
+        FinishReason::ToolCalls => Finish::ToolCalls,
+        FinishReason::ContentFilter => Finish::ContentFilter,
+        FinishReason::Other(s) => Finish::Other(s.clone()),
+    }
+}
+
+fn event_of(e: StreamEvent<'_>) -> Event {
+    match e {
+        StreamEvent::Text(t) => Event::Text(t.to_string()),
+        StreamEvent::ToolCall {
+            index,
+            id,
+            name,
+            arguments,
+        } => Event::ToolCall {
+            index,
+            id: id.map(str::to_string),
+            name: name.map(str::to_string),
+            arguments: arguments.to_string(),
+        },
+        StreamEvent::Finish(f) => Event::Finish(finish_of(f)),
+        StreamEvent::Usage(u) => Event::Usage(*u),
+    }
+}
+
+/// The answer in the gateway's terms. The model is the one the body named, else the
+/// served route's; the finish reason, when the wire gave none, follows the tool calls.
+fn reply_of(a: Answer, report: &Report) -> Reply {
+    let finish = match &a.finish_reason {
+        Some(f) => finish_of(f),
+        None if !a.tool_calls.is_empty() => Finish::ToolCalls,
+        None => Finish::Stop,
+    };
+    Reply {
+        model: a.model.unwrap_or_else(|| served_model(report)),
+        text: a.text,
+        tool_calls: a.tool_calls,
+        finish,
+        usage: a.usage,
     }
 }
 
@@ -127,22 +166,12 @@ fn served_model(report: &Report) -> String {
         .unwrap_or_default()
 }
 
-fn answered(report: &Report) -> bool {
-    matches!(
-        report.outcome,
-        crate::vocab::Outcome::Success | crate::vocab::Outcome::Degraded
-    )
-}
-
 pub async fn chat(router: &Router, t: Target<'_>, c: &ChatIn) -> Called {
-    let report = router.chat(t.tier, &chat_request(c), t.options()).await;
-    let reply = answered(&report).then(|| Reply {
-        text: report.text.clone().unwrap_or_default(),
-        tool_calls: Vec::new(),
-        finish: Finish::Stop,
-        model: served_model(&report),
-        usage: report.usage,
-    });
+    let called = router
+        .call(t.tier, &Request::Chat(chat_request(c)), t.options())
+        .await;
+    let report = called.report;
+    let reply = called.answer.map(|a| reply_of(a, &report));
     Called { report, reply }
 }
 
@@ -156,34 +185,38 @@ pub async fn stream(
     progress: &Progress,
 ) -> Called {
     let observe = |step: Step<'_>| progress.observe(step);
+    let forward = |e: StreamEvent<'_>| on_event(event_of(e));
     let mut opts = t.options();
     opts.observer = Some(&observe);
-    let on_delta = |text: &str| on_event(Event::Text(text.to_string()));
-    let report = router
-        .stream(t.tier, &chat_request(c), opts, &on_delta)
+    opts.on_event = Some(&forward);
+    let called = router
+        .call(t.tier, &Request::Stream(chat_request(c)), opts)
         .await;
-    let reply = answered(&report).then(|| Reply {
-        text: report.text.clone().unwrap_or_default(),
-        tool_calls: Vec::new(),
-        finish: Finish::Stop,
-        model: served_model(&report),
-        usage: report.usage,
-    });
+    let report = called.report;
+    let reply = called.answer.map(|a| reply_of(a, &report));
     Called { report, reply }
 }
 
 pub struct Embedded {
     pub report: Report,
     pub vectors: Option<Vec<Vec<f32>>>,
+    pub usage: Option<Usage>,
 }
 
 pub async fn embed(router: &Router, t: Target<'_>, e: &EmbedIn) -> Embedded {
-    let req = EmbedRequest {
+    let req = Request::Embed(EmbedRequest {
         inputs: e.inputs.clone(),
-    };
-    let mut report = router.embed(t.tier, &req, t.options()).await;
-    let vectors = report.embeddings.take();
-    Embedded { report, vectors }
+    });
+    let called = router.call(t.tier, &req, t.options()).await;
+    let (vectors, usage) = called
+        .answer
+        .map(|a| (a.embeddings, a.usage))
+        .unwrap_or_default();
+    Embedded {
+        report: called.report,
+        vectors,
+        usage,
+    }
 }
 
 pub struct Reranked {
@@ -192,24 +225,26 @@ pub struct Reranked {
 }
 
 pub async fn rerank(router: &Router, t: Target<'_>, r: &RerankIn) -> Reranked {
-    let req = RerankRequest {
+    let req = Request::Rerank(RerankRequest {
         query: r.query.clone(),
         documents: r.documents.clone(),
         top_n: r.top_n.unwrap_or(r.documents.len()),
-    };
-    let mut report = router.rerank(t.tier, &req, t.options()).await;
-    let ranking = report.ranking.take();
-    Reranked { report, ranking }
+    });
+    let called = router.call(t.tier, &req, t.options()).await;
+    Reranked {
+        report: called.report,
+        ranking: called.answer.and_then(|a| a.ranking),
+    }
 }
 
 /// Milliseconds until the earliest cooling route of `tier` takes traffic again, when
 /// every route is out and at least one will come back by time (a retired route never
 /// does). `None`: no instant is known.
-pub fn ready_again_in_ms(router: &Router, tier: &Tier) -> Option<u64> {
+pub async fn ready_again_in_ms(router: &Router, tier: &Tier) -> Option<u64> {
     let now = router.clock().now_ms();
     let mut earliest: Option<i64> = None;
     for spec in &tier.routes {
-        let health = router.store().get(&spec.route).ok()?;
+        let health = router.store().get(&spec.route).await.ok()?;
         if health.is_available(now) {
             return None;
         }
@@ -222,30 +257,32 @@ pub fn ready_again_in_ms(router: &Router, tier: &Tier) -> Option<u64> {
 
 /// Whether the stored health of every route of `tier` can be read and one is ready
 /// (`/readyz`).
-pub fn tier_ready(router: &Router, tier: &Tier) -> Result<bool, String> {
+pub async fn tier_ready(router: &Router, tier: &Tier) -> Result<bool, String> {
     let now = router.clock().now_ms();
     let mut any = false;
     for spec in &tier.routes {
-        let h = router.store().get(&spec.route).map_err(|e| e.to_string())?;
+        let h = router
+            .store()
+            .get(&spec.route)
+            .await
+            .map_err(|e| e.to_string())?;
         any |= h.is_available(now);
     }
     Ok(any)
 }
 
 /// Every route's stored health, for `/metrics`.
-pub fn route_states(router: &Router, routes: &[Route]) -> Vec<(Route, &'static str)> {
+pub async fn route_states(router: &Router, routes: &[Route]) -> Vec<(Route, &'static str)> {
     let now = router.clock().now_ms();
-    routes
-        .iter()
-        .map(|r| {
-            let state = router
-                .store()
-                .get(r)
-                .map(|h| h.state_at(now).as_str())
-                .unwrap_or("unknown");
-            (r.clone(), state)
-        })
-        .collect()
+    let mut out = Vec::with_capacity(routes.len());
+    for r in routes {
+        let state = match router.store().get(r).await {
+            Ok(h) => h.state_at(now).as_str(),
+            Err(_) => "unknown",
+        };
+        out.push((r.clone(), state));
+    }
+    out
 }
 
 /// A stream's progress as the router reports it, to name the route and count the
@@ -287,15 +324,14 @@ impl Progress {
 
 /// The order a walk tries `tier` in: the chain, with a session's pinned route first
 /// while it is available (as the router orders it).
-pub fn try_order(router: &Router, tier: &Tier, session: Option<&str>) -> Vec<Route> {
+pub async fn try_order(router: &Router, tier: &Tier, session: Option<&str>) -> Vec<Route> {
     let mut order: Vec<Route> = tier.routes.iter().map(|s| s.route.clone()).collect();
     let now = router.clock().now_ms();
     if let Some(pinned) = session.and_then(|s| router.session_route(s)) {
-        let available = router
-            .store()
-            .get(&pinned)
-            .map(|h| h.is_available(now))
-            .unwrap_or(true);
+        let available = match router.store().get(&pinned).await {
+            Ok(h) => h.is_available(now),
+            Err(_) => true,
+        };
         if let Some(i) = order
             .iter()
             .position(|r| *r == pinned)

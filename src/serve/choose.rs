@@ -90,6 +90,7 @@ impl Lineup {
                     .or_insert_with(|| Chain {
                         tier: Tier {
                             name: spec.route.to_string(),
+                            path: entry.path,
                             routes: vec![spec.clone()],
                         },
                         path: entry.path,

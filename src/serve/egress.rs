@@ -405,6 +405,7 @@ mod tests {
             usage: Some(Usage {
                 input_tokens: 5,
                 output_tokens: 2,
+                cached_tokens: None,
             }),
         }
     }
@@ -454,6 +455,7 @@ mod tests {
         let usage = String::from_utf8(s.event(&Event::Usage(Usage {
             input_tokens: 3,
             output_tokens: 4,
+            cached_tokens: None,
         })))
         .unwrap();
         let u: Value = serde_json::from_str(usage.trim_start_matches("data: ").trim()).unwrap();
@@ -488,6 +490,7 @@ mod tests {
             Some(&Usage {
                 input_tokens: 1,
                 output_tokens: 9,
+                cached_tokens: None,
             }),
         ));
         let text = String::from_utf8(all).unwrap();

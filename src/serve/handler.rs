@@ -1,11 +1,10 @@
 //! One HTTP request through the gateway: authenticate, read a capped body, parse it,
 //! choose the chain, call the router through the adapter, render the answer or the
-//! error, count it and log one line. A stream sends nothing before its first visible
-//! token, so a failure before it still gets a proper status.
+//! error, count it and log one line. Streams continue in `stream`.
 
-use super::adapter::{self, Called, Event, Finish, Priority, Progress, Target};
+use super::adapter::{self, Called, Priority, Target};
 use super::choose::{Choice, Wants};
-use super::egress::{self, AnthropicStream, OpenAiStream};
+use super::egress;
 use super::errors::{ApiError, Flavor};
 use super::ingress::{self, ChatIn};
 use super::respond::{self, Context};
@@ -14,27 +13,22 @@ use crate::clock::Stopwatch;
 use crate::trace::Report;
 use crate::vocab::{Outcome, Route};
 use bytes::Bytes;
-use futures_util::FutureExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use std::convert::Infallible;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
-fn full(bytes: impl Into<Bytes>) -> Body {
+pub(super) fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed_unsync()
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Each critical section is one encoder call: a panic cannot leave it half-done.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -69,7 +63,12 @@ pub fn error_response(e: &ApiError, flavor: Flavor) -> Response<Body> {
     r
 }
 
-fn trace_headers(h: &mut HeaderMap, served_by: Option<&Route>, outcome: &str, attempts: usize) {
+pub(super) fn trace_headers(
+    h: &mut HeaderMap,
+    served_by: Option<&Route>,
+    outcome: &str,
+    attempts: usize,
+) {
     if let Some(route) = served_by {
         set(h, SERVED_BY, route.as_str());
     }
@@ -162,11 +161,10 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
     let flavor = flavor_of(&path);
     match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => return json_response(200, br#"{"status":"ok"}"#.to_vec()),
-        (&Method::GET, "/readyz") => return readyz(&gw),
+        (&Method::GET, "/readyz") => return readyz(&gw).await,
         (&Method::GET, "/metrics") => {
-            let body = gw
-                .metrics
-                .render(&adapter::route_states(&gw.router, &gw.lineup.routes()));
+            let health = adapter::route_states(&gw.router, &gw.lineup.routes()).await;
+            let body = gw.metrics.render(&health);
             let mut r = Response::new(full(body));
             r.headers_mut().insert(
                 CONTENT_TYPE,
@@ -233,7 +231,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
     let priority = match parts
         .headers
         .get("x-poolctl-priority")
-        .map(|v| v.to_str().ok().and_then(Priority::parse))
+        .map(|v| v.to_str().ok().and_then(adapter::parse_priority))
     {
         None => Priority::default(),
         Some(Some(p)) => p,
@@ -268,10 +266,10 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
     }
 }
 
-fn readyz(gw: &Gateway) -> Response<Body> {
+async fn readyz(gw: &Gateway) -> Response<Body> {
     let mut not_ready = Vec::new();
     for tier in gw.lineup.tiers() {
-        match adapter::tier_ready(&gw.router, tier) {
+        match adapter::tier_ready(&gw.router, tier).await {
             Ok(true) => {}
             Ok(false) => not_ready.push(format!("tier `{}` has no ready route", tier.name)),
             Err(e) => not_ready.push(format!("health store unreachable: {}", gw.mask(&e))),
@@ -340,18 +338,18 @@ async fn read_body(gw: &Gateway, headers: &HeaderMap, body: Incoming) -> Result<
 }
 
 /// One parsed request's context.
-struct Ask {
-    gw: Arc<Gateway>,
-    method: Method,
-    path: String,
-    flavor: Flavor,
-    priority: Priority,
-    session: Option<String>,
-    sw: Stopwatch,
+pub(super) struct Ask {
+    pub(super) gw: Arc<Gateway>,
+    pub(super) method: Method,
+    pub(super) path: String,
+    pub(super) flavor: Flavor,
+    pub(super) priority: Priority,
+    pub(super) session: Option<String>,
+    pub(super) sw: Stopwatch,
 }
 
 impl Ask {
-    fn target<'a>(&'a self, choice: &Choice<'a>) -> Target<'a> {
+    pub(super) fn target<'a>(&'a self, choice: &Choice<'a>) -> Target<'a> {
         Target {
             tier: choice.tier,
             policy: choice.policy,
@@ -375,16 +373,16 @@ impl Ask {
         error_response(&e, self.flavor)
     }
 
-    fn failure(&self, choice: &Choice<'_>, report: &Report) -> ApiError {
+    pub(super) async fn failure(&self, choice: &Choice<'_>, report: &Report) -> ApiError {
         let ctx = Context {
-            retry_after_ms: adapter::ready_again_in_ms(&self.gw.router, choice.tier),
+            retry_after_ms: adapter::ready_again_in_ms(&self.gw.router, choice.tier).await,
             max_elapsed_ms: choice.policy.max_elapsed_ms,
         };
         respond::failure(report, ctx, &|s| self.gw.mask(s))
     }
 
     /// Counts and logs a routed request; `in_router` is excluded from the overhead.
-    fn finish(
+    pub(super) fn finish(
         &self,
         choice: &Choice<'_>,
         model: &str,
@@ -406,7 +404,7 @@ impl Ask {
     }
 }
 
-fn last_user_text(c: &ChatIn) -> Option<String> {
+pub(super) fn last_user_text(c: &ChatIn) -> Option<String> {
     c.conversation.turns.iter().rev().find_map(|t| match t {
         crate::conversation::Turn::User { text } => Some(text.clone()),
         _ => None,
@@ -436,7 +434,7 @@ async fn chat(ask: Ask, body: Bytes) -> Response<Body> {
         Err(e) => return ask.refuse("unknown_model", e, &c.model),
     };
     if c.stream {
-        return stream(ask, c).await;
+        return super::stream::stream(ask, c).await;
     }
     let prompt = gw
         .settings
@@ -459,7 +457,7 @@ async fn chat(ask: Ask, body: Bytes) -> Response<Body> {
             };
             json_response(200, body)
         }
-        None => error_response(&ask.failure(&choice, &report), ask.flavor),
+        None => error_response(&ask.failure(&choice, &report).await, ask.flavor),
     };
     let mut response = response;
     trace_headers(
@@ -496,14 +494,9 @@ async fn embed(ask: Ask, body: Bytes) -> Response<Body> {
     let mut response = match (&out.vectors, report.outcome) {
         (Some(v), Outcome::Success | Outcome::Degraded) => json_response(
             200,
-            egress::embeddings(
-                &model_of(report, &e.model),
-                v,
-                e.base64,
-                report.usage.as_ref(),
-            ),
+            egress::embeddings(&model_of(report, &e.model), v, e.base64, out.usage.as_ref()),
         ),
-        _ => error_response(&ask.failure(&choice, report), ask.flavor),
+        _ => error_response(&ask.failure(&choice, report).await, ask.flavor),
     };
     trace_headers(
         response.headers_mut(),
@@ -550,7 +543,7 @@ async fn rerank(ask: Ask, body: Bytes) -> Response<Body> {
                 ),
             )
         }
-        _ => error_response(&ask.failure(&choice, report), ask.flavor),
+        _ => error_response(&ask.failure(&choice, report).await, ask.flavor),
     };
     trace_headers(
         response.headers_mut(),
@@ -567,390 +560,4 @@ async fn rerank(ask: Ask, body: Bytes) -> Response<Body> {
         None,
     );
     response
-}
-
-/// A stream's encoder, in the client's shape.
-enum Encoder {
-    OpenAi(OpenAiStream),
-    Anthropic(AnthropicStream),
-}
-
-/// What flows from the routing task to the handler and the response body.
-enum Msg {
-    /// The first visible token arrived: headers as of that token.
-    Started {
-        route: Option<Route>,
-        attempts: usize,
-    },
-    Bytes(Bytes),
-    /// The request ended without a visible token: the handler answers it whole.
-    Unstarted {
-        called: Box<Called>,
-        error: Option<ApiError>,
-        include_usage: bool,
-    },
-}
-
-/// What the routing task shares with its event callback.
-struct Live {
-    tx: mpsc::UnboundedSender<Msg>,
-    flavor: Flavor,
-    include_usage: bool,
-    id: String,
-    order: Vec<Route>,
-    progress: Progress,
-    state: Mutex<LiveState>,
-}
-
-#[derive(Default)]
-struct LiveState {
-    encoder: Option<Encoder>,
-    /// Events before the first visible token (a usage report), sent with it.
-    held: Vec<Event>,
-    finish_sent: bool,
-    usage_sent: bool,
-}
-
-impl Live {
-    fn on_event(&self, ev: Event) {
-        let mut s = lock(&self.state);
-        let visible = match &ev {
-            Event::Text(t) => !t.is_empty(),
-            Event::ToolCall { .. } => true,
-            Event::Finish(_) | Event::Usage(_) => false,
-        };
-        if s.encoder.is_none() {
-            if !visible {
-                s.held.push(ev);
-                return;
-            }
-            let (route, attempts) = self.progress.current(&self.order);
-            let model = route
-                .as_ref()
-                .map(|r| r.model().to_string())
-                .unwrap_or_default();
-            s.encoder = Some(match self.flavor {
-                Flavor::OpenAi => Encoder::OpenAi(OpenAiStream::new(
-                    self.id.clone(),
-                    crate::clock::wall_now_ms() / 1000,
-                    model,
-                    self.include_usage,
-                )),
-                Flavor::Anthropic => {
-                    Encoder::Anthropic(AnthropicStream::new(self.id.clone(), model))
-                }
-            });
-            let _ = self.tx.send(Msg::Started { route, attempts });
-            let held = std::mem::take(&mut s.held);
-            for h in held {
-                let bytes = s.encode(&h);
-                let _ = self.tx.send(Msg::Bytes(bytes.into()));
-            }
-        }
-        let bytes = s.encode(&ev);
-        if !bytes.is_empty() {
-            let _ = self.tx.send(Msg::Bytes(bytes.into()));
-        }
-    }
-}
-
-impl LiveState {
-    fn encode(&mut self, ev: &Event) -> Vec<u8> {
-        match ev {
-            Event::Finish(_) => self.finish_sent = true,
-            Event::Usage(_) => self.usage_sent = true,
-            _ => {}
-        }
-        match &mut self.encoder {
-            Some(Encoder::OpenAi(e)) => e.event(ev),
-            // Anthropic carries the finish in `message_delta`, written at the end.
-            Some(Encoder::Anthropic(e)) => match ev {
-                Event::Finish(_) => Vec::new(),
-                _ => e.event(ev),
-            },
-            None => Vec::new(),
-        }
-    }
-
-    /// The end of a started stream: finish, usage, the outcome comment, and `[DONE]`;
-    /// or after a failure, the in-band error and the comment, never `[DONE]`.
-    fn tail(&mut self, called: &Called, error: Option<&ApiError>) -> Vec<u8> {
-        let report = &called.report;
-        let mut out = Vec::new();
-        let finish = called
-            .reply
-            .as_ref()
-            .map(|r| r.finish.clone())
-            .unwrap_or(Finish::Stop);
-        let usage = called.reply.as_ref().and_then(|r| r.usage);
-        let (finish_sent, usage_sent) = (self.finish_sent, self.usage_sent);
-        match (&mut self.encoder, error) {
-            (Some(Encoder::OpenAi(e)), None) => {
-                if !finish_sent {
-                    out.extend(e.event(&Event::Finish(finish)));
-                }
-                if let (false, Some(u)) = (usage_sent, usage) {
-                    out.extend(e.event(&Event::Usage(u)));
-                }
-                out.extend(egress::outcome_comment(
-                    report.outcome.as_str(),
-                    report.attempts.len(),
-                ));
-                out.extend(e.done());
-            }
-            (Some(Encoder::OpenAi(e)), Some(err)) => {
-                out.extend(e.error(err));
-                out.extend(egress::outcome_comment(
-                    report.outcome.as_str(),
-                    report.attempts.len(),
-                ));
-            }
-            (Some(Encoder::Anthropic(e)), None) => {
-                out.extend(e.finish(&finish, usage.as_ref()));
-                out.extend(egress::outcome_comment(
-                    report.outcome.as_str(),
-                    report.attempts.len(),
-                ));
-            }
-            (Some(Encoder::Anthropic(e)), Some(err)) => {
-                out.extend(e.error(err));
-                out.extend(egress::outcome_comment(
-                    report.outcome.as_str(),
-                    report.attempts.len(),
-                ));
-            }
-            (None, _) => {}
-        }
-        out
-    }
-}
-
-/// The routing of one stream: the router call and the rendering of its events. It runs
-/// inside the request, polled first by the handler (until the first visible token) and
-/// then by the response body, so dropping the body (the client went away) drops the
-/// upstream call with it, and no cross-task wake-up stands between a token and its
-/// write.
-type Routing = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-struct Driver {
-    rx: mpsc::UnboundedReceiver<Msg>,
-    routing: Option<Routing>,
-    gw: Arc<Gateway>,
-}
-
-impl Driver {
-    /// The next message, driving the routing while none is queued. `None` once the
-    /// routing has ended and every message was taken.
-    fn poll_msg(&mut self, cx: &mut TaskContext<'_>) -> Poll<Option<Msg>> {
-        loop {
-            if let Poll::Ready(m) = self.rx.poll_recv(cx) {
-                return Poll::Ready(m);
-            }
-            match &mut self.routing {
-                Some(f) => match f.as_mut().poll(cx) {
-                    Poll::Ready(()) => self.routing = None,
-                    Poll::Pending => return Poll::Pending,
-                },
-                // The routing ended and dropped its sender: the channel is closing.
-                None => return self.rx.poll_recv(cx),
-            }
-        }
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        if self.routing.is_some() {
-            // Dropping the routing future cancels the upstream call.
-            self.gw.metrics.disconnected();
-            tracing::info!(target: "poolctl::serve", "client went away mid-stream; upstream call cancelled");
-        }
-    }
-}
-
-/// The SSE response body: bytes rendered by the routing, until it ends.
-struct SseBody {
-    driver: Driver,
-}
-
-impl hyper::body::Body for SseBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut TaskContext<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        loop {
-            return match self.driver.poll_msg(cx) {
-                Poll::Ready(Some(Msg::Bytes(b))) => Poll::Ready(Some(Ok(Frame::data(b)))),
-                Poll::Ready(Some(_)) => continue,
-                Poll::Ready(None) => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
-            };
-        }
-    }
-}
-
-async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
-    let (tx, rx) = mpsc::unbounded_channel::<Msg>();
-    let gw = ask.gw.clone();
-    let n = gw.next_id();
-    let id = match ask.flavor {
-        Flavor::OpenAi => format!("chatcmpl-poolctl-{n}"),
-        Flavor::Anthropic => format!("msg_poolctl_{n}"),
-    };
-    let ask = Arc::new(ask);
-    let routing = {
-        let (ask, gw) = (ask.clone(), gw.clone());
-        async move {
-            let Ok(choice) = gw.lineup.choose(&c.model, Wants::Chat) else {
-                return;
-            };
-            let order = adapter::try_order(&gw.router, choice.tier, ask.session.as_deref());
-            let live = Live {
-                tx: tx.clone(),
-                flavor: ask.flavor,
-                include_usage: c.include_usage,
-                id,
-                order,
-                progress: Progress::default(),
-                state: Mutex::new(LiveState::default()),
-            };
-            let prompt = gw
-                .settings
-                .log_prompts
-                .then(|| last_user_text(&c))
-                .flatten();
-            let rt = Stopwatch::start();
-            let on_event = |ev: Event| live.on_event(ev);
-            let called = adapter::stream(
-                &gw.router,
-                ask.target(&choice),
-                &c,
-                &on_event,
-                &live.progress,
-            )
-            .await;
-            let in_router = rt.elapsed();
-            let mut state = lock(&live.state);
-            if state.encoder.is_some() {
-                let error = called.reply.is_none().then(|| {
-                    let mut e = ask.failure(&choice, &called.report);
-                    e.kind = "stream_interrupted".into();
-                    e.code = "stream_interrupted".into();
-                    e
-                });
-                let tail = state.tail(&called, error.as_ref());
-                drop(state);
-                ask.finish(&choice, &c.model, &called.report, 200, in_router, prompt);
-                let _ = tx.send(Msg::Bytes(tail.into()));
-            } else {
-                drop(state);
-                let error = called
-                    .reply
-                    .is_none()
-                    .then(|| ask.failure(&choice, &called.report));
-                let status = error.as_ref().map_or(200, |e| e.status);
-                ask.finish(&choice, &c.model, &called.report, status, in_router, prompt);
-                let include_usage = c.include_usage;
-                let _ = tx.send(Msg::Unstarted {
-                    called: Box::new(called),
-                    error,
-                    include_usage,
-                });
-            }
-        }
-    };
-    // A panic while routing ends this stream, never the connection task or the process.
-    let routing: Routing = Box::pin(AssertUnwindSafe(routing).catch_unwind().map(|r| {
-        if r.is_err() {
-            tracing::error!(target: "poolctl::serve", "a stream's routing panicked");
-        }
-    }));
-    let mut driver = Driver {
-        rx,
-        routing: Some(routing),
-        gw: gw.clone(),
-    };
-    match std::future::poll_fn(|cx| driver.poll_msg(cx)).await {
-        Some(Msg::Started { route, attempts }) => {
-            let mut r = Response::new(SseBody { driver }.boxed_unsync());
-            sse_headers(r.headers_mut());
-            trace_headers(r.headers_mut(), route.as_ref(), "streaming", attempts);
-            r
-        }
-        Some(Msg::Unstarted {
-            called,
-            error,
-            include_usage,
-        }) => {
-            // Its last act was to send this: nothing is left to cancel.
-            driver.routing = None;
-            unstarted(&ask, *called, error, include_usage)
-        }
-        // The routing ended without a word: it panicked.
-        Some(Msg::Bytes(_)) | None => {
-            driver.routing = None;
-            error_response(
-                &ApiError::new(
-                    500,
-                    "error",
-                    "internal",
-                    "the gateway failed while routing this request",
-                ),
-                ask.flavor,
-            )
-        }
-    }
-}
-
-fn sse_headers(h: &mut HeaderMap) {
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    h.insert("cache-control", HeaderValue::from_static("no-cache"));
-}
-
-/// A stream request that ended before any visible token: a failure gets the status
-/// table's status; an empty answer is sent as a whole, complete stream.
-fn unstarted(
-    ask: &Ask,
-    called: Called,
-    error: Option<ApiError>,
-    include_usage: bool,
-) -> Response<Body> {
-    let report = &called.report;
-    let mut r = match (&called.reply, error) {
-        (_, Some(e)) => error_response(&e, ask.flavor),
-        (None, None) => error_response(
-            &respond::failure(report, Context::default(), &|s| ask.gw.mask(s)),
-            ask.flavor,
-        ),
-        (Some(reply), None) => {
-            let mut s = LiveState::default();
-            let id = format!("poolctl-{}", ask.gw.next_id());
-            s.encoder = Some(match ask.flavor {
-                Flavor::OpenAi => Encoder::OpenAi(OpenAiStream::new(
-                    id,
-                    crate::clock::wall_now_ms() / 1000,
-                    reply.model.clone(),
-                    include_usage,
-                )),
-                Flavor::Anthropic => {
-                    Encoder::Anthropic(AnthropicStream::new(id, reply.model.clone()))
-                }
-            });
-            let mut bytes = s.encode(&Event::Text(String::new()));
-            bytes.extend(s.tail(&called, None));
-            let mut r = Response::new(full(bytes));
-            sse_headers(r.headers_mut());
-            r
-        }
-    };
-    trace_headers(
-        r.headers_mut(),
-        report.served_by.as_ref(),
-        report.outcome.as_str(),
-        report.attempts.len(),
-    );
-    r
 }

@@ -184,7 +184,7 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
         Some(Value::Array(_)) => return Err(bad("`messages` must not be empty")),
         _ => return Err(bad("`messages` is required: an array of messages")),
     };
-    let conversation = from_openai_messages(messages).map_err(bad)?;
+    let conversation = from_openai_messages(messages).map_err(|e| bad(e.to_string()))?;
     if let Some(n) = opt_u32(&o, "n")? {
         if n != 1 {
             return Err(bad("`n` other than 1 is not supported by the gateway"));
@@ -315,7 +315,8 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         }
         Some(_) => return Err(bad("`system` must be a string or text blocks")),
     };
-    let conversation = from_anthropic(system.as_deref(), messages).map_err(bad)?;
+    let conversation =
+        from_anthropic(system.as_deref(), messages).map_err(|e| bad(e.to_string()))?;
     let tools = match o.get("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(ts)) => ts

@@ -26,7 +26,7 @@ pub fn recovery_kind(report: &Report) -> Option<&'static str> {
                     && report
                         .attempts
                         .first()
-                        .is_none_or(|a| a.chosen == "primary")
+                        .is_none_or(|a| a.chosen == crate::trace::Chosen::Primary)
                 {
                     "primary"
                 } else if primary && report.served_by.as_ref() == first {

@@ -13,6 +13,7 @@ pub mod listener;
 pub mod metrics;
 pub mod respond;
 pub mod status;
+pub mod stream;
 
 use crate::router::Router;
 use crate::secret::Secret;

@@ -88,8 +88,13 @@ pub fn failure(report: &Report, ctx: Context, mask: &dyn Fn(&str) -> String) -> 
         deadline,
     };
     let status = http_status(report.outcome, reason, facts);
+    // A request error keeps the upstream's own code; a wire that sent none gets the
+    // code OpenAI clients know for its class.
     let code = match request_attempt {
-        Some(a) => request_code(a.class).to_string(),
+        Some(a) => a
+            .code
+            .clone()
+            .unwrap_or_else(|| request_code(a.class).to_string()),
         None => word.clone(),
     };
     let upstream_message = request_attempt
@@ -130,9 +135,11 @@ mod tests {
             hint_ms: None,
             row: 3,
             detail: Some(detail.into()),
+            code: None,
             workflow: None,
             requested_route: route,
-            chosen: "primary",
+            chosen: crate::trace::Chosen::Primary,
+            dropped: vec![],
             tokens: None,
             cost_usd: 0.0,
             breaker_open_until: None,
@@ -146,9 +153,6 @@ mod tests {
             reason,
             served_by: None,
             text: None,
-            ranking: None,
-            embeddings: None,
-            usage: None,
             attempts,
             skipped: vec![],
             waits_ms: vec![],

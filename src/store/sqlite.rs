@@ -218,6 +218,13 @@ impl HealthStore for SqliteStore {
     fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)> {
         let route = route.as_str().to_string();
         self.run(move |conn| {
+            // Most transitions change nothing (a success on a ready route, on every
+            // request a gateway serves): one plain read shows it, and the no-op is ordered
+            // at that read, without taking the write lock every process shares.
+            let seen = read(conn, &route)?;
+            if apply(&seen, t.clone()) == seen {
+                return Ok((seen.clone(), seen));
+            }
             // IMMEDIATE takes the write lock before the read: no other process can change
             // the row between what the rule saw and what it writes.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;

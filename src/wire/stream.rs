@@ -279,6 +279,22 @@ pub struct StreamAttempt {
     pub visible: bool,
 }
 
+/// See `stream_chat`: the largest piece of a read handed to the SSE parser at once.
+const SSE_PIECE: usize = 2048;
+
+/// `chunk` cut into pieces of at most `SSE_PIECE` bytes (zero-copy slices).
+fn pieces(
+    chunk: Result<bytes::Bytes, reqwest::Error>,
+) -> Vec<Result<bytes::Bytes, reqwest::Error>> {
+    match chunk {
+        Ok(b) if b.len() > SSE_PIECE => (0..b.len())
+            .step_by(SSE_PIECE)
+            .map(|at| Ok(b.slice(at..(at + SSE_PIECE).min(b.len()))))
+            .collect(),
+        other => vec![other],
+    }
+}
+
 /// Sends one streaming call and drives it to its end, handing each text and tool-call
 /// delta to `on_event` as it arrives. The finish and usage events follow once the
 /// stream completed.
@@ -411,7 +427,13 @@ async fn drive(
         ..Default::default()
     };
 
-    let mut events = resp.bytes_stream().eventsource();
+    // The SSE parser copies what is left of its buffer after every line, so a burst of
+    // many events in one read (a fast or buffered upstream) would cost the square of
+    // its size; fed in pieces of at most SSE_PIECE bytes, each copy stays that small.
+    let mut events = resp
+        .bytes_stream()
+        .flat_map(|chunk| futures_util::stream::iter(pieces(chunk)))
+        .eventsource();
     let mut usage: Option<Usage> = None;
     let mut finish_reason: Option<FinishReason> = None;
     let mut answering: Option<String> = None;

@@ -277,6 +277,7 @@ def start_gateway(chat_urls, embed_urls, workdir):
             "  chat: [gw/chat-ok]\n"
             "  stream: [gw/stream]\n"
             "  tools: [gw/tool]\n"
+            "  tool-stream: [gw/tool-stream]\n"
             "  limited: [gw/limited-a, gw/limited-b]\n"
             "  claude: [cl/msg-ok]\n"
             "  claude-stream: [cl/msg-stream]\n"
@@ -364,6 +365,23 @@ def gateway_checks(base):
         assert r.choices[0].finish_reason == "tool_calls", r.choices[0].finish_reason
         return f"tool_call={calls[0].function.name}({calls[0].function.arguments})"
 
+    def tools_stream():
+        name, args, finish = None, "", None
+        for chunk in oa.chat.completions.create(
+            model="tool-stream",
+            messages=[{"role": "user", "content": "Weather in Oslo?"}],
+            tools=[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+            stream=True,
+        ):
+            for choice in chunk.choices:
+                for call in choice.delta.tool_calls or []:
+                    name = call.function.name or name
+                    args += call.function.arguments or ""
+                finish = choice.finish_reason or finish
+        assert name == "get_weather" and args == '{"city":"Oslo"}', (name, args)
+        assert finish == "tool_calls", finish
+        return f"streamed tool_call={name}({args})"
+
     def embedding():
         r = oa.embeddings.create(model="embed", input=["first text", "second text"])
         assert len(r.data) == 2, r.data
@@ -409,6 +427,7 @@ def gateway_checks(base):
     check("gateway/openai: chat.completions through serve (headers, model, usage)", chat)
     check("gateway/openai: stream with include_usage", stream)
     check("gateway/openai: tools pass through, tool call comes back", tools)
+    check("gateway/openai: a streamed tool call arrives as tool-call deltas", tools_stream)
     check("gateway/openai: embeddings (SDK default base64)", embedding)
     check("gateway/openai: every route rate limited -> RateLimitError after ONE request", rate_limited)
     check("gateway/anthropic: messages.create through serve", messages)
