@@ -54,6 +54,9 @@ fn main() {
                     timeout_ms: 5_000,
                     first_token_timeout_ms: 5_000,
                     stream_idle_ms: 5_000,
+                    stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
+                    max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
+                    max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
                 }),
                 policy: Default::default(),
             })

@@ -35,6 +35,9 @@ fn tier() -> Tier {
                 timeout_ms: 30_000,
                 first_token_timeout_ms: 15_000,
                 stream_idle_ms: 20_000,
+                stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
+                max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
+                max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
             };
             let facts = ModelFacts {
                 context_window: Some(128_000),

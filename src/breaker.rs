@@ -110,7 +110,7 @@ pub fn record(
                 None
             } else {
                 let next = open_ms.saturating_mul(2).min(cfg.max_open_ms);
-                let until = now.saturating_add(next as i64);
+                let until = crate::clock::plus_ms(now, next);
                 *state = State::Open {
                     until,
                     open_ms: next,
@@ -133,7 +133,7 @@ pub fn record(
                 recent.len() >= cfg.window.max(1) as usize && failures / recent.len() as f64 >= rate
             });
             if by_count || by_rate {
-                let until = now.saturating_add(cfg.open_ms as i64);
+                let until = crate::clock::plus_ms(now, cfg.open_ms);
                 *state = State::Open {
                     until,
                     open_ms: cfg.open_ms,

@@ -27,6 +27,11 @@ impl Spent {
             .is_none_or(|max| self.extra_cost_usd + next_cost_usd <= max + 1e-12);
         attempts_ok && time_ok && cost_ok
     }
+
+    /// What is left of the card's `max_elapsed_ms`: the longest the next attempt may take.
+    pub fn time_left_ms(&self, policy: &Policy) -> u64 {
+        policy.max_elapsed_ms.saturating_sub(self.elapsed_ms)
+    }
 }
 
 #[cfg(test)]

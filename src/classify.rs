@@ -70,7 +70,7 @@ fn class_of(dialect: Dialect, f: &UpstreamFailure) -> Class {
             return c;
         }
     }
-    by_status(status, err)
+    dialect_status(dialect, status, err).unwrap_or_else(|| by_status(status, err))
 }
 
 /// Decisive codes: the dialect's table first, then the shared conventions.
@@ -89,8 +89,219 @@ fn dialect_rule(dialect: Dialect, status: u16, e: &ErrorFields) -> Option<Class>
         Dialect::Groq => groq(status, e),
         Dialect::Openrouter => openrouter(status, e),
         Dialect::Mistral => mistral(e),
-        Dialect::Openai | Dialect::Deepseek => None,
+        Dialect::Volcengine => volcengine(e),
+        Dialect::Minimax => minimax(e),
+        Dialect::Qianfan => qianfan(e),
+        Dialect::Siliconflow => siliconflow(e),
+        Dialect::Hunyuan => hunyuan(e),
+        Dialect::Xai => xai(status, e),
+        Dialect::Together => together(status, e),
+        // Fireworks: OpenAI-shaped bodies; only its 412 means something of its own
+        // (`dialect_status`).
+        Dialect::Openai | Dialect::Deepseek | Dialect::Fireworks => None,
     }
+}
+
+/// Statuses a dialect documents with a meaning of its own, applied when no code
+/// decided (including bodies with no usable error object at all).
+fn dialect_status(dialect: Dialect, status: u16, err: Option<&ErrorFields>) -> Option<Class> {
+    let text = || err.map(|e| e.message_lower()).unwrap_or_default();
+    match (dialect, status) {
+        // Together documents its 403 as "input token count + max_tokens must be less than
+        // the context length": the generic reading (auth) would retire a healthy route.
+        (Dialect::Together, 403) => Some(Class::ContextOverflow),
+        // Fireworks 412: the account is suspended, or a LoRA adapter failed to load. Either
+        // way this route cannot serve and another may; the generic reading (unknown) would
+        // fail the request closed.
+        (Dialect::Fireworks, 412) => Some(if mentions_any(&text(), &["lora", "failed to load"]) {
+            Class::ModelUnavailable
+        } else {
+            Class::QuotaExhausted
+        }),
+        _ => None,
+    }
+}
+
+fn mentions_any(m: &str, phrases: &[&str]) -> bool {
+    phrases.iter().any(|p| m.contains(p))
+}
+
+/// ByteDance Volcengine Ark: `error.code` is a PascalCase code, `error.type` the HTTP
+/// reason (`TooManyRequests`). One 429 means four things: a throttle
+/// (`RateLimitExceeded.*`), the platform out of capacity (`ServerOverloaded`), a spent
+/// free quota (`QuotaExceeded`) or the account's self-set inference cap
+/// (`SetLimitExceeded`); and an empty balance is a 403 (`AccountOverdueError`).
+fn volcengine(e: &ErrorFields) -> Option<Class> {
+    let code = e.code.as_deref()?;
+    Some(match code {
+        "ServerOverloaded" => Class::Overloaded,
+        "QuotaExceeded" | "SetLimitExceeded" | "AccountOverdueError" => Class::QuotaExhausted,
+        "OperationDenied.ServiceOverdue" => Class::QuotaExhausted,
+        c if c.starts_with("RateLimitExceeded")
+            || c.starts_with("ModelAccount")
+            || c == "AccountRateLimitExceeded"
+            || c == "RequestBurstTooFast" =>
+        {
+            Class::RateLimited
+        }
+        "AuthenticationError" | "AccessDenied" => Class::Auth,
+        // A closed endpoint, a model the account has not activated, or a model id the
+        // account may not call directly: this route cannot serve it.
+        "InvalidEndpointOrModel.NotFound"
+        | "InvalidEndpoint.NotFound"
+        | "InvalidEndpoint.ClosedEndpoint"
+        | "InvalidEndpointOrModel.ModelIDAccessDisabled"
+        | "ModelNotOpen"
+        | "OperationDenied.ServiceNotOpen"
+        | "UnsupportedModel" => Class::ModelUnavailable,
+        c if c.contains("SensitiveContentDetected") || c.ends_with("RiskDetection") => {
+            Class::ContentPolicy
+        }
+        "InternalServiceError" => Class::ServerError,
+        // MissingParameter / InvalidParameter are generic: status and text decide.
+        _ => return None,
+    })
+}
+
+/// MiniMax: `base_resp.status_code` (usually inside an HTTP 200, see `in_band`), from
+/// the code table of platform.minimax.io/docs/api-reference/errorcode.
+fn minimax(e: &ErrorFields) -> Option<Class> {
+    Some(match e.code.as_deref()? {
+        "1000" | "1001" | "1013" | "1024" | "1033" => Class::ServerError,
+        // 1039: tokens per minute; 1041: connections; 2045: request rate grew too fast.
+        "1002" | "1039" | "1041" | "2045" => Class::RateLimited,
+        "1004" | "2049" => Class::Auth,
+        // 2056: the Token Plan's usage limit.
+        "1008" | "2056" => Class::QuotaExhausted,
+        "1026" | "1027" => Class::ContentPolicy,
+        // 2061: the model is not part of this key's plan.
+        "2061" => Class::ModelUnavailable,
+        "1042" | "2013" => Class::InvalidRequest,
+        _ => return None,
+    })
+}
+
+/// Baidu Qianfan v2 (OpenAI-compatible): snake_case codes. Two traps: a cluster-wide
+/// limit is the platform out of capacity, not the caller too fast; and the content
+/// audit answers 403, which the generic rules read as a bad key.
+fn qianfan(e: &ErrorFields) -> Option<Class> {
+    let code = e.code.as_deref()?;
+    Some(match code {
+        c if c.starts_with("cluster_") && c.ends_with("rate_limit_exceeded") => Class::Overloaded,
+        "rpm_rate_limit_exceeded"
+        | "tpm_rate_limit_exceeded"
+        | "input_tpm_rate_limit_exceeded"
+        | "output_tpm_rate_limit_exceeded"
+        | "user_rate_limit_exceeded"
+        | "preemptible_rate_limit_exceeded"
+        | "Offline_batch_reasoning_refused" => Class::RateLimited,
+        "tokens_too_long" | "characters_too_long" => Class::ContextOverflow,
+        "system_unsafe" | "user_setting_unsafe" | "functions_unsafe" | "image_url_unsafe" => {
+            Class::ContentPolicy
+        }
+        "invalid_iam_token" | "invalid_appid" | "no_parameter_permission" => Class::Auth,
+        // The router always names a model, so `invalid_model` means this name is not
+        // served on this route.
+        "invalid_model" => Class::ModelUnavailable,
+        "internal_error" | "dispatch_internal_error" => Class::ServerError,
+        "malformed_json" | "invalid_messages" | "invalid_argument" => Class::InvalidRequest,
+        _ => return None,
+    })
+}
+
+/// SiliconFlow: flat `{"code": <int>, "message", "data"}`. An empty balance arrives as
+/// 402 or 403 with code 30001 (the generic reading of that 403 is auth).
+fn siliconflow(e: &ErrorFields) -> Option<Class> {
+    Some(match e.code.as_deref()? {
+        "30001" => Class::QuotaExhausted,
+        // 20012: "Model does not exist"; 30003: "Model disabled."
+        "20012" | "30003" => Class::ModelUnavailable,
+        // 503 "Model service overloaded" / "System is really busy".
+        "50505" | "50603" => Class::Overloaded,
+        // 20015 is SiliconFlow's generic "parameter is invalid"; an over-long prompt
+        // shares it, told apart only by its text (a tie inside the code).
+        "20015" => {
+            let m = e.message_lower();
+            if mentions_any(
+                &m,
+                &[
+                    "max_prompt_tokens",
+                    "max_seq_len",
+                    "context length",
+                    "上下文",
+                ],
+            ) {
+                Class::ContextOverflow
+            } else {
+                Class::InvalidRequest
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// Tencent Hunyuan: Tencent Cloud API 3.0 codes (`FailedOperation.*`, `LimitExceeded`,
+/// `AuthFailure.*`), in `error.code` on the OpenAI-compatible API or in
+/// `Response.Error.Code`, which Tencent Cloud returns inside an HTTP 200.
+fn hunyuan(e: &ErrorFields) -> Option<Class> {
+    let code = e.code.as_deref()?;
+    Some(match code {
+        "FailedOperation.ResourcePackExhausted"
+        | "FailedOperation.FreeResourcePackExhausted"
+        | "FailedOperation.ServiceStopArrears"
+        | "ResourceInsufficient.ChargeResourceExhaust" => Class::QuotaExhausted,
+        // The engine's own request limit ("引擎层请求超过限额"): Hunyuan out of capacity.
+        "FailedOperation.EngineServerLimitExceeded" => Class::Overloaded,
+        "LimitExceeded" | "RequestLimitExceeded" => Class::RateLimited,
+        c if c.starts_with("RequestLimitExceeded.") => Class::RateLimited,
+        c if c.starts_with("AuthFailure") || c.starts_with("UnauthorizedOperation") => Class::Auth,
+        // Not activated, stopped by its owner, not whitelisted, or no such model.
+        "InvalidParameterValue.Model"
+        | "FailedOperation.ServiceNotActivated"
+        | "FailedOperation.ServiceStop"
+        | "UnsupportedOperation.NonWhitelistAccount" => Class::ModelUnavailable,
+        "FailedOperation.EngineServerError"
+        | "FailedOperation.EngineRequestTimeout"
+        | "InternalError" => Class::ServerError,
+        _ => return None,
+    })
+}
+
+/// xAI: `{"code": "<gRPC status text>", "error": "<message>"}`. The code names only the
+/// gRPC status ("Client specified an invalid argument"), so inside a status the message
+/// breaks the tie: a bad key is a 400, spent credits a 403 or 429.
+fn xai(status: u16, e: &ErrorFields) -> Option<Class> {
+    let m = e.message_lower();
+    let credits = || {
+        mentions_any(
+            &m,
+            &[
+                "used all available credits",
+                "monthly spending limit",
+                "ran out of credits",
+                "purchase more credits",
+            ],
+        )
+    };
+    match status {
+        400 if m.contains("incorrect api key") || m.contains("invalid api key") => {
+            Some(Class::Auth)
+        }
+        400 if m.contains("maximum prompt length") => Some(Class::ContextOverflow),
+        400 if mentions_missing_model(&m, Some(e)) => Some(Class::ModelUnavailable),
+        403 | 429 if credits() => Some(Class::QuotaExhausted),
+        _ => None,
+    }
+}
+
+/// Together: OpenAI-shaped bodies; its 403 is a context overflow (`dialect_status`), and
+/// a 400 "`inputs` tokens + `max_new_tokens` must be <= N" is one too, told by its text
+/// inside a generic code.
+fn together(status: u16, e: &ErrorFields) -> Option<Class> {
+    if status == 400 && !has_decisive_code(e) && e.message_lower().contains("max_new_tokens") {
+        return Some(Class::ContextOverflow);
+    }
+    None
 }
 
 /// Alibaba DashScope / Qwen. `Throttling.AllocationQuota` is a per-minute throttle that

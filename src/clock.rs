@@ -19,6 +19,11 @@ pub type Sleep<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now_ms(&self) -> UnixMs;
     fn sleep(&self, ms: u64) -> Sleep<'_>;
+    /// Virtual time does not pass while a socket is read: the router then adds the real
+    /// time spent on sockets to the budget itself (issue 9, item 11).
+    fn is_virtual(&self) -> bool {
+        false
+    }
 }
 
 /// Wall-clock time and real sleeps.
@@ -37,6 +42,12 @@ impl Clock for SystemClock {
     }
 }
 
+/// `at` + `ms`, saturating: a duration of 2^63 ms or more must not wrap an instant
+/// into the past (a cooldown that would leave the route ready at once).
+pub fn plus_ms(at: UnixMs, ms: u64) -> UnixMs {
+    at.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
 /// Virtual time: `sleep` advances the clock and returns at once. Shared by every
 /// request of one scenario, so cooling instants and waits line up exactly.
 #[derive(Debug)]
@@ -53,7 +64,9 @@ impl ManualClock {
 
     /// Lets virtual time pass (a scenario's `after_ms`).
     pub fn advance(&self, ms: u64) {
-        self.now.fetch_add(ms as i64, Ordering::SeqCst);
+        let _ = self
+            .now
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| Some(plus_ms(t, ms)));
     }
 }
 
@@ -65,6 +78,10 @@ impl Clock for ManualClock {
     fn sleep(&self, ms: u64) -> Sleep<'_> {
         self.advance(ms);
         Box::pin(std::future::ready(()))
+    }
+
+    fn is_virtual(&self) -> bool {
+        true
     }
 }
 

@@ -4,6 +4,7 @@
 
 use crate::capability::ModelFacts;
 use crate::dialect::Dialect;
+use crate::limits;
 use crate::policy::Policy;
 use crate::router::{RouteSpec, Tier};
 use crate::secret::Secret;
@@ -106,8 +107,7 @@ pub fn locate_with(explicit: Option<&Path>, env_value: Option<&OsStr>) -> PathBu
 
 impl PoolConfig {
     pub fn load(file: &Path) -> Result<PoolConfig, ConfigError> {
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| YamlError::new(file, format!("cannot read: {e}")))?;
+        let text = yaml::read_text(file)?;
         PoolConfig::parse(file, &text)
     }
 
@@ -148,20 +148,18 @@ impl PoolConfig {
             if let Err(why) = check_url(&p.base_url) {
                 return Err(bad("base_url", why));
             }
+            // A gateway key in `?key=` is a credential: masked wherever it is echoed.
+            crate::secret::register_url_query(&p.base_url);
             if p.api_key_env.trim().is_empty() {
                 return Err(bad(
                     "api_key_env",
                     "name the variable that holds the key".into(),
                 ));
             }
-            // A zero deadline fails every call before it starts: surely a mistake.
-            let deadlines = [
-                ("timeout_ms", p.timeout_ms),
-                ("first_token_timeout_ms", p.first_token_timeout_ms),
-                ("stream_idle_ms", p.stream_idle_ms),
-            ];
-            if let Some((f, _)) = deadlines.iter().find(|(_, v)| *v == Some(0)) {
-                return Err(bad(f, "must be greater than 0".into()));
+            // Out of range is refused, never wrapped: a cooldown of 2^64 - 1 ms would set
+            // `until` in the past, a zero deadline fails every call before it starts.
+            if let Err((f, why)) = limits::check_fields(&p.settings().limit_fields()) {
+                return Err(bad(f, why));
             }
         }
 
@@ -175,6 +173,10 @@ impl PoolConfig {
                 let msg = "a tier needs at least one route".to_string();
                 return Err(invalid(format!("tiers.{tier}"), &["tiers:", &key], msg));
             }
+            // Where each route was first seen: one pass, so a tier of 100,000 routes is
+            // checked in milliseconds, not minutes.
+            let mut first_at: std::collections::HashMap<&Route, usize> =
+                std::collections::HashMap::with_capacity(entries.len());
             for (i, entry) in entries.iter().enumerate() {
                 let route = entry.route.as_str();
                 let field = format!("tiers.{tier}[{i}]");
@@ -186,16 +188,25 @@ impl PoolConfig {
                     );
                     return Err(invalid(field, &["tiers:", &key, route], msg));
                 }
-                if let Some(first) = entries[..i].iter().position(|e| e.route == entry.route) {
+                if let Some(&first) = first_at.get(&entry.route) {
                     let msg =
                         format!("route `{route}` appears twice in this tier (first at [{first}])");
                     return Err(invalid(field, &["tiers:", &key, route, route], msg));
                 }
+                first_at.insert(&entry.route, i);
             }
         }
 
         for (name, policy) in &self.policies {
             let key = format!("{name}:");
+            if let Err((f, why)) = limits::check_fields(&limits::policy_fields(policy)) {
+                let needle = format!("{f}:");
+                return Err(invalid(
+                    format!("policies.{name}.{f}"),
+                    &["policies:", &key, &needle],
+                    why,
+                ));
+            }
             // A fallback outside the card's own tier can never be used: the router walks
             // that tier alone.
             let (within, allowed): (String, Vec<Route>) = match &policy.tier {
@@ -229,7 +240,7 @@ impl PoolConfig {
         // Facts for a route no tier uses are a typo, not a harmless extra.
         let all = self.route_names();
         for route in self.models.keys() {
-            if !all.contains(route) {
+            if all.binary_search(route).is_err() {
                 let msg = format!(
                     "route `{route}` is in no tier{}",
                     did_you_mean(&nearest_route(route.as_str(), &all))
@@ -477,12 +488,26 @@ impl<'de> Deserialize<'de> for TierEntry {
 }
 
 /// Checked here rather than at the first call, so a typo in a URL fails `check`, not a
-/// request in production.
+/// request in production. The URL is only ever shown through `secret::display_url`: its
+/// query may carry a key.
 fn check_url(url: &str) -> Result<(), String> {
+    let shown = crate::secret::display_url(url);
     let parsed =
-        reqwest::Url::parse(url).map_err(|e| format!("`{url}` is not a valid URL: {e}"))?;
+        reqwest::Url::parse(url).map_err(|e| format!("`{shown}` is not a valid URL: {e}"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(format!("`{url}` is not an http(s) URL with a host"));
+        return Err(format!("`{shown}` is not an http(s) URL with a host"));
+    }
+    // A `user:password@` would be sent as a second `Authorization` header beside the
+    // key, and printed wherever the URL is: keys belong in `api_key_env`.
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(format!(
+            "`{shown}` carries credentials (`user:password@`); put the key in the variable `api_key_env` names"
+        ));
+    }
+    if parsed.fragment().is_some() {
+        return Err(format!(
+            "`{shown}` has a `#fragment`, which no request can use"
+        ));
     }
     Ok(())
 }

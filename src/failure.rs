@@ -2,6 +2,7 @@
 //! answer — HTTP status, headers, and the error body's type / code / status /
 //! details — extracted the same way from every wire. The classifier reads only this.
 
+use crate::secret::{mask, mask_owned};
 use serde_json::Value;
 
 /// Response headers with lowercase names, in arrival order.
@@ -18,11 +19,13 @@ impl Headers {
         )
     }
 
+    /// Header values pass through `secret::mask`: an upstream can copy the request's
+    /// `Authorization` into `x-request-id`.
     pub fn from_reqwest(map: &reqwest::header::HeaderMap) -> Self {
         Headers::from_pairs(map.iter().map(|(k, v)| {
             (
                 k.as_str().to_string(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                mask_owned(String::from_utf8_lossy(v.as_bytes()).into_owned()),
             )
         }))
     }
@@ -129,11 +132,15 @@ impl ErrorFields {
                 }
             }
             Some(Value::String(s)) => {
-                f.message = Some(s.clone());
+                f.message = Some(mask_owned(s.clone()));
                 f.code = text(obj.get("code"));
                 f.kind = text(obj.get("type"));
             }
             _ => {
+                // MiniMax `base_resp`, Tencent Cloud `Response.Error`.
+                if let Some(embedded) = crate::in_band::embedded_error(v) {
+                    return Some(embedded);
+                }
                 // Flat shapes: DashScope native {"code":"Throttling","message":..}, Mistral
                 // {"object":"error","message":..,"type":..,"code":"3505"}. Require a message
                 // and a code, a type or `object: error`, so a success body never reads as an error.
@@ -144,7 +151,9 @@ impl ErrorFields {
                 let message = match message {
                     Some(m) => m,
                     // Mistral's 422 carries `message` as an object of field errors.
-                    None if is_error_object => obj.get("message").map(|m| m.to_string())?,
+                    None if is_error_object => {
+                        obj.get("message").map(|m| mask_owned(m.to_string()))?
+                    }
                     None => return None,
                 };
                 if code.is_none() && kind.is_none() && !is_error_object {
@@ -195,10 +204,11 @@ fn read_details(details: &[Value], f: &mut ErrorFields) {
     }
 }
 
-/// A JSON scalar as text; `null`, objects and arrays are not codes.
+/// A JSON scalar as text; `null`, objects and arrays are not codes. Masked: this is
+/// where an upstream's error strings become ours.
 fn text(v: Option<&Value>) -> Option<String> {
     match v? {
-        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::String(s) if !s.is_empty() => Some(mask_owned(s.clone())),
         Value::Number(n) => Some(n.to_string()),
         Value::Bool(b) => Some(b.to_string()),
         _ => None,
@@ -226,7 +236,7 @@ impl UpstreamFailure {
     pub fn transport(kind: Transport, detail: impl Into<String>) -> Self {
         UpstreamFailure {
             transport: Some(kind),
-            excerpt: detail.into(),
+            excerpt: mask_owned(detail.into()),
             ..Default::default()
         }
     }
@@ -244,9 +254,11 @@ impl UpstreamFailure {
     }
 }
 
-/// The first 200 characters of a body on one line, for humans.
+/// The first 200 characters of a body on one line, for humans. Keys are masked before
+/// the cut, so a key split by the cut cannot survive as a prefix.
 pub fn excerpt(body: &[u8]) -> String {
     let s = String::from_utf8_lossy(body);
+    let s = mask(&s);
     let one_line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if one_line.chars().count() > 200 {
         let cut: String = one_line.chars().take(200).collect();

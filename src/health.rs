@@ -90,7 +90,7 @@ pub fn transition(
     now: UnixMs,
 ) -> Option<Health> {
     let cool = |ms: u64| Health::Cooling {
-        until: now.saturating_add(ms as i64),
+        until: crate::clock::plus_ms(now, ms),
         reason: class.as_str().to_string(),
     };
     let retire = |reason: &str| Health::Retired {

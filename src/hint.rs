@@ -82,8 +82,23 @@ pub fn retry_hint(headers: &Headers, retry_delay: Option<&str>, now: UnixMs) -> 
 
 /// `retry-after-ms`: a non-negative number of milliseconds (fractions allowed).
 fn parse_millis(v: &str) -> Option<u64> {
-    let f: f64 = v.trim().parse().ok()?;
-    finite_nonneg(f).map(|f| f.round() as u64)
+    let f = parse_number(v.trim())?;
+    finite_nonneg(f).map(|f| f.round().min(MAX_HINT_MS as f64) as u64)
+}
+
+/// A non-negative decimal number. A run of digits too long for an `f64` (90,000 nines)
+/// is a very large number, not garbage: it becomes `f64::MAX`, so it clamps to 24 h like
+/// `1e30` does, rather than being skipped. `inf` / `NaN` spelled out stay garbage.
+fn parse_number(s: &str) -> Option<f64> {
+    let f: f64 = s.parse().ok()?;
+    let plain_decimal = !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && s.bytes().filter(|&b| b == b'.').count() <= 1
+        && s.bytes().any(|b| b.is_ascii_digit());
+    if f.is_infinite() && plain_decimal {
+        return Some(f64::MAX);
+    }
+    Some(f)
 }
 
 /// RFC 9110 §10.2.3: delay-seconds, or an HTTP-date (a date in the past means 0).
@@ -97,7 +112,7 @@ pub fn parse_retry_after(v: &str, now: UnixMs) -> Option<u64> {
         .next()
         .is_some_and(|b| b.is_ascii_digit() || b == b'.')
     {
-        let secs: f64 = v.parse().ok()?;
+        let secs = parse_number(v)?;
         return finite_nonneg(secs).map(secs_to_ms);
     }
     let at = httpdate::parse_http_date(v).ok()?;
@@ -112,11 +127,14 @@ pub fn parse_retry_after(v: &str, now: UnixMs) -> Option<u64> {
 /// `1h2m3.5s`), Gemini's `"38s"` / `"57.238747106s"`, and bare seconds (`"8"`).
 pub fn parse_duration(v: &str) -> Option<u64> {
     let s = v.trim();
-    if s.is_empty() || s.len() > 64 {
+    if s.is_empty() {
         return None;
     }
-    if let Ok(secs) = s.parse::<f64>() {
+    if let Some(secs) = parse_number(s) {
         return finite_nonneg(secs).map(secs_to_ms);
+    }
+    if s.len() > 64 {
+        return None;
     }
     let bytes = s.as_bytes();
     let mut i = 0;
@@ -262,5 +280,18 @@ mod tests {
             MAX_HINT_MS
         );
         assert_eq!(parse_duration("100000h"), Some(MAX_HINT_MS));
+    }
+
+    #[test]
+    fn a_retry_after_of_90000_digits_clamps_to_a_day_like_1e30() {
+        let huge = "9".repeat(90_000);
+        for v in [huge.as_str(), "1000000000000000000000000000000", "1e30"] {
+            for name in ["retry-after", "retry-after-ms"] {
+                let got = retry_hint(&h(&[(name, v)]), None, NOW).map(|h| h.ms);
+                assert_eq!(got, Some(MAX_HINT_MS), "{name}: {}…", &v[..v.len().min(8)]);
+            }
+        }
+        assert_eq!(parse_duration(&huge), Some(MAX_HINT_MS));
+        assert_eq!(retry_hint(&h(&[("retry-after", "inf")]), None, NOW), None);
     }
 }

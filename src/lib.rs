@@ -19,6 +19,8 @@ pub mod failure;
 pub mod harness;
 pub mod health;
 pub mod hint;
+pub mod in_band;
+pub mod limits;
 pub mod outcome;
 pub mod policy;
 pub mod probe;

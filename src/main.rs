@@ -2,12 +2,16 @@
 //! lives in the library.
 
 use clap::Parser;
-use poolctl::cli::{self, exit::Exit, Cli};
+use poolctl::cli::{self, exit::Exit, out, Cli};
 use std::process::ExitCode;
 
 /// See Cargo.toml: small allocations on every gateway request.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// A closed stdout pipe ends the process quietly, with the status a shell shows for a
+/// tool killed by SIGPIPE (128 + 13), as `head` users expect.
+const CLOSED_PIPE: u8 = 141;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -17,15 +21,20 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            out::warn(&format!("error: cannot start the async runtime: {e}"));
             return ExitCode::from(Exit::Usage.code());
         }
     };
     match runtime.block_on(cli::run(cli)) {
         Ok(exit) => ExitCode::from(exit.code()),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(Exit::Usage.code())
-        }
+        // Every failure is one line on stderr and exit 2; a write to stderr never
+        // panics (see `cli::out`), and a reader that went away gets silence.
+        Err(e) => match e.downcast_ref::<out::OutputError>() {
+            Some(o) if o.is_closed_pipe() => ExitCode::from(CLOSED_PIPE),
+            _ => {
+                out::warn(&format!("error: {e:#}"));
+                ExitCode::from(Exit::Usage.code())
+            }
+        },
     }
 }

@@ -21,6 +21,9 @@ use tokio::sync::Semaphore;
 /// Default caps (spec/cli.md, issue 4).
 pub const DEFAULT_CONCURRENCY: usize = 16;
 pub const PER_PROVIDER: usize = 4;
+/// The most probes ever in flight at once: past this a machine runs out of sockets
+/// long before a provider notices, and a semaphore cannot count that high anyway.
+pub const MAX_CONCURRENCY: usize = 4096;
 
 /// One route to probe.
 #[derive(Debug, Clone)]
@@ -270,12 +273,12 @@ pub async fn probe_all(
     now: UnixMs,
     on_done: &(dyn Fn(&ProbeResult) + Send + Sync),
 ) -> Vec<ProbeResult> {
-    let global = Arc::new(Semaphore::new(concurrency.max(1)));
+    let global = Arc::new(Semaphore::new(concurrency.clamp(1, MAX_CONCURRENCY)));
     let mut providers: HashMap<&str, Arc<Semaphore>> = HashMap::new();
     let futures = targets.iter().map(|t| {
         let provider = providers
             .entry(t.route.provider())
-            .or_insert_with(|| Arc::new(Semaphore::new(per_provider.max(1))))
+            .or_insert_with(|| Arc::new(Semaphore::new(per_provider.clamp(1, MAX_CONCURRENCY))))
             .clone();
         let global = global.clone();
         async move {

@@ -9,6 +9,7 @@ use crate::breaker::BreakerConfig;
 use crate::capability::ModelFacts;
 use crate::dialect::Dialect;
 use crate::health::Cooldowns;
+use crate::limits;
 use crate::secret::Secret;
 use crate::vocab::{CallPath, Route, Wire};
 use crate::wire::{
@@ -74,6 +75,15 @@ macro_rules! provider_settings {
             pub first_token_timeout_ms: Option<u64>,
             #[serde(default)]
             pub stream_idle_ms: Option<u64>,
+            /// Streams: the whole stream (spec/cli.md "Limits on what is read").
+            #[serde(default)]
+            pub stream_max_ms: Option<u64>,
+            /// Streams: text and tool-call arguments delivered.
+            #[serde(default)]
+            pub max_stream_bytes: Option<u64>,
+            /// Streams: one SSE event.
+            #[serde(default)]
+            pub max_event_bytes: Option<u64>,
             #[serde(default)]
             pub cooldown_ms: Option<u64>,
             #[serde(default)]
@@ -92,6 +102,9 @@ macro_rules! provider_settings {
                     timeout_ms: self.timeout_ms,
                     first_token_timeout_ms: self.first_token_timeout_ms,
                     stream_idle_ms: self.stream_idle_ms,
+                    stream_max_ms: self.stream_max_ms,
+                    max_stream_bytes: self.max_stream_bytes,
+                    max_event_bytes: self.max_event_bytes,
                     cooldown_ms: self.cooldown_ms,
                     transient_cooldown_ms: self.transient_cooldown_ms,
                     breaker: self.breaker,
@@ -109,12 +122,38 @@ pub struct ProviderSettings {
     pub timeout_ms: Option<u64>,
     pub first_token_timeout_ms: Option<u64>,
     pub stream_idle_ms: Option<u64>,
+    pub stream_max_ms: Option<u64>,
+    pub max_stream_bytes: Option<u64>,
+    pub max_event_bytes: Option<u64>,
     pub cooldown_ms: Option<u64>,
     pub transient_cooldown_ms: Option<u64>,
     pub breaker: Option<BreakerConfig>,
 }
 
 impl ProviderSettings {
+    /// Every number of these settings that has a range, named as in the file: a pool
+    /// config and a scenario refuse the same values with the same message
+    /// (`limits::check_fields`; cooldowns and waits 0 to 24 h, deadlines 1 ms to 24 h).
+    pub fn limit_fields(&self) -> Vec<(&'static str, Option<u64>, limits::Kind)> {
+        use limits::Kind::{Bytes, Deadline, Wait};
+        let mut fields = vec![
+            ("timeout_ms", self.timeout_ms, Deadline),
+            (
+                "first_token_timeout_ms",
+                self.first_token_timeout_ms,
+                Deadline,
+            ),
+            ("stream_idle_ms", self.stream_idle_ms, Deadline),
+            ("stream_max_ms", self.stream_max_ms, Deadline),
+            ("max_stream_bytes", self.max_stream_bytes, Bytes),
+            ("max_event_bytes", self.max_event_bytes, Bytes),
+            ("cooldown_ms", self.cooldown_ms, Wait),
+            ("transient_cooldown_ms", self.transient_cooldown_ms, Wait),
+        ];
+        fields.extend(limits::breaker_fields(self.breaker.as_ref()));
+        fields
+    }
+
     /// The explicit `dialect`, else the one the host of `base_url` implies (a real
     /// provider's URL; a mock's loopback URL implies none), else the wire's own.
     pub fn dialect(&self, base_url: Option<&str>) -> (Dialect, DialectSource) {
@@ -147,6 +186,13 @@ impl ProviderSettings {
                 .first_token_timeout_ms
                 .unwrap_or(DEFAULT_FIRST_TOKEN_TIMEOUT_MS),
             stream_idle_ms: self.stream_idle_ms.unwrap_or(DEFAULT_STREAM_IDLE_MS),
+            stream_max_ms: self.stream_max_ms.unwrap_or(limits::DEFAULT_STREAM_MAX_MS),
+            max_stream_bytes: self
+                .max_stream_bytes
+                .unwrap_or(limits::DEFAULT_MAX_STREAM_BYTES),
+            max_event_bytes: self
+                .max_event_bytes
+                .unwrap_or(limits::DEFAULT_MAX_EVENT_BYTES),
         }
     }
 

@@ -1,15 +1,33 @@
 //! API keys. A `Secret` can be sent in a header and nothing else: it has no `Display`,
 //! its `Debug` is redacted, and it is never serialized, so a key cannot reach output,
 //! logs, traces, state or errors by accident.
+//!
+//! An upstream can still hand a key back on purpose or by mistake (an error message that
+//! quotes the `Authorization` header, an `x-request-id` that copies it). So every key
+//! (and every credential-like value of a `base_url` query) is also registered here, and
+//! `mask` replaces each registered value with `***`. It runs where upstream bytes become
+//! strings (`failure`), before any truncation, so half a key never survives as a prefix,
+//! and once more on everything the CLI writes.
 
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::{OnceLock, RwLock};
+
+/// What a masked value is replaced with.
+pub const MASK: &str = "***";
+
+/// Values shorter than this are not masked: they cannot be real credentials, and masking
+/// a one-letter test key would garble every word that contains the letter.
+const MIN_MASKED_LEN: usize = 4;
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
 
 impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
+        let value = value.into();
+        register(&value);
+        Secret(value)
     }
 
     /// The key itself, for building an auth header. The only way out.
@@ -24,11 +42,123 @@ impl fmt::Debug for Secret {
     }
 }
 
+fn registry() -> &'static RwLock<Vec<String>> {
+    static KEYS: OnceLock<RwLock<Vec<String>>> = OnceLock::new();
+    KEYS.get_or_init(|| RwLock::new(Vec::new()))
+}
+
+/// Adds `value` to the values `mask` hides, for the life of the process.
+pub fn register(value: &str) {
+    let value = value.trim();
+    if value.len() < MIN_MASKED_LEN {
+        return;
+    }
+    let mut keys = registry().write().unwrap_or_else(|p| p.into_inner());
+    if !keys.iter().any(|k| k == value) {
+        keys.push(value.to_string());
+        // Longest first, so a key that contains another is masked whole.
+        keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
+    }
+}
+
+/// `text` with every registered value replaced by `***`. Borrowed when nothing matched,
+/// which is nearly always.
+pub fn mask(text: &str) -> Cow<'_, str> {
+    let keys = registry().read().unwrap_or_else(|p| p.into_inner());
+    let mut out: Cow<'_, str> = Cow::Borrowed(text);
+    for key in keys.iter() {
+        if out.contains(key.as_str()) {
+            out = Cow::Owned(out.replace(key.as_str(), MASK));
+        }
+    }
+    out
+}
+
+/// `mask` for an owned string, reusing it when nothing matched.
+pub fn mask_owned(text: String) -> String {
+    match mask(&text) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(masked) => masked,
+    }
+}
+
+/// A URL fit to print: every query value replaced by `***` (a gateway key often rides
+/// in `?key=`), and any userinfo too.
+pub fn display_url(url: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (url, None),
+    };
+    let head = match head.split_once("://") {
+        Some((scheme, rest)) => {
+            let host_end = rest.find('/').unwrap_or(rest.len());
+            match rest[..host_end].rfind('@') {
+                Some(at) => format!("{scheme}://{MASK}@{}", &rest[at + 1..]),
+                None => head.to_string(),
+            }
+        }
+        None => head.to_string(),
+    };
+    match query {
+        None => head,
+        Some(q) => {
+            let masked: Vec<String> = q
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((k, _)) => format!("{k}={MASK}"),
+                    None => pair.to_string(),
+                })
+                .collect();
+            format!("{head}?{}", masked.join("&"))
+        }
+    }
+}
+
+/// Registers every query value of `url` for masking: whatever it carries is treated as
+/// a credential, wherever an upstream might echo it.
+pub fn register_url_query(url: &str) {
+    if let Some((_, q)) = url.split_once('?') {
+        for pair in q.split(['&', '#']) {
+            if let Some((_, v)) = pair.split_once('=') {
+                register(v);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn debug_is_redacted() {
-        let s = super::Secret::new("sk-live-123");
+        let s = Secret::new("sk-live-123");
         assert!(!format!("{s:?}").contains("sk-live"));
+    }
+
+    #[test]
+    fn registered_keys_are_masked_wherever_they_appear() {
+        let _s = Secret::new("sk-mask-test-0c1d2e");
+        let text = "invalid key Bearer sk-mask-test-0c1d2e (sk-mask-test-0c1d2e)";
+        assert_eq!(mask(text), "invalid key Bearer *** (***)");
+        assert!(matches!(mask("nothing here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn tiny_values_are_not_masked() {
+        let _s = Secret::new("k");
+        assert_eq!(mask("ok key"), "ok key");
+    }
+
+    #[test]
+    fn urls_print_without_query_values_or_userinfo() {
+        assert_eq!(
+            display_url("https://u:p@gw.example/v1?key=abc&x=1"),
+            "https://***@gw.example/v1?key=***&x=***"
+        );
+        assert_eq!(
+            display_url("https://api.openai.com/v1"),
+            "https://api.openai.com/v1"
+        );
     }
 }

@@ -1,6 +1,11 @@
 //! Loading YAML files (pool config, scenarios) with errors a person can act on: the
 //! file, the line and column, the field path, what is wrong, and for a typo the nearest
 //! valid name.
+//!
+//! Before serde_yaml sees a byte, two limits of spec/cli.md "Limits on what is read" hold:
+//! a file is read up to `POOLCTL_MAX_FILE_BYTES` (16 MiB) and no further (`/dev/zero`
+//! must not grow memory), and a linear pre-scan refuses nesting deeper than 64, which
+//! serde_yaml would otherwise take a minute to refuse.
 
 use serde::de::DeserializeOwned;
 use std::fmt;
@@ -51,10 +56,71 @@ impl YamlError {
     }
 }
 
+/// The largest config or scenario file read, unless `POOLCTL_MAX_FILE_BYTES` says otherwise.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+pub const MAX_FILE_BYTES_ENV: &str = "POOLCTL_MAX_FILE_BYTES";
+/// The deepest nesting of maps, sequences and flow collections accepted.
+pub const MAX_DEPTH: usize = 64;
+
+/// The read cap: `$POOLCTL_MAX_FILE_BYTES` when it is a positive number, else 16 MiB.
+pub fn max_file_bytes() -> u64 {
+    std::env::var(MAX_FILE_BYTES_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(DEFAULT_MAX_FILE_BYTES)
+}
+
+/// Reads `file` as UTF-8 text, never more than `max_file_bytes()` (+1 to know it was
+/// more): the cap holds before the bytes are in memory, whatever the file is.
+pub fn read_text(file: &Path) -> Result<String, YamlError> {
+    use std::io::Read;
+    let cap = max_file_bytes();
+    let f =
+        std::fs::File::open(file).map_err(|e| YamlError::new(file, format!("cannot read: {e}")))?;
+    let mut bytes = Vec::new();
+    f.take(cap.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| YamlError::new(file, format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > cap {
+        return Err(YamlError::new(
+            file,
+            format!("the file is larger than {cap} bytes (the limit; set {MAX_FILE_BYTES_ENV} to change it)"),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        YamlError::new(
+            file,
+            format!(
+                "cannot read: not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })
+}
+
 /// Parses `text` (the contents of `file`) into `T`.
 pub fn parse<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, YamlError> {
     if text.trim().is_empty() {
         return Err(YamlError::new(file, "the file is empty"));
+    }
+    if text.len() as u64 > max_file_bytes() {
+        return Err(YamlError::new(
+            file,
+            format!(
+                "the text is larger than {} bytes (the limit; set {MAX_FILE_BYTES_ENV} to change it)",
+                max_file_bytes()
+            ),
+        ));
+    }
+    if let Some(line) = too_deep(text, MAX_DEPTH) {
+        return Err(YamlError {
+            line: Some(line),
+            ..YamlError::new(
+                file,
+                format!("nesting deeper than {MAX_DEPTH} levels (the limit)"),
+            )
+        });
     }
     let de = serde_yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
@@ -83,9 +149,106 @@ pub fn parse<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, YamlErro
 
 /// Reads and parses a file.
 pub fn load<T: DeserializeOwned>(file: &Path) -> Result<T, YamlError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| YamlError::new(file, format!("cannot read: {e}")))?;
+    let text = read_text(file)?;
     parse(file, &text)
+}
+
+/// The first line (1-based) at which `text` nests deeper than `max`, in one linear pass.
+/// It over-counts a little rather than under-count (a sequence under a key counts as
+/// two levels, brackets in a plain scalar count), which is harmless at a limit of 64
+/// when real files nest under 10. Counted: block indentation levels, `- - -` chains on
+/// one line, and `[` / `{` flow collections outside quotes and comments. Block scalars
+/// (`|`, `>`) are skipped, their text is not structure.
+pub fn too_deep(text: &str, max: usize) -> Option<usize> {
+    let mut indents: Vec<usize> = Vec::new();
+    let mut flow = 0usize;
+    // Inside a quoted scalar that runs over lines: its quote character.
+    let mut quote: Option<u8> = None;
+    // Inside a block scalar: the indent of the line that opened it.
+    let mut block_scalar: Option<usize> = None;
+    for (n, line) in text.lines().enumerate() {
+        let bytes = line.as_bytes();
+        let indent = bytes.iter().take_while(|&&b| b == b' ').count();
+        let blank = bytes[indent..].iter().all(|b| b.is_ascii_whitespace());
+        if let Some(parent) = block_scalar {
+            if blank || indent > parent {
+                continue;
+            }
+            block_scalar = None;
+        }
+        let mut depth_here = 0;
+        let mut i = indent;
+        if quote.is_none() && flow == 0 {
+            if blank || bytes[indent] == b'#' {
+                continue;
+            }
+            while indents.last().is_some_and(|&top| top >= indent) {
+                indents.pop();
+            }
+            indents.push(indent);
+            // `- - - x`: each dash after the first opens one more sequence.
+            let mut first = true;
+            while i < bytes.len() && bytes[i] == b'-' && bytes.get(i + 1).is_none_or(|b| *b == b' ')
+            {
+                if !first {
+                    depth_here += 1;
+                }
+                first = false;
+                i += 1;
+                while i < bytes.len() && bytes[i] == b' ' {
+                    i += 1;
+                }
+            }
+        }
+        let mut prev = b' ';
+        while i < bytes.len() {
+            let b = bytes[i];
+            match quote {
+                Some(q) => {
+                    if b == b'\\' && q == b'"' {
+                        i += 1;
+                    } else if b == q {
+                        quote = None;
+                    }
+                }
+                None => match b {
+                    b'#' if prev == b' ' || prev == b'\t' => break,
+                    b'"' | b'\'' if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') => {
+                        quote = Some(b)
+                    }
+                    b'[' | b'{'
+                        if flow > 0 || matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') =>
+                    {
+                        flow += 1;
+                        if indents.len() + depth_here + flow > max {
+                            return Some(n + 1);
+                        }
+                    }
+                    b']' | b'}' if flow > 0 => flow -= 1,
+                    _ => {}
+                },
+            }
+            prev = b;
+            i += 1;
+        }
+        if indents.len() + depth_here + flow > max {
+            return Some(n + 1);
+        }
+        // A `|` or `>` block scalar indicator ends the line: what follows is text.
+        if quote.is_none() && flow == 0 {
+            let code = line.split(" #").next().unwrap_or("").trim_end();
+            let last_word = code.rsplit([' ', ':']).next().unwrap_or("");
+            if (last_word.starts_with('|') || last_word.starts_with('>'))
+                && last_word[1..]
+                    .bytes()
+                    .all(|b| b == b'-' || b == b'+' || b.is_ascii_digit())
+                && code.len() > last_word.len()
+            {
+                block_scalar = Some(indent);
+            }
+        }
+    }
+    None
 }
 
 /// serde_yaml appends " at line L column C"; we print the location ourselves.
@@ -147,6 +310,32 @@ mod tests {
         let shown = err.to_string();
         assert!(shown.contains("s.yaml:4"), "{shown}");
         assert!(shown.contains("did you mean `status`"), "{shown}");
+    }
+
+    #[test]
+    fn depth_prescan_counts_flow_block_and_dash_chains() {
+        let flow = |n: usize| format!("x: {}1{}\n", "[".repeat(n), "]".repeat(n));
+        assert_eq!(too_deep(&flow(60), 64), None);
+        assert_eq!(too_deep(&flow(64), 64), Some(1));
+        let block: String = (0..100).map(|i| format!("{}a:\n", " ".repeat(i))).collect();
+        assert_eq!(too_deep(&block, 64), Some(65));
+        assert_eq!(too_deep(&format!("{}x\n", "- ".repeat(100)), 64), Some(1));
+        // Brackets in quotes, comments and block scalars are text, not structure.
+        let text = format!(
+            "a: \"{0}\"\nb: 1 # {0}\nc: |\n  {0}\n  more\nd: '{0}'\n",
+            "[".repeat(200)
+        );
+        assert_eq!(too_deep(&text, 64), None);
+    }
+
+    #[test]
+    fn every_shipped_scenario_passes_the_prescan() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert_eq!(too_deep(&text, MAX_DEPTH), None, "{}", path.display());
+        }
     }
 
     #[test]

@@ -62,7 +62,25 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
                 .to_string()
                 .into_bytes()
         });
-    prop_oneof![prop::collection::vec(any::<u8>(), 0..300), json_body]
+    // Errors inside a body's own fields (MiniMax `base_resp`, Tencent `Response.Error`).
+    let embedded = (
+        prop_oneof![any::<i64>().prop_map(serde_json::Value::from), ".{0,12}".prop_map(serde_json::Value::from)],
+        ".{0,40}",
+        any::<bool>(),
+    )
+        .prop_map(|(code, message, tencent)| {
+            let v = if tencent {
+                serde_json::json!({"Response": {"Error": {"Code": code, "Message": message}}})
+            } else {
+                serde_json::json!({"choices": null, "base_resp": {"status_code": code, "status_msg": message}})
+            };
+            v.to_string().into_bytes()
+        });
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..300),
+        json_body,
+        embedded
+    ]
 }
 
 proptest! {
@@ -102,12 +120,47 @@ proptest! {
             Just("rate limit reached, too many requests (429)".to_string()),
             Just("prompt is too long".to_string()),
             Just("Content Exists Risk".to_string()),
+            Just("Incorrect API key provided".to_string()),
+            Just("Your team has either used all available credits or reached its monthly spending limit".to_string()),
+            Just("number of input tokens (150019) has exceeded max_prompt_tokens (98304) limit.".to_string()),
+            Just("The LoRA model failed to load".to_string()),
+            Just("资源包余量已用尽，请购买资源包或开通后付费。".to_string()),
+            Just("引擎层请求超过限额；请稍后重试。".to_string()),
+            Just("当前账号欠费，如需继续调用，请前往费用中心进行充值".to_string()),
+            Just("服务资源紧张，请稍后重试".to_string()),
+            Just("余额不足".to_string()),
         ],
     ) {
         let (d, status, template, want) = case;
         let body = template.replace("MSG", &serde_json::to_string(&message).unwrap());
         let f = UpstreamFailure::from_response(status, Headers::default(), body.as_bytes());
         prop_assert_eq!(classify(d, &f, 0).class, want, "{} {} {}", d, status, body);
+    }
+
+    /// The same for errors a dialect reports inside an HTTP 200 (MiniMax `base_resp`,
+    /// Tencent Cloud `Response.Error`): the code decides, whatever the message says.
+    #[test]
+    fn rewording_never_changes_the_class_of_an_error_inside_a_200(
+        case in prop::sample::select(in_band_cases()),
+        message in prop_oneof![
+            ".{0,80}",
+            Just("insufficient balance".to_string()),
+            Just("rate limit exceeded(RPM)".to_string()),
+            Just("余额不足".to_string()),
+            Just("触发限流，请稍后再试".to_string()),
+            Just("invalid api key".to_string()),
+        ],
+    ) {
+        let (d, template, want) = case;
+        let body = template.replace("MSG", &serde_json::to_string(&message).unwrap());
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let fields = poolctl::in_band::error_in_success(d, &v);
+        prop_assert!(fields.is_some(), "{} {}", d, body);
+        let bad = poolctl::wire::BadSuccess::Failed(Box::new(fields.unwrap()));
+        let f = poolctl::wire::bad_success(200, Headers::default(), body.as_bytes(), bad);
+        let got = classify(d, &f, 0);
+        prop_assert_eq!(got.class, want, "{} {}", d, body);
+        prop_assert_eq!(f.status, Some(200));
     }
 
     #[test]
@@ -326,6 +379,175 @@ fn decisive_cases() -> Vec<(Dialect, u16, &'static str, Class)> {
             402,
             r#"{"error":{"code":402,"message":MSG}}"#,
             Class::QuotaExhausted,
+        ),
+        // The eight dialects of issue 14: codes (or a dialect's own status) decide.
+        (
+            Dialect::Volcengine,
+            429,
+            r#"{"error":{"code":"ServerOverloaded","message":MSG,"param":"","type":"TooManyRequests"}}"#,
+            Class::Overloaded,
+        ),
+        (
+            Dialect::Volcengine,
+            429,
+            r#"{"error":{"code":"QuotaExceeded","message":MSG,"param":"","type":"TooManyRequests"}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Volcengine,
+            429,
+            r#"{"error":{"code":"SetLimitExceeded","message":MSG,"param":"","type":"TooManyRequests"}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Volcengine,
+            429,
+            r#"{"error":{"code":"RateLimitExceeded.EndpointTPMExceeded","message":MSG,"param":"","type":"TooManyRequests"}}"#,
+            Class::RateLimited,
+        ),
+        (
+            Dialect::Volcengine,
+            403,
+            r#"{"error":{"code":"AccountOverdueError","message":MSG,"param":"","type":"Forbidden"}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Volcengine,
+            400,
+            r#"{"error":{"code":"InputTextRiskDetection","message":MSG,"param":"","type":"BadRequest"}}"#,
+            Class::ContentPolicy,
+        ),
+        (
+            Dialect::Volcengine,
+            404,
+            r#"{"error":{"code":"ModelNotOpen","message":MSG,"param":"","type":"NotFound"}}"#,
+            Class::ModelUnavailable,
+        ),
+        (
+            Dialect::Minimax,
+            429,
+            r#"{"base_resp":{"status_code":1002,"status_msg":MSG}}"#,
+            Class::RateLimited,
+        ),
+        (
+            Dialect::Minimax,
+            500,
+            r#"{"base_resp":{"status_code":1008,"status_msg":MSG}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Qianfan,
+            429,
+            r#"{"error":{"code":"cluster_tpm_rate_limit_exceeded","message":MSG,"type":"rate_limit_exceeded"}}"#,
+            Class::Overloaded,
+        ),
+        (
+            Dialect::Qianfan,
+            429,
+            r#"{"error":{"code":"rpm_rate_limit_exceeded","message":MSG,"type":"rate_limit_exceeded"}}"#,
+            Class::RateLimited,
+        ),
+        (
+            Dialect::Qianfan,
+            400,
+            r#"{"error":{"code":"tokens_too_long","message":MSG,"type":"invalid_request_error"}}"#,
+            Class::ContextOverflow,
+        ),
+        (
+            Dialect::Qianfan,
+            403,
+            r#"{"error":{"code":"system_unsafe","message":MSG,"type":"invalid_request_error"}}"#,
+            Class::ContentPolicy,
+        ),
+        (
+            Dialect::Siliconflow,
+            403,
+            r#"{"code":30001,"message":MSG,"data":null}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Siliconflow,
+            400,
+            r#"{"code":20012,"message":MSG,"data":null}"#,
+            Class::ModelUnavailable,
+        ),
+        (
+            Dialect::Siliconflow,
+            503,
+            r#"{"code":50505,"message":MSG,"data":null}"#,
+            Class::Overloaded,
+        ),
+        (
+            Dialect::Hunyuan,
+            429,
+            r#"{"error":{"message":MSG,"type":"rate_limit_error","param":null,"code":"FailedOperation.EngineServerLimitExceeded"}}"#,
+            Class::Overloaded,
+        ),
+        (
+            Dialect::Hunyuan,
+            429,
+            r#"{"error":{"message":MSG,"type":"invalid_request_error","param":null,"code":"FailedOperation.ResourcePackExhausted"}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Xai,
+            404,
+            r#"{"code":"Some requested entity was not found","error":MSG}"#,
+            Class::ModelUnavailable,
+        ),
+        (
+            Dialect::Together,
+            403,
+            r#"{"error":{"message":MSG,"type":"invalid_request_error","param":null,"code":null}}"#,
+            Class::ContextOverflow,
+        ),
+        (
+            Dialect::Together,
+            402,
+            r#"{"error":{"message":MSG,"type":"credit_limit","param":null,"code":null}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Fireworks,
+            404,
+            r#"{"error":{"object":"error","type":"invalid_request_error","code":"NOT_FOUND","message":MSG}}"#,
+            Class::ModelUnavailable,
+        ),
+    ]
+}
+
+/// (dialect, 200 body with MSG for the message, class): errors inside a success.
+fn in_band_cases() -> Vec<(Dialect, &'static str, Class)> {
+    vec![
+        (
+            Dialect::Minimax,
+            r#"{"id":"x","choices":null,"base_resp":{"status_code":1008,"status_msg":MSG}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Minimax,
+            r#"{"base_resp":{"status_code":1002,"status_msg":MSG}}"#,
+            Class::RateLimited,
+        ),
+        (
+            Dialect::Minimax,
+            r#"{"base_resp":{"status_code":2049,"status_msg":MSG}}"#,
+            Class::Auth,
+        ),
+        (
+            Dialect::Minimax,
+            r#"{"choices":[{"index":0,"message":{"role":"assistant","content":""},"finish_reason":"stop"}],"base_resp":{"status_code":1027,"status_msg":MSG}}"#,
+            Class::ContentPolicy,
+        ),
+        (
+            Dialect::Hunyuan,
+            r#"{"Response":{"Error":{"Code":"FailedOperation.ResourcePackExhausted","Message":MSG},"RequestId":"r"}}"#,
+            Class::QuotaExhausted,
+        ),
+        (
+            Dialect::Hunyuan,
+            r#"{"Response":{"Error":{"Code":"LimitExceeded","Message":MSG},"RequestId":"r"}}"#,
+            Class::RateLimited,
         ),
     ]
 }

@@ -438,3 +438,66 @@ fn an_empty_policies_section_loads() {
     let text = "providers:\n  p:\n    base_url: http://127.0.0.1:9\n    api_key_env: K\ntiers:\n  t: [p/m]\npolicies:\n  # none yet\n";
     assert!(load(text).unwrap().policies.is_empty());
 }
+
+/// `check` knows every dialect: each name loads explicitly, each real host infers its
+/// dialect (no "cannot be inferred" warning), and a typo names the nearest dialect and
+/// the line it is on.
+#[test]
+fn check_knows_every_dialect_by_name_and_by_host() {
+    let hosts = [
+        ("volcengine", "https://ark.cn-beijing.volces.com/api/v3"),
+        ("minimax", "https://api.minimaxi.com/v1"),
+        ("qianfan", "https://qianfan.baidubce.com/v2"),
+        ("siliconflow", "https://api.siliconflow.cn/v1"),
+        ("hunyuan", "https://api.hunyuan.cloud.tencent.com/v1"),
+        ("xai", "https://api.x.ai/v1"),
+        ("together", "https://api.together.xyz/v1"),
+        ("fireworks", "https://api.fireworks.ai/inference/v1"),
+    ];
+    let mut text = String::from("providers:\n");
+    let mut routes = Vec::new();
+    for d in Dialect::ALL {
+        text.push_str(&format!(
+            "  named_{d}:\n    dialect: {d}\n    base_url: http://127.0.0.1:9/v1\n    api_key_env: K\n"
+        ));
+        routes.push(format!("named_{d}/m"));
+    }
+    for (name, url) in hosts {
+        text.push_str(&format!(
+            "  host_{name}:\n    base_url: {url}\n    api_key_env: K\n"
+        ));
+        routes.push(format!("host_{name}/m"));
+    }
+    text.push_str(&format!("tiers:\n  t: [{}]\n", routes.join(", ")));
+    let c = load(&text).unwrap();
+    for d in Dialect::ALL {
+        assert_eq!(
+            c.dialect_of(&format!("named_{d}")).unwrap(),
+            (*d, DialectSource::Explicit)
+        );
+    }
+    for (name, _) in hosts {
+        let want = Dialect::parse(name).unwrap();
+        assert_eq!(
+            c.dialect_of(&format!("host_{name}")).unwrap(),
+            (want, DialectSource::Inferred)
+        );
+    }
+    let f = poolctl::cli::check::findings(&c, &|_| Some("set".to_string()));
+    assert!(f.errors.is_empty(), "{:?}", f.errors);
+    assert!(
+        !f.warnings.iter().any(|w| w.contains("cannot be inferred")),
+        "{:?}",
+        f.warnings
+    );
+
+    let typo = "providers:\n  p:\n    base_url: https://x.example/v1\n    api_key_env: K\n    dialect: volcengin\ntiers:\n  t: [p/m]\n";
+    let (shown, line, field) = yaml_err(typo);
+    assert_eq!(line, Some(5), "{shown}");
+    assert!(field.ends_with("dialect"), "{field}");
+    assert!(shown.contains("did you mean `volcengine`?"), "{shown}");
+    assert!(
+        shown.contains("fireworks"),
+        "the known names are listed: {shown}"
+    );
+}

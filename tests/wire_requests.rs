@@ -20,6 +20,9 @@ fn endpoint(server: &MockServer, wire: Wire, base_suffix: &str) -> Endpoint {
         timeout_ms: 5_000,
         first_token_timeout_ms: 5_000,
         stream_idle_ms: 5_000,
+        stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
+        max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
+        max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
     }
 }
 

@@ -2,12 +2,12 @@
 //! them against loopback mocks with the production router, print the verdicts.
 
 use super::exit::Exit;
-use super::render;
+use super::{out, render};
 use crate::harness::runner::ScenarioRun;
 use crate::harness::scenario::Scenario;
 use crate::harness::suite::{load_all, run_all};
 use clap::Args;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -40,12 +40,12 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
         Ok(s) => s,
         Err(errors) => {
             for e in &errors {
-                eprintln!("error: {e}");
+                out::warn(&format!("error: {e}"));
             }
-            eprintln!(
+            out::warn(&format!(
                 "{} scenario file(s) could not be loaded; nothing was run",
                 errors.len()
-            );
+            ));
             return Ok(Exit::Usage);
         }
     };
@@ -58,10 +58,10 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
         })
         .collect();
     if selected.is_empty() {
-        eprintln!(
+        out::warn(&format!(
             "error: no scenario matches --filter {:?}",
             args.filter.unwrap_or_default()
-        );
+        ));
         return Ok(Exit::Usage);
     }
 
@@ -84,15 +84,17 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
         bar.finish_and_clear();
     }
 
-    let mut out = std::io::stdout().lock();
     if args.json {
+        let mut text = String::new();
         for r in &runs {
-            writeln!(out, "{}", render::chaos_json(r))?;
+            text.push_str(&render::chaos_json(r).to_string());
+            text.push('\n');
         }
+        out::print(&text)?;
     } else {
-        write!(out, "{}", render::chaos_table(&runs, None))?;
-        write!(out, "{}", render::chaos_failures(&runs))?;
-        writeln!(out, "{}", render::chaos_summary(&runs))?;
+        out::print(&render::chaos_table(&runs, None))?;
+        out::print(&render::chaos_failures(&runs))?;
+        out::line(&render::chaos_summary(&runs))?;
     }
     if let Some(path) = &args.junit {
         std::fs::write(path, render::chaos_junit(&runs))

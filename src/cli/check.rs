@@ -5,7 +5,7 @@
 
 use super::context::{env_key, load_config};
 use super::exit::Exit;
-use super::ConfigArg;
+use super::{out, ConfigArg};
 use crate::config::DialectSource;
 use clap::Args;
 use serde::Serialize;
@@ -40,7 +40,7 @@ pub fn findings(
         if p.dialect().1 == DialectSource::WireDefault {
             f.warnings.push(format!(
                 "provider `{name}`: the dialect cannot be inferred from {}; assuming `{}` error conventions (set `dialect:` to be sure)",
-                p.base_url,
+                crate::secret::display_url(&p.base_url),
                 p.dialect().0
             ));
         }
@@ -65,7 +65,7 @@ pub fn findings(
             }
         }
     }
-    let used: Vec<&str> = config
+    let used: std::collections::BTreeSet<&str> = config
         .tiers
         .values()
         .flatten()
@@ -87,23 +87,23 @@ pub fn run(args: CheckArgs) -> anyhow::Result<Exit> {
         let v = serde_json::json!({
             "file": config.file, "ok": f.errors.is_empty(), "errors": f.errors, "warnings": f.warnings,
         });
-        println!("{v}");
+        out::line(&v.to_string())?;
     } else {
         for e in &f.errors {
-            println!("error: {e}");
+            out::line(&format!("error: {e}"))?;
         }
         for w in &f.warnings {
-            println!("warning: {w}");
+            out::line(&format!("warning: {w}"))?;
         }
         let routes = config.route_names().len();
-        println!(
+        out::line(&format!(
             "{}: {} providers, {} tiers, {routes} routes — {} error(s), {} warning(s)",
             config.file.display(),
             config.providers.len(),
             config.tiers.len(),
             f.errors.len(),
             f.warnings.len()
-        );
+        ))?;
     }
     Ok(if f.errors.is_empty() {
         Exit::Ok

@@ -3,7 +3,7 @@
 
 use super::context::{load_config, open_store};
 use super::exit::Exit;
-use super::{render, ConfigArg};
+use super::{out, render, ConfigArg};
 use crate::clock::wall_now_ms;
 use crate::health::{Health, Transition};
 use crate::store::HealthStore;
@@ -47,11 +47,11 @@ pub async fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
         reason: args.reason.clone(),
     };
     store.apply(&route, retire).await?;
-    println!(
+    out::line(&format!(
         "{route} retired ({}) in {}",
         args.reason,
         store.path().display()
-    );
+    ))?;
     Ok(Exit::Ok)
 }
 
@@ -65,7 +65,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
         Health::Cooling { reason, .. } => format!("was cooling ({reason})"),
         Health::Retired { reason } => format!("was retired ({reason})"),
     };
-    println!("{route} restored to ready ({was})");
+    out::line(&format!("{route} restored to ready ({was})"))?;
     Ok(Exit::Ok)
 }
 
@@ -82,9 +82,9 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
     let rows: Vec<(Route, Health)> = all.into_iter().collect();
     let now = wall_now_ms();
     if args.json {
-        println!("{}", render::status_json(&rows, now));
+        out::line(&render::status_json(&rows, now).to_string())?;
     } else {
-        print!("{}", render::status_table(&rows, now, None));
+        out::print(&render::status_table(&rows, now, None))?;
     }
     Ok(Exit::Ok)
 }

@@ -9,7 +9,6 @@ use crate::harness::scenario::Scenario;
 use crate::vocab::CallPath;
 use clap::Args;
 use std::fmt::Write as _;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -34,17 +33,14 @@ pub async fn run(args: MockArgs) -> anyhow::Result<Exit> {
     let server = MockServer::start(args.listen, routes)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
-    let mut out = std::io::stdout().lock();
-    write!(out, "{}", pool_config(&scenario, &server))?;
-    out.flush()?;
-    drop(out);
-    eprintln!(
+    super::out::print(&pool_config(&scenario, &server))?;
+    super::out::warn(&format!(
         "poolctl mock: serving `{}` on http://{} until interrupted (Ctrl-C)",
         scenario.name,
         server.addr()
-    );
+    ));
     wait_for_stop().await;
-    eprintln!("poolctl mock: stopped");
+    super::out::warn("poolctl mock: stopped");
     Ok(Exit::Ok)
 }
 
@@ -97,6 +93,9 @@ pub fn pool_config(scenario: &Scenario, server: &MockServer) -> String {
             ("timeout_ms", entry.timeout_ms),
             ("first_token_timeout_ms", entry.first_token_timeout_ms),
             ("stream_idle_ms", entry.stream_idle_ms),
+            ("stream_max_ms", entry.stream_max_ms),
+            ("max_stream_bytes", entry.max_stream_bytes),
+            ("max_event_bytes", entry.max_event_bytes),
             ("cooldown_ms", entry.cooldown_ms),
             ("transient_cooldown_ms", entry.transient_cooldown_ms),
         ] {

@@ -8,6 +8,7 @@ pub mod context;
 pub mod exit;
 pub mod health_cmds;
 pub mod mock;
+pub mod out;
 pub mod probe;
 pub mod render;
 pub mod serve;

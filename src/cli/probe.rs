@@ -3,11 +3,14 @@
 
 use super::context::{env_key, load_config, open_store};
 use super::exit::Exit;
+use super::out;
 use super::{render, ConfigArg};
 use crate::clock::wall_now_ms;
-use crate::probe::{apply, probe_all, ProbeResult, Target, DEFAULT_CONCURRENCY, PER_PROVIDER};
+use crate::probe::{
+    apply, probe_all, ProbeResult, Target, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, PER_PROVIDER,
+};
 use clap::Args;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
@@ -20,7 +23,7 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub json: bool,
     /// Probes in flight at once, over all providers (never more than 4 per provider).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY, value_parser = parse_concurrency)]
     pub concurrency: usize,
     /// Deadline of each probe in ms (default: each provider's timeout_ms).
     #[arg(long, value_name = "N")]
@@ -119,16 +122,13 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
         })
         .collect();
 
-    let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "tiers": tiers }))?
-        )?;
+        out::line(&serde_json::to_string_pretty(
+            &serde_json::json!({ "tiers": tiers }),
+        )?)?;
     } else {
         for t in &tiers {
-            write!(out, "{}", render::probe_tier(t, None))?;
+            out::print(&render::probe_tier(t, None))?;
         }
     }
     if args.apply {
@@ -136,7 +136,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
         let changes = apply(store.as_ref(), &results, wall_now_ms()).await?;
         if !args.json {
             for line in changes {
-                writeln!(out, "applied: {line}")?;
+                out::line(&format!("applied: {line}"))?;
             }
         }
     }
@@ -145,4 +145,15 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Failed
     })
+}
+
+/// `--concurrency`: 1 to `MAX_CONCURRENCY`, so an absurd value is a usage error, not a
+/// panic deep in a semaphore.
+fn parse_concurrency(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if (1..=MAX_CONCURRENCY as u64).contains(&n) => Ok(n as usize),
+        _ => Err(format!(
+            "must be a whole number from 1 to {MAX_CONCURRENCY}"
+        )),
+    }
 }

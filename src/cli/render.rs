@@ -172,10 +172,13 @@ pub fn chaos_junit(runs: &[ScenarioRun]) -> String {
 }
 
 /// An instant as RFC 3339 (UTC, seconds).
+/// RFC 3339 has four-digit years: an instant past 9999 (a state file written by hand,
+/// or by an older build) prints as the last second of 9999, never as a bare number.
 pub fn rfc3339(ms: crate::clock::UnixMs) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
+    const LAST_RFC3339_MS: i64 = 253_402_300_799_000; // 9999-12-31T23:59:59Z
+    chrono::DateTime::from_timestamp_millis(ms.clamp(0, LAST_RFC3339_MS))
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        .unwrap_or_else(|| ms.to_string())
+        .unwrap_or_else(|| "9999-12-31T23:59:59Z".to_string())
 }
 
 /// One tier of `probe`: a table, then the summary line and any loud warning.

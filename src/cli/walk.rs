@@ -4,7 +4,7 @@
 
 use super::context::{env_key, load_config, open_store};
 use super::exit::Exit;
-use super::{render, ConfigArg};
+use super::{out, render, ConfigArg};
 use crate::clock::SystemClock;
 use crate::health::Health;
 use crate::policy::Policy;
@@ -15,7 +15,6 @@ use crate::trace::{Report, Step};
 use crate::vocab::{CallPath, Outcome, Route};
 use clap::Args;
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::sync::Arc;
 
 #[derive(Debug, Args)]
@@ -68,17 +67,14 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
     let router = Router::new(crate::wire::http_client(), Arc::new(SystemClock), store);
 
     if !args.json {
-        println!(
+        out::line(&format!(
             "walk tier `{}`: {} routes, path {path}",
             args.tier,
             tier.routes.len()
-        );
+        ))?;
     }
     let print_step = |step: Step<'_>| {
-        let line = render::walk_step(step);
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
+        out::line_live(&render::walk_step(step));
     };
     let mut opts = CallOptions::new(&policy);
     opts.workflow = args.workflow.as_deref();
@@ -98,11 +94,10 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
         }),
     };
     let report: Report = router.call(&tier, &req, opts).await.report;
-    let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(out, "{}", render::walk_json(&args.tier, &report))?;
+        out::line_checked(&render::walk_json(&args.tier, &report).to_string())?;
     } else {
-        writeln!(out, "{}", render::walk_outcome(&report))?;
+        out::line_checked(&render::walk_outcome(&report))?;
     }
     Ok(if report.outcome == Outcome::Success {
         Exit::Ok

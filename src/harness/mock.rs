@@ -16,12 +16,23 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_BODY: usize = 8 * 1024 * 1024;
 /// A client that sends nothing for this long is dropped (a leak guard for `poolctl mock`).
 const READ_DEADLINE: Duration = Duration::from_secs(30);
+/// Connections served at once. Past this the server stops accepting until one ends, so
+/// a flood of idle clients can neither exhaust descriptors nor memory.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Request-body bytes buffered at once over all connections: 150 clients each sending
+/// 7 MiB wait their turn instead of taking the process past a gigabyte.
+pub const MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// After a failed accept (EMFILE at the descriptor limit, ...), wait before the next
+/// one, doubling up to the cap: an accept loop that retries at once spins at 100 % CPU.
+const ACCEPT_BACKOFF_START: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// One route the mock serves.
 #[derive(Debug, Clone)]
@@ -52,6 +63,10 @@ struct Shared {
     routes: HashMap<(String, String), RouteState>,
     /// Per provider: requests being answered now, and the most ever at once.
     in_flight: HashMap<String, (AtomicU64, AtomicU64)>,
+    /// One permit per buffered request-body byte (`MAX_BUFFERED_BODY_BYTES` in all).
+    body_bytes: Arc<Semaphore>,
+    /// Connections open now, and the most ever at once.
+    connections: (AtomicU64, AtomicU64),
 }
 
 /// Counts a request in flight to a provider for as long as it lives.
@@ -100,6 +115,8 @@ impl MockServer {
             .collect();
         let shared = Arc::new(Shared {
             in_flight,
+            body_bytes: Arc::new(Semaphore::new(MAX_BUFFERED_BODY_BYTES)),
+            connections: (AtomicU64::new(0), AtomicU64::new(0)),
             routes: routes
                 .into_iter()
                 .map(|spec| {
@@ -122,12 +139,20 @@ impl MockServer {
         let task = tokio::spawn(async move {
             // Connections live in this set, so aborting the accept task aborts them all.
             let mut conns = tokio::task::JoinSet::new();
+            let mut backoff = ACCEPT_BACKOFF_START;
             loop {
                 tokio::select! {
-                    accepted = listener.accept() => {
-                        if let Ok((stream, _)) = accepted {
-                            let _ = stream.set_nodelay(true);
-                            conns.spawn(serve_connection(stream, accept_shared.clone()));
+                    accepted = listener.accept(), if conns.len() < MAX_CONNECTIONS => {
+                        match accepted {
+                            Ok((stream, _)) => {
+                                backoff = ACCEPT_BACKOFF_START;
+                                let _ = stream.set_nodelay(true);
+                                conns.spawn(serve_connection(stream, accept_shared.clone()));
+                            }
+                            Err(_) => {
+                                real_sleep(backoff).await;
+                                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                            }
                         }
                     }
                     Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -148,6 +173,16 @@ impl MockServer {
             Wire::OpenAi => format!("http://{}/{provider}/v1", self.addr),
             Wire::Anthropic | Wire::Gemini => format!("http://{}/{provider}", self.addr),
         }
+    }
+
+    /// The most connections ever open at once (at most `MAX_CONNECTIONS`).
+    pub fn max_connections(&self) -> u64 {
+        self.shared.connections.1.load(Ordering::SeqCst)
+    }
+
+    /// Connections open now.
+    pub fn open_connections(&self) -> u64 {
+        self.shared.connections.0.load(Ordering::SeqCst)
     }
 
     /// The most requests ever answered at once for one provider.
@@ -175,6 +210,8 @@ struct Parsed {
     target: String,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
+    /// This body's share of `MAX_BUFFERED_BODY_BYTES`, released with the request.
+    _body_permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Parsed {
@@ -187,7 +224,10 @@ impl Parsed {
 }
 
 async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
-    let parsed = match tokio::time::timeout(READ_DEADLINE, read_request(&mut stream)).await {
+    let _open = InFlight::enter(&shared.connections);
+    let budget = shared.body_bytes.clone();
+    let parsed = match tokio::time::timeout(READ_DEADLINE, read_request(&mut stream, &budget)).await
+    {
         Ok(Ok(Some(p))) => p,
         Ok(Err(msg)) => {
             reject(&mut stream, &msg).await;
@@ -237,7 +277,12 @@ async fn reject(stream: &mut TcpStream, msg: &str) {
 
 /// Reads one request: head, then a `Content-Length` body. `Ok(None)` when the client
 /// closed before sending a request.
-async fn read_request(stream: &mut TcpStream) -> Result<Option<Parsed>, String> {
+/// The body's bytes are taken from `budget` before they are read, and given back when
+/// the request has been answered (the permit travels in `Parsed`).
+async fn read_request(
+    stream: &mut TcpStream,
+    budget: &Arc<Semaphore>,
+) -> Result<Option<Parsed>, String> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 8192];
     let (head_len, method, target, headers) = loop {
@@ -288,7 +333,13 @@ async fn read_request(stream: &mut TcpStream) -> Result<Option<Parsed>, String> 
         Some(Err(_)) => return Err("Content-Length is not a number".into()),
         None => 0,
     };
+    let permit = budget
+        .clone()
+        .acquire_many_owned(len as u32)
+        .await
+        .map_err(|_| "the server is stopping".to_string())?;
     let mut body = buf[head_len..].to_vec();
+    body.reserve(len.saturating_sub(body.len()));
     while body.len() < len {
         let n = stream.read(&mut chunk).await.map_err(|e| e.to_string())?;
         if n == 0 {
@@ -302,6 +353,7 @@ async fn read_request(stream: &mut TcpStream) -> Result<Option<Parsed>, String> 
         target,
         headers,
         body,
+        _body_permit: permit,
     }))
 }
 

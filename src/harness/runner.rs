@@ -99,7 +99,7 @@ pub fn mock_routes(scenario: &Scenario, clock: &Arc<dyn Clock>, start: UnixMs) -
             path: scenario.path,
             replies: e.replies.clone(),
             outage: e.outage.as_ref().map(|o| Outage {
-                until: start + o.until_ms as i64,
+                until: crate::clock::plus_ms(start, o.until_ms),
                 reply: o.reply.clone(),
                 clock: clock.clone(),
             }),
@@ -144,7 +144,7 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
                 reason: "preset".into(),
             },
             Preset::Cooling(ms) => Health::Cooling {
-                until: start + *ms as i64,
+                until: crate::clock::plus_ms(start, *ms),
                 reason: "preset".into(),
             },
         };

@@ -211,6 +211,8 @@ struct Walk<'a> {
     last_why: Option<Why>,
     /// Health of the routes from `pos` on, read once per selection.
     snapshot: Snapshot,
+    /// Real time spent on sockets: on a virtual clock it is counted into the budget.
+    socket_ms: u64,
 }
 
 impl Walk<'_> {
@@ -281,9 +283,9 @@ impl Router {
                     req.needs(),
                     Some(chat),
                     opts,
-                    |spec| async move {
-                        let result =
-                            wire::chat(client, &spec.endpoint, spec.route.model(), chat).await;
+                    |spec, left| async move {
+                        let ep = spec.endpoint.within(left);
+                        let result = wire::chat(client, &ep, spec.route.model(), chat).await;
                         match result {
                             Ok(ok) => {
                                 match schema.and_then(|s| crate::validate::violation(s, &ok.text)) {
@@ -307,17 +309,12 @@ impl Router {
                     req.needs(),
                     Some(chat),
                     opts,
-                    |spec| async move {
+                    |spec, left| async move {
                         let model = spec.route.model();
+                        let ep = spec.endpoint.within(left);
                         if !buffered {
-                            let a = wire::stream::stream_chat(
-                                client,
-                                &spec.endpoint,
-                                model,
-                                chat,
-                                on_event,
-                            )
-                            .await;
+                            let a =
+                                wire::stream::stream_chat(client, &ep, model, chat, on_event).await;
                             return Attempted {
                                 result: a.result.map(Reply::Stream),
                                 delivered: a.delivered,
@@ -326,9 +323,7 @@ impl Router {
                         }
                         let held = Mutex::new(Vec::<Held>::new());
                         let hold = |ev: StreamEvent<'_>| lock(&held).push(Held::of(ev));
-                        let a =
-                            wire::stream::stream_chat(client, &spec.endpoint, model, chat, &hold)
-                                .await;
+                        let a = wire::stream::stream_chat(client, &ep, model, chat, &hold).await;
                         match a.result {
                             Ok(ok) => {
                                 for ev in lock(&held).iter() {
@@ -354,8 +349,9 @@ impl Router {
                     req.needs(),
                     None,
                     opts,
-                    |spec| async move {
-                        wire::embed(client, &spec.endpoint, spec.route.model(), embed)
+                    |spec, left| async move {
+                        let ep = spec.endpoint.within(left);
+                        wire::embed(client, &ep, spec.route.model(), embed)
                             .await
                             .map(Reply::Embed)
                             .into()
@@ -371,8 +367,9 @@ impl Router {
                         req.needs(),
                         None,
                         opts,
-                        |spec| async move {
-                            wire::rerank(client, &spec.endpoint, spec.route.model(), rerank)
+                        |spec, left| async move {
+                            let ep = spec.endpoint.within(left);
+                            wire::rerank(client, &ep, spec.route.model(), rerank)
                                 .await
                                 .map(Reply::Rerank)
                                 .into()
@@ -424,7 +421,7 @@ impl Router {
             Needs::default(),
             None,
             opts,
-            |_spec| {
+            |_spec, _left| {
                 let result = match lock(&results).next() {
                     Some(Ok(())) | None => Ok(Reply::Chat(wire::ChatSuccess {
                         text: String::new(),
@@ -455,7 +452,7 @@ impl Router {
         call: F,
     ) -> Called
     where
-        F: Fn(&'s RouteSpec) -> Fut,
+        F: Fn(&'s RouteSpec, u64) -> Fut,
         Fut: std::future::Future<Output = Attempted>,
     {
         let clock = &self.inner.clock;
@@ -488,6 +485,7 @@ impl Router {
             trial: false,
             extra_cost_usd: 0.0,
             last_why: None,
+            socket_ms: 0,
             snapshot: Snapshot::default(),
         };
 
@@ -502,12 +500,15 @@ impl Router {
                 }
                 let spec = &tier.routes[walk.current()];
                 let sw = Stopwatch::start();
+                // The attempt may take no longer than what is left of the budget.
+                let left = spent.time_left_ms(walk.opts.policy);
                 let Attempted {
                     result,
                     delivered,
                     visible,
-                } = call(spec).await;
+                } = call(spec, left).await;
                 let latency_ms = sw.elapsed_ms();
+                walk.socket_ms += latency_ms;
                 if visible {
                     // Only one attempt can ever deliver: after it, no route changes.
                     report.text = Some(delivered);
@@ -606,10 +607,18 @@ impl Router {
         Called { answer, report }
     }
 
+    /// What the request has spent. On a virtual clock (chaos) time spent on sockets does
+    /// not move the clock, so it is added here: the budget counts both.
     fn spent(&self, walk: &Walk<'_>, attempts: u32) -> Spent {
+        let clock = &self.inner.clock;
+        let socket_ms = if clock.is_virtual() {
+            walk.socket_ms
+        } else {
+            0
+        };
         Spent {
             attempts,
-            elapsed_ms: elapsed(walk.start, self.inner.clock.now_ms()),
+            elapsed_ms: elapsed(walk.start, clock.now_ms()).saturating_add(socket_ms),
             extra_cost_usd: walk.extra_cost_usd,
         }
     }

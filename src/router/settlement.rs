@@ -72,18 +72,47 @@ impl Router {
             }
             None => None,
         };
-        let (decision, cost_usd, target) =
-            self.judge(walk, report, &seen, now, next_fallback, larger.is_some());
+        // The breaker first: an attempt that opens it must not be retried on the route it
+        // just closed off (issue 9, item 12); the request moves to the fallback instead.
+        let breaker_open_until = self.record_breaker(walk, seen.verdict.class, now);
+        let (decision, cost_usd, target) = self.judge(
+            walk,
+            report,
+            &seen,
+            now,
+            next_fallback,
+            larger.is_some(),
+            breaker_open_until.is_some(),
+        );
         let health = match target {
             Some(target) => self.store_health(walk, report, target).await,
             None => None,
         };
-        self.record(walk, report, seen, now, decision, cost_usd, health);
+        self.record(
+            walk,
+            report,
+            seen,
+            decision,
+            cost_usd,
+            health,
+            breaker_open_until,
+        );
         decision
+    }
+
+    /// Records the attempt in its route's breaker; when it opened it, until when.
+    fn record_breaker(&self, walk: &Walk<'_>, class: Class, now: UnixMs) -> Option<UnixMs> {
+        let spec = &walk.tier.routes[walk.current()];
+        spec.policy.breaker.as_ref().and_then(|cfg| {
+            let mut breakers = lock(&self.inner.breakers);
+            let state = breakers.entry(spec.route.clone()).or_default();
+            breaker::record(state, cfg, walk.trial, !is_route_fault(class), now)
+        })
     }
 
     /// The decision for one attempt and the health it asks for. Pure but for the jitter
     /// draw.
+    #[allow(clippy::too_many_arguments)]
     fn judge(
         &self,
         walk: &mut Walk<'_>,
@@ -92,6 +121,7 @@ impl Router {
         now: UnixMs,
         next_fallback: Option<usize>,
         larger_window_available: bool,
+        breaker_opened: bool,
     ) -> (Decision, f64, Option<Health>) {
         let spec = &walk.tier.routes[walk.current()];
         let cost_usd = estimate_cost_usd(&spec.facts, &walk.needs);
@@ -109,7 +139,8 @@ impl Router {
             visible_token: seen.visible_token,
             fallback_available: next_fallback.is_some(),
             larger_window_available,
-            trial: walk.trial,
+            // A trial is never retried, and neither is a route whose breaker is now open.
+            trial: walk.trial || breaker_opened,
             retry_cost_usd: cost_usd,
             fallback_cost_usd: next_fallback
                 .map(|i| estimate_cost_usd(&walk.tier.routes[i].facts, &walk.needs))
@@ -159,26 +190,21 @@ impl Router {
         }
     }
 
-    /// The breaker, the session pin, and the attempt record.
+    /// The session pin and the attempt record.
     #[allow(clippy::too_many_arguments)]
     fn record(
         &self,
         walk: &mut Walk<'_>,
         report: &mut Report,
         seen: Observed,
-        now: UnixMs,
         decision: Decision,
         cost_usd: f64,
         health: Option<HealthChange>,
+        breaker_open_until: Option<UnixMs>,
     ) {
         let idx = walk.current();
         let spec = &walk.tier.routes[idx];
         let class = seen.verdict.class;
-        let breaker_open_until = spec.policy.breaker.as_ref().and_then(|cfg| {
-            let mut breakers = lock(&self.inner.breakers);
-            let state = breakers.entry(spec.route.clone()).or_default();
-            breaker::record(state, cfg, walk.trial, !is_route_fault(class), now)
-        });
         if class == Class::Ok {
             if let Some(session) = walk.opts.session {
                 lock(&self.inner.sessions).insert(session.to_string(), spec.route.clone());

@@ -46,6 +46,20 @@ impl SqliteStore {
             path: path.display().to_string(),
             message,
         };
+        // A symlink would be followed (a dangling one even creates its target, wherever
+        // it points): refuse it, and SQLite's own side files too.
+        for p in [
+            path.to_path_buf(),
+            side_file(path, "-wal"),
+            side_file(path, "-shm"),
+        ] {
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(err(format!(
+                    "{} is a symbolic link; point `state:` at a regular file",
+                    p.display()
+                )));
+            }
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| err(format!("cannot create its directory: {e}")))?;
@@ -140,6 +154,13 @@ impl SqliteStore {
 }
 
 /// Creates the file with owner-only permissions if it does not exist yet.
+/// `state.db-wal` beside `state.db`.
+fn side_file(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 fn create_private(path: &Path) -> std::io::Result<()> {
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create(true).truncate(false);

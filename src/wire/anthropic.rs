@@ -48,7 +48,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         body["metadata"] = json!({"user_id": user});
     }
     HttpCall {
-        url: format!("{}/v1/messages", ep.base()),
+        url: ep.url("/v1/messages"),
         headers: vec![
             ("x-api-key", ep.api_key.expose().to_string()),
             ("anthropic-version", API_VERSION.to_string()),

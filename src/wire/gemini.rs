@@ -49,7 +49,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         body["toolConfig"] = json!({ "functionCallingConfig": calling });
     }
     HttpCall {
-        url: format!("{}/v1beta/models/{}:generateContent", ep.base(), model),
+        url: ep.url(&format!("/v1beta/models/{model}:generateContent")),
         headers: vec![("x-goog-api-key", ep.api_key.expose().to_string())],
         body,
     }
@@ -166,7 +166,7 @@ pub fn embed_call(ep: &Endpoint, model: &str, inputs: &[String]) -> HttpCall {
         .map(|t| json!({"model": format!("models/{model}"), "content": {"parts": [{"text": t}]}}))
         .collect();
     HttpCall {
-        url: format!("{}/v1beta/models/{}:batchEmbedContents", ep.base(), model),
+        url: ep.url(&format!("/v1beta/models/{model}:batchEmbedContents")),
         headers: vec![("x-goog-api-key", ep.api_key.expose().to_string())],
         body: json!({ "requests": requests }),
     }

@@ -6,7 +6,9 @@ pub mod anthropic;
 pub mod gemini;
 pub mod openai;
 pub mod rerank;
+pub mod sse;
 pub mod stream;
+pub mod stream_limits;
 
 use crate::answer::FinishReason;
 use crate::dialect::Dialect;
@@ -38,6 +40,12 @@ pub struct Endpoint {
     pub first_token_timeout_ms: u64,
     /// Streams: longest silence between chunks.
     pub stream_idle_ms: u64,
+    /// Streams: the whole stream, headers to end.
+    pub stream_max_ms: u64,
+    /// Streams: text and tool-call arguments delivered.
+    pub max_stream_bytes: u64,
+    /// Streams: one SSE event.
+    pub max_event_bytes: u64,
 }
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
@@ -45,9 +53,64 @@ pub const DEFAULT_FIRST_TOKEN_TIMEOUT_MS: u64 = 15_000;
 pub const DEFAULT_STREAM_IDLE_MS: u64 = 20_000;
 
 impl Endpoint {
-    /// `base_url` without a trailing slash, ready for a path to be appended.
+    /// `base_url` without a trailing slash and without its query, ready for a path to
+    /// be appended. Build whole URLs with `url`, which keeps the query.
     pub fn base(&self) -> &str {
-        self.base_url.trim_end_matches('/')
+        let no_query = self.base_url.split('?').next().unwrap_or("");
+        no_query.trim_end_matches('/')
+    }
+
+    /// This endpoint with every deadline cut to `left_ms` (what is left of the request's
+    /// `max_elapsed_ms`), so no attempt outlives the budget. Borrowed when none is cut.
+    pub fn within(&self, left_ms: u64) -> std::borrow::Cow<'_, Endpoint> {
+        let left = left_ms.max(1);
+        if self.timeout_ms <= left
+            && self.first_token_timeout_ms <= left
+            && self.stream_max_ms <= left
+        {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        std::borrow::Cow::Owned(Endpoint {
+            timeout_ms: self.timeout_ms.min(left),
+            first_token_timeout_ms: self.first_token_timeout_ms.min(left),
+            stream_max_ms: self.stream_max_ms.min(left),
+            ..self.clone()
+        })
+    }
+
+    /// The URL of `path` (which may carry its own query, `?alt=sse`) on this endpoint:
+    /// the path joins the base's path, and a query in `base_url` (a gateway's `?key=`)
+    /// is kept after it, never left in the middle of the path.
+    pub fn url(&self, path: &str) -> String {
+        join_url(&self.base_url, path)
+    }
+}
+
+/// `base` + `path`, with the query of each kept and merged after the path.
+pub fn join_url(base: &str, path: &str) -> String {
+    let (base_path, base_query) = split_query(base);
+    let (path, path_query) = split_query(path);
+    let mut url = format!(
+        "{}/{}",
+        base_path.trim_end_matches('/'),
+        path.trim_start_matches('/')
+    );
+    let queries: Vec<&str> = [base_query, path_query]
+        .into_iter()
+        .flatten()
+        .filter(|q| !q.is_empty())
+        .collect();
+    if !queries.is_empty() {
+        url.push('?');
+        url.push_str(&queries.join("&"));
+    }
+    url
+}
+
+fn split_query(s: &str) -> (&str, Option<&str>) {
+    match s.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (s, None),
     }
 }
 
@@ -159,6 +222,11 @@ pub async fn chat(
         Wire::Gemini => gemini::chat_call(endpoint, model, req),
     };
     let reply = send(client, call, endpoint.timeout_ms).await?;
+    // An error some dialects report inside a 2xx (MiniMax `base_resp`) is never an answer.
+    if let Some(fields) = crate::in_band::error_in_success(endpoint.dialect, &reply.json) {
+        let bad = BadSuccess::Failed(Box::new(fields));
+        return Err(bad_success(reply.status, reply.headers, &reply.raw, bad));
+    }
     let parsed = match endpoint.wire {
         Wire::OpenAi => openai::parse_chat(&reply.json),
         Wire::Anthropic => anthropic::parse_chat(&reply.json),
@@ -286,7 +354,9 @@ pub async fn send(
         let headers = Headers::from_reqwest(resp.headers());
         let ok = (200..300).contains(&status);
         let cap = if ok { SUCCESS_BODY_CAP } else { ERROR_BODY_CAP };
-        let (raw, over_cap) = read_capped(resp, cap).await?;
+        let (raw, over_cap) = read_capped(resp, cap)
+            .await
+            .map_err(|cut| body_cut_off(status, headers.clone(), cut))?;
         if !ok {
             return Err(UpstreamFailure::from_response(status, headers, &raw));
         }
@@ -362,6 +432,20 @@ pub fn transport_failure(e: reqwest::Error) -> UpstreamFailure {
         source = s.source();
     }
     UpstreamFailure::transport(kind, detail)
+}
+
+/// A response whose body broke while being read. The status did come back, so it is
+/// recorded (spec/decisions.md: `network` is "before any response"): a 2xx is a broken
+/// success (`server_error`), any other status is judged by its status and headers.
+pub fn body_cut_off(status: u16, headers: Headers, cut: UpstreamFailure) -> UpstreamFailure {
+    let why = format!("the body was cut off: {}", cut.excerpt);
+    if (200..300).contains(&status) {
+        return bad_success(status, headers, &[], BadSuccess::Malformed(why));
+    }
+    UpstreamFailure {
+        malformed: Some(why),
+        ..UpstreamFailure::from_response(status, headers, &[])
+    }
 }
 
 /// A 2xx that the wire could not use, as a failure the classifier can judge.

@@ -54,7 +54,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         body["metadata"] = json!(req.metadata);
     }
     HttpCall {
-        url: format!("{}/chat/completions", ep.base()),
+        url: ep.url("/chat/completions"),
         headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
         body,
     }
@@ -139,7 +139,7 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
 /// `POST {base}/embeddings` with a batch `input`.
 pub fn embed_call(ep: &Endpoint, model: &str, inputs: &[String]) -> HttpCall {
     HttpCall {
-        url: format!("{}/embeddings", ep.base()),
+        url: ep.url("/embeddings"),
         headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
         body: json!({ "model": model, "input": inputs }),
     }

@@ -14,7 +14,7 @@ pub fn rerank_call(
     top_n: usize,
 ) -> HttpCall {
     HttpCall {
-        url: format!("{}/rerank", ep.base()),
+        url: ep.url("/rerank"),
         headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
         body: json!({ "model": model, "query": query, "documents": documents, "top_n": top_n }),
     }

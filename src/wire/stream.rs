@@ -4,6 +4,8 @@
 //! silence between chunks. A stream that sent its finish is complete even without the
 //! terminator; one that closes before its finish is truncated, never a success.
 
+use super::sse::SseFramer;
+use super::stream_limits::{Ended, StreamLimits, StreamWatch, Verdict};
 use super::{read_capped, transport_failure, Endpoint, HttpCall, ERROR_BODY_CAP};
 use crate::answer::{FinishReason, StreamEvent};
 use crate::clock::Stopwatch;
@@ -11,8 +13,6 @@ use crate::conversation::ToolCall;
 use crate::failure::{ErrorFields, Headers, Transport, UpstreamFailure};
 use crate::request::{ChatRequest, Usage};
 use crate::vocab::Wire;
-use eventsource_stream::Eventsource;
-use futures_util::StreamExt;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -58,11 +58,9 @@ pub fn stream_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         }
         Wire::Gemini => {
             let mut call = super::gemini::chat_call(ep, model, req);
-            call.url = format!(
-                "{}/v1beta/models/{}:streamGenerateContent?alt=sse",
-                ep.base(),
-                model
-            );
+            call.url = ep.url(&format!(
+                "/v1beta/models/{model}:streamGenerateContent?alt=sse"
+            ));
             call
         }
     }
@@ -279,22 +277,6 @@ pub struct StreamAttempt {
     pub visible: bool,
 }
 
-/// See `stream_chat`: the largest piece of a read handed to the SSE parser at once.
-const SSE_PIECE: usize = 2048;
-
-/// `chunk` cut into pieces of at most `SSE_PIECE` bytes (zero-copy slices).
-fn pieces(
-    chunk: Result<bytes::Bytes, reqwest::Error>,
-) -> Vec<Result<bytes::Bytes, reqwest::Error>> {
-    match chunk {
-        Ok(b) if b.len() > SSE_PIECE => (0..b.len())
-            .step_by(SSE_PIECE)
-            .map(|at| Ok(b.slice(at..(at + SSE_PIECE).min(b.len()))))
-            .collect(),
-        other => vec![other],
-    }
-}
-
 /// Sends one streaming call and drives it to its end, handing each text and tool-call
 /// delta to `on_event` as it arrives. The finish and usage events follow once the
 /// stream completed.
@@ -385,37 +367,48 @@ async fn drive(
     on_event: &(dyn Fn(StreamEvent<'_>) + Send + Sync),
     seen: &mut Seen,
 ) -> Result<StreamSuccess, UpstreamFailure> {
-    let first_token = Duration::from_millis(ep.first_token_timeout_ms);
-    let idle = Duration::from_millis(ep.stream_idle_ms);
+    let mut watch = StreamWatch::new(limits_of(ep));
     let sw = Stopwatch::start();
-    let no_first_token = |status: Option<u16>| UpstreamFailure {
-        status,
-        ..UpstreamFailure::transport(
-            Transport::Timeout,
-            format!("no visible token within {} ms", ep.first_token_timeout_ms),
-        )
-    };
 
     let call = stream_call(ep, model, req);
     let mut builder = client.post(&call.url).json(&call.body);
     for (name, value) in &call.headers {
         builder = builder.header(*name, value);
     }
-    let resp = match tokio::time::timeout(first_token, builder.send()).await {
-        Err(_) => return Err(no_first_token(None)),
+    let (wait, why) = watch
+        .next_wait(sw.elapsed())
+        .map_err(|why| ended(&watch, why, None, &Headers::default()))?;
+    let mut resp = match tokio::time::timeout(wait, builder.send()).await {
+        Err(_) => return Err(ended(&watch, why, None, &Headers::default())),
         Ok(Err(e)) => return Err(transport_failure(e)),
         Ok(Ok(r)) => r,
     };
     let status = resp.status().as_u16();
     let headers = Headers::from_reqwest(resp.headers());
     if !(200..300).contains(&status) {
-        let left = first_token
-            .saturating_sub(sw.elapsed())
-            .max(Duration::from_millis(1));
+        let (left, why) = watch
+            .next_wait(sw.elapsed())
+            .unwrap_or((Duration::from_millis(1), Ended::NoFirstToken));
         return match tokio::time::timeout(left, read_capped(resp, ERROR_BODY_CAP)).await {
             Ok(Ok((raw, _))) => Err(UpstreamFailure::from_response(status, headers, &raw)),
-            Ok(Err(f)) => Err(f),
-            Err(_) => Err(no_first_token(Some(status))),
+            Ok(Err(cut)) => Err(super::body_cut_off(status, headers, cut)),
+            Err(_) => Err(ended(&watch, why, Some(status), &headers)),
+        };
+    }
+    // A JSON body where an event stream was asked for (MiniMax answers a throttled
+    // stream so, with `base_resp`): no answer, and an error inside it is judged by its code.
+    if headers
+        .get("content-type")
+        .is_some_and(|c| c.trim_start().starts_with("application/json"))
+    {
+        let (left, deadline) = watch
+            .next_wait(sw.elapsed())
+            .unwrap_or((Duration::from_millis(1), Ended::NoFirstToken));
+        let why = || super::BadSuccess::Malformed("a JSON body, not an event stream".into());
+        return match tokio::time::timeout(left, read_capped(resp, ERROR_BODY_CAP)).await {
+            Ok(Ok((raw, _))) => Err(super::bad_success(status, headers, &raw, why())),
+            Ok(Err(cut)) => Err(super::body_cut_off(status, headers, cut)),
+            Err(_) => Err(ended(&watch, deadline, Some(status), &headers)),
         };
     }
     let request_id = headers.request_id().map(str::to_string);
@@ -427,115 +420,120 @@ async fn drive(
         ..Default::default()
     };
 
-    // The SSE parser copies what is left of its buffer after every line, so a burst of
-    // many events in one read (a fast or buffered upstream) would cost the square of
-    // its size; fed in pieces of at most SSE_PIECE bytes, each copy stays that small.
-    let mut events = resp
-        .bytes_stream()
-        .flat_map(|chunk| futures_util::stream::iter(pieces(chunk)))
-        .eventsource();
+    // Framed here, chunk by chunk, by the bounded framer: between two chunks the driver
+    // checks every deadline, so a peer that never lets a read wait cannot outrun them.
+    let mut framer = SseFramer::new(usize::try_from(ep.max_event_bytes).unwrap_or(usize::MAX));
+    let mut events = Vec::new();
     let mut usage: Option<Usage> = None;
     let mut finish_reason: Option<FinishReason> = None;
     let mut answering: Option<String> = None;
     let mut finished = false;
     let mut skipped = 0u32;
-    loop {
-        // Before the first visible token the first-token deadline rules; after it, the
-        // idle deadline between chunks.
-        let wait = if !seen.visible {
-            first_token.saturating_sub(sw.elapsed())
-        } else {
-            idle
-        };
-        let next = match tokio::time::timeout(wait, events.next()).await {
-            Ok(next) => next,
-            Err(_) if !seen.visible => return Err(no_first_token(Some(status))),
-            Err(_) => {
-                return Err(broke(
-                    &headers,
-                    format!("stalled: no chunk for {} ms", ep.stream_idle_ms),
-                ))
-            }
-        };
-        let event = match next {
-            None if finished => break,
-            None => {
+    'read: loop {
+        let (wait, why) = watch
+            .next_wait(sw.elapsed())
+            .map_err(|why| ended(&watch, why, Some(status), &headers))?;
+        let chunk = match tokio::time::timeout(wait, resp.chunk()).await {
+            Err(_) => return Err(ended(&watch, why, Some(status), &headers)),
+            Ok(Ok(Some(chunk))) => chunk,
+            Ok(Ok(None)) if finished => break,
+            Ok(Ok(None)) => {
                 return Err(broke(
                     &headers,
                     "the stream closed before its finish".into(),
                 ))
             }
-            Some(Err(_)) if finished => break,
-            Some(Err(e)) => return Err(broke(&headers, format!("the stream broke: {e}"))),
-            Some(Ok(ev)) => ev,
+            Ok(Err(_)) if finished => break,
+            Ok(Err(e)) => {
+                let e = e.without_url();
+                return Err(broke(&headers, format!("the stream broke: {e}")));
+            }
         };
-        let calls_so_far = seen.calls.len() as u32;
-        for ev in parse_event(ep.wire, &event.event, &event.data, calls_so_far) {
-            match ev {
-                WireEvent::Delta(t) => {
-                    seen.visible = true;
-                    on_event(StreamEvent::Text(&t));
-                    seen.text.push_str(&t);
-                }
-                WireEvent::ToolCall {
-                    index,
-                    id,
-                    name,
-                    arguments,
-                } => {
-                    seen.visible = true;
-                    on_event(StreamEvent::ToolCall {
-                        index,
-                        id: id.as_deref(),
-                        name: name.as_deref(),
-                        arguments: &arguments,
-                    });
-                    match seen.calls.iter_mut().find(|c| c.index == index) {
-                        Some(call) => {
-                            call.id = call.id.take().or(id);
-                            if let Some(n) = name {
-                                call.name.push_str(&n);
-                            }
-                            call.arguments.push_str(&arguments);
+        watch.chunk(sw.elapsed());
+        if framer.feed(&chunk, &mut events).is_err() {
+            return Err(ended(&watch, Ended::EventTooLarge, Some(status), &headers));
+        }
+        for event in events.drain(..) {
+            let calls_so_far = seen.calls.len() as u32;
+            for ev in parse_event(ep.wire, &event.event, &event.data, calls_so_far) {
+                match ev {
+                    WireEvent::Delta(t) => {
+                        // Nothing past `max_stream_bytes` reaches the caller.
+                        if let Err(why) = watch.deliver(t.len()) {
+                            return Err(ended(&watch, why, Some(status), &headers));
                         }
-                        None => seen.calls.push(PendingCall {
+                        seen.visible = true;
+                        on_event(StreamEvent::Text(&t));
+                        seen.text.push_str(&t);
+                    }
+                    WireEvent::ToolCall {
+                        index,
+                        id,
+                        name,
+                        arguments,
+                    } => {
+                        let size = arguments.len() + name.as_ref().map_or(0, String::len);
+                        if let Err(why) = watch.deliver(size) {
+                            return Err(ended(&watch, why, Some(status), &headers));
+                        }
+                        seen.visible = true;
+                        on_event(StreamEvent::ToolCall {
                             index,
-                            id,
-                            name: name.unwrap_or_default(),
-                            arguments,
-                        }),
+                            id: id.as_deref(),
+                            name: name.as_deref(),
+                            arguments: &arguments,
+                        });
+                        match seen.calls.iter_mut().find(|c| c.index == index) {
+                            Some(call) => {
+                                call.id = call.id.take().or(id);
+                                if let Some(n) = name {
+                                    call.name.push_str(&n);
+                                }
+                                call.arguments.push_str(&arguments);
+                            }
+                            None => seen.calls.push(PendingCall {
+                                index,
+                                id,
+                                name: name.unwrap_or_default(),
+                                arguments,
+                            }),
+                        }
                     }
-                }
-                WireEvent::Finish(reason, u) => {
-                    finished = true;
-                    finish_reason = reason.or(finish_reason);
-                    if let Some(u) = u {
-                        usage = Some(merge_usage(usage, u));
+                    WireEvent::Finish(reason, u) => {
+                        finished = true;
+                        finish_reason = reason.or(finish_reason);
+                        if let Some(u) = u {
+                            usage = Some(merge_usage(usage, u));
+                        }
                     }
+                    WireEvent::Usage(u) => usage = Some(merge_usage(usage, u)),
+                    WireEvent::Model(m) => answering = Some(m),
+                    WireEvent::Terminator => finished = true,
+                    WireEvent::Error(fields) => {
+                        return Err(UpstreamFailure {
+                            status: Some(status),
+                            headers: headers.clone(),
+                            excerpt: fields.message.clone().unwrap_or_default(),
+                            error: Some(*fields),
+                            transport: None,
+                            malformed: None,
+                        })
+                    }
+                    WireEvent::Malformed(_) => skipped += 1,
                 }
-                WireEvent::Usage(u) => usage = Some(merge_usage(usage, u)),
-                WireEvent::Model(m) => answering = Some(m),
-                WireEvent::Terminator => finished = true,
-                WireEvent::Error(fields) => {
-                    return Err(UpstreamFailure {
-                        status: Some(status),
-                        headers: headers.clone(),
-                        excerpt: fields.message.clone().unwrap_or_default(),
-                        error: Some(*fields),
-                        transport: None,
-                        malformed: None,
-                    })
-                }
-                WireEvent::Malformed(_) => skipped += 1,
+            }
+            // A finish with its usage is a complete answer: finalise at once rather than
+            // wait for a terminator that may never come.
+            if finished
+                && (usage.is_some()
+                    || event.data.trim() == "[DONE]"
+                    || event.event == "message_stop")
+            {
+                break 'read;
             }
         }
-        // A finish with its usage is a complete answer: finalise at once rather than wait
-        // for a terminator that may never come.
-        if finished
-            && (usage.is_some() || event.data.trim() == "[DONE]" || event.event == "message_stop")
-        {
-            break;
-        }
+        // A busy peer must not starve the runtime's other tasks (and timers).
+        tokio::task::yield_now().await;
     }
     let tool_calls =
         finish_calls(std::mem::take(&mut seen.calls)).map_err(|why| broke(&headers, why))?;
@@ -548,6 +546,42 @@ async fn drive(
         headers,
         skipped_events: skipped,
     })
+}
+
+/// The endpoint's stream limits.
+pub fn limits_of(ep: &Endpoint) -> StreamLimits {
+    StreamLimits {
+        first_token_ms: ep.first_token_timeout_ms,
+        idle_ms: ep.stream_idle_ms,
+        stream_max_ms: ep.stream_max_ms,
+        max_stream_bytes: ep.max_stream_bytes,
+        max_event_bytes: ep.max_event_bytes,
+    }
+}
+
+/// The failure of a stream a limit ended, as spec/cli.md words it: `stream_interrupted`
+/// after the first visible token; before it, `timeout` for a deadline and
+/// `server_error` for a cap (the 200 carried no usable answer).
+fn ended(
+    watch: &StreamWatch,
+    why: Ended,
+    status: Option<u16>,
+    headers: &Headers,
+) -> UpstreamFailure {
+    let detail = why.detail(&watch.limits);
+    let transport = match why.verdict(watch.visible()) {
+        Verdict::Timeout => Some(Transport::Timeout),
+        Verdict::Interrupted => Some(Transport::StreamInterrupted),
+        Verdict::BrokenSuccess => None,
+    };
+    UpstreamFailure {
+        status,
+        headers: headers.clone(),
+        malformed: transport.is_none().then(|| detail.clone()),
+        excerpt: detail,
+        transport,
+        error: None,
+    }
 }
 
 #[cfg(test)]

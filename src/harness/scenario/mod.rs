@@ -148,6 +148,9 @@ impl Scenario {
                     format!("route `{}` appears twice in the chain", entry.route),
                 );
             }
+            if let Err((f, why)) = crate::limits::check_fields(&entry.settings().limit_fields()) {
+                return err(&format!("{field}.{f}"), why);
+            }
             let provider = entry.route.provider();
             if !provider
                 .bytes()
@@ -220,8 +223,18 @@ impl Scenario {
                     .at_field(field),
             )
         };
-        for r in self.state.keys() {
+        for (r, preset) in &self.state {
             known(r, format!("state.{r}"))?;
+            if let Preset::Cooling(ms) = preset {
+                if let Err(why) = crate::limits::check(crate::limits::Kind::Wait, *ms) {
+                    return err(&format!("state.{r}"), format!("`cooling {ms}`: {why}"));
+                }
+            }
+        }
+        if let Some(p) = &self.policy {
+            if let Err((f, why)) = crate::limits::check_fields(&crate::limits::policy_fields(p)) {
+                return err(&format!("policy.{f}"), why);
+            }
         }
         if let Some(list) = self
             .policy

@@ -1,0 +1,111 @@
+//! Errors reported inside a success: some providers answer a failed call with HTTP 200
+//! and an error object in the body. MiniMax puts a non-zero `base_resp.status_code` next
+//! to (usually) `choices: null`; Tencent Cloud APIs, Hunyuan's included, answer every
+//! processed request with 200 and put a failure in `Response.Error`. Read as a success,
+//! such a body would be an empty answer, or worse, a partial one.
+//!
+//! Pure: the wire calls `error_in_success` once, on every 2xx JSON body, before it
+//! parses the answer; the classifier then judges the returned fields by the dialect's
+//! code table, and the attempt keeps its HTTP status (200) in the record.
+
+use crate::dialect::Dialect;
+use crate::failure::ErrorFields;
+use serde_json::Value;
+
+/// The error a dialect reports inside a 2xx body, if any. `None` for a body with no such
+/// field, or one that says "no error" (`status_code: 0`).
+pub fn error_in_success(dialect: Dialect, body: &Value) -> Option<ErrorFields> {
+    match dialect {
+        Dialect::Minimax => minimax_base_resp(body),
+        Dialect::Hunyuan => tencent_response_error(body),
+        _ => None,
+    }
+}
+
+/// The same error shapes anywhere (a non-2xx body carries them too): the failure
+/// parser reads them when a body has no OpenAI-style `error` object.
+pub fn embedded_error(body: &Value) -> Option<ErrorFields> {
+    minimax_base_resp(body).or_else(|| tencent_response_error(body))
+}
+
+/// MiniMax `{"base_resp": {"status_code": 1008, "status_msg": "insufficient balance"}}`.
+fn minimax_base_resp(body: &Value) -> Option<ErrorFields> {
+    let base = body.get("base_resp")?.as_object()?;
+    let code = match base.get("status_code")? {
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.trim().to_string(),
+        _ => return None,
+    };
+    if code.is_empty() || code == "0" {
+        return None;
+    }
+    Some(ErrorFields {
+        code: Some(code),
+        message: base
+            .get("status_msg")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        ..Default::default()
+    })
+}
+
+/// Tencent Cloud API 3.0 `{"Response": {"Error": {"Code", "Message"}, "RequestId"}}`.
+fn tencent_response_error(body: &Value) -> Option<ErrorFields> {
+    let err = body.pointer("/Response/Error")?.as_object()?;
+    let code = err
+        .get("Code")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())?;
+    Some(ErrorFields {
+        code: Some(code.to_string()),
+        message: err
+            .get("Message")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn minimax_base_resp_is_an_error_only_when_non_zero() {
+        let spent = json!({"id":"x","choices":null,"base_resp":{"status_code":1008,"status_msg":"insufficient balance"}});
+        let f = error_in_success(Dialect::Minimax, &spent).unwrap();
+        assert_eq!(f.code.as_deref(), Some("1008"));
+        assert_eq!(f.message.as_deref(), Some("insufficient balance"));
+        let ok = json!({"choices":[{"message":{"content":"hi"}}],"base_resp":{"status_code":0,"status_msg":""}});
+        assert_eq!(error_in_success(Dialect::Minimax, &ok), None);
+        let as_text = json!({"base_resp":{"status_code":"1002"}});
+        assert_eq!(
+            error_in_success(Dialect::Minimax, &as_text).and_then(|f| f.code),
+            Some("1002".to_string())
+        );
+        for odd in [
+            json!({"base_resp": null}),
+            json!({"base_resp": {"status_code": null}}),
+            json!({"base_resp": "1008"}),
+            json!([1, 2]),
+        ] {
+            assert_eq!(error_in_success(Dialect::Minimax, &odd), None, "{odd}");
+        }
+    }
+
+    #[test]
+    fn only_the_dialect_that_defines_the_field_reads_it() {
+        let spent =
+            json!({"choices":[{"message":{"content":"hi"}}],"base_resp":{"status_code":1008}});
+        assert_eq!(error_in_success(Dialect::Openai, &spent), None);
+        assert_eq!(error_in_success(Dialect::Hunyuan, &spent), None);
+        let tencent = json!({"Response":{"Error":{"Code":"LimitExceeded","Message":"超过配额限制"},"RequestId":"r"}});
+        assert_eq!(
+            error_in_success(Dialect::Hunyuan, &tencent).and_then(|f| f.code),
+            Some("LimitExceeded".to_string())
+        );
+        assert_eq!(error_in_success(Dialect::Minimax, &tencent), None);
+        assert!(embedded_error(&tencent).is_some() && embedded_error(&spent).is_some());
+    }
+}
