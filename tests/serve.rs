@@ -1199,3 +1199,126 @@ async fn a_buffered_workflow_moves_a_stream_cut_mid_way_to_the_backup_unseen() {
         "{m}"
     );
 }
+
+#[tokio::test]
+async fn an_upstream_that_echoes_its_key_never_leaks_it_through_the_gateway() {
+    let echo_error = Reply::Status {
+        status: 400,
+        headers: vec![],
+        body: Body::Json(
+            json!({"error": {"message": format!("Incorrect API key provided: {UPSTREAM_KEY}."), "type": "invalid_request_error", "code": "context_length_exceeded"}}),
+        ),
+    };
+    let echo = format!("your key is {UPSTREAM_KEY}");
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![
+            ok(&echo),
+            echo_error,
+            stream(&["your key is ", UPSTREAM_KEY, " ok"], StreamEnd::Done, 0),
+        ],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &["--log-prompts"], &[]).await;
+    let client = reqwest::Client::new();
+    let mut seen = Vec::new();
+    for stream in [false, false, true] {
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .json(&chat_body("high", stream))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        seen.push((status, text));
+    }
+    assert_eq!(
+        seen.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        [200, 400, 200],
+        "{seen:?}"
+    );
+    for (_, text) in &seen {
+        assert!(!text.contains(UPSTREAM_KEY), "key leaked: {text}");
+    }
+    assert!(seen[0].1.contains("your key is ***"), "{}", seen[0].1);
+    assert!(
+        seen[1].1.contains("Incorrect API key provided"),
+        "{}",
+        seen[1].1
+    );
+    let (_, stderr) = gw.stop().await;
+    assert!(!stderr.contains(UPSTREAM_KEY), "key in the log: {stderr}");
+}
+
+#[tokio::test]
+async fn buffered_request_bodies_are_bounded_in_total_across_connections() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("hi")],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let flags = [
+        "--max-body-bytes",
+        "1000",
+        "--max-buffered-body-bytes",
+        "1000",
+    ];
+    let gw = start(&config, &flags, &[]).await;
+    let wait_for = |series: &'static str, value: f64| {
+        let gw = &gw;
+        async move {
+            tokio::time::timeout(DEADLINE, async {
+                while metric(&gw.metrics().await, series) != Some(value) {}
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{series} reaches {value}"))
+        }
+    };
+    // A holds 900 of the 1000 buffered bytes and does not finish its body.
+    let mut a = TcpStream::connect(gw.addr).await.unwrap();
+    a.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    a.write_all(&[b' '; 900]).await.unwrap();
+    a.flush().await.unwrap();
+    wait_for("poolctl_buffered_body_bytes", 900.0).await;
+    // B's 500 bytes do not fit beside A's 900: B waits.
+    let body = format!("{:<500}", chat_body("high", false).to_string());
+    let b = tokio::spawn(
+        reqwest::Client::new()
+            .post(gw.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send(),
+    );
+    wait_for("poolctl_body_waits_total", 1.0).await;
+    assert!(!b.is_finished(), "B is served only once A's bytes are free");
+    let held = metric(&gw.metrics().await, "poolctl_buffered_body_bytes").unwrap();
+    assert!(held <= 1000.0, "never past the budget: {held}");
+    // A goes away: its bytes are given back, and B is served.
+    drop(a);
+    let r = tokio::time::timeout(DEADLINE, b)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    wait_for("poolctl_buffered_body_bytes", 0.0).await;
+}

@@ -23,6 +23,9 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes (413 past it).
     #[arg(long, value_name = "BYTES", default_value_t = serve::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+    /// Request-body bytes buffered at once over all requests; past it, bodies wait.
+    #[arg(long, value_name = "BYTES", default_value_t = serve::DEFAULT_MAX_BUFFERED_BODY_BYTES)]
+    pub max_buffered_body_bytes: usize,
     /// How long a client may take to send its request head (408 past it).
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     pub header_timeout_ms: u64,
@@ -53,6 +56,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     let settings = Settings {
         listen: args.listen,
         max_body_bytes: args.max_body_bytes,
+        max_buffered_body_bytes: args.max_buffered_body_bytes,
         header_read_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
         body_read_timeout: Duration::from_millis(args.body_timeout_ms.max(1)),
         max_connections: args.max_connections.max(1),

@@ -4,6 +4,7 @@
 //! `x-should-retry: false`: the router already spent the request's recovery budget, and
 //! the official SDKs honour the header, so their retries never stack on the router's.
 
+use bytes::Bytes;
 use serde_json::json;
 
 /// Which API's shapes a response uses.
@@ -53,6 +54,18 @@ impl ApiError {
             }}),
         };
         serde_json::to_vec(&v).unwrap_or_default()
+    }
+}
+
+/// `body` with every key registered in `secret` masked; the same bytes, uncopied, when
+/// none occurs (nearly always). A body that is not UTF-8 is not one the gateway wrote.
+pub fn mask_body(body: Bytes) -> Bytes {
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return body;
+    };
+    match crate::secret::mask(text) {
+        std::borrow::Cow::Borrowed(_) => body,
+        std::borrow::Cow::Owned(masked) => Bytes::from(masked),
     }
 }
 

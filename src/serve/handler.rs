@@ -14,7 +14,7 @@ use crate::trace::Report;
 use crate::vocab::{Outcome, Route};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
@@ -24,8 +24,10 @@ use std::time::Duration;
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
+/// A whole response body, with every registered key masked: whatever an upstream echoed
+/// (a key quoted in an answer, an error, a tool call) never leaves the gateway.
 pub(super) fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).boxed_unsync()
+    Full::new(super::errors::mask_body(bytes.into())).boxed_unsync()
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -164,7 +166,15 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         (&Method::GET, "/readyz") => return readyz(&gw).await,
         (&Method::GET, "/metrics") => {
             let health = adapter::route_states(&gw.router, &gw.lineup.routes()).await;
-            let body = gw.metrics.render(&health);
+            let mut body = gw.metrics.render(&health);
+            body.push_str(&format!(
+                "# HELP poolctl_buffered_body_bytes Request-body bytes buffered now, over all requests.\n\
+                 # TYPE poolctl_buffered_body_bytes gauge\npoolctl_buffered_body_bytes {}\n\
+                 # HELP poolctl_body_waits_total Request bodies that waited for the buffered-body budget.\n\
+                 # TYPE poolctl_body_waits_total counter\npoolctl_body_waits_total {}\n",
+                gw.buffered_body_bytes(),
+                gw.metrics.body_waits()
+            ));
             let mut r = Response::new(full(body));
             r.headers_mut().insert(
                 CONTENT_TYPE,
@@ -224,7 +234,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         );
     }
     let (parts, body) = req.into_parts();
-    let body = match read_body(&gw, &parts.headers, body).await {
+    let (body, _body_permit) = match read_body(&gw, &parts.headers, body).await {
         Ok(b) => b,
         Err(e) => return error_response(&e, flavor),
     };
@@ -289,7 +299,16 @@ async fn readyz(gw: &Gateway) -> Response<Body> {
     }
 }
 
-async fn read_body(gw: &Gateway, headers: &HeaderMap, body: Incoming) -> Result<Bytes, ApiError> {
+/// Reads the whole body, at most `max_body_bytes` of it and within `body_read_timeout`.
+/// Its bytes are first taken from the gateway's budget of buffered body bytes (frame by
+/// frame, or all at once for a declared length), and the permit lives as long as the
+/// request: many clients sending large bodies at once wait their turn instead of taking
+/// the process's memory (issue 9, item 7).
+async fn read_body(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    mut body: Incoming,
+) -> Result<(Bytes, BodyPermit), ApiError> {
     let cap = gw.settings.max_body_bytes;
     let too_large = || {
         gw.metrics.rejected("body_too_large");
@@ -307,21 +326,37 @@ async fn read_body(gw: &Gateway, headers: &HeaderMap, body: Incoming) -> Result<
     if declared.is_some_and(|n| n > cap as u64) {
         return Err(too_large());
     }
-    let collect = Limited::new(body, cap).collect();
-    match tokio::time::timeout(gw.settings.body_read_timeout, collect).await {
-        Ok(Ok(c)) => Ok(c.to_bytes()),
-        Ok(Err(e))
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(too_large())
+    let budget = gw.body_budget.clone();
+    let read = async {
+        // Taken as bytes arrive, not for the declared length: a client that declares
+        // 10 MiB and sends nothing holds nothing.
+        let mut permit = BodyPermit::none();
+        let mut buf = bytes::BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                gw.metrics.rejected("bad_body");
+                ApiError::bad_request(format!("the request body could not be read: {e}"))
+            })?;
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers carry nothing a request needs
+            };
+            if buf.len() + data.len() > cap {
+                return Err(too_large());
+            }
+            if buf.len() + data.len() > permit.held {
+                permit
+                    .grow(&budget, buf.len() + data.len(), &gw.metrics)
+                    .await;
+            }
+            if buf.is_empty() && declared.is_some_and(|n| n as usize == data.len()) {
+                return Ok((data, permit)); // the whole body in one frame: no copy
+            }
+            buf.extend_from_slice(&data);
         }
-        Ok(Err(e)) => {
-            gw.metrics.rejected("bad_body");
-            Err(ApiError::bad_request(format!(
-                "the request body could not be read: {e}"
-            )))
-        }
+        Ok((buf.freeze(), permit))
+    };
+    match tokio::time::timeout(gw.settings.body_read_timeout, read).await {
+        Ok(r) => r,
         Err(_) => {
             gw.metrics.rejected("body_timeout");
             Err(ApiError::new(
@@ -333,6 +368,46 @@ async fn read_body(gw: &Gateway, headers: &HeaderMap, body: Incoming) -> Result<
                     gw.settings.body_read_timeout.as_millis()
                 ),
             ))
+        }
+    }
+}
+
+/// A request body's share of the gateway's buffered-body budget, one permit a byte.
+struct BodyPermit {
+    permits: Option<tokio::sync::OwnedSemaphorePermit>,
+    held: usize,
+}
+
+impl BodyPermit {
+    fn none() -> Self {
+        BodyPermit {
+            permits: None,
+            held: 0,
+        }
+    }
+
+    /// Holds `total` bytes of the budget in all (waiting for them to be free).
+    async fn grow(
+        &mut self,
+        budget: &Arc<tokio::sync::Semaphore>,
+        total: usize,
+        metrics: &super::metrics::Metrics,
+    ) {
+        let more = total.saturating_sub(self.held);
+        if more == 0 {
+            return;
+        }
+        let n = u32::try_from(more).unwrap_or(u32::MAX);
+        if budget.available_permits() < n as usize {
+            metrics.body_waited();
+        }
+        // The semaphore is never closed, so acquiring only waits.
+        if let Ok(p) = budget.clone().acquire_many_owned(n).await {
+            match &mut self.permits {
+                Some(held) => held.merge(p),
+                None => self.permits = Some(p),
+            }
+            self.held += n as usize;
         }
     }
 }

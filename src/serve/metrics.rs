@@ -59,6 +59,7 @@ pub struct Metrics {
     overhead_sum_ns: AtomicU64,
     disconnects: AtomicU64,
     in_flight: AtomicU64,
+    body_waits: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -70,6 +71,7 @@ impl Default for Metrics {
             overhead_sum_ns: AtomicU64::new(0),
             disconnects: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
+            body_waits: AtomicU64::new(0),
         }
     }
 }
@@ -114,6 +116,15 @@ impl Metrics {
     /// A request the gateway refused before routing (bad JSON, unknown model, ...).
     pub fn rejected(&self, why: &'static str) {
         *self.lock().rejected.entry(why).or_default() += 1;
+    }
+
+    /// A request body waited for room in the buffered-body budget.
+    pub fn body_waited(&self) {
+        self.body_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn body_waits(&self) -> u64 {
+        self.body_waits.load(Ordering::Relaxed)
     }
 
     pub fn disconnected(&self) {

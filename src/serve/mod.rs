@@ -25,6 +25,8 @@ use std::time::Duration;
 pub const TOKEN_ENV: &str = "POOLCTL_SERVE_TOKEN";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+/// Request-body bytes buffered at once over all requests, by default.
+pub const DEFAULT_MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 /// How the gateway runs: limits and deadlines on what clients may do.
 #[derive(Debug, Clone)]
@@ -32,6 +34,9 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// Request bodies larger than this are refused with 413.
     pub max_body_bytes: usize,
+    /// Request-body bytes held at once over all requests; past it, bodies wait. Never
+    /// below `max_body_bytes`, so one body of the largest size can always be read.
+    pub max_buffered_body_bytes: usize,
     /// A client that has not sent its whole request head by then is answered 408.
     pub header_read_timeout: Duration,
     /// A request body not fully received by then is answered 408.
@@ -50,6 +55,7 @@ impl Default for Settings {
         Settings {
             listen: DEFAULT_LISTEN.parse().expect("a valid literal address"),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_buffered_body_bytes: DEFAULT_MAX_BUFFERED_BODY_BYTES,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
             max_connections: 1024,
@@ -68,6 +74,9 @@ pub struct Gateway {
     pub settings: Settings,
     /// The upstream keys, only to mask them out of upstream messages.
     keys: Vec<Secret>,
+    /// One permit per request-body byte buffered now (`max_buffered_body_bytes`).
+    pub(crate) body_budget: std::sync::Arc<tokio::sync::Semaphore>,
+    body_budget_total: usize,
     next_id: AtomicU64,
     draining: AtomicBool,
 }
@@ -82,7 +91,14 @@ impl Gateway {
                 }
             }
         }
+        let budget = settings
+            .max_buffered_body_bytes
+            .max(settings.max_body_bytes)
+            .min(tokio::sync::Semaphore::MAX_PERMITS)
+            .min(u32::MAX as usize);
         Gateway {
+            body_budget: std::sync::Arc::new(tokio::sync::Semaphore::new(budget)),
+            body_budget_total: budget,
             lineup,
             router,
             metrics: metrics::Metrics::default(),
@@ -101,7 +117,13 @@ impl Gateway {
     /// `text` with every upstream key masked.
     pub fn mask(&self, text: &str) -> String {
         let keys: Vec<&str> = self.keys.iter().map(Secret::expose).collect();
-        errors::mask_keys(text, &keys)
+        errors::mask_keys(&crate::secret::mask(text), &keys)
+    }
+
+    /// Request-body bytes buffered now, over all requests.
+    pub fn buffered_body_bytes(&self) -> usize {
+        self.body_budget_total
+            .saturating_sub(self.body_budget.available_permits())
     }
 
     pub fn start_draining(&self) {

@@ -240,7 +240,10 @@ impl hyper::body::Body for SseBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         loop {
             return match self.driver.poll_msg(cx) {
-                Poll::Ready(Some(Msg::Bytes(b))) => Poll::Ready(Some(Ok(Frame::data(b)))),
+                Poll::Ready(Some(Msg::Bytes(b))) => {
+                    // Keys masked on every event, as on whole bodies (`handler::full`).
+                    Poll::Ready(Some(Ok(Frame::data(super::errors::mask_body(b)))))
+                }
                 Poll::Ready(Some(_)) => continue,
                 Poll::Ready(None) => Poll::Ready(None),
                 Poll::Pending => Poll::Pending,
