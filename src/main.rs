@@ -15,10 +15,11 @@ const CLOSED_PIPE: u8 = 141;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let cli::Command::Serve(args) = &cli.command {
+        builder.worker_threads(cli::serve::worker_threads(args));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             out::warn(&format!("error: cannot start the async runtime: {e}"));

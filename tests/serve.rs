@@ -1322,3 +1322,37 @@ async fn buffered_request_bodies_are_bounded_in_total_across_connections() {
     assert_eq!(r.status(), 200);
     wait_for("poolctl_buffered_body_bytes", 0.0).await;
 }
+
+#[tokio::test]
+async fn a_single_worker_gateway_serves_chat_and_streams() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("one"), stream(&["t", "wo"], StreamEnd::Done, 0)],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &["--workers", "1"], &[]).await;
+    let client = reqwest::Client::new();
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["choices"][0]["message"]["content"], "one");
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", true))
+        .send()
+        .await
+        .unwrap();
+    let text = r.text().await.unwrap();
+    assert!(text.contains("\"wo\"") && text.contains("[DONE]"), "{text}");
+}
