@@ -11,6 +11,7 @@ use crate::secret::Secret;
 use crate::vocab::{CallPath, Route};
 use crate::wire::Endpoint;
 use crate::yaml::{self, YamlError};
+use indexmap::IndexMap;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,8 +31,10 @@ pub const DEFAULT_STATE: &str = ".poolctl/state.db";
 pub struct PoolConfig {
     /// The file it came from: errors name it, and `state` is relative to it.
     pub file: PathBuf,
-    pub providers: BTreeMap<String, ProviderConfig>,
-    pub tiers: BTreeMap<String, Vec<TierEntry>>,
+    /// In config order, as every listing shows them.
+    pub providers: IndexMap<String, ProviderConfig>,
+    /// In config order; each tier's routes in chain order.
+    pub tiers: IndexMap<String, Vec<TierEntry>>,
     pub policies: BTreeMap<String, Policy>,
     /// Per-model facts (equivalence contracts and prices), by route.
     pub models: BTreeMap<Route, ModelFacts>,
@@ -49,6 +52,15 @@ crate::provider_settings! {
         pub base_url: String,
         pub api_key_env: String,
     }
+}
+
+/// What `PoolConfig::lint` found: the config as far as it parsed (None when nothing
+/// usable did), every problem, and the fields that only parsed with a stand-in value.
+#[derive(Debug)]
+pub struct Lint {
+    pub config: Option<PoolConfig>,
+    pub problems: Vec<YamlError>,
+    pub stand_ins: Vec<String>,
 }
 
 /// One route of a tier and the kind of call it serves.
@@ -72,16 +84,33 @@ pub enum ConfigError {
         name: String,
         nearest: Option<String>,
     },
-    #[error("unknown tier `{name}`{}", did_you_mean(.nearest))]
+    #[error("unknown tier `{name}`{}", suggest(.nearest, "tiers", .known))]
     UnknownTier {
         name: String,
         nearest: Option<String>,
+        /// Every tier, in config order, listed when none is near.
+        known: Vec<String>,
     },
-    #[error("unknown route `{route}`{}", did_you_mean(.nearest))]
+    #[error("unknown route `{route}`{}", suggest(.nearest, "routes", .known))]
     UnknownRoute {
         route: String,
         nearest: Option<String>,
+        known: Vec<String>,
     },
+}
+
+/// The nearest name when there is one, else the names to choose from (the first ten).
+pub fn suggest(nearest: &Option<String>, what: &str, known: &[String]) -> String {
+    if nearest.is_some() || known.is_empty() {
+        return did_you_mean(nearest);
+    }
+    let shown: Vec<String> = known.iter().take(10).map(|k| format!("`{k}`")).collect();
+    let more = if known.len() > 10 {
+        format!(" and {} more", known.len() - 10)
+    } else {
+        String::new()
+    };
+    format!("; the {what} are {}{more}", shown.join(", "))
 }
 
 fn did_you_mean(nearest: &Option<String>) -> String {
@@ -126,7 +155,59 @@ impl PoolConfig {
         Ok(config)
     }
 
+    /// `poolctl check`: every problem in `text` at once, field errors and semantic ones,
+    /// each with its line. `Err` only when `text` is not YAML at all.
+    pub fn lint(file: &Path, text: &str) -> Result<Lint, YamlError> {
+        let parsed = crate::problems::parse_all::<RawConfig>(file, text)?;
+        let mut problems = parsed.problems;
+        let config = parsed.value.map(|raw| PoolConfig {
+            file: file.to_path_buf(),
+            providers: raw.providers,
+            tiers: raw.tiers,
+            policies: raw.policies,
+            models: raw.models,
+            state: raw.state,
+        });
+        if let Some(config) = &config {
+            // A field that only parsed with a stand-in is already reported.
+            let stood_in = |field: &str| {
+                parsed
+                    .stand_ins
+                    .iter()
+                    .any(|s| field == s || field.starts_with(&format!("{s}.")))
+            };
+            // An empty tier because its only entry was bad is that entry's problem.
+            let inside = |field: &str| {
+                problems.iter().any(|p: &YamlError| {
+                    p.field.starts_with(&format!("{field}["))
+                        || p.field.starts_with(&format!("{field}."))
+                })
+            };
+            let semantic: Vec<YamlError> = config
+                .problems(text)
+                .into_iter()
+                .filter(|p| !stood_in(&p.field) && !inside(&p.field))
+                .collect();
+            problems.extend(semantic);
+        }
+        Ok(Lint {
+            config,
+            problems,
+            stand_ins: parsed.stand_ins,
+        })
+    }
+
+    /// Loading stops at the first problem; `check` wants them all.
     fn validate(&self, text: &str) -> Result<(), YamlError> {
+        match self.problems(text).into_iter().next() {
+            Some(first) => Err(first),
+            None => Ok(()),
+        }
+    }
+
+    /// Every semantic problem of a parsed config, in file order of sections.
+    fn problems(&self, text: &str) -> Vec<YamlError> {
+        let mut out = Vec::new();
         let invalid = |field: String, needles: &[&str], message: String| YamlError {
             file: self.file.clone(),
             line: line_of(text, needles),
@@ -146,12 +227,12 @@ impl PoolConfig {
                 )
             };
             if let Err(why) = check_url(&p.base_url) {
-                return Err(bad("base_url", why));
+                out.push(bad("base_url", why));
             }
             // A gateway key in `?key=` is a credential: masked wherever it is echoed.
             crate::secret::register_url_query(&p.base_url);
             if p.api_key_env.trim().is_empty() {
-                return Err(bad(
+                out.push(bad(
                     "api_key_env",
                     "name the variable that holds the key".into(),
                 ));
@@ -159,19 +240,20 @@ impl PoolConfig {
             // Out of range is refused, never wrapped: a cooldown of 2^64 - 1 ms would set
             // `until` in the past, a zero deadline fails every call before it starts.
             if let Err((f, why)) = limits::check_fields(&p.settings().limit_fields()) {
-                return Err(bad(f, why));
+                out.push(bad(f, why));
             }
         }
 
         if self.tiers.is_empty() {
             let msg = "define at least one tier".to_string();
-            return Err(invalid("tiers".into(), &["tiers:"], msg));
+            out.push(invalid("tiers".into(), &["tiers:"], msg));
         }
         for (tier, entries) in &self.tiers {
             let key = format!("{tier}:");
             if entries.is_empty() {
                 let msg = "a tier needs at least one route".to_string();
-                return Err(invalid(format!("tiers.{tier}"), &["tiers:", &key], msg));
+                out.push(invalid(format!("tiers.{tier}"), &["tiers:", &key], msg));
+                continue;
             }
             // Where each route was first seen: one pass, so a tier of 100,000 routes is
             // checked in milliseconds, not minutes.
@@ -184,14 +266,18 @@ impl PoolConfig {
                 if !self.providers.contains_key(provider) {
                     let msg = format!(
                         "route `{route}` names provider `{provider}`, which is not under `providers`{}",
-                        did_you_mean(&self.nearest_provider(provider))
+                        suggest(
+                            &self.nearest_provider(provider),
+                            "providers",
+                            &self.providers.keys().cloned().collect::<Vec<_>>()
+                        )
                     );
-                    return Err(invalid(field, &["tiers:", &key, route], msg));
+                    out.push(invalid(field.clone(), &["tiers:", &key, route], msg));
                 }
                 if let Some(&first) = first_at.get(&entry.route) {
                     let msg =
                         format!("route `{route}` appears twice in this tier (first at [{first}])");
-                    return Err(invalid(field, &["tiers:", &key, route, route], msg));
+                    out.push(invalid(field, &["tiers:", &key, route, route], msg));
                 }
                 first_at.insert(&entry.route, i);
             }
@@ -201,7 +287,7 @@ impl PoolConfig {
             let key = format!("{name}:");
             if let Err((f, why)) = limits::check_fields(&limits::policy_fields(policy)) {
                 let needle = format!("{f}:");
-                return Err(invalid(
+                out.push(invalid(
                     format!("policies.{name}.{f}"),
                     &["policies:", &key, &needle],
                     why,
@@ -222,7 +308,8 @@ impl PoolConfig {
                             did_you_mean(&self.nearest_tier(tier))
                         );
                         let field = format!("policies.{name}.tier");
-                        return Err(invalid(field, &["policies:", &key, "tier:"], msg));
+                        out.push(invalid(field, &["policies:", &key, "tier:"], msg));
+                        continue;
                     }
                 },
             };
@@ -233,7 +320,7 @@ impl PoolConfig {
                         did_you_mean(&nearest_route(route.as_str(), &allowed))
                     );
                     let field = format!("policies.{name}.fallback_routes[{i}]");
-                    return Err(invalid(field, &["policies:", &key, route.as_str()], msg));
+                    out.push(invalid(field, &["policies:", &key, route.as_str()], msg));
                 }
             }
         }
@@ -245,14 +332,14 @@ impl PoolConfig {
                     "route `{route}` is in no tier{}",
                     did_you_mean(&nearest_route(route.as_str(), &all))
                 );
-                return Err(invalid(
+                out.push(invalid(
                     format!("models.{route}"),
                     &["models:", route.as_str()],
                     msg,
                 ));
             }
         }
-        Ok(())
+        out
     }
 
     fn provider(&self, name: &str) -> Result<&ProviderConfig, ConfigError> {
@@ -307,6 +394,7 @@ impl PoolConfig {
             .ok_or_else(|| ConfigError::UnknownTier {
                 name: name.to_string(),
                 nearest: self.nearest_tier(name),
+                known: self.tiers.keys().cloned().collect(),
             })
     }
 
@@ -370,10 +458,16 @@ impl PoolConfig {
         }
     }
 
-    /// Every route of every tier, once each, sorted.
+    /// Every route of every tier, once each, in config order (chain order within a tier).
     pub fn route_names(&self) -> Vec<Route> {
-        let set: BTreeSet<&Route> = self.tiers.values().flatten().map(|e| &e.route).collect();
-        set.into_iter().cloned().collect()
+        let mut seen: BTreeSet<&Route> = BTreeSet::new();
+        self.tiers
+            .values()
+            .flatten()
+            .map(|e| &e.route)
+            .filter(|r| seen.insert(r))
+            .cloned()
+            .collect()
     }
 
     /// `s` as a route of some tier (`retire`, `restore`, `walk --retire` take these).
@@ -386,6 +480,7 @@ impl PoolConfig {
             .ok_or_else(|| ConfigError::UnknownRoute {
                 route: s.to_string(),
                 nearest: nearest_route(s, &routes),
+                known: routes.iter().map(|r| r.to_string()).collect(),
             })
     }
 
@@ -408,7 +503,8 @@ impl ProviderConfig {
 /// and the policy cards.
 #[derive(Debug, Clone)]
 pub struct Pool {
-    tiers: BTreeMap<String, Result<Tier, String>>,
+    /// In config order.
+    tiers: IndexMap<String, Result<Tier, String>>,
     pub policies: BTreeMap<String, Policy>,
 }
 
@@ -422,7 +518,7 @@ impl Pool {
         }
     }
 
-    /// The names of every tier, sorted.
+    /// The names of every tier, in config order.
     pub fn tier_names(&self) -> impl Iterator<Item = &str> {
         self.tiers.keys().map(String::as_str)
     }
@@ -435,8 +531,8 @@ impl Pool {
     expecting = "a pool config: a map with `providers` and `tiers`"
 )]
 struct RawConfig {
-    providers: BTreeMap<String, ProviderConfig>,
-    tiers: BTreeMap<String, Vec<TierEntry>>,
+    providers: IndexMap<String, ProviderConfig>,
+    tiers: IndexMap<String, Vec<TierEntry>>,
     #[serde(default)]
     policies: BTreeMap<String, Policy>,
     #[serde(default)]

@@ -24,6 +24,7 @@ pub mod limits;
 pub mod outcome;
 pub mod policy;
 pub mod probe;
+pub mod problems;
 pub mod request;
 pub mod route;
 pub mod router;

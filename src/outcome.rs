@@ -67,7 +67,16 @@ pub fn failure_reason(
         .iter()
         .filter(|(why, _)| matches!(why, SkipWhy::Cooling | SkipWhy::Retired))
         .collect();
-    if !health_skips.is_empty() && health_skips.into_iter().all(capacity_skip) {
+    // Every route retired for a bad key: the request failed for auth, as it would have
+    // had each been called.
+    let auth_skip = |(why, cause): &&(SkipWhy, Option<&str>)| {
+        *why == SkipWhy::Retired && matches!(cause, Some("auth"))
+    };
+    if health_skips.is_empty() {
+        Reason::Error
+    } else if health_skips.iter().all(auth_skip) {
+        Reason::Auth
+    } else if health_skips.into_iter().all(capacity_skip) {
         Reason::Capacity
     } else {
         Reason::Error
@@ -156,6 +165,15 @@ mod tests {
             Reason::Error
         );
         assert_eq!(reason(&[(c, Some("server_error"))]), Reason::Error);
+        assert_eq!(
+            reason(&[(r, Some("auth")), (r, Some("auth"))]),
+            Reason::Auth,
+            "every route retired for a bad key fails for auth"
+        );
+        assert_eq!(
+            reason(&[(r, Some("auth")), (r, Some("quota"))]),
+            Reason::Error
+        );
         assert_eq!(reason(&[(SkipWhy::Unapproved, None)]), Reason::Error);
         assert_eq!(reason(&[]), Reason::Error);
     }

@@ -139,12 +139,53 @@ impl Class {
 }
 
 /// A route: one `provider/model` pair, split on the first `/`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Route {
     // Shared, because routes are cloned into every attempt record, skip and map key.
     full: std::sync::Arc<str>,
     split: usize,
+    /// The first 8 bytes of `full`, big-endian, zero-padded: routes are map keys looked
+    /// up several times per attempt, and most comparisons are decided here without a
+    /// string compare. Ordering by it first keeps the plain string order.
+    head: u64,
+}
+
+fn head_of(s: &str) -> u64 {
+    let mut b = [0u8; 8];
+    let n = s.len().min(8);
+    b[..n].copy_from_slice(&s.as_bytes()[..n]);
+    u64::from_be_bytes(b)
+}
+
+impl PartialEq for Route {
+    fn eq(&self, other: &Self) -> bool {
+        self.head == other.head && self.full == other.full
+    }
+}
+
+impl Eq for Route {}
+
+impl std::hash::Hash for Route {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // `head` and `split` follow from the string: equal routes hash alike.
+        self.full.hash(state);
+    }
+}
+
+impl PartialOrd for Route {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Route {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Zero-padded big-endian heads order as the strings do; equal heads need the rest.
+        self.head
+            .cmp(&other.head)
+            .then_with(|| self.full.cmp(&other.full))
+    }
 }
 
 impl Route {
@@ -153,6 +194,7 @@ impl Route {
             Some(i) if i > 0 && i + 1 < s.len() => Ok(Route {
                 full: s.into(),
                 split: i,
+                head: head_of(s),
             }),
             _ => Err(format!(
                 "route `{s}` is not `provider/model` (expected a provider, a `/`, and a model)"
@@ -192,6 +234,33 @@ impl fmt::Display for Route {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn routes_order_as_their_strings() {
+        let words = [
+            "a/b",
+            "a/b\u{0}",
+            "a/bc",
+            "ab/c",
+            "p1/model-1",
+            "p1/model-10",
+            "p10/m",
+            "p2/m",
+            "prov/x",
+            "provider/a",
+            "provider/b",
+            "providerz/a",
+            "é/x",
+            "z/z",
+        ];
+        for x in words {
+            for y in words {
+                let (rx, ry) = (Route::parse(x).unwrap(), Route::parse(y).unwrap());
+                assert_eq!(rx.cmp(&ry), x.cmp(y), "{x} vs {y}");
+                assert_eq!(rx == ry, x == y, "{x} vs {y}");
+            }
+        }
+    }
 
     #[test]
     fn route_splits_on_first_slash() {

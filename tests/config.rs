@@ -85,11 +85,12 @@ fn the_cli_md_example_parses() {
     assert_eq!(card.max_total_attempts, Some(3));
     assert_eq!(card.max_elapsed_ms, 9_000);
     assert_eq!(c.state.as_deref(), Some(Path::new(".poolctl/state.db")));
+    // Config order, which within a tier is chain order: never alphabetical.
     assert_eq!(
         c.route_names(),
         vec![
-            route("dashscope/qwen-flash-2025-07-28"),
             route("dashscope/qwen3.8-max"),
+            route("dashscope/qwen-flash-2025-07-28"),
             route("openai/text-embedding-3-small"),
         ]
     );
@@ -486,7 +487,9 @@ fn check_knows_every_dialect_by_name_and_by_host() {
     let f = poolctl::cli::check::findings(&c, &|_| Some("set".to_string()));
     assert!(f.errors.is_empty(), "{:?}", f.errors);
     assert!(
-        !f.warnings.iter().any(|w| w.contains("cannot be inferred")),
+        !f.warnings
+            .iter()
+            .any(|w| w.message.contains("cannot be inferred")),
         "{:?}",
         f.warnings
     );

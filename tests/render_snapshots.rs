@@ -1,6 +1,9 @@
-//! Snapshots of what people read: the chaos, probe, walk and status renderings, with
-//! table widths fixed and times redacted so the snapshots hold on any machine.
+//! Snapshots of what people read: the chaos, probe, walk and status renderings at 80
+//! and 200 columns and with no terminal (the fixed default width), times redacted so the
+//! snapshots hold on any machine. In each: every identifier whole, no line wider than
+//! the width.
 
+use poolctl::cli::look::{self, strip_ansi, Look};
 use poolctl::cli::probe::TierProbe;
 use poolctl::cli::render;
 use poolctl::harness::compare::{HealthView, Mismatch};
@@ -84,8 +87,33 @@ fn retired(reason: &str) -> Option<HealthChange> {
     })
 }
 
-#[test]
-fn chaos_table_and_diff() {
+/// 80 and 200 columns, and what a pipe or CI log gets (no terminal, no `$COLUMNS`).
+fn widths() -> [(&'static str, usize); 3] {
+    [
+        ("80", 80),
+        ("200", 200),
+        ("no_terminal", look::width_from(None, None)),
+    ]
+}
+
+/// No line wider than `width`, and every identifier printed whole on one line.
+fn assert_fits(text: &str, width: usize, identifiers: &[&str]) {
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= width,
+            "line of {} > {width} columns: {line:?}\n{text}",
+            line.chars().count()
+        );
+    }
+    for id in identifiers {
+        assert!(
+            text.lines().any(|l| l.contains(id)),
+            "`{id}` is not whole on one line at {width} columns:\n{text}"
+        );
+    }
+}
+
+fn chaos_runs() -> Vec<ScenarioRun> {
     let passed = ScenarioRun {
         file: "scenarios/model-not-exist.yaml".into(),
         name: "model-not-exist-mid-chain-falls-through".into(),
@@ -119,6 +147,40 @@ fn chaos_table_and_diff() {
             mismatches: vec![],
         }],
         wall_ms: 3.2,
+        error: None,
+    };
+    // A long chain: its attempts go on continuation lines, never one 1,700-column row.
+    let long_chain: Vec<AttemptRecord> = (1..=9)
+        .map(|i| {
+            attempt(
+                i,
+                "dashscope/qwen3.8-max",
+                Some(403),
+                Class::QuotaExhausted,
+                Action::Fallback,
+                retired("quota"),
+            )
+        })
+        .chain([attempt(
+            10,
+            "dashscope/qwen-flash-2025-07-28",
+            Some(200),
+            Class::Ok,
+            Action::Done,
+            None,
+        )])
+        .collect();
+    let long = ScenarioRun {
+        file: "scenarios/ten.yaml".into(),
+        name: "ten-model-chain-walks-to-last-with-primary-retired".into(),
+        passed: true,
+        requests: vec![RequestRun {
+            report: report(Outcome::Success, None, long_chain, vec![]),
+            health: BTreeMap::new(),
+            upstream_calls: BTreeMap::new(),
+            mismatches: vec![],
+        }],
+        wall_ms: 12.0,
         error: None,
     };
     let failed = ScenarioRun {
@@ -157,20 +219,60 @@ fn chaos_table_and_diff() {
         wall_ms: 1.0,
         error: None,
     };
-    let runs = [passed, failed];
-    let text = format!(
+    vec![passed, long, failed]
+}
+
+fn chaos_text(runs: &[ScenarioRun], look: &Look) -> String {
+    format!(
         "{}{}{}",
-        render::chaos_table(&runs, Some(110)),
-        render::chaos_failures(&runs),
-        render::chaos_summary(&runs)
-    );
-    redact().bind(|| insta::assert_snapshot!(text));
+        render::chaos_results(runs, look),
+        render::chaos_failures(runs, look),
+        render::chaos_summary(runs, look)
+    )
 }
 
 #[test]
-fn probe_tier_with_a_dead_tail() {
+fn chaos_results_at_80_200_and_no_terminal() {
+    let runs = chaos_runs();
+    for (name, w) in widths() {
+        let text = chaos_text(&runs, &Look::plain(w));
+        assert_fits(
+            &text,
+            w,
+            &[
+                "model-not-exist-mid-chain-falls-through",
+                "ten-model-chain-walks-to-last-with-primary-retired",
+                "model_unavailable→fallback",
+                "quota_exhausted→fail_closed",
+            ],
+        );
+        // A failure is found by the start of its line.
+        assert!(text
+            .lines()
+            .any(|l| l.starts_with("FAIL  a-wrong-expectation")));
+        redact().bind(|| insta::assert_snapshot!(format!("chaos_{name}"), text));
+    }
+}
+
+#[test]
+fn colour_marks_fail_and_strips_back_to_the_plain_text() {
+    let runs = chaos_runs();
+    let plain = chaos_text(&runs, &Look::plain(100));
+    let colour = chaos_text(
+        &runs,
+        &Look {
+            width: 100,
+            color: true,
+        },
+    );
+    assert!(colour.contains("\x1b[1;31mFAIL\x1b[0m"), "{colour:?}");
+    assert!(!plain.contains('\x1b'));
+    assert_eq!(strip_ansi(&colour), plain);
+}
+
+fn probe_tiers() -> (TierProbe, TierProbe) {
     let live = ProbeResult {
-        route: route("dashscope/qwen-flash"),
+        route: route("dashscope/qwen-flash-2025-07-28"),
         status: Some(200),
         class: Class::Ok,
         latency_ms: 180,
@@ -186,14 +288,14 @@ fn probe_tier_with_a_dead_tail() {
         transition: None,
     };
     let dead = ProbeResult {
-        route: route("dashscope/qwen3.8-max"),
+        route: route("dashscope/free-tier403-qwen3-max"),
         status: Some(403),
         class: Class::QuotaExhausted,
         latency_ms: 212,
-        retry_after_ms: None,
+        retry_after_ms: Some(3_600_000),
         request_id: None,
         headroom: None,
-        detail: Some("The free tier of the model has been exhausted.".into()),
+        detail: Some("The free tier of the model has been exhausted. If you wish to continue access the model on a paid basis, please disable the free tier only mode in the management console.".into()),
         transition: None,
     };
     let t = TierProbe {
@@ -202,18 +304,42 @@ fn probe_tier_with_a_dead_tail() {
         first_live: Some(live.route.clone()),
         routes: vec![live, dead],
     };
-    redact().bind(|| insta::assert_snapshot!(render::probe_tier(&t, Some(140))));
     let none = TierProbe {
         tier: "empty".into(),
         live: 0,
         first_live: None,
         routes: vec![t.routes[1].clone()],
     };
-    redact().bind(|| insta::assert_snapshot!(render::probe_tier(&none, Some(140))));
+    (t, none)
 }
 
 #[test]
-fn walk_steps_and_outcome() {
+fn probe_tier_with_a_dead_tail_at_80_200_and_no_terminal() {
+    let (t, none) = probe_tiers();
+    for (name, w) in widths() {
+        let look = Look::plain(w);
+        let text = format!(
+            "{}{}",
+            render::probe_tier(&t, &look),
+            render::probe_tier(&none, &look)
+        );
+        assert_fits(
+            &text,
+            w,
+            &[
+                "dashscope/qwen-flash-2025-07-28",
+                "dashscope/free-tier403-qwen3-max",
+                "quota_exhausted",
+                "headroom",
+            ],
+        );
+        assert!(text.contains("dead tail"), "{text}");
+        assert!(text.contains("has NO live route"), "{text}");
+        redact().bind(|| insta::assert_snapshot!(format!("probe_{name}"), text));
+    }
+}
+
+fn walk_lines(look: &Look) -> String {
     let skip = Skip {
         route: route("agnes/agnes-2.5-flash"),
         why: SkipWhy::Retired,
@@ -251,25 +377,84 @@ fn walk_steps_and_outcome() {
         Action::Done,
         None,
     );
-    let lines = [
-        render::walk_step(Step::Skipped(&skip)),
-        render::walk_step(Step::Attempt(&a1)),
-        render::walk_step(Step::Attempt(&a2)),
-        render::walk_step(Step::Attempt(&a3)),
-        render::walk_outcome(&report(Outcome::Success, None, vec![a3.clone()], vec![])),
-        render::walk_outcome(&report(
-            Outcome::Failed,
-            Some(Reason::Error),
-            vec![a1.clone()],
-            vec![],
-        )),
+    let rw = render::walk_route_width([&skip.route, &a1.route, &a2.route, &a3.route]);
+    let all_skipped = vec![
+        Skip {
+            route: route("dashscope/qwen3.8-max"),
+            why: SkipWhy::Retired,
+            cause: Some("quota".into()),
+        },
+        Skip {
+            route: route("dashscope/qwen3.6-max-preview"),
+            why: SkipWhy::Retired,
+            cause: Some("model_unavailable".into()),
+        },
+        Skip {
+            route: route("deepseek/deepseek-chat"),
+            why: SkipWhy::Cooling,
+            cause: Some("rate_limited".into()),
+        },
+    ];
+    [
+        render::walk_step(Step::Skipped(&skip), rw, look),
+        render::walk_step(Step::Attempt(&a1), rw, look),
+        render::walk_step(Step::Attempt(&a2), rw, look),
+        render::walk_step(Step::Attempt(&a3), rw, look),
+        render::walk_outcome(
+            &report(Outcome::Success, None, vec![a3.clone()], vec![]),
+            look,
+        ),
+        render::walk_outcome(
+            &report(
+                Outcome::Failed,
+                Some(Reason::Error),
+                vec![a1.clone()],
+                vec![],
+            ),
+            look,
+        ),
+        render::walk_outcome(
+            &report(Outcome::Failed, Some(Reason::Error), vec![], all_skipped),
+            look,
+        ),
     ]
-    .join("\n");
-    redact().bind(|| insta::assert_snapshot!(lines));
+    .join("\n")
 }
 
 #[test]
-fn status_table_and_json() {
+fn walk_steps_and_outcome_at_80_200_and_no_terminal() {
+    for (name, w) in widths() {
+        let text = walk_lines(&Look::plain(w));
+        assert_fits(
+            &text,
+            w,
+            &[
+                "skip  agnes/agnes-2.5-flash",
+                "dashscope/qwen-flash-2025-07-28",
+                "quota_exhausted → fallback",
+                "rate_limited → retry",
+                "2026-01-01T00:00:20Z",
+            ],
+        );
+        redact().bind(|| insta::assert_snapshot!(format!("walk_{name}"), text));
+    }
+}
+
+#[test]
+fn a_walk_that_called_nothing_says_so_and_why() {
+    let text = walk_lines(&Look::plain(200));
+    let at = text.find("no route was called").expect("a closing line");
+    let last = text[at..].replace('\n', " ");
+    assert!(
+        last.starts_with("no route was called: all 3 routes were skipped: 2 retired"),
+        "{last}"
+    );
+    assert!(last.contains("1 cooling (rate_limited)"), "{last}");
+    assert!(last.contains("poolctl restore ROUTE"), "{last}");
+}
+
+#[test]
+fn status_table_at_80_200_and_no_terminal_and_json() {
     let now = 1_767_225_600_000; // 2026-01-01T00:00:00Z
     let rows = vec![
         (
@@ -287,14 +472,33 @@ fn status_table_and_json() {
             },
         ),
         (
-            route("b/retired"),
+            route("dashscope/free-tier403-qwen3-max"),
             Health::Retired {
                 reason: "quota".into(),
             },
         ),
+        (
+            route("b/retired"),
+            Health::Retired {
+                reason: "incident 42: the provider's free tier ran out during the launch; restore once billing is fixed".into(),
+            },
+        ),
         (route("c/ready"), Health::Ready),
     ];
-    insta::assert_snapshot!(render::status_table(&rows, now, Some(100)));
+    for (name, w) in widths() {
+        let text = render::status_table(&rows, now, &Look::plain(w));
+        assert_fits(
+            &text,
+            w,
+            &[
+                "dashscope/free-tier403-qwen3-max",
+                "2026-01-01T00:00:20Z",
+                "retired",
+                "cooling",
+            ],
+        );
+        insta::assert_snapshot!(format!("status_{name}"), text);
+    }
     let v: serde_json::Value = serde_json::from_str(&render::status_json(&rows, now)).unwrap();
     insta::assert_json_snapshot!(v);
 }

@@ -1230,9 +1230,11 @@ async fn an_upstream_that_echoes_its_key_never_leaks_it_through_the_gateway() {
     let client = reqwest::Client::new();
     let mut seen = Vec::new();
     for stream in [false, false, true] {
+        // The logged prompt carries the key too (`--log-prompts`): masked in the log.
+        let body = json!({"model": "high", "stream": stream, "messages": [{"role": "user", "content": format!("PROMPT {UPSTREAM_KEY}")}]});
         let r = client
             .post(gw.url("/v1/chat/completions"))
-            .json(&chat_body("high", stream))
+            .json(&body)
             .send()
             .await
             .unwrap();
@@ -1256,6 +1258,10 @@ async fn an_upstream_that_echoes_its_key_never_leaks_it_through_the_gateway() {
     );
     let (_, stderr) = gw.stop().await;
     assert!(!stderr.contains(UPSTREAM_KEY), "key in the log: {stderr}");
+    assert!(
+        stderr.contains("PROMPT ***"),
+        "the prompt is logged, masked: {stderr}"
+    );
 }
 
 #[tokio::test]

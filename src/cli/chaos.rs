@@ -2,9 +2,10 @@
 //! them against loopback mocks with the production router, print the verdicts.
 
 use super::exit::Exit;
+use super::look::Look;
 use super::{out, render};
 use crate::harness::runner::ScenarioRun;
-use crate::harness::scenario::Scenario;
+use crate::harness::scenario::{discover, Scenario};
 use crate::harness::suite::{load_all, run_all};
 use clap::Args;
 use std::io::IsTerminal;
@@ -21,11 +22,12 @@ pub struct ChaosArgs {
     /// Also write JUnit XML to FILE, for CI systems.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Run only scenarios whose name contains TEXT.
+    /// Run only scenarios whose name contains TEXT, ignoring case.
     #[arg(long, value_name = "TEXT")]
     pub filter: Option<String>,
-    /// Scenarios run at once (each has its own mocks, clock and health).
-    #[arg(long, value_name = "N", default_value_t = default_jobs())]
+    /// Scenarios run at once (each has its own mocks, clock and health); 1 to 1024.
+    #[arg(long, value_name = "N", default_value_t = default_jobs(),
+          value_parser = super::positive::<1024>)]
     pub jobs: usize,
 }
 
@@ -35,7 +37,29 @@ fn default_jobs() -> usize {
         .unwrap_or(1)
 }
 
-pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
+pub async fn run(args: ChaosArgs, look: &Look) -> anyhow::Result<Exit> {
+    // A report that cannot be written is found now, not after every scenario has run.
+    if let Some(path) = &args.junit {
+        if let Err(why) = junit_writable(path) {
+            out::warn(&format!("error: --junit {}: {why}", path.display()));
+            return Ok(Exit::Usage);
+        }
+    }
+    match discover(&args.paths) {
+        Ok(files) if files.is_empty() => {
+            let shown: Vec<String> = args.paths.iter().map(|p| p.display().to_string()).collect();
+            out::warn(&format!(
+                "error: no scenario files (*.yaml, *.yml) found in {}",
+                shown.join(", ")
+            ));
+            return Ok(Exit::Usage);
+        }
+        Ok(_) => {}
+        Err(e) => {
+            out::warn(&format!("error: {e}"));
+            return Ok(Exit::Usage);
+        }
+    }
     let scenarios = match load_all(&args.paths) {
         Ok(s) => s,
         Err(errors) => {
@@ -49,12 +73,13 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
             return Ok(Exit::Usage);
         }
     };
+    let wanted = args.filter.as_ref().map(|f| f.to_lowercase());
     let selected: Vec<Scenario> = scenarios
         .into_iter()
         .filter(|s| {
-            args.filter
+            wanted
                 .as_ref()
-                .is_none_or(|f| s.name.contains(f.as_str()))
+                .is_none_or(|f| s.name.to_lowercase().contains(f.as_str()))
         })
         .collect();
     if selected.is_empty() {
@@ -92,9 +117,9 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
         }
         out::print(&text)?;
     } else {
-        out::print(&render::chaos_table(&runs, None))?;
-        out::print(&render::chaos_failures(&runs))?;
-        out::line(&render::chaos_summary(&runs))?;
+        out::print(&render::chaos_results(&runs, look))?;
+        out::print(&render::chaos_failures(&runs, look))?;
+        out::line(&render::chaos_summary(&runs, look))?;
     }
     if let Some(path) = &args.junit {
         std::fs::write(path, render::chaos_junit(&runs))
@@ -105,4 +130,20 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Failed
     })
+}
+
+/// Whether a JUnit report can be written at `path`: its directory exists and it is not
+/// itself a directory.
+fn junit_writable(path: &std::path::Path) -> Result<(), String> {
+    if path.is_dir() {
+        return Err("is a directory; name a file".into());
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(format!("directory {} does not exist", dir.display()));
+    }
+    Ok(())
 }

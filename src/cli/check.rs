@@ -1,47 +1,269 @@
-//! `poolctl check`: validate a pool config before anything runs — syntax, unknown
-//! fields, duplicate routes and unknown providers (all caught by loading), plus key
-//! variables that are not set (named, never printed) and dialects that cannot be
-//! inferred.
+//! `poolctl check`: validate a pool config before anything runs, and report every
+//! problem in one run — unknown fields, bad values, duplicate routes, unknown providers,
+//! key variables that are not set (named, never printed) — each with its line, plus
+//! warnings (dialects that cannot be inferred, backups that cannot serve what their
+//! primary serves, providers no tier uses).
+//!
+//! Exit (spec/cli.md, "`check --json`"): 0 no problem; 1 problems in a file that is
+//! valid YAML; 2 only when the file cannot be read or is not YAML. `--json` always
+//! prints one JSON document, whatever the problems.
 
-use super::context::{env_key, load_config};
+use super::context::{env_key, missing_hint};
 use super::exit::Exit;
 use super::{out, ConfigArg};
-use crate::config::DialectSource;
+use crate::config::{locate, DialectSource, PoolConfig, CONFIG_ENV};
+use crate::problems;
+use crate::yaml::YamlError;
 use clap::Args;
 use serde::Serialize;
+use serde_path_to_error::Segment;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     #[command(flatten)]
     pub config: ConfigArg,
-    /// Print JSON: {file, ok, errors:[..], warnings:[..]}.
+    /// Print one JSON document: {file, ok, errors:[..], warnings:[..]}, each entry
+    /// {file, line, field, message, suggestion}.
     #[arg(long)]
     pub json: bool,
 }
 
-#[derive(Debug, Default, Serialize)]
-pub struct Findings {
-    pub errors: Vec<String>,
-    pub warnings: Vec<String>,
+/// One problem or warning, as `check --json` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub file: PathBuf,
+    /// 1-based; null when the finding is about the whole file.
+    pub line: Option<usize>,
+    /// The field path (`providers.openai.timeout_ms`, `tiers.high[2]`); empty for the
+    /// whole file.
+    pub field: String,
+    pub message: String,
+    /// The nearest valid name, for a typo.
+    pub suggestion: Option<String>,
 }
 
-pub fn findings(
-    config: &crate::config::PoolConfig,
+impl Finding {
+    fn from_yaml(e: &YamlError) -> Finding {
+        Finding {
+            file: e.file.clone(),
+            line: e.line,
+            field: if e.field == "." {
+                String::new()
+            } else {
+                e.field.clone()
+            },
+            message: e.message.clone(),
+            suggestion: suggestion_in(&e.message),
+        }
+    }
+
+    fn as_yaml(&self) -> YamlError {
+        YamlError {
+            file: self.file.clone(),
+            line: self.line,
+            column: None,
+            field: self.field.clone(),
+            message: self.message.clone(),
+        }
+    }
+}
+
+/// The name in "…; did you mean `x`?".
+fn suggestion_in(message: &str) -> Option<String> {
+    let (_, rest) = message.rsplit_once("did you mean `")?;
+    rest.split_once('`').map(|(name, _)| name.to_string())
+}
+
+/// Everything `check` found in one file.
+#[derive(Debug, Default, Serialize)]
+pub struct Findings {
+    pub errors: Vec<Finding>,
+    pub warnings: Vec<Finding>,
+}
+
+/// What one run of `check` found, and whether the file could be read as YAML at all.
+#[derive(Debug)]
+pub struct Report {
+    pub file: PathBuf,
+    pub findings: Findings,
+    /// Unreadable or not YAML: exit 2.
+    pub unloadable: bool,
+    pub config: Option<PoolConfig>,
+}
+
+impl Report {
+    pub fn exit(&self) -> Exit {
+        if self.unloadable {
+            Exit::Usage
+        } else if self.findings.errors.is_empty() {
+            Exit::Ok
+        } else {
+            Exit::Failed
+        }
+    }
+
+    pub fn json(&self) -> String {
+        serde_json::json!({
+            "file": self.file,
+            "ok": self.findings.errors.is_empty() && !self.unloadable,
+            "errors": self.findings.errors,
+            "warnings": self.findings.warnings,
+        })
+        .to_string()
+    }
+
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for e in &self.findings.errors {
+            out.push_str(&format!("error: {}\n", e.as_yaml()));
+        }
+        for w in &self.findings.warnings {
+            out.push_str(&format!("warning: {}\n", w.as_yaml()));
+        }
+        let (e, w) = (self.findings.errors.len(), self.findings.warnings.len());
+        match &self.config {
+            Some(config) => out.push_str(&format!(
+                "{}: {} providers, {} tiers, {} routes — {e} error(s), {w} warning(s)\n",
+                self.file.display(),
+                config.providers.len(),
+                config.tiers.len(),
+                config.route_names().len(),
+            )),
+            None => out.push_str(&format!(
+                "{}: {e} error(s), {w} warning(s)\n",
+                self.file.display()
+            )),
+        }
+        out
+    }
+}
+
+/// Checks the config at `file`, reading keys through `env`.
+pub fn check_file(file: &Path, env: &dyn Fn(&str) -> Option<String>) -> Report {
+    let unloadable = |message: String| Report {
+        file: file.to_path_buf(),
+        findings: Findings {
+            errors: vec![Finding {
+                file: file.to_path_buf(),
+                line: None,
+                field: String::new(),
+                message,
+                suggestion: None,
+            }],
+            warnings: Vec::new(),
+        },
+        unloadable: true,
+        config: None,
+    };
+    // The same bounded read as every load: no more than the size limit in memory.
+    let text = match crate::yaml::read_text(file) {
+        Ok(t) => t,
+        Err(e) => return unloadable(e.message),
+    };
+    match PoolConfig::lint(file, &text) {
+        Err(not_yaml) => Report {
+            findings: Findings {
+                errors: vec![Finding::from_yaml(&not_yaml)],
+                warnings: Vec::new(),
+            },
+            ..unloadable(String::new())
+        },
+        Ok(lint) => {
+            let mut findings = Findings {
+                errors: lint.problems.iter().map(Finding::from_yaml).collect(),
+                warnings: Vec::new(),
+            };
+            if let Some(config) = &lint.config {
+                let more = findings_of(config, &text, env);
+                // A value that only stood in for a missing field (`api_key_env`,
+                // `base_url`) is not the file's: nothing to say about it.
+                findings.errors.extend(
+                    more.errors
+                        .into_iter()
+                        .filter(|f| !lint.stand_ins.contains(&f.field)),
+                );
+                findings.warnings.extend(
+                    more.warnings
+                        .into_iter()
+                        .filter(|f| !lint.stand_ins.contains(&f.field)),
+                );
+            }
+            // In file order, as a person fixes them; the whole-file ones first.
+            findings.errors.sort_by_key(|f| f.line.unwrap_or(0));
+            findings.warnings.sort_by_key(|f| f.line.unwrap_or(0));
+            Report {
+                file: file.to_path_buf(),
+                findings,
+                unloadable: false,
+                config: lint.config,
+            }
+        }
+    }
+}
+
+/// The line of a field path given as keys, e.g. `["providers", "openai", "api_key_env"]`.
+fn line(text: &str, keys: &[&str]) -> Option<usize> {
+    let path: Vec<Segment> = keys
+        .iter()
+        .map(|k| Segment::Map { key: k.to_string() })
+        .collect();
+    problems::locate(text, &path)
+}
+
+/// What a parsed config's fields cannot say alone: unset key variables, guessed
+/// dialects, backups that cannot serve what their primary serves, unused providers.
+pub fn findings_of(
+    config: &PoolConfig,
+    text: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Findings {
+    let file = &config.file;
+    let finding = |keys: &[&str], message: String| Finding {
+        file: file.clone(),
+        line: line(text, keys),
+        field: keys.join("."),
+        message,
+        suggestion: None,
+    };
     let mut f = Findings::default();
+    // One unset variable is one problem, however many providers share it; it is
+    // reported where the first of them names it.
+    let mut unset: Vec<(&str, Vec<&str>)> = Vec::new();
     for (name, p) in &config.providers {
         if env(&p.api_key_env).is_none_or(|v| v.is_empty()) {
-            f.errors.push(format!(
-                "provider `{name}`: environment variable `{}` is not set",
-                p.api_key_env
-            ));
+            match unset.iter_mut().find(|(v, _)| *v == p.api_key_env) {
+                Some((_, users)) => users.push(name),
+                None => unset.push((&p.api_key_env, vec![name])),
+            }
         }
-        if p.dialect().1 == DialectSource::WireDefault {
-            f.warnings.push(format!(
-                "provider `{name}`: the dialect cannot be inferred from {}; assuming `{}` error conventions (set `dialect:` to be sure)",
-                crate::secret::display_url(&p.base_url),
-                p.dialect().0
+    }
+    for (var, users) in unset {
+        let shown: Vec<String> = users.iter().map(|u| format!("`{u}`")).collect();
+        let who = if users.len() == 1 {
+            "provider"
+        } else {
+            "providers"
+        };
+        f.errors.push(finding(
+            &["providers", users[0], "api_key_env"],
+            format!(
+                "environment variable `{var}` is not set or is empty (used by {who} {})",
+                shown.join(", ")
+            ),
+        ));
+    }
+    for (name, p) in &config.providers {
+        // An anthropic or gemini wire speaks its own vendor's error conventions; only an
+        // OpenAI-compatible wire can be any vendor behind it.
+        if p.dialect().1 == DialectSource::WireDefault && p.wire == crate::vocab::Wire::OpenAi {
+            f.warnings.push(finding(
+                &["providers", name, "base_url"],
+                format!(
+                    "provider `{name}`: the dialect cannot be inferred from {}; assuming `{}` error conventions (set `dialect:` to be sure)",
+                    crate::secret::display_url(&p.base_url),
+                    p.dialect().0
+                ),
             ));
         }
     }
@@ -56,11 +278,14 @@ pub fn findings(
             let gaps =
                 crate::capability::backup_gaps(&facts(&primary.route), &facts(&backup.route));
             if !gaps.is_empty() {
-                f.warnings.push(format!(
-                    "tier `{tier}`: backup `{}` cannot serve what primary `{}` serves: {}",
-                    backup.route,
-                    primary.route,
-                    gaps.join(", ")
+                f.warnings.push(finding(
+                    &["tiers", tier],
+                    format!(
+                        "tier `{tier}`: backup `{}` cannot serve what primary `{}` serves: {}",
+                        backup.route,
+                        primary.route,
+                        gaps.join(", ")
+                    ),
                 ));
             }
         }
@@ -73,41 +298,55 @@ pub fn findings(
         .collect();
     for name in config.providers.keys() {
         if !used.contains(&name.as_str()) {
-            f.warnings
-                .push(format!("provider `{name}` is used by no tier"));
+            f.warnings.push(finding(
+                &["providers", name],
+                format!("provider `{name}` is used by no tier"),
+            ));
         }
     }
     f
 }
 
+/// `findings_of` without the file's text: the same findings, without lines.
+pub fn findings(config: &PoolConfig, env: &dyn Fn(&str) -> Option<String>) -> Findings {
+    findings_of(config, "", env)
+}
+
 pub fn run(args: CheckArgs) -> anyhow::Result<Exit> {
-    let config = load_config(&args.config)?;
-    let f = findings(&config, &env_key);
+    let path = locate(args.config.config.as_deref());
+    let report = if path.exists() {
+        check_file(&path, &env_key)
+    } else {
+        let env = std::env::var_os(CONFIG_ENV).filter(|v| !v.is_empty());
+        let message = format!(
+            "no pool config at {}{}",
+            path.display(),
+            missing_hint(args.config.config.is_some(), env.is_some())
+        );
+        Report {
+            file: path.clone(),
+            findings: Findings {
+                errors: vec![Finding {
+                    file: path.clone(),
+                    line: None,
+                    field: String::new(),
+                    message,
+                    suggestion: None,
+                }],
+                warnings: Vec::new(),
+            },
+            unloadable: true,
+            config: None,
+        }
+    };
     if args.json {
-        let v = serde_json::json!({
-            "file": config.file, "ok": f.errors.is_empty(), "errors": f.errors, "warnings": f.warnings,
-        });
-        out::line(&v.to_string())?;
+        out::line(&report.json())?;
+    } else if report.unloadable {
+        for e in &report.findings.errors {
+            out::warn(&format!("error: {}", e.as_yaml()));
+        }
     } else {
-        for e in &f.errors {
-            out::line(&format!("error: {e}"))?;
-        }
-        for w in &f.warnings {
-            out::line(&format!("warning: {w}"))?;
-        }
-        let routes = config.route_names().len();
-        out::line(&format!(
-            "{}: {} providers, {} tiers, {routes} routes — {} error(s), {} warning(s)",
-            config.file.display(),
-            config.providers.len(),
-            config.tiers.len(),
-            f.errors.len(),
-            f.warnings.len()
-        ))?;
+        out::print(&report.text())?;
     }
-    Ok(if f.errors.is_empty() {
-        Exit::Ok
-    } else {
-        Exit::Failed
-    })
+    Ok(report.exit())
 }

@@ -3,6 +3,7 @@
 
 use super::context::{load_config, open_store};
 use super::exit::Exit;
+use super::look::Look;
 use super::{out, render, ConfigArg};
 use crate::clock::wall_now_ms;
 use crate::health::{Health, Transition};
@@ -20,6 +21,9 @@ pub struct RetireArgs {
     pub reason: String,
     #[command(flatten)]
     pub config: ConfigArg,
+    /// Print JSON: {route, state, reason, was, store}.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -28,6 +32,9 @@ pub struct RestoreArgs {
     pub route: String,
     #[command(flatten)]
     pub config: ConfigArg,
+    /// Print JSON: {route, state, reason, was, store}.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -39,6 +46,24 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
+/// `retire --json` and `restore --json`: the route's new state and the one it left.
+fn change_json(route: &Route, now: &Health, before: &Health, store: &std::path::Path) -> String {
+    let view = |h: &Health| {
+        let (state, reason) = match h {
+            Health::Ready => ("ready", None),
+            Health::Cooling { reason, .. } => ("cooling", Some(reason.as_str())),
+            Health::Retired { reason } => ("retired", Some(reason.as_str())),
+        };
+        serde_json::json!({"state": state, "reason": reason})
+    };
+    let new = view(now);
+    serde_json::json!({
+        "route": route, "state": new["state"], "reason": new["reason"],
+        "was": view(before), "store": store,
+    })
+    .to_string()
+}
+
 pub async fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let route = config.find_route(&args.route)?;
@@ -46,12 +71,16 @@ pub async fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
     let retire = Transition::Retire {
         reason: args.reason.clone(),
     };
-    store.apply(&route, retire).await?;
-    out::line(&format!(
-        "{route} retired ({}) in {}",
-        args.reason,
-        store.path().display()
-    ))?;
+    let (before, new) = store.apply(&route, retire).await?;
+    if args.json {
+        out::line(&change_json(&route, &new, &before, store.path()))?;
+    } else {
+        out::line(&format!(
+            "{route} retired ({}) in {}",
+            args.reason,
+            store.path().display()
+        ))?;
+    }
     Ok(Exit::Ok)
 }
 
@@ -60,6 +89,10 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
     let route = config.find_route(&args.route)?;
     let store = open_store(&config)?;
     let (before, _) = store.apply(&route, Transition::Restore).await?;
+    if args.json {
+        out::line(&change_json(&route, &Health::Ready, &before, store.path()))?;
+        return Ok(Exit::Ok);
+    }
     let was = match before {
         Health::Ready => "was already ready".to_string(),
         Health::Cooling { reason, .. } => format!("was cooling ({reason})"),
@@ -69,22 +102,32 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// Every route the config names, plus any the store knows that the config no longer does.
-pub async fn status(args: StatusArgs) -> anyhow::Result<Exit> {
+/// Every route the config names, in config order (chain order), then any the store
+/// knows that the config no longer does, sorted.
+pub async fn status(args: StatusArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
-    let store = open_store(&config)?;
-    let mut all: BTreeMap<Route, Health> = config
+    // A read-only command: with no store yet, every route is ready, and none is created.
+    // (A dangling symbolic link counts as there: opening it is refused, loudly.)
+    let present = std::fs::symlink_metadata(config.state_path()).is_ok();
+    let mut stored: BTreeMap<Route, Health> = if present {
+        open_store(&config)?.list().await?.into_iter().collect()
+    } else {
+        BTreeMap::new()
+    };
+    let mut rows: Vec<(Route, Health)> = config
         .route_names()
         .into_iter()
-        .map(|r| (r, Health::Ready))
+        .map(|r| {
+            let h = stored.remove(&r).unwrap_or(Health::Ready);
+            (r, h)
+        })
         .collect();
-    all.extend(store.list().await?);
-    let rows: Vec<(Route, Health)> = all.into_iter().collect();
+    rows.extend(stored);
     let now = wall_now_ms();
     if args.json {
         out::line(&render::status_json(&rows, now).to_string())?;
     } else {
-        out::print(&render::status_table(&rows, now, None))?;
+        out::print(&render::status_table(&rows, now, look))?;
     }
     Ok(Exit::Ok)
 }

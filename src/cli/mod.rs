@@ -7,15 +7,18 @@ pub mod check;
 pub mod context;
 pub mod exit;
 pub mod health_cmds;
+pub mod look;
 pub mod mock;
 pub mod out;
 pub mod probe;
 pub mod render;
 pub mod serve;
+pub mod table;
 pub mod walk;
 
 use clap::{Parser, Subcommand};
 use exit::Exit;
+use look::{ColorChoice, Look};
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
@@ -31,6 +34,9 @@ ready / cooling / retired.\n\nExit codes: 0 success; 1 the command ran and what 
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Colour: on a terminal unless NO_COLOR is set (auto), always, or never.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
 }
 
 #[derive(Debug, Subcommand)]
@@ -68,13 +74,14 @@ pub enum Command {
 
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
+    let look = Look::detect(cli.color);
     match cli.command {
-        Command::Chaos(args) => chaos::run(args).await,
-        Command::Probe(args) => probe::run(args).await,
-        Command::Walk(args) => walk::run(args).await,
+        Command::Chaos(args) => chaos::run(args, &look).await,
+        Command::Probe(args) => probe::run(args, &look).await,
+        Command::Walk(args) => walk::run(args, &look).await,
         Command::Retire(args) => health_cmds::retire(args).await,
         Command::Restore(args) => health_cmds::restore(args).await,
-        Command::Status(args) => health_cmds::status(args).await,
+        Command::Status(args) => health_cmds::status(args, &look).await,
         Command::Mock(args) => mock::run(args).await,
         Command::Check(args) => check::run(args),
         Command::Serve(args) => serve::run(args).await,
@@ -87,4 +94,17 @@ pub struct ConfigArg {
     /// The pool config (default: $POOLCTL_CONFIG, else ./pool.yaml).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+}
+
+/// A count flag (`--jobs`, `--concurrency`): 1 to `MAX`. Zero would run nothing, or wait
+/// forever for a permit.
+pub fn positive<const MAX: usize>(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a whole number"))?;
+    if (1..=MAX).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("must be between 1 and {MAX}"))
+    }
 }

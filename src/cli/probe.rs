@@ -3,6 +3,7 @@
 
 use super::context::{env_key, load_config, open_store};
 use super::exit::Exit;
+use super::look::Look;
 use super::out;
 use super::{render, ConfigArg};
 use crate::clock::wall_now_ms;
@@ -19,14 +20,15 @@ pub struct ProbeArgs {
     /// Probe only this tier (repeatable); default every tier.
     #[arg(long = "tier", value_name = "T")]
     pub tiers: Vec<String>,
-    /// Print JSON (spec/cli.md) instead of tables.
+    /// Print one JSON document on one line (spec/cli.md) instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Probes in flight at once, over all providers (never more than 4 per provider).
+    /// Probes in flight at once, over all providers (never more than 4 per provider);
+    /// 1 to 4096.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY, value_parser = parse_concurrency)]
     pub concurrency: usize,
-    /// Deadline of each probe in ms (default: each provider's timeout_ms).
-    #[arg(long, value_name = "N")]
+    /// Deadline of each probe in ms, 1 to 600000 (default: each provider's timeout_ms).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub timeout_ms: Option<u64>,
     /// Write what the probe proved into the health store: retire routes found
     /// quota_exhausted, model_unavailable or auth; restore retired routes that answered.
@@ -36,7 +38,7 @@ pub struct ProbeArgs {
 
 pub use crate::probe::TierProbe;
 
-pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
+pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let tier_names: Vec<String> = if args.tiers.is_empty() {
         config.tiers.keys().cloned().collect()
@@ -122,22 +124,25 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<Exit> {
         })
         .collect();
 
+    let changes = if args.apply {
+        let store = open_store(&config)?;
+        apply(store.as_ref(), &results, wall_now_ms()).await?
+    } else {
+        Vec::new()
+    };
     if args.json {
-        out::line(&serde_json::to_string_pretty(
-            &serde_json::json!({ "tiers": tiers }),
-        )?)?;
+        // One document on one line, as every command prints (README, "Output").
+        let mut doc = serde_json::json!({ "tiers": tiers });
+        if args.apply {
+            doc["applied"] = serde_json::json!(changes);
+        }
+        out::line(&doc.to_string())?;
     } else {
         for t in &tiers {
-            out::print(&render::probe_tier(t, None))?;
+            out::print(&render::probe_tier(t, look))?;
         }
-    }
-    if args.apply {
-        let store = open_store(&config)?;
-        let changes = apply(store.as_ref(), &results, wall_now_ms()).await?;
-        if !args.json {
-            for line in changes {
-                out::line(&format!("applied: {line}"))?;
-            }
+        for line in changes {
+            out::line(&format!("applied: {line}"))?;
         }
     }
     Ok(if tiers.iter().all(|t| t.live > 0) {

@@ -1,55 +1,69 @@
 //! Rendering: plain functions from data to strings, so output is snapshot-testable and
 //! commands stay thin.
 
+use super::look::{Look, Tone};
+use super::table::{self, ellipsis, width, wrap, Cell, Column};
 use crate::harness::compare::attempt_label;
 use crate::harness::runner::{RequestRun, ScenarioRun};
-use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use serde_json::{json, Value};
 
-/// The chaos table: one row per scenario. `width` fixes the table width (snapshots).
-pub fn chaos_table(runs: &[ScenarioRun], width: Option<u16>) -> String {
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header(vec!["scenario", "result", "attempts", "time"]);
-    if let Some(w) = width {
-        t.set_width(w);
-    }
+/// Chaos results, one line per scenario as nextest prints tests: the verdict first, so
+/// `grep ^FAIL` finds a failure in a CI log; the attempts below on continuation lines
+/// wrapped to the width, never padded to the widest.
+pub fn chaos_results(runs: &[ScenarioRun], look: &Look) -> String {
+    const INDENT: usize = 6;
+    let mut out = String::new();
     for r in runs {
-        let attempts = r
-            .requests
-            .iter()
-            .map(|req| {
-                let steps: Vec<String> = req.report.attempts.iter().map(attempt_label).collect();
-                if steps.is_empty() {
-                    "(no upstream call)".to_string()
-                } else {
-                    steps.join(", ")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" | ");
-        t.add_row(vec![
-            r.name.clone(),
-            if r.passed {
-                "pass".into()
-            } else {
-                "FAIL".into()
-            },
-            attempts,
-            format!("{:.0} ms", r.wall_ms),
-        ]);
+        let (verdict, tone) = if r.passed {
+            ("PASS", Tone::Good)
+        } else {
+            ("FAIL", Tone::Fail)
+        };
+        let time = format!("[{:.0} ms]", r.wall_ms);
+        let head = format!("{verdict}  {}", r.name);
+        let mut lines: Vec<Vec<String>> = Vec::new();
+        if width(&head) + 2 + width(&time) <= look.width {
+            out.push_str(&format!(
+                "{}  {}  {time}\n",
+                look.paint(tone, verdict),
+                r.name
+            ));
+        } else {
+            out.push_str(&format!("{}  {}\n", look.paint(tone, verdict), r.name));
+            lines.push(vec![time]);
+        }
+        let many = r.requests.len() > 1;
+        for (i, req) in r.requests.iter().enumerate() {
+            let mut items: Vec<String> = req.report.attempts.iter().map(attempt_label).collect();
+            if items.is_empty() {
+                items.push("(no upstream call)".into());
+            }
+            if many {
+                items[0] = format!("#{} {}", i + 1, items[0]);
+            }
+            lines.push(items);
+        }
+        let room = look.width.saturating_sub(INDENT);
+        for line in wrap(&lines, ", ", room) {
+            out.push_str(&format!("{}{line}\n", " ".repeat(INDENT)));
+        }
     }
-    format!("{t}\n")
+    out
 }
 
-/// For each failed scenario: expected against got.
-pub fn chaos_failures(runs: &[ScenarioRun]) -> String {
+/// For each failed scenario: expected against got, long values wrapped under
+/// themselves.
+pub fn chaos_failures(runs: &[ScenarioRun], look: &Look) -> String {
     let mut out = String::new();
     for r in runs.iter().filter(|r| !r.passed) {
-        out.push_str(&format!("\nFAIL {} ({})\n", r.name, r.file.display()));
+        out.push_str(&format!(
+            "\n{} {} ({})\n",
+            look.paint(Tone::Fail, "FAIL"),
+            r.name,
+            r.file.display()
+        ));
         if let Some(e) = &r.error {
-            out.push_str(&format!("  error: {e}\n"));
+            out.push_str(&hang("  error: ", e, look.width));
         }
         let many = r.requests.len() > 1;
         for (i, req) in r.requests.iter().enumerate() {
@@ -59,22 +73,50 @@ pub fn chaos_failures(runs: &[ScenarioRun]) -> String {
                 } else {
                     String::new()
                 };
-                out.push_str(&format!(
-                    "  {at}{}\n    expected: {}\n    got:      {}\n",
-                    m.field, m.expected, m.got
-                ));
+                out.push_str(&format!("  {at}{}\n", m.field));
+                out.push_str(&hang("    expected: ", &m.expected, look.width));
+                out.push_str(&hang("    got:      ", &m.got, look.width));
             }
         }
     }
     out
 }
 
-pub fn chaos_summary(runs: &[ScenarioRun]) -> String {
+/// `lead` then `text` wrapped between words, continuation lines aligned under the text.
+fn hang(lead: &str, text: &str, total: usize) -> String {
+    let room = total.saturating_sub(width(lead)).max(20);
+    let words: Vec<Vec<String>> = text
+        .lines()
+        .map(|l| l.split(' ').map(str::to_string).collect())
+        .collect();
+    let mut out = String::new();
+    for (n, line) in wrap(&words, " ", room).iter().enumerate() {
+        if n == 0 {
+            out.push_str(lead);
+        } else {
+            out.push_str(&" ".repeat(width(lead)));
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    if out.is_empty() {
+        out = format!("{}\n", lead.trim_end());
+    }
+    out
+}
+
+pub fn chaos_summary(runs: &[ScenarioRun], look: &Look) -> String {
     let passed = runs.iter().filter(|r| r.passed).count();
     let failed = runs.len() - passed;
     let total_ms: f64 = runs.iter().map(|r| r.wall_ms).sum();
+    let failed_text = format!("{failed} failed");
+    let failed_text = if failed > 0 {
+        look.paint(Tone::Fail, &failed_text)
+    } else {
+        failed_text
+    };
     format!(
-        "{passed} passed, {failed} failed ({} scenarios, {:.0} ms of scenario time)",
+        "{passed} passed, {failed_text} ({} scenarios, {:.0} ms of scenario time)",
         runs.len(),
         total_ms
     )
@@ -156,7 +198,10 @@ pub fn chaos_junit(runs: &[ScenarioRun]) -> String {
         } else {
             let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
             s.set_message("scenario expectations not met");
-            s.set_description(chaos_failures(std::slice::from_ref(r)));
+            s.set_description(chaos_failures(
+                std::slice::from_ref(r),
+                &Look::plain(usize::MAX),
+            ));
             s
         };
         let mut case = TestCase::new(r.name.clone(), status);
@@ -181,63 +226,73 @@ pub fn rfc3339(ms: crate::clock::UnixMs) -> String {
         .unwrap_or_else(|| "9999-12-31T23:59:59Z".to_string())
 }
 
+const PROBE_COLUMNS: [Column; 8] = [
+    Column::ident("route"),
+    Column::ident("status"),
+    Column::ident("class"),
+    Column::ident("latency"),
+    Column::ident("retry hint"),
+    Column::ident("request id"),
+    Column::text("headroom", 2),
+    Column::text("detail", 3),
+];
+
+fn class_tone(class: crate::vocab::Class) -> Tone {
+    if class == crate::vocab::Class::Ok {
+        Tone::Good
+    } else {
+        Tone::Fail
+    }
+}
+
 /// One tier of `probe`: a table, then the summary line and any loud warning.
-pub fn probe_tier(t: &crate::cli::probe::TierProbe, width: Option<u16>) -> String {
-    let mut table = Table::new();
-    table
-        .load_preset(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header(vec![
-            "route",
-            "status",
-            "class",
-            "latency",
-            "retry hint",
-            "request id",
-            "headroom",
-            "detail",
-        ]);
-    if let Some(w) = width {
-        table.set_width(w);
-    }
-    for r in &t.routes {
-        let headroom = r
-            .headroom
-            .map(|h| {
-                let pair = |rem: Option<u64>, lim: Option<u64>, unit: &str| match (rem, lim) {
-                    (None, None) => None,
-                    (r, l) => Some(format!(
-                        "{}/{} {unit}",
-                        r.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
-                        l.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
-                    )),
-                };
-                [
-                    pair(h.requests_remaining, h.requests_limit, "req"),
-                    pair(h.tokens_remaining, h.tokens_limit, "tok"),
-                ]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join(", ")
-            })
-            .unwrap_or_default();
-        table.add_row(vec![
-            r.route.to_string(),
-            r.status
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "—".into()),
-            r.class.to_string(),
-            format!("{} ms", r.latency_ms),
-            r.retry_after_ms
-                .map(|ms| format!("{ms} ms"))
-                .unwrap_or_default(),
-            r.request_id.clone().unwrap_or_default(),
-            headroom,
-            r.detail.clone().unwrap_or_default(),
-        ]);
-    }
-    let mut out = format!("tier `{}`\n{table}\n", t.tier);
+pub fn probe_tier(t: &crate::cli::probe::TierProbe, look: &Look) -> String {
+    let rows: Vec<Vec<Cell>> = t
+        .routes
+        .iter()
+        .map(|r| {
+            let headroom = r
+                .headroom
+                .map(|h| {
+                    let pair = |rem: Option<u64>, lim: Option<u64>, unit: &str| match (rem, lim) {
+                        (None, None) => None,
+                        (r, l) => Some(format!(
+                            "{}/{} {unit}",
+                            r.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
+                            l.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
+                        )),
+                    };
+                    [
+                        pair(h.requests_remaining, h.requests_limit, "req"),
+                        pair(h.tokens_remaining, h.tokens_limit, "tok"),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            vec![
+                Cell::new(r.route.to_string()),
+                Cell::new(
+                    r.status
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "—".into()),
+                ),
+                Cell::new(r.class.to_string()).tone(Some(class_tone(r.class))),
+                Cell::new(format!("{} ms", r.latency_ms)),
+                Cell::new(
+                    r.retry_after_ms
+                        .map(|ms| format!("{ms} ms"))
+                        .unwrap_or_default(),
+                ),
+                Cell::new(r.request_id.clone().unwrap_or_default()),
+                Cell::items(vec![headroom], ", "),
+                Cell::new(r.detail.clone().unwrap_or_default()),
+            ]
+        })
+        .collect();
+    let mut out = format!("tier `{}`\n", t.tier);
+    out.push_str(&table::render(&PROBE_COLUMNS, &rows, look));
     let first = t
         .first_live
         .as_ref()
@@ -249,92 +304,252 @@ pub fn probe_tier(t: &crate::cli::probe::TierProbe, width: Option<u16>) -> Strin
         t.routes.len()
     ));
     if t.live == 0 {
-        out.push_str(&format!(
-            "WARNING: tier `{}` has NO live route: every request to it will fail\n",
+        let text = format!(
+            "WARNING: tier `{}` has NO live route: every request to it will fail",
             t.tier
-        ));
+        );
+        out.push_str(&paint_lines(look, Tone::Fail, &hang("", &text, look.width)));
     } else if t.dead_tail() {
         let last = t
             .routes
             .last()
             .map(|r| format!("{} ({})", r.route, r.class))
             .unwrap_or_default();
-        out.push_str(&format!(
-            "WARNING: dead tail: the last route of tier `{}` is not live: {last}; the chain has no working end\n",
+        let text = format!(
+            "WARNING: dead tail: the last route of tier `{}` is not live: {last}; the chain has no working end",
             t.tier
-        ));
+        );
+        out.push_str(&paint_lines(look, Tone::Warn, &hang("", &text, look.width)));
     }
     out.push('\n');
     out
 }
 
-/// One step of `walk`, as seed 002's log prints it.
-pub fn walk_step(step: crate::trace::Step<'_>) -> String {
+/// Text and how it stands out; measured plain, printed painted.
+type Pieces = Vec<(String, Option<Tone>)>;
+
+fn pieces_width(p: &Pieces) -> usize {
+    p.iter().map(|(t, _)| width(t)).sum()
+}
+
+fn paint_pieces(p: &Pieces, look: &Look) -> String {
+    p.iter()
+        .map(|(t, tone)| match tone {
+            Some(tone) => look.paint(*tone, t),
+            None => t.clone(),
+        })
+        .collect()
+}
+
+/// Every line of `text` in `tone`, so no escape sequence spans a line break.
+fn paint_lines(look: &Look, tone: Tone, text: &str) -> String {
+    text.lines()
+        .map(|l| format!("{}\n", look.paint(tone, l)))
+        .collect()
+}
+
+/// `head`, then each extra on the same line while it fits `look.width`, else on
+/// continuation lines indented by `indent`.
+fn flow(head: Pieces, extras: Vec<Pieces>, indent: usize, look: &Look) -> String {
+    let mut lines: Vec<Pieces> = vec![head];
+    for extra in extras {
+        let cur = lines.last_mut().expect("never empty");
+        if pieces_width(cur) + 2 + pieces_width(&extra) <= look.width {
+            cur.push(("  ".into(), None));
+            cur.extend(extra);
+        } else {
+            let mut next: Pieces = vec![(" ".repeat(indent), None)];
+            next.extend(extra);
+            lines.push(next);
+        }
+    }
+    lines
+        .iter()
+        .map(|l| paint_pieces(l, look))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn health_tone(state: crate::vocab::HealthState) -> Option<Tone> {
+    match state {
+        crate::vocab::HealthState::Retired => Some(Tone::Warn),
+        crate::vocab::HealthState::Cooling => Some(Tone::Mild),
+        crate::vocab::HealthState::Ready => None,
+    }
+}
+
+/// The width `walk` pads route names to: the tier's longest, so columns line up
+/// without padding every line to a fixed 40.
+pub fn walk_route_width<'a>(routes: impl IntoIterator<Item = &'a crate::vocab::Route>) -> usize {
+    routes
+        .into_iter()
+        .map(|r| width(r.as_str()))
+        .max()
+        .unwrap_or(0)
+}
+
+/// One step of `walk`, as seed 002's log prints it; what does not fit the width goes on
+/// continuation lines, never broken mid-word.
+pub fn walk_step(step: crate::trace::Step<'_>, route_width: usize, look: &Look) -> String {
     use crate::trace::Step;
     match step {
         Step::Skipped(s) => {
-            let cause = s
+            let head: Pieces = vec![
+                ("  ".into(), None),
+                ("skip".into(), Some(Tone::Mild)),
+                (
+                    format!(
+                        "  {:<route_width$}  {}",
+                        s.route.to_string(),
+                        s.why.as_str()
+                    ),
+                    None,
+                ),
+            ];
+            let extras = s
                 .cause
-                .as_deref()
-                .map(|c| format!(" ({c})"))
-                .unwrap_or_default();
-            format!(
-                "  skip  {:<40} {}{cause}",
-                s.route.to_string(),
-                s.why.as_str()
-            )
+                .iter()
+                .map(|c| vec![(format!("({c})"), None)])
+                .collect();
+            flow(head, extras, 8, look)
         }
         Step::Attempt(a) => {
             let status = a
                 .status
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| "—".into());
-            let health = a
-                .health
-                .as_ref()
-                .map(|h| {
-                    let reason = h
-                        .reason
-                        .as_deref()
-                        .map(|r| format!(" {r}"))
-                        .unwrap_or_default();
-                    match h.until {
-                        Some(until) => format!("  → {}{reason} until {}", h.state, rfc3339(until)),
-                        None => format!("  → {}{reason}", h.state),
-                    }
-                })
-                .unwrap_or_default();
-            let wait = a
-                .wait_ms
-                .map(|w| format!(" (wait {w} ms)"))
-                .unwrap_or_default();
-            format!(
-                "  {:>3}  {:<40} {status:>4}  {} → {}{wait}{health}  [{} ms]",
+            let lead = format!(
+                "  {:>3}  {:<route_width$}  {status:>4}  ",
                 a.index,
-                a.route.to_string(),
-                a.class,
-                a.action,
-                a.latency_ms
-            )
+                a.route.to_string()
+            );
+            let head: Pieces = vec![
+                (lead.clone(), None),
+                (a.class.to_string(), Some(class_tone(a.class))),
+                (format!(" → {}", a.action), None),
+            ];
+            let mut extras: Vec<Pieces> = Vec::new();
+            if let Some(w) = a.wait_ms {
+                extras.push(vec![(format!("(wait {w} ms)"), None)]);
+            }
+            if let Some(h) = &a.health {
+                let reason = h
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(" {r}"))
+                    .unwrap_or_default();
+                let until = h
+                    .until
+                    .map(|u| format!(" until {}", rfc3339(u)))
+                    .unwrap_or_default();
+                extras.push(vec![
+                    ("→ ".into(), None),
+                    (format!("{}{reason}", h.state), health_tone(h.state)),
+                    (until, None),
+                ]);
+            }
+            extras.push(vec![(format!("[{} ms]", a.latency_ms), None)]);
+            // Continuation lines start under the class when there is room for them.
+            let indent = if width(&lead) + 40 <= look.width {
+                width(&lead)
+            } else {
+                8
+            };
+            flow(head, extras, indent, look)
         }
     }
 }
 
-/// The last line of `walk`: outcome, reason, and who served.
-pub fn walk_outcome(r: &crate::trace::Report) -> String {
-    let mut line = format!("outcome: {}", r.outcome);
+/// The end of `walk`: outcome, reason and who served; when nothing was called, a line
+/// that says so and why.
+pub fn walk_outcome(r: &crate::trace::Report, look: &Look) -> String {
+    let tone = if r.outcome == crate::vocab::Outcome::Success {
+        Tone::Good
+    } else {
+        Tone::Fail
+    };
+    let mut head = format!("outcome: {}", r.outcome);
     if let Some(reason) = r.reason {
-        line.push_str(&format!(" (reason: {reason})"));
+        head.push_str(&format!(" (reason: {reason})"));
     }
+    let mut line: Pieces = vec![(head, Some(tone))];
     if let Some(by) = &r.served_by {
-        line.push_str(&format!(" — served by {by}"));
+        line.push((format!(" — served by {by}"), None));
     }
     if let Some(text) = &r.text {
+        let room = look.width.saturating_sub(pieces_width(&line) + 2).max(20);
         let short: String = text.chars().take(120).collect();
-        line.push_str(&format!(": {short:?}"));
+        line.push((format!(": {}", ellipsis(&format!("{short:?}"), room)), None));
     }
-    line
+    let mut out = paint_pieces(&line, look);
+    if r.attempts.is_empty() && r.outcome != crate::vocab::Outcome::Success {
+        out.push('\n');
+        out.push_str(hang("", &nothing_called(&r.skipped), look.width).trim_end());
+    }
+    out
 }
+
+/// Why a request made no upstream call: the skips, grouped by why and cause in chain
+/// order, and what would bring a route back.
+pub fn nothing_called(skipped: &[crate::trace::Skip]) -> String {
+    use crate::trace::SkipWhy;
+    if skipped.is_empty() {
+        return "no route was called: the tier has no route this request can use".into();
+    }
+    // By why, in chain order; within each, the stored causes with their counts.
+    type Causes = Vec<(String, usize)>;
+    let mut groups: Vec<(SkipWhy, usize, Causes)> = Vec::new();
+    for s in skipped {
+        let at = match groups.iter().position(|(w, _, _)| *w == s.why) {
+            Some(at) => at,
+            None => {
+                groups.push((s.why, 0, Vec::new()));
+                groups.len() - 1
+            }
+        };
+        let (_, n, causes) = &mut groups[at];
+        *n += 1;
+        if let Some(c) = &s.cause {
+            match causes.iter_mut().find(|(k, _)| k == c) {
+                Some((_, k)) => *k += 1,
+                None => causes.push((c.clone(), 1)),
+            }
+        }
+    }
+    let listed: Vec<String> = groups
+        .iter()
+        .map(|(why, n, causes)| {
+            let causes: Vec<String> = match causes.as_slice() {
+                [] => Vec::new(),
+                [(c, k)] if k == n => vec![c.clone()],
+                many => many.iter().map(|(c, k)| format!("{k} {c}")).collect(),
+            };
+            if causes.is_empty() {
+                format!("{n} {}", why.as_str())
+            } else {
+                format!("{n} {} ({})", why.as_str(), causes.join(", "))
+            }
+        })
+        .collect();
+    let mut text = format!(
+        "no route was called: all {} routes were skipped: {}.",
+        skipped.len(),
+        listed.join(", ")
+    );
+    let stored = skipped.iter().any(|s| {
+        s.why == SkipWhy::Cooling
+            || (s.why == SkipWhy::Retired && s.cause.as_deref() != Some(FORCED_BY_WALK))
+    });
+    if stored {
+        text.push_str(
+            " `poolctl status` shows each route's health; `poolctl restore ROUTE` brings one back.",
+        );
+    }
+    text
+}
+
+/// The reason `walk --retire` records on the routes it forces out.
+pub const FORCED_BY_WALK: &str = "forced by walk --retire";
 
 /// `walk --json` (spec/cli.md).
 pub fn walk_json(tier: &str, r: &crate::trace::Report) -> String {
@@ -375,26 +590,29 @@ pub fn status_json(
     json!({ "routes": routes }).to_string()
 }
 
+const STATUS_COLUMNS: [Column; 4] = [
+    Column::ident("route"),
+    Column::ident("state"),
+    Column::ident("until"),
+    Column::text("reason", 2),
+];
+
 pub fn status_table(
     rows: &[(crate::vocab::Route, crate::health::Health)],
     now: crate::clock::UnixMs,
-    width: Option<u16>,
+    look: &Look,
 ) -> String {
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header(vec!["route", "state", "until", "reason"]);
-    if let Some(w) = width {
-        t.set_width(w);
-    }
-    for (r, h) in rows {
-        let (route, state, until, reason) = status_row(r, h, now);
-        t.add_row(vec![
-            route,
-            state,
-            until.unwrap_or_default(),
-            reason.unwrap_or_default(),
-        ]);
-    }
-    format!("{t}\n")
+    let cells: Vec<Vec<Cell>> = rows
+        .iter()
+        .map(|(r, h)| {
+            let (route, state, until, reason) = status_row(r, h, now);
+            vec![
+                Cell::new(route),
+                Cell::new(state).tone(health_tone(h.state_at(now))),
+                Cell::new(until.unwrap_or_default()),
+                Cell::new(reason.unwrap_or_default()),
+            ]
+        })
+        .collect();
+    table::render(&STATUS_COLUMNS, &cells, look)
 }

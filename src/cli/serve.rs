@@ -83,8 +83,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     let addr = listener.local_addr()?;
     let gw = Arc::new(Gateway::new(lineup, router, settings));
     // The address on stdout, alone on its line, so scripts and tests can find the port.
-    println!("poolctl serve: listening on http://{addr}");
-    eprintln!(
+    crate::cli::out::line(&format!("poolctl serve: listening on http://{addr}"))?;
+    crate::cli::out::warn(&format!(
         "poolctl serve: {} tiers from {}, health in {}{}",
         gw.lineup.tiers().count(),
         config.file.display(),
@@ -94,9 +94,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         } else {
             String::new()
         }
-    );
+    ));
     serve::listener::serve(listener, gw, stop_signal()).await;
-    eprintln!("poolctl serve: stopped");
+    crate::cli::out::warn("poolctl serve: stopped");
     Ok(Exit::Ok)
 }
 
@@ -117,11 +117,38 @@ fn upstream_client() -> reqwest::Client {
 /// log pipeline, so the default is simply info.
 fn init_logging() {
     let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| MaskedLine(Vec::with_capacity(256)))
         .with_ansi(false)
         .with_target(false)
         .with_max_level(tracing::Level::INFO)
         .try_init();
+}
+
+/// One log event, written to stderr in one piece when tracing is done with it, with
+/// every registered key masked (`secret::mask`): a value that reached a log field by
+/// any road (a client's model name, a prompt the operator asked for) cannot carry a key.
+struct MaskedLine(Vec<u8>);
+
+impl std::io::Write for MaskedLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for MaskedLine {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let text = String::from_utf8_lossy(&self.0);
+        // Nowhere left to report a failed log write.
+        let _ = std::io::stderr()
+            .lock()
+            .write_all(crate::secret::mask(&text).as_bytes());
+    }
 }
 
 /// Ctrl-C, or SIGTERM where there is one.

@@ -4,6 +4,7 @@
 
 use super::context::{env_key, load_config, open_store};
 use super::exit::Exit;
+use super::look::Look;
 use super::{out, render, ConfigArg};
 use crate::clock::SystemClock;
 use crate::health::Health;
@@ -26,9 +27,10 @@ pub struct WalkArgs {
     /// Retire ROUTE for this walk only (repeatable), to prove the chain survives without it.
     #[arg(long = "retire", value_name = "ROUTE")]
     pub retire: Vec<String>,
-    /// Run under the workflow's policy card NAME from the config (default: the decision
-    /// table's defaults). The workflow is recorded on every attempt.
-    #[arg(long, alias = "policy", value_name = "NAME")]
+    /// Run under the policy card of workflow NAME (`policies:` in the config; default:
+    /// the decision table's defaults). The workflow is recorded on every attempt.
+    /// `--policy NAME` is the same flag.
+    #[arg(long, visible_alias = "policy", value_name = "NAME")]
     pub workflow: Option<String>,
     /// The prompt to send (chat and stream tiers).
     #[arg(
@@ -42,23 +44,42 @@ pub struct WalkArgs {
     pub json: bool,
 }
 
-pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
+pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let tier = config.tier(&args.tier, &env_key)?;
     let path = tier.path;
     let policy = match &args.workflow {
         Some(name) => config.policies.get(name).cloned().ok_or_else(|| {
-            anyhow::anyhow!("no policy card `{name}` in {}", config.file.display())
+            let known: Vec<String> = config.policies.keys().cloned().collect();
+            let hint = if known.is_empty() {
+                "; it has no `policies:`".to_string()
+            } else {
+                crate::config::suggest(
+                    &crate::yaml::nearest(name, known.iter().map(String::as_str)),
+                    "workflows",
+                    &known,
+                )
+            };
+            anyhow::anyhow!(
+                "no policy card for workflow `{name}` in {}{hint}",
+                config.file.display()
+            )
         })?,
         None => Policy::default(),
     };
     let mut forced = BTreeMap::new();
     for r in &args.retire {
         let route: Route = config.find_route(r)?;
+        if !tier.routes.iter().any(|spec| spec.route == route) {
+            out::warn(&format!(
+                "warning: --retire {route}: the route is not in tier `{}`, so retiring it changes nothing",
+                args.tier
+            ));
+        }
         forced.insert(
             route,
             Health::Retired {
-                reason: "forced by walk --retire".into(),
+                reason: render::FORCED_BY_WALK.into(),
             },
         );
     }
@@ -73,8 +94,9 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
             tier.routes.len()
         ))?;
     }
+    let route_width = render::walk_route_width(tier.routes.iter().map(|r| &r.route));
     let print_step = |step: Step<'_>| {
-        out::line_live(&render::walk_step(step));
+        out::line_live(&render::walk_step(step, route_width, look));
     };
     let mut opts = CallOptions::new(&policy);
     opts.workflow = args.workflow.as_deref();
@@ -97,7 +119,7 @@ pub async fn run(args: WalkArgs) -> anyhow::Result<Exit> {
     if args.json {
         out::line_checked(&render::walk_json(&args.tier, &report).to_string())?;
     } else {
-        out::line_checked(&render::walk_outcome(&report))?;
+        out::line_checked(&render::walk_outcome(&report, look))?;
     }
     Ok(if report.outcome == Outcome::Success {
         Exit::Ok

@@ -11,41 +11,74 @@ use crate::route::Tier;
 use crate::trace::{Report, Skip, SkipWhy, Step};
 use crate::vocab::{HealthState, Route};
 
-/// The health of the routes ahead, each read from the store at most once per selection:
-/// `health[i]` is the route at try-order position `from + i`, `None` until it is needed.
-/// Read on demand rather than all at once, so that a walk down a long chain stays linear.
+/// The health of the routes ahead, each read from the store at most once per selection
+/// (positions are try-order positions). Read on demand rather than all at once, so that
+/// a walk down a long chain stays linear. Only the healths that are not ready are held,
+/// sorted by position: a request whose routes are all ready allocates nothing here.
 #[derive(Debug, Default)]
 pub(super) struct Snapshot {
     from: usize,
-    health: Vec<Option<Health>>,
+    /// Bit `i`: position `from + i` has been read. Positions past the 64th ahead are
+    /// read again whenever asked (correct, only slower, on chains that long).
+    read: u64,
+    held: Vec<(usize, Health)>,
 }
 
 impl Snapshot {
     /// The health of the route at try-order position `pos` (ready when never read).
     pub(super) fn at(&self, pos: usize) -> &Health {
         const READY: Health = Health::Ready;
+        match self.held.binary_search_by_key(&pos, |(p, _)| *p) {
+            Ok(k) => &self.held[k].1,
+            Err(_) => &READY,
+        }
+    }
+
+    fn is_read(&self, pos: usize) -> bool {
         pos.checked_sub(self.from)
-            .and_then(|i| self.health.get(i))
-            .and_then(Option::as_ref)
-            .unwrap_or(&READY)
+            .is_some_and(|i| i < 64 && self.read & (1 << i) != 0)
+    }
+
+    fn put(&mut self, pos: usize, health: Health) {
+        if let Some(i) = pos.checked_sub(self.from).filter(|i| *i < 64) {
+            self.read |= 1 << i;
+        }
+        match (self.held.binary_search_by_key(&pos, |(p, _)| *p), health) {
+            (Ok(k), Health::Ready) => {
+                self.held.remove(k);
+            }
+            (Ok(k), h) => self.held[k].1 = h,
+            (Err(_), Health::Ready) => {}
+            (Err(k), h) => self.held.insert(k, (pos, h)),
+        }
     }
 
     /// Records a health this request itself just stored.
     pub(super) fn set_at(&mut self, pos: usize, health: Health) {
-        if let Some(cell) = pos
-            .checked_sub(self.from)
-            .and_then(|i| self.health.get_mut(i))
-        {
-            *cell = Some(health);
+        if self.is_read(pos) {
+            self.put(pos, health);
         }
     }
 }
 
 impl Router {
-    /// Starts a new selection at `walk.pos`: nothing read yet.
+    /// Starts a new selection at `walk.pos`. What this attempt's settlement already read
+    /// of the routes ahead (the fallback candidate) is kept: it was read for this very
+    /// move, so reading it again would only double the store calls of a walk.
     fn new_snapshot(walk: &mut Walk<'_>) {
-        walk.snapshot.from = walk.pos;
-        walk.snapshot.health.clear();
+        let snap = &mut walk.snapshot;
+        let passed = walk.pos.checked_sub(snap.from);
+        snap.read = match passed {
+            Some(n) if n < 64 => snap.read >> n,
+            _ => 0,
+        };
+        if passed.is_none() {
+            snap.held.clear();
+        } else {
+            let pos = walk.pos;
+            snap.held.retain(|(p, _)| *p >= pos);
+        }
+        snap.from = walk.pos;
     }
 
     /// Reads the health of the route at try-order position `pos` unless this selection
@@ -56,13 +89,7 @@ impl Router {
         pos: usize,
         notes: &mut Vec<String>,
     ) {
-        let Some(i) = pos.checked_sub(walk.snapshot.from) else {
-            return;
-        };
-        if walk.snapshot.health.len() <= i {
-            walk.snapshot.health.resize(i + 1, None);
-        }
-        if walk.snapshot.health[i].is_some() {
+        if pos < walk.snapshot.from || walk.snapshot.is_read(pos) {
             return;
         }
         let route = &walk.tier.routes[walk.order[pos]].route;
@@ -74,7 +101,7 @@ impl Router {
                 Health::Ready
             }
         };
-        walk.snapshot.health[i] = Some(health);
+        walk.snapshot.put(pos, health);
     }
 
     /// The try order: the chain, with a session's route first while it is ready.
@@ -233,5 +260,44 @@ impl Router {
 
     fn breaker_open(&self, route: &Route, now: UnixMs) -> bool {
         matches!(lock(&self.inner.breakers).get(route), Some(breaker::State::Open { until, .. }) if now < *until)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cooling(until: UnixMs) -> Health {
+        Health::Cooling {
+            until,
+            reason: "rate_limited".into(),
+        }
+    }
+
+    #[test]
+    fn snapshot_holds_only_what_is_not_ready_and_remembers_what_it_read() {
+        let mut s = Snapshot::default();
+        s.put(3, cooling(50));
+        s.put(1, Health::Ready);
+        s.put(2, cooling(40));
+        assert_eq!(s.held.len(), 2, "ready healths are not held");
+        assert!(s.is_read(1) && s.is_read(2) && s.is_read(3) && !s.is_read(0));
+        assert_eq!(s.at(2), &cooling(40));
+        assert_eq!(s.at(3), &cooling(50));
+        assert_eq!(s.at(1), &Health::Ready);
+        // A health this request stored replaces the one read; an unread one is not taken.
+        s.set_at(2, Health::Ready);
+        s.set_at(5, cooling(9));
+        assert_eq!(s.at(2), &Health::Ready);
+        assert_eq!(s.at(5), &Health::Ready);
+        assert!(!s.is_read(5));
+    }
+
+    #[test]
+    fn snapshot_positions_past_the_64th_ahead_are_held_but_read_again() {
+        let mut s = Snapshot::default();
+        s.put(70, cooling(1));
+        assert!(!s.is_read(70));
+        assert_eq!(s.at(70), &cooling(1));
     }
 }

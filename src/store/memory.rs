@@ -4,6 +4,7 @@
 use super::{ready, HealthStore, StoreFuture};
 use crate::health::{apply, Health, Transition};
 use crate::vocab::Route;
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -25,17 +26,28 @@ impl MemoryStore {
 
     /// Applies `t` at once (the memory store never waits and never fails).
     pub fn apply_now(&self, route: &Route, t: Transition) -> (Health, Health) {
-        let mut map = self.lock();
-        let old = map.get(route).cloned().unwrap_or(Health::Ready);
-        let new = apply(&old, t);
-        if new != old {
-            if new == Health::Ready {
-                map.remove(route);
-            } else {
-                map.insert(route.clone(), new.clone());
+        // One search of the map per write (the routing hot path writes once per
+        // attempt); the replaced health is moved out, not copied.
+        match self.lock().entry(route.clone()) {
+            Entry::Vacant(slot) => {
+                let new = apply(&Health::Ready, t);
+                if new != Health::Ready {
+                    slot.insert(new.clone());
+                }
+                (Health::Ready, new)
+            }
+            Entry::Occupied(mut slot) => {
+                let new = apply(slot.get(), t);
+                let old = if new == Health::Ready {
+                    slot.remove()
+                } else if new != *slot.get() {
+                    std::mem::replace(slot.get_mut(), new.clone())
+                } else {
+                    slot.get().clone()
+                };
+                (old, new)
             }
         }
-        (old, new)
     }
 
     /// The health of a route now.

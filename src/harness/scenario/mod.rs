@@ -87,14 +87,14 @@ pub enum Priority {
 impl Scenario {
     /// Reads, parses and validates one scenario file.
     pub fn load(file: &Path) -> Result<Scenario, YamlError> {
-        let mut s: Scenario = crate::yaml::load(file)?;
+        let mut s: Scenario = crate::yaml::load(file).map_err(not_a_scenario)?;
         s.file = file.to_path_buf();
         s.validate()?;
         Ok(s)
     }
 
     pub fn parse(file: &Path, text: &str) -> Result<Scenario, YamlError> {
-        let mut s: Scenario = crate::yaml::parse(file, text)?;
+        let mut s: Scenario = crate::yaml::parse(file, text).map_err(not_a_scenario)?;
         s.file = file.to_path_buf();
         s.validate()?;
         Ok(s)
@@ -294,6 +294,17 @@ impl Scenario {
 
 /// Every scenario file under `paths`: files as given, directories searched
 /// recursively for `*.yaml` / `*.yml`, sorted for a stable order.
+/// serde's "expected struct Scenario" names a Rust type; say what the file must hold.
+fn not_a_scenario(mut e: YamlError) -> YamlError {
+    if let Some((found, _)) = e.message.split_once(", expected struct Scenario") {
+        e.message = format!(
+            "{found}: a scenario file is a YAML mapping with `name`, `chain` (the routes and \
+             their replies) and `expect` (or `requests`); see scenario-format.md"
+        );
+    }
+    e
+}
+
 pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, YamlError> {
     let mut out = Vec::new();
     for p in paths {
