@@ -29,7 +29,7 @@ fn main() {
             .collect();
         let slow_ok = Reply::Delay {
             ms: ANSWER_MS,
-            then: Box::new(Reply::Ok { text: "pong".into(), headers: vec![] }),
+            then: Box::new(Reply::Ok { text: "pong".into(), headers: vec![], usage: None }),
         };
         let mock = MockServer::start(
             ([127, 0, 0, 1], 0).into(),
@@ -63,7 +63,7 @@ fn main() {
             .collect();
         let client = poolctl::wire::http_client();
         let sw = Stopwatch::start();
-        let results = probe_all(&client, &targets, DEFAULT_CONCURRENCY, PER_PROVIDER, None, wall_now_ms(), &|_| {}).await;
+        let results = probe_all(&client, &targets, DEFAULT_CONCURRENCY, PER_PROVIDER, None, wall_now_ms(), None, &|_| {}).await;
         let took = sw.elapsed().as_secs_f64();
         let live = results.iter().filter(|r| r.is_live()).count();
         let max_per_provider = (0..PROVIDERS).map(|p| mock.max_in_flight(&format!("p{p:02}"))).max().unwrap_or(0);

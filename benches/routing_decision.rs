@@ -9,7 +9,9 @@
 #![allow(clippy::result_large_err)]
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use poolctl::admission::Limits;
 use poolctl::breaker::BreakerConfig;
+use poolctl::buckets::{AdmissionConfig, Buckets};
 use poolctl::capability::ModelFacts;
 use poolctl::clock::ManualClock;
 use poolctl::failure::{Headers, UpstreamFailure};
@@ -103,12 +105,47 @@ fn bench(c: &mut Criterion) {
         fallback_routes: Some(tier.routes.iter().map(|r| r.route.clone()).collect()),
         ..Policy::default()
     };
+    // Admission on every route: a route entry and a provider entry each, contracts far
+    // above what the bench spends, so every acquire is admitted and settled.
+    let limited = {
+        let mut limits = std::collections::BTreeMap::new();
+        for spec in &tier.routes {
+            let big = Limits {
+                rpm: Some(1_000_000_000),
+                tpm: Some(1_000_000_000_000),
+                ..Default::default()
+            };
+            limits.insert(spec.route.as_str().to_string(), big);
+            limits.insert(spec.route.provider().to_string(), big);
+        }
+        // One set for the whole run, as in a long-lived gateway: the per-route lookup of
+        // covering buckets is cached after a route's first request.
+        Arc::new(Buckets::new(
+            &AdmissionConfig {
+                limits,
+                ..Default::default()
+            },
+            0,
+        ))
+    };
     let mut group = c.benchmark_group("routing decisions, 10-route tier, policy card");
-    let cases: [(&str, Vec<Result<(), UpstreamFailure>>); 2] = [
-        ("primary answers", vec![Ok(())]),
-        ("walk to the 10th route (9 failures)", results),
+    type Case = (&'static str, Vec<Result<(), UpstreamFailure>>, bool);
+    let cases: [Case; 4] = [
+        ("primary answers", vec![Ok(())], false),
+        (
+            "walk to the 10th route (9 failures)",
+            results.clone(),
+            false,
+        ),
+        ("primary answers, limits on every route", vec![Ok(())], true),
+        (
+            "walk to the 10th route, limits on every route",
+            results,
+            true,
+        ),
     ];
-    for (name, canned) in cases {
+    for (name, canned, with_limits) in cases {
+        let limited = &limited;
         group.bench_function(name, |b| {
             b.to_async(&rt).iter_batched(
                 || {
@@ -117,6 +154,11 @@ fn bench(c: &mut Criterion) {
                         Arc::new(ManualClock::new(0)),
                         Arc::new(MemoryStore::new()),
                     );
+                    let router = if with_limits {
+                        router.with_buckets(limited.clone())
+                    } else {
+                        router
+                    };
                     (router, canned.clone())
                 },
                 |(router, canned)| {

@@ -27,6 +27,7 @@ const CHUNKS: usize = 8192; // 32 MiB of text
 fn stream_reply(items: Vec<StreamItem>) -> Reply {
     Reply::Stream(StreamReply {
         items,
+        usage: None,
         end: StreamEnd::Done,
         first_token_ms: 0,
         gap_ms: 0,

@@ -19,6 +19,14 @@ pub type Sleep<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now_ms(&self) -> UnixMs;
     fn sleep(&self, ms: u64) -> Sleep<'_>;
+    /// Waits until the instant `at` (at once when it has passed). Requests that wait
+    /// side by side for one instant end together: on virtual time the clock moves to
+    /// the latest instant waited for, never to the sum of the waits.
+    fn sleep_until(&self, at: UnixMs) -> Sleep<'_> {
+        let ms = at.saturating_sub(self.now_ms()).max(0) as u64;
+        self.sleep(ms)
+    }
+
     /// Virtual time does not pass while a socket is read: the router then adds the real
     /// time spent on sockets to the budget itself (issue 9, item 11).
     fn is_virtual(&self) -> bool {
@@ -80,6 +88,16 @@ impl Clock for ManualClock {
         Box::pin(std::future::ready(()))
     }
 
+    fn sleep_until(&self, at: UnixMs) -> Sleep<'_> {
+        // Yield once before the clock moves: requests in flight at the same instant
+        // (a concurrent burst) all reach their own decision at that instant first, so
+        // they wait side by side and the clock ends at the latest instant, not the sum.
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            self.now.fetch_max(at, Ordering::SeqCst);
+        })
+    }
+
     fn is_virtual(&self) -> bool {
         true
     }
@@ -129,5 +147,14 @@ mod tests {
         c.sleep(3_600_000).await;
         assert_eq!(c.now_ms(), 3_601_000);
         assert!(sw.elapsed() < Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn waits_side_by_side_end_at_the_latest_instant_not_the_sum() {
+        let c = ManualClock::new(0);
+        c.sleep_until(6_000).await;
+        c.sleep_until(6_000).await;
+        c.sleep_until(4_000).await;
+        assert_eq!(c.now_ms(), 6_000);
     }
 }

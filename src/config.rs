@@ -39,6 +39,10 @@ pub struct PoolConfig {
     /// Per-model facts (equivalence contracts and prices), by route.
     pub models: BTreeMap<Route, ModelFacts>,
     pub state: Option<PathBuf>,
+    /// Admission contracts, keyed by a route or a provider (decisions.md "Admission").
+    pub limits: BTreeMap<String, crate::admission::Limits>,
+    pub headroom: Option<f64>,
+    pub interactive_floor: Option<f64>,
 }
 
 crate::provider_settings! {
@@ -143,14 +147,7 @@ impl PoolConfig {
     /// Parses and validates `text`, the contents of `file`.
     pub fn parse(file: &Path, text: &str) -> Result<PoolConfig, ConfigError> {
         let raw: RawConfig = yaml::parse(file, text)?;
-        let config = PoolConfig {
-            file: file.to_path_buf(),
-            providers: raw.providers,
-            tiers: raw.tiers,
-            policies: raw.policies,
-            models: raw.models,
-            state: raw.state,
-        };
+        let config = raw.into_config(file);
         config.validate(text)?;
         Ok(config)
     }
@@ -160,14 +157,7 @@ impl PoolConfig {
     pub fn lint(file: &Path, text: &str) -> Result<Lint, YamlError> {
         let parsed = crate::problems::parse_all::<RawConfig>(file, text)?;
         let mut problems = parsed.problems;
-        let config = parsed.value.map(|raw| PoolConfig {
-            file: file.to_path_buf(),
-            providers: raw.providers,
-            tiers: raw.tiers,
-            policies: raw.policies,
-            models: raw.models,
-            state: raw.state,
-        });
+        let config = parsed.value.map(|raw| raw.into_config(file));
         if let Some(config) = &config {
             // A field that only parsed with a stand-in is already reported.
             let stood_in = |field: &str| {
@@ -324,10 +314,57 @@ impl PoolConfig {
                 }
             }
         }
-        // Facts for a route no tier uses are a typo, not a harmless extra.
+        // Admission: a contract names a route of some tier or a provider; shares are
+        // shares; a degrade tier exists.
         let all = self.route_names();
+        // Config order is not sorted order: membership by set, never by binary search.
+        let known: BTreeSet<&Route> = all.iter().collect();
+        for (name, limits) in &self.limits {
+            let field = format!("limits.{name}");
+            let named = match Route::parse(name) {
+                Ok(r) => known.contains(&r),
+                Err(_) => self.providers.contains_key(name),
+            };
+            if !named {
+                let names = all
+                    .iter()
+                    .map(|r| r.as_str())
+                    .chain(self.providers.keys().map(String::as_str));
+                let msg = format!(
+                    "`{name}` is neither a route of a tier nor a provider{}",
+                    did_you_mean(&yaml::nearest(name, names))
+                );
+                out.push(invalid(field, &["limits:", name], msg));
+            } else if limits.contracts().next().is_none() {
+                let msg = "name at least one of rpm, tpm, itpm, otpm".to_string();
+                out.push(invalid(field, &["limits:", name], msg));
+            }
+        }
+        if let Some(h) = self.headroom.filter(|h| !(*h > 0.0 && *h <= 1.0)) {
+            let msg = format!("headroom {h} is outside (0, 1]");
+            out.push(invalid("headroom".into(), &["headroom:"], msg));
+        }
+        if let Some(f) = self.interactive_floor.filter(|f| !(0.0..1.0).contains(f)) {
+            let msg = format!("interactive_floor {f} is outside [0, 1)");
+            out.push(invalid(
+                "interactive_floor".into(),
+                &["interactive_floor:"],
+                msg,
+            ));
+        }
+        for (name, policy) in &self.policies {
+            if let Some(t) = &policy.degrade_tier {
+                if !self.tiers.contains_key(t) {
+                    let key = format!("{name}:");
+                    let msg = format!("unknown tier `{t}`{}", did_you_mean(&self.nearest_tier(t)));
+                    let field = format!("policies.{name}.degrade_tier");
+                    out.push(invalid(field, &["policies:", &key, "degrade_tier:"], msg));
+                }
+            }
+        }
+        // Facts for a route no tier uses are a typo, not a harmless extra.
         for route in self.models.keys() {
-            if all.binary_search(route).is_err() {
+            if !known.contains(route) {
                 let msg = format!(
                     "route `{route}` is in no tier{}",
                     did_you_mean(&nearest_route(route.as_str(), &all))
@@ -441,6 +478,17 @@ impl PoolConfig {
 
     /// Every tier resolved once, keys read from `env` once per provider: what a
     /// long-running process (the gateway) builds at startup.
+    /// The admission set-up: `limits:`, `headroom:`, `interactive_floor:`, with the
+    /// defaults of decisions.md.
+    pub fn admission(&self) -> crate::buckets::AdmissionConfig {
+        let d = crate::buckets::AdmissionConfig::default();
+        crate::buckets::AdmissionConfig {
+            limits: self.limits.clone(),
+            headroom: self.headroom.unwrap_or(d.headroom),
+            interactive_floor: self.interactive_floor.unwrap_or(d.interactive_floor),
+        }
+    }
+
     pub fn resolve(&self, env: &dyn Fn(&str) -> Option<String>) -> Pool {
         let tiers = self
             .tiers
@@ -539,6 +587,28 @@ struct RawConfig {
     models: BTreeMap<Route, ModelFacts>,
     #[serde(default)]
     state: Option<PathBuf>,
+    #[serde(default)]
+    limits: BTreeMap<String, crate::admission::Limits>,
+    #[serde(default)]
+    headroom: Option<f64>,
+    #[serde(default)]
+    interactive_floor: Option<f64>,
+}
+
+impl RawConfig {
+    fn into_config(self, file: &Path) -> PoolConfig {
+        PoolConfig {
+            file: file.to_path_buf(),
+            providers: self.providers,
+            tiers: self.tiers,
+            policies: self.policies,
+            models: self.models,
+            state: self.state,
+            limits: self.limits,
+            headroom: self.headroom,
+            interactive_floor: self.interactive_floor,
+        }
+    }
 }
 
 /// A tier entry is a plain route string (path `chat`) or `{ route, path }`. Written by

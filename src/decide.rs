@@ -32,6 +32,10 @@ pub struct Situation<'a> {
     pub fallback_cost_usd: f64,
     /// A uniform draw in [0, 1) for backoff jitter.
     pub jitter: f64,
+    /// How long from now until this route's admission buckets hold a retry: `Some(0)`
+    /// at once (or no limits), `None` never. A retry is an upstream call like any other:
+    /// row 4 applies only when its wait is at least this long.
+    pub retry_admission_ms: Option<u64>,
 }
 
 /// Which row of the table decided, and why: traces print it, reasons derive from it.
@@ -111,7 +115,8 @@ pub fn decide(s: &Situation) -> Decision {
         && s.retries_on_route < s.policy.max_retries_per_route
     {
         let wait = retry_wait(s.hint, s.retries_on_route, s.jitter);
-        if wait <= s.policy.max_retry_wait_ms {
+        let admitted = s.retry_admission_ms.is_some_and(|a| wait >= a);
+        if wait <= s.policy.max_retry_wait_ms && admitted {
             if s.spent.allows(s.policy, wait, s.retry_cost_usd) {
                 return Decision {
                     action: Action::Retry,
@@ -210,6 +215,7 @@ mod tests {
             retry_cost_usd: 0.0,
             fallback_cost_usd: 0.0,
             jitter: 0.0,
+            retry_admission_ms: Some(0),
         }
     }
 
@@ -518,5 +524,20 @@ mod tests {
             ..base(&p)
         };
         assert_eq!(decide(&s).why, Why::NothingLeft);
+    }
+
+    #[test]
+    fn row_4_needs_the_retry_admitted_after_its_wait() {
+        let p = Policy::default();
+        let hinted = |retry_admission_ms| Situation {
+            hint: hint(1_000),
+            retry_admission_ms,
+            ..base(&p)
+        };
+        assert_eq!(decide(&hinted(Some(1_000))).action, Action::Retry);
+        assert_eq!(decide(&hinted(Some(0))).action, Action::Retry);
+        // The bucket refills too slowly, or never holds the cost: row 5 instead.
+        assert_eq!(decide(&hinted(Some(1_001))).action, Action::Fallback);
+        assert_eq!(decide(&hinted(None)).action, Action::Fallback);
     }
 }

@@ -3,8 +3,11 @@
 //! config → router → wire → `UpstreamFailure` → `classify` → `decide` / `transition`
 //! → health store and attempt records → outcome.
 
+pub mod admission;
+pub mod admission_queue;
 pub mod answer;
 pub mod breaker;
+pub mod buckets;
 pub mod budget;
 pub mod capability;
 pub mod classify;

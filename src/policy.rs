@@ -34,6 +34,14 @@ pub struct Policy {
     pub stop_on: Vec<Class>,
     pub max_retry_wait_ms: u64,
     pub max_retries_per_route: u32,
+    /// Admission: how long a request may wait in the local queue for a bucket to
+    /// refill before it is shed (or offered to `degrade_tier`).
+    pub max_queue_ms: u64,
+    /// Admission: requests waiting at once; past it, a request is shed at once.
+    pub max_queue_len: u32,
+    /// Admission: the tier a request that would be shed is offered instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degrade_tier: Option<String>,
 }
 
 pub const DEFAULT_STOP_ON: [Class; 5] = [
@@ -58,6 +66,9 @@ impl Default for Policy {
             stop_on: DEFAULT_STOP_ON.to_vec(),
             max_retry_wait_ms: 2_000,
             max_retries_per_route: 1,
+            max_queue_ms: 0,
+            max_queue_len: crate::admission::DEFAULT_MAX_QUEUE_LEN,
+            degrade_tier: None,
         }
     }
 }

@@ -86,7 +86,12 @@ pub fn headroom(h: &Headers) -> Option<Headroom> {
 pub struct ProbeResult {
     pub route: Route,
     pub status: Option<u16>,
-    pub class: Class,
+    /// `null` when the probe was not sent (`skipped`).
+    pub class: Option<Class>,
+    /// Why the probe was not sent: `admission` when the route's buckets could not
+    /// admit it (a probe spends the provider's quota too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<crate::trace::SkipWhy>,
     pub latency_ms: u64,
     pub retry_after_ms: Option<u64>,
     pub request_id: Option<String>,
@@ -100,7 +105,25 @@ pub struct ProbeResult {
 
 impl ProbeResult {
     pub fn is_live(&self) -> bool {
-        self.class == Class::Ok
+        self.class == Some(Class::Ok)
+    }
+
+    /// The result of a probe its route's admission buckets refused: not sent, not live.
+    pub fn refused(target: &Target) -> ProbeResult {
+        ProbeResult {
+            route: target.route.clone(),
+            status: None,
+            class: None,
+            skipped: Some(crate::trace::SkipWhy::Admission),
+            latency_ms: 0,
+            retry_after_ms: None,
+            request_id: None,
+            headroom: None,
+            detail: Some(
+                "not sent: the route's admission buckets cannot hold it (--force sends it)".into(),
+            ),
+            transition: None,
+        }
     }
 
     /// What `probe --apply` writes: the router's transition for what the probe saw —
@@ -223,7 +246,8 @@ pub async fn probe_one(
         Ok((headers, request_id)) => ProbeResult {
             route: target.route.clone(),
             status: Some(200),
-            class: Class::Ok,
+            class: Some(Class::Ok),
+            skipped: None,
             latency_ms,
             retry_after_ms: None,
             request_id,
@@ -242,7 +266,8 @@ pub async fn probe_one(
             ProbeResult {
                 route: target.route.clone(),
                 status: f.status,
-                class: verdict.class,
+                class: Some(verdict.class),
+                skipped: None,
                 latency_ms,
                 retry_after_ms: verdict.hint.map(|h| h.ms),
                 request_id: f.headers.request_id().map(str::to_string),
@@ -262,8 +287,23 @@ pub async fn probe_one(
     }
 }
 
+/// How probes spend admission: a probe uses the provider's quota like any call, so it
+/// takes from the same buckets, at `background` priority (it must never eat the
+/// interactive floor). `force` sends a probe the buckets refuse anyway.
+pub struct ProbeAdmission<'a> {
+    pub buckets: &'a crate::buckets::Buckets,
+    pub force: bool,
+}
+
+/// What a probe costs: one request, a few input tokens, one output token.
+const PROBE_COST: crate::admission::Cost = crate::admission::Cost {
+    input_tokens: 8,
+    output_tokens: 1,
+};
+
 /// Probes every target, at most `concurrency` at once and `per_provider` at once per
 /// provider. Results come back in target order; `on_done` sees each as it finishes.
+#[allow(clippy::too_many_arguments)]
 pub async fn probe_all(
     client: &reqwest::Client,
     targets: &[Target],
@@ -271,6 +311,7 @@ pub async fn probe_all(
     per_provider: usize,
     timeout_ms: Option<u64>,
     now: UnixMs,
+    admission: Option<&ProbeAdmission<'_>>,
     on_done: &(dyn Fn(&ProbeResult) + Send + Sync),
 ) -> Vec<ProbeResult> {
     let global = Arc::new(Semaphore::new(concurrency.clamp(1, MAX_CONCURRENCY)));
@@ -285,7 +326,47 @@ pub async fn probe_all(
             // The provider's permit first: a provider at its cap must not hold global slots.
             let _p = provider.acquire_owned().await.expect("never closed");
             let _g = global.acquire_owned().await.expect("never closed");
+            let held = match admission {
+                Some(a) => match a.buckets.cover(&t.route) {
+                    Some(cover) => match a.buckets.acquire(
+                        &cover,
+                        PROBE_COST,
+                        crate::admission::Priority::Background,
+                        now,
+                    ) {
+                        Ok(r) => Some(r),
+                        Err(_) if a.force => None,
+                        Err(_) => {
+                            let r = ProbeResult::refused(t);
+                            on_done(&r);
+                            return r;
+                        }
+                    },
+                    None => None,
+                },
+                None => None,
+            };
             let r = probe_one(client, t, timeout_ms, now).await;
+            if let (Some(a), Some(reservation)) = (admission, held) {
+                let remaining: Vec<_> = r
+                    .headroom
+                    .iter()
+                    .flat_map(|h| {
+                        use crate::admission::Dimension;
+                        [
+                            h.requests_remaining.map(|n| (Dimension::Rpm, n)),
+                            h.tokens_remaining.map(|n| (Dimension::Tpm, n)),
+                        ]
+                    })
+                    .flatten()
+                    .collect();
+                let spent = if r.status.is_some() {
+                    crate::admission::Spent::Unreported
+                } else {
+                    crate::admission::Spent::Nothing
+                };
+                a.buckets.settle(reservation, spent, &remaining, now);
+            }
             on_done(&r);
             r
         }

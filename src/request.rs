@@ -5,18 +5,8 @@ use crate::vocab::CallPath;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// How urgent a request is (admission control orders and sheds by it).
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Priority {
-    #[default]
-    Interactive,
-    Retry,
-    Background,
-    Speculative,
-}
+/// How urgent a request is: admission control orders and sheds by it.
+pub use crate::admission::Priority;
 
 /// Sampling controls a caller may set; `None` / empty leaves the provider's default.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -135,6 +135,9 @@ pub enum SkipWhy {
     /// Its breaker is half-open and every trial slot is taken.
     #[serde(rename = "half_open")]
     HalfOpen,
+    /// Its admission buckets cannot hold the request's cost now.
+    #[serde(rename = "admission")]
+    Admission,
 }
 
 impl SkipWhy {
@@ -146,6 +149,7 @@ impl SkipWhy {
             SkipWhy::Incapable => "incapable",
             SkipWhy::Open => "breaker_open",
             SkipWhy::HalfOpen => "half_open",
+            SkipWhy::Admission => "admission",
         }
     }
 }
@@ -179,6 +183,8 @@ pub struct Report {
     pub attempts: Vec<AttemptRecord>,
     pub skipped: Vec<Skip>,
     pub waits_ms: Vec<u64>,
+    /// Time spent waiting in the local admission queue (virtual in the chaos harness).
+    pub queued_ms: u64,
     /// Routing time the request took (virtual in the chaos harness).
     pub elapsed_ms: u64,
     /// Problems that did not stop the request (a health store that could not be written).

@@ -101,6 +101,8 @@ vocab_enum!(
         Request => "request",
         Budget => "budget",
         Error => "error",
+        /// Shed: admission control refused it locally, before any upstream call.
+        Admission => "admission",
     }
 );
 

@@ -176,7 +176,7 @@ proptest! {
             class: Class::Ok, path: CallPath::Chat, hint: None, policy: &p,
             spent: Spent { attempts, elapsed_ms: elapsed, extra_cost_usd: 0.0 },
             retries_on_route: retries, visible_token: false, fallback_available: fallback,
-            larger_window_available: false, trial: false, retry_cost_usd: 0.0, fallback_cost_usd: 0.0, jitter,
+            larger_window_available: false, trial: false, retry_cost_usd: 0.0, fallback_cost_usd: 0.0, jitter, retry_admission_ms: Some(0),
         };
         prop_assert_eq!(decide(&s).action, Action::Done);
     }
@@ -194,7 +194,7 @@ proptest! {
         let s = Situation {
             class, path: CallPath::Chat, hint, policy: &p, spent: Spent::default(),
             retries_on_route: retries, visible_token: false, fallback_available: true,
-            larger_window_available: false, trial: false, retry_cost_usd: 0.0, fallback_cost_usd: 0.0, jitter,
+            larger_window_available: false, trial: false, retry_cost_usd: 0.0, fallback_cost_usd: 0.0, jitter, retry_admission_ms: Some(0),
         };
         let d = decide(&s);
         if d.action == Action::Retry {

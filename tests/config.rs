@@ -504,3 +504,74 @@ fn check_knows_every_dialect_by_name_and_by_host() {
         "the known names are listed: {shown}"
     );
 }
+
+/// The v2 config additions of spec/cli.md: limits per route or provider, headroom and
+/// the interactive floor, a card's admission fields.
+const V2_ADMISSION: &str = r#"providers:
+  openai: { base_url: "https://api.openai.com/v1", api_key_env: OPENAI_API_KEY }
+  anthropic: { wire: anthropic, base_url: "https://api.anthropic.com", api_key_env: ANTHROPIC_API_KEY }
+tiers:
+  high: [openai/gpt-4o, anthropic/claude-sonnet-4-20250514]
+  small: [openai/gpt-4o-mini]
+limits:
+  openai/gpt-4o: { rpm: 500, tpm: 300000 }
+  anthropic: { rpm: 50, itpm: 30000, otpm: 8000 }
+headroom: 0.9
+interactive_floor: 0.2
+policies:
+  support-answer:
+    tier: high
+    max_queue_ms: 2000
+    degrade_tier: small
+"#;
+
+#[test]
+fn the_cli_md_v2_admission_example_parses() {
+    let c = load(V2_ADMISSION).expect("v2 example loads");
+    let a = c.admission();
+    assert_eq!(a.limits.len(), 2);
+    assert_eq!(a.limits["anthropic"].itpm, Some(30_000));
+    assert_eq!(a.headroom, 0.9);
+    let card = &c.policies["support-answer"];
+    assert_eq!(card.max_queue_ms, 2_000);
+    assert_eq!(card.degrade_tier.as_deref(), Some("small"));
+}
+
+#[test]
+fn admission_typos_name_the_field_and_the_nearest_name() {
+    let bad = V2_ADMISSION.replace("  anthropic: { rpm", "  antropic: { rpm");
+    let err = load(&bad).unwrap_err().to_string();
+    assert!(
+        err.contains("limits.antropic") && err.contains("anthropic"),
+        "{err}"
+    );
+    let bad = V2_ADMISSION.replace("degrade_tier: small", "degrade_tier: smal");
+    let err = load(&bad).unwrap_err().to_string();
+    assert!(
+        err.contains("degrade_tier") && err.contains("small"),
+        "{err}"
+    );
+    let bad = V2_ADMISSION.replace("headroom: 0.9", "headroom: 1.5");
+    let err = load(&bad).unwrap_err().to_string();
+    assert!(err.contains("headroom") && err.contains("(0, 1]"), "{err}");
+    let bad = V2_ADMISSION.replace("rpm: 500, tpm: 300000", "rpn: 500");
+    assert!(load(&bad).unwrap_err().to_string().contains("rpn"));
+}
+
+#[test]
+fn models_of_routes_listed_out_of_alphabetical_order_are_found() {
+    // Regression: config order is not sorted order, and a binary search over it missed
+    // `a/y` and reported it "in no tier".
+    let text = r#"providers:
+  a: { base_url: "http://127.0.0.1:9/v1", api_key_env: K }
+  b: { base_url: "http://127.0.0.1:9/v1", api_key_env: K }
+  c: { base_url: "http://127.0.0.1:9/v1", api_key_env: K }
+tiers:
+  t: [b/x, c/z, a/y]
+models:
+  a/y: { context_window: 1000 }
+  b/x: { context_window: 1000 }
+  c/z: { context_window: 1000 }
+"#;
+    load(text).expect("every model names a route of the tier");
+}

@@ -61,6 +61,7 @@ fn ok(text: &str) -> Reply {
     Reply::Ok {
         text: text.into(),
         headers: vec![],
+        usage: None,
     }
 }
 
@@ -569,4 +570,90 @@ async fn a_writer_killed_mid_stream_leaves_the_store_valid() {
         let listed = block_on(store.list()).unwrap();
         assert!(listed.len() <= 50);
     }
+}
+
+/// Appends `limits:` (and anything else) to a config `setup` wrote.
+fn append(config: &Path, text: &str) {
+    let mut yaml = std::fs::read_to_string(config).unwrap();
+    yaml.push_str(text);
+    std::fs::write(config, yaml).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn probe_skips_a_route_its_buckets_refuse_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, config) = setup(
+        dir.path(),
+        vec![("p/tight", ok("OK")), ("q/free", ok("OK"))],
+        &[("t", vec!["p/tight", "q/free"])],
+    )
+    .await;
+    // 1 rpm × 0.9 headroom holds less than one background request above the floor.
+    append(&config, "limits:\n  p: { rpm: 1 }\n");
+    let o = poolctl(&config, &["probe", "--json"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    let routes = &v["tiers"][0]["routes"];
+    assert_eq!(routes[0]["route"], "p/tight");
+    assert_eq!(routes[0]["class"], Value::Null);
+    assert_eq!(routes[0]["skipped"], "admission");
+    assert_eq!(routes[1]["class"], "ok");
+    assert_eq!(v["tiers"][0]["live"], 1);
+    assert_eq!(
+        mock.calls(&route("p/tight")),
+        0,
+        "a refused probe is never sent"
+    );
+
+    let o = poolctl(&config, &["probe", "--json", "--force"]).await;
+    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    assert_eq!(v["tiers"][0]["routes"][0]["class"], "ok", "{}", out(&o));
+    assert_eq!(mock.calls(&route("p/tight")), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn walk_goes_through_admission_and_status_shows_the_buckets() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, config) = setup(
+        dir.path(),
+        vec![("p/big", ok("big")), ("q/next", ok("next"))],
+        &[("t", vec!["p/big", "q/next"])],
+    )
+    .await;
+    // The walk's prompt declares 64 output tokens: 10 tpm can never hold it.
+    append(
+        &config,
+        "limits:\n  p/big: { rpm: 100, tpm: 10 }\nheadroom: 1.0\n",
+    );
+    let o = poolctl(&config, &["walk", "t", "--json"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["served_by"], "q/next");
+    assert_eq!(v["skipped"][0]["route"], "p/big");
+    assert_eq!(v["skipped"][0]["why"], "admission");
+    assert_eq!(mock.calls(&route("p/big")), 0);
+
+    // Every route refuses: shed, reason admission, exit 1, no upstream call.
+    let yaml = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("limits:\n", "limits:\n  q: { tpm: 10 }\n");
+    std::fs::write(&config, yaml).unwrap();
+    let o = poolctl(&config, &["walk", "t", "--json"]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["outcome"].as_str(), v["reason"].as_str()),
+        (Some("shed"), Some("admission"))
+    );
+    assert_eq!(mock.calls(&route("q/next")), 1);
+
+    let o = poolctl(&config, &["status", "--json"]).await;
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let buckets = v["buckets"].as_array().expect("status lists the buckets");
+    assert!(buckets
+        .iter()
+        .any(|b| b["bucket"] == "p/big" && b["dimension"] == "tpm" && b["capacity"] == 10.0));
+    assert_eq!(v["routes"][0]["buckets"], json!(["p/big"]));
+    let o = poolctl(&config, &["status"]).await;
+    assert!(out(&o).contains("tpm 10/10"), "{}", out(&o));
 }

@@ -68,6 +68,7 @@ fn report(
         attempts,
         skipped,
         waits_ms: vec![],
+        queued_ms: 0,
         elapsed_ms: 0,
         notes: vec![],
     }
@@ -144,6 +145,7 @@ fn chaos_runs() -> Vec<ScenarioRun> {
             ),
             health: BTreeMap::new(),
             upstream_calls: BTreeMap::new(),
+            buckets: BTreeMap::new(),
             mismatches: vec![],
         }],
         wall_ms: 3.2,
@@ -178,6 +180,7 @@ fn chaos_runs() -> Vec<ScenarioRun> {
             report: report(Outcome::Success, None, long_chain, vec![]),
             health: BTreeMap::new(),
             upstream_calls: BTreeMap::new(),
+            buckets: BTreeMap::new(),
             mismatches: vec![],
         }],
         wall_ms: 12.0,
@@ -210,6 +213,7 @@ fn chaos_runs() -> Vec<ScenarioRun> {
                 },
             )]),
             upstream_calls: BTreeMap::new(),
+            buckets: BTreeMap::new(),
             mismatches: vec![Mismatch {
                 field: "attempts[0].class".into(),
                 expected: "rate_limited".into(),
@@ -274,7 +278,8 @@ fn probe_tiers() -> (TierProbe, TierProbe) {
     let live = ProbeResult {
         route: route("dashscope/qwen-flash-2025-07-28"),
         status: Some(200),
-        class: Class::Ok,
+        class: Some(Class::Ok),
+        skipped: None,
         latency_ms: 180,
         retry_after_ms: None,
         request_id: Some("req_1".into()),
@@ -290,7 +295,8 @@ fn probe_tiers() -> (TierProbe, TierProbe) {
     let dead = ProbeResult {
         route: route("dashscope/free-tier403-qwen3-max"),
         status: Some(403),
-        class: Class::QuotaExhausted,
+        class: Some(Class::QuotaExhausted),
+        skipped: None,
         latency_ms: 212,
         retry_after_ms: Some(3_600_000),
         request_id: None,
@@ -486,7 +492,7 @@ fn status_table_at_80_200_and_no_terminal_and_json() {
         (route("c/ready"), Health::Ready),
     ];
     for (name, w) in widths() {
-        let text = render::status_table(&rows, now, &Look::plain(w));
+        let text = render::status_table(&rows, now, &[], &Look::plain(w));
         assert_fits(
             &text,
             w,
@@ -499,6 +505,6 @@ fn status_table_at_80_200_and_no_terminal_and_json() {
         );
         insta::assert_snapshot!(format!("status_{name}"), text);
     }
-    let v: serde_json::Value = serde_json::from_str(&render::status_json(&rows, now)).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&render::status_json(&rows, now, &[])).unwrap();
     insta::assert_json_snapshot!(v);
 }

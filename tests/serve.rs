@@ -35,6 +35,7 @@ fn ok(text: &str) -> Reply {
     Reply::Ok {
         text: text.into(),
         headers: vec![],
+        usage: None,
     }
 }
 
@@ -58,6 +59,7 @@ fn stream(chunks: &[&str], end: StreamEnd, gap_ms: u64) -> Reply {
         first_token_ms: 0,
         gap_ms,
         headers: vec![],
+        usage: None,
     })
 }
 
@@ -1361,4 +1363,70 @@ async fn a_single_worker_gateway_serves_chat_and_streams() {
         .unwrap();
     let text = r.text().await.unwrap();
     assert!(text.contains("\"wo\"") && text.contains("[DONE]"), "{text}");
+}
+
+#[tokio::test]
+async fn a_request_admission_sheds_is_one_429_with_retry_after_and_counted_in_metrics() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("first"), ok("never")],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    // 2 requests a minute at 0.9 headroom: room for one request now, not two.
+    let mut yaml = std::fs::read_to_string(&config).unwrap();
+    yaml.push_str("limits:\n  prim/model-a: { rpm: 2 }\n");
+    std::fs::write(&config, yaml).unwrap();
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    let send = || {
+        client
+            .post(gw.url("/v1/chat/completions"))
+            .json(&chat_body("high", false))
+            .send()
+    };
+    assert_eq!(send().await.unwrap().status(), 200);
+    let r = send().await.unwrap();
+    assert_eq!(
+        (
+            r.status().as_u16(),
+            header(&r, "x-should-retry"),
+            header(&r, "x-poolctl-outcome")
+        ),
+        (429, "false", "shed")
+    );
+    let retry_after: u64 = header(&r, "retry-after").parse().expect("a Retry-After");
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert_eq!(
+        mock.calls(&route("prim/model-a")),
+        1,
+        "a shed calls nothing"
+    );
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_shed_total{priority="interactive",route="prim/model-a"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"poolctl_bucket_level{bucket="prim/model-a",dimension="rpm"}"#),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_bucket_reserved{bucket="prim/model-a",dimension="rpm"}"#
+        ),
+        Some(0.0),
+        "nothing is held once both requests ended: {m}"
+    );
 }

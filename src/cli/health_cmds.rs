@@ -124,10 +124,13 @@ pub async fn status(args: StatusArgs, look: &Look) -> anyhow::Result<Exit> {
         .collect();
     rows.extend(stored);
     let now = wall_now_ms();
+    // Admission buckets live in each process (README, "Admission"): a new process's are
+    // full; a gateway's live levels are on its /metrics.
+    let buckets = crate::buckets::Buckets::new(&config.admission(), now).snapshot(now);
     if args.json {
-        out::line(&render::status_json(&rows, now).to_string())?;
+        out::line(&render::status_json(&rows, now, &buckets).to_string())?;
     } else {
-        out::print(&render::status_table(&rows, now, look))?;
+        out::print(&render::status_table(&rows, now, &buckets, look))?;
     }
     Ok(Exit::Ok)
 }

@@ -34,6 +34,10 @@ pub struct ProbeArgs {
     /// quota_exhausted, model_unavailable or auth; restore retired routes that answered.
     #[arg(long)]
     pub apply: bool,
+    /// Send probes that the routes' admission buckets (`limits:`) refuse, too. Without
+    /// it such a route is reported `skipped: admission` and counts as not live.
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub use crate::probe::TierProbe;
@@ -93,13 +97,22 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
         }
     };
     let client = crate::wire::http_client();
+    let now = wall_now_ms();
+    // Probes spend the provider's quota like any call: from the same buckets, at
+    // background priority. One process's buckets: see the README's "Admission".
+    let buckets = crate::buckets::Buckets::new(&config.admission(), now);
+    let admission = crate::probe::ProbeAdmission {
+        buckets: &buckets,
+        force: args.force,
+    };
     let results = probe_all(
         &client,
         &unique,
         args.concurrency,
         PER_PROVIDER,
         args.timeout_ms,
-        wall_now_ms(),
+        now,
+        (!buckets.is_empty()).then_some(&admission),
         &on_done,
     )
     .await;

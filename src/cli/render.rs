@@ -278,7 +278,14 @@ pub fn probe_tier(t: &crate::cli::probe::TierProbe, look: &Look) -> String {
                         .map(|s| s.to_string())
                         .unwrap_or_else(|| "—".into()),
                 ),
-                Cell::new(r.class.to_string()).tone(Some(class_tone(r.class))),
+                match r.class {
+                    Some(class) => Cell::new(class.to_string()).tone(Some(class_tone(class))),
+                    None => Cell::new(
+                        r.skipped
+                            .map(|s| format!("skipped: {}", s.as_str()))
+                            .unwrap_or_else(|| "—".into()),
+                    ),
+                },
                 Cell::new(format!("{} ms", r.latency_ms)),
                 Cell::new(
                     r.retry_after_ms
@@ -313,7 +320,14 @@ pub fn probe_tier(t: &crate::cli::probe::TierProbe, look: &Look) -> String {
         let last = t
             .routes
             .last()
-            .map(|r| format!("{} ({})", r.route, r.class))
+            .map(|r| {
+                let what = r
+                    .class
+                    .map(|c| c.to_string())
+                    .or_else(|| r.skipped.map(|s| format!("skipped: {}", s.as_str())))
+                    .unwrap_or_default();
+                format!("{} ({what})", r.route)
+            })
             .unwrap_or_default();
         let text = format!(
             "WARNING: dead tail: the last route of tier `{}` is not live: {last}; the chain has no working end",
@@ -579,15 +593,60 @@ fn status_row(
 pub fn status_json(
     rows: &[(crate::vocab::Route, crate::health::Health)],
     now: crate::clock::UnixMs,
+    buckets: &[crate::buckets::BucketView],
 ) -> String {
     let routes: Vec<Value> = rows
         .iter()
         .map(|(r, h)| {
             let (route, state, until, reason) = status_row(r, h, now);
-            json!({"route": route, "state": state, "until": until, "reason": reason})
+            let mut row = json!({"route": route, "state": state, "until": until, "reason": reason});
+            if !buckets.is_empty() {
+                let mut names: Vec<&str> = Vec::new();
+                for b in covering(buckets, r) {
+                    if !names.contains(&b.bucket.as_str()) {
+                        names.push(&b.bucket);
+                    }
+                }
+                row["buckets"] = json!(names);
+            }
+            row
         })
         .collect();
-    json!({ "routes": routes }).to_string()
+    let mut doc = json!({ "routes": routes });
+    if !buckets.is_empty() {
+        doc["buckets"] = json!(buckets);
+    }
+    doc.to_string()
+}
+
+/// The buckets that cover `route`: its own entry and its provider's.
+fn covering<'a>(
+    buckets: &'a [crate::buckets::BucketView],
+    route: &'a crate::vocab::Route,
+) -> impl Iterator<Item = &'a crate::buckets::BucketView> {
+    buckets
+        .iter()
+        .filter(move |b| b.bucket == route.as_str() || b.bucket == route.provider())
+}
+
+/// `rpm 450/450` for each bucket covering the route, named when it is the provider's.
+fn bucket_levels(buckets: &[crate::buckets::BucketView], route: &crate::vocab::Route) -> String {
+    covering(buckets, route)
+        .map(|b| {
+            let owner = if b.bucket == route.as_str() {
+                String::new()
+            } else {
+                format!("{} ", b.bucket)
+            };
+            format!(
+                "{owner}{} {}/{}",
+                b.dimension.as_str(),
+                b.level.floor(),
+                b.capacity.floor()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 const STATUS_COLUMNS: [Column; 4] = [
@@ -597,22 +656,42 @@ const STATUS_COLUMNS: [Column; 4] = [
     Column::text("reason", 2),
 ];
 
+const STATUS_COLUMNS_WITH_BUCKETS: [Column; 5] = [
+    Column::ident("route"),
+    Column::ident("state"),
+    Column::ident("until"),
+    Column::text("reason", 2),
+    Column::text("buckets (level/capacity)", 3),
+];
+
 pub fn status_table(
     rows: &[(crate::vocab::Route, crate::health::Health)],
     now: crate::clock::UnixMs,
+    buckets: &[crate::buckets::BucketView],
     look: &Look,
 ) -> String {
     let cells: Vec<Vec<Cell>> = rows
         .iter()
         .map(|(r, h)| {
             let (route, state, until, reason) = status_row(r, h, now);
-            vec![
+            let mut row = vec![
                 Cell::new(route),
                 Cell::new(state).tone(health_tone(h.state_at(now))),
                 Cell::new(until.unwrap_or_default()),
                 Cell::new(reason.unwrap_or_default()),
-            ]
+            ];
+            if !buckets.is_empty() {
+                row.push(Cell::new(bucket_levels(buckets, r)));
+            }
+            row
         })
         .collect();
-    table::render(&STATUS_COLUMNS, &cells, look)
+    if buckets.is_empty() {
+        return table::render(&STATUS_COLUMNS, &cells, look);
+    }
+    let mut out = table::render(&STATUS_COLUMNS_WITH_BUCKETS, &cells, look);
+    out.push_str(
+        "admission buckets are per process: these are a new process's (full); a running gateway's are on its /metrics\n",
+    );
+    out
 }

@@ -61,7 +61,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let lineup = Lineup::build(&config, &env_key)?;
     let store = open_store(&config)?;
-    let router = crate::router::Router::new(upstream_client(), Arc::new(SystemClock), store);
+    // Admission (the config's `limits`): this process's buckets, as `walk` has.
+    let buckets = Arc::new(crate::buckets::Buckets::new(
+        &config.admission(),
+        crate::clock::wall_now_ms(),
+    ));
+    let router = crate::router::Router::new(upstream_client(), Arc::new(SystemClock), store)
+        .with_buckets(buckets);
     let token = std::env::var(serve::TOKEN_ENV)
         .ok()
         .filter(|t| !t.is_empty())

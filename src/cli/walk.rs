@@ -85,7 +85,15 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
     }
     let base: Arc<dyn HealthStore> = open_store(&config)?;
     let store = Arc::new(OverlayStore::new(base, forced));
-    let router = Router::new(crate::wire::http_client(), Arc::new(SystemClock), store);
+    // A walk goes through admission like any request (this process's buckets).
+    let now = crate::clock::wall_now_ms();
+    let buckets = Arc::new(crate::buckets::Buckets::new(&config.admission(), now));
+    let router =
+        Router::new(crate::wire::http_client(), Arc::new(SystemClock), store).with_buckets(buckets);
+    let degrade = match &policy.degrade_tier {
+        Some(name) => Some(config.tier(name, &env_key)?),
+        None => None,
+    };
 
     if !args.json {
         out::line(&format!(
@@ -100,6 +108,7 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
     };
     let mut opts = CallOptions::new(&policy);
     opts.workflow = args.workflow.as_deref();
+    opts.degrade_tier = degrade.as_ref();
     if !args.json {
         opts.observer = Some(&print_step);
     }

@@ -57,11 +57,26 @@ fn opt<T: Display>(v: &Option<T>) -> String {
         .unwrap_or_else(|| "null".into())
 }
 
+/// Bucket levels as a scenario sees them: bucket → level name → level, rounded down.
+pub type BucketLevels = BTreeMap<String, BTreeMap<String, i64>>;
+
+/// The levels of `buckets` at `now`, rounded down, by their scenario names.
+pub fn bucket_levels(buckets: &crate::buckets::Buckets, now: UnixMs) -> BucketLevels {
+    let mut out = BucketLevels::new();
+    for v in buckets.snapshot(now) {
+        out.entry(v.bucket)
+            .or_default()
+            .insert(v.dimension.level_name().to_string(), v.level.floor() as i64);
+    }
+    out
+}
+
 pub fn compare(
     expect: &Expect,
     report: &Report,
     health: &BTreeMap<Route, HealthView>,
     calls: &BTreeMap<Route, u64>,
+    buckets: &BucketLevels,
 ) -> Vec<Mismatch> {
     let mut out = Vec::new();
     let mut check = |field: String, expected: String, got: String| {
@@ -151,6 +166,22 @@ pub fn compare(
             format!("{waits:?}"),
             format!("{:?}", report.waits_ms),
         );
+    }
+    if let Some(q) = expect.queued_ms {
+        check(
+            "queued_ms".into(),
+            q.to_string(),
+            report.queued_ms.to_string(),
+        );
+    }
+    for (name, dims) in expect.buckets.iter().flatten() {
+        for (dim, want) in dims {
+            let got = buckets
+                .get(name)
+                .and_then(|d| d.get(dim))
+                .map_or_else(|| "absent".to_string(), i64::to_string);
+            check(format!("buckets.{name}.{dim}"), want.to_string(), got);
+        }
     }
     out
 }

@@ -558,11 +558,16 @@ async fn serve_reply(stream: &mut TcpStream, reply: &Reply, ctx: &ReplyCtx<'_>) 
             };
             let _ = write_response(stream, *status, headers, ctype, &bytes).await;
         }
-        Reply::Ok { text, headers } => {
+        Reply::Ok {
+            text,
+            headers,
+            usage,
+        } => {
             if ctx.call == CallKind::Stream {
                 let items = super::wire_bodies::chunk_text(text);
                 let sr = StreamReply {
                     items,
+                    usage: *usage,
                     end: StreamEnd::Done,
                     first_token_ms: 0,
                     gap_ms: 0,
@@ -571,7 +576,7 @@ async fn serve_reply(stream: &mut TcpStream, reply: &Reply, ctx: &ReplyCtx<'_>) 
                 super::stream_server::serve_stream(stream, &sr, ctx).await;
                 return;
             }
-            let body = super::wire_bodies::success(ctx, text);
+            let body = super::wire_bodies::success(ctx, text, *usage);
             let mut hs = headers.clone();
             hs.push(request_id_header(ctx.wire, ctx.seq));
             let _ = write_response(

@@ -2,9 +2,10 @@
 //! the scenario's `now`, and the production `Router` pointed at the mocks. Sends each
 //! request, then compares the report, health and upstream call counts with `expect`.
 
-use super::compare::{compare, HealthView, Mismatch};
+use super::compare::{bucket_levels, compare, BucketLevels, HealthView, Mismatch};
 use super::mock::{MockRoute, MockServer, Outage};
-use super::scenario::{Preset, RequestShape, RequestSpec, Scenario};
+use super::scenario::{ChainEntry, Preset, RequestShape, RequestSpec, Scenario};
+use crate::buckets::Buckets;
 use crate::clock::{Clock, ManualClock, Stopwatch, UnixMs};
 use crate::health::{Health, Transition};
 use crate::policy::Policy;
@@ -44,6 +45,9 @@ pub struct RequestRun {
     pub report: Report,
     pub health: BTreeMap<Route, HealthView>,
     pub upstream_calls: BTreeMap<Route, u64>,
+    /// Admission bucket levels after the request, rounded down.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub buckets: BucketLevels,
     pub mismatches: Vec<Mismatch>,
 }
 
@@ -62,8 +66,20 @@ pub struct ScenarioRun {
 
 /// The chain as the router sees it, with base URLs pointing at `mock`.
 pub fn tier_for(scenario: &Scenario, mock: &MockServer) -> Tier {
-    let routes = scenario
-        .chain
+    tier_of(&scenario.name, &scenario.chain, scenario.path, mock)
+}
+
+/// The scenario's extra tiers (`tiers:`), by name, pointing at `mock`.
+pub fn extra_tiers(scenario: &Scenario, mock: &MockServer) -> BTreeMap<String, Tier> {
+    scenario
+        .tiers
+        .iter()
+        .map(|(name, entries)| (name.clone(), tier_of(name, entries, scenario.path, mock)))
+        .collect()
+}
+
+fn tier_of(name: &str, entries: &[ChainEntry], path: CallPath, mock: &MockServer) -> Tier {
+    let routes = entries
         .iter()
         .map(|entry| {
             let provider = entry.route.provider();
@@ -80,8 +96,8 @@ pub fn tier_for(scenario: &Scenario, mock: &MockServer) -> Tier {
         })
         .collect();
     Tier {
-        name: scenario.name.clone(),
-        path: scenario.path,
+        name: name.to_string(),
+        path,
         routes,
     }
 }
@@ -91,9 +107,8 @@ pub fn tier_for(scenario: &Scenario, mock: &MockServer) -> Tier {
 /// clock in chaos, the wall clock for `poolctl mock`.
 pub fn mock_routes(scenario: &Scenario, clock: &Arc<dyn Clock>, start: UnixMs) -> Vec<MockRoute> {
     scenario
-        .chain
-        .iter()
-        .map(|e| MockRoute {
+        .entries()
+        .map(|(_, e)| MockRoute {
             route: e.route.clone(),
             wire: e.wire,
             path: scenario.path,
@@ -150,38 +165,78 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
         };
         store.apply_now(route, Transition::toward(health));
     }
+    // Admission buckets start full at the scenario's `now` and refill on its clock.
+    let buckets = Arc::new(Buckets::new(&scenario.admission(), start));
     let router = Router::with_seed(
         client.clone(),
         clock.clone(),
         store.clone(),
         seed_of(&scenario.name),
-    );
+    )
+    .with_buckets(buckets.clone());
     let policy = scenario.policy.clone().unwrap_or_default();
+    let tiers = extra_tiers(scenario, &mock);
+    let degrade = policy.degrade_tier.as_ref().and_then(|t| tiers.get(t));
+    let call = Call {
+        router: &router,
+        tier: &tier,
+        degrade,
+        scenario,
+        policy: &policy,
+    };
+    // What the scenario can see after a request: health, calls, bucket levels.
+    let observe = || {
+        let now = clock.now_ms();
+        let health: BTreeMap<Route, HealthView> = scenario
+            .entries()
+            .map(|(_, e)| {
+                (
+                    e.route.clone(),
+                    HealthView::of(&store.get_now(&e.route), now),
+                )
+            })
+            .collect();
+        let calls: BTreeMap<Route, u64> = scenario
+            .entries()
+            .map(|(_, e)| (e.route.clone(), mock.calls(&e.route)))
+            .collect();
+        (health, calls, bucket_levels(&buckets, now))
+    };
 
     for spec in scenario.request_specs() {
         clock.advance(spec.after_ms);
-        let report = send(&router, &tier, scenario, &spec, &policy).await;
-        let now = clock.now_ms();
-        let health: BTreeMap<Route, HealthView> = scenario
-            .chain
-            .iter()
-            .map(|e| {
-                let h = store.get_now(&e.route);
-                (e.route.clone(), HealthView::of(&h, now))
-            })
-            .collect();
-        let upstream_calls: BTreeMap<Route, u64> = scenario
-            .chain
-            .iter()
-            .map(|e| (e.route.clone(), mock.calls(&e.route)))
-            .collect();
-        let mismatches = compare(&spec.expect, &report, &health, &upstream_calls);
-        run.requests.push(RequestRun {
-            report,
-            health,
-            upstream_calls,
-            mismatches,
-        });
+        let copies = spec.copies() as usize;
+        let mut runs: Vec<RequestRun> = Vec::with_capacity(copies);
+        if spec.concurrent {
+            // Every copy is admitted or refused before any is settled: each reaches its
+            // upstream call (or its shed) on the first poll, before any answer is read.
+            let reports =
+                futures_util::future::join_all((0..copies).map(|_| call.send(&spec))).await;
+            let (health, upstream_calls, levels) = observe();
+            for report in reports {
+                runs.push(RequestRun {
+                    report,
+                    health: health.clone(),
+                    upstream_calls: upstream_calls.clone(),
+                    buckets: levels.clone(),
+                    mismatches: Vec::new(),
+                });
+            }
+        } else {
+            for _ in 0..copies {
+                let report = call.send(&spec).await;
+                let (health, upstream_calls, buckets) = observe();
+                runs.push(RequestRun {
+                    report,
+                    health,
+                    upstream_calls,
+                    buckets,
+                    mismatches: Vec::new(),
+                });
+            }
+        }
+        judge(&spec, &mut runs);
+        run.requests.extend(runs);
     }
     run.passed = run.error.is_none() && run.requests.iter().all(|r| r.mismatches.is_empty());
     run.wall_ms = sw.elapsed().as_secs_f64() * 1000.0;
@@ -208,25 +263,84 @@ pub fn scenario_rerank_request() -> RerankRequest {
     }
 }
 
-async fn send(
-    router: &Router,
-    tier: &Tier,
-    scenario: &Scenario,
-    spec: &RequestSpec,
-    policy: &Policy,
-) -> Report {
-    let shape = scenario.request.as_ref();
-    let opts = CallOptions {
-        workflow: shape.and_then(|s| s.workflow.as_deref()),
-        session: spec.session.as_deref(),
-        ..CallOptions::new(policy)
-    };
-    let chat = shaped_chat_request(shape);
-    let req = match scenario.path {
-        CallPath::Chat => Request::Chat(chat),
-        CallPath::Stream => Request::Stream(chat),
-        CallPath::Embed => Request::Embed(scenario_embed_request()),
-        CallPath::Rerank => Request::Rerank(scenario_rerank_request()),
-    };
-    router.call(tier, &req, opts).await.report
+/// Compares each copy of a request entry with its `expect`, or the copies' outcomes
+/// with `expect_counts` (the difference is reported on the last copy).
+fn judge(spec: &RequestSpec, runs: &mut [RequestRun]) {
+    if let Some(expect) = &spec.expect {
+        let copies = runs.len();
+        for (i, r) in runs.iter_mut().enumerate() {
+            r.mismatches = compare(expect, &r.report, &r.health, &r.upstream_calls, &r.buckets);
+            if copies > 1 {
+                for m in &mut r.mismatches {
+                    m.field = format!("copy {} of {copies}: {}", i + 1, m.field);
+                }
+            }
+        }
+    }
+    if let (Some(want), Some(last)) = (&spec.expect_counts, runs.last()) {
+        let mut got: BTreeMap<crate::vocab::Outcome, u64> = BTreeMap::new();
+        for r in runs.iter() {
+            *got.entry(r.report.outcome).or_default() += 1;
+        }
+        let show = |m: &BTreeMap<crate::vocab::Outcome, u64>| {
+            m.iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(o, n)| format!("{o}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (want_s, got_s) = (show(want), show(&got));
+        if want_s != got_s {
+            let _ = last;
+            let last = runs.last_mut().expect("checked above");
+            last.mismatches.push(Mismatch {
+                field: "expect_counts".into(),
+                expected: want_s,
+                got: got_s,
+            });
+        }
+    }
+}
+
+/// What every request of one scenario is sent with.
+struct Call<'a> {
+    router: &'a Router,
+    tier: &'a Tier,
+    degrade: Option<&'a Tier>,
+    scenario: &'a Scenario,
+    policy: &'a Policy,
+}
+
+impl Call<'_> {
+    async fn send(&self, spec: &RequestSpec) -> Report {
+        let scenario = self.scenario;
+        let shape = scenario.request.as_ref();
+        let opts = CallOptions {
+            workflow: shape.and_then(|s| s.workflow.as_deref()),
+            session: spec.session.as_deref(),
+            priority: spec.priority.unwrap_or_default(),
+            degrade_tier: self.degrade,
+            ..CallOptions::new(self.policy)
+        };
+        let mut chat = shaped_chat_request(shape);
+        if !scenario.limits.is_empty() {
+            // Under admission a request declares no maximum output unless it says so
+            // (scenario-format v2): the model's max_output_tokens, else 4 096, is
+            // reserved. v1 scenarios keep the default prompt's small maximum.
+            chat.max_tokens = shape.and_then(|s| s.max_tokens);
+        }
+        if let Some(n) = spec.input_tokens {
+            chat.token_estimate = Some(n);
+        }
+        if let Some(n) = spec.max_output_tokens {
+            chat.max_tokens = Some(n);
+        }
+        let req = match scenario.path {
+            CallPath::Chat => Request::Chat(chat),
+            CallPath::Stream => Request::Stream(chat),
+            CallPath::Embed => Request::Embed(scenario_embed_request()),
+            CallPath::Rerank => Request::Rerank(scenario_rerank_request()),
+        };
+        self.router.call(self.tier, &req, opts).await.report
+    }
 }

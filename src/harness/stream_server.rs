@@ -49,7 +49,10 @@ async fn write_stream(
         seq: ctx.seq,
         include_usage,
     };
-    if let Some(pre) = sse.preamble(prompt_tokens(ctx.request)) {
+    let prompt = sr
+        .usage
+        .map_or_else(|| prompt_tokens(ctx.request), |u| u.input);
+    if let Some(pre) = sse.preamble(prompt) {
         chunk(stream, &pre).await?;
     }
     let mut text = String::new();
@@ -70,7 +73,9 @@ async fn write_stream(
     if sr.items.is_empty() && sr.first_token_ms > 0 {
         real_sleep(Duration::from_millis(sr.first_token_ms)).await;
     }
-    let usage = (prompt_tokens(ctx.request), tokens_of(&text));
+    let usage = sr
+        .usage
+        .map_or_else(|| (prompt, tokens_of(&text)), |u| (u.input, u.output));
     match sr.end {
         StreamEnd::Done => {
             chunk(stream, &sse.finish(usage)).await?;

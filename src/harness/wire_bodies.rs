@@ -3,7 +3,7 @@
 //! the production parsers (and the official SDKs) read them unchanged.
 
 use super::mock::{CallKind, ReplyCtx};
-use super::scenario::StreamItem;
+use super::scenario::{StreamItem, UsageSpec};
 use crate::vocab::Wire;
 use serde_json::{json, Value};
 
@@ -40,9 +40,11 @@ pub fn chunk_text(text: &str) -> Vec<StreamItem> {
         .collect()
 }
 
-pub fn success(ctx: &ReplyCtx<'_>, text: &str) -> Value {
-    let p = prompt_tokens(ctx.request);
-    let c = tokens_of(text);
+pub fn success(ctx: &ReplyCtx<'_>, text: &str, usage: Option<UsageSpec>) -> Value {
+    let (p, c) = match usage {
+        Some(u) => (u.input, u.output),
+        None => (prompt_tokens(ctx.request), tokens_of(text)),
+    };
     let model = ctx.model;
     let seq = ctx.seq;
     match (ctx.wire, ctx.call) {

@@ -6,11 +6,15 @@
 //! attempts. `Router` is `Send + Sync` and cheap to clone: every request through one
 //! router shares its health, breakers and session affinities.
 
+mod admit;
 mod selection;
 mod settlement;
 
+use crate::admission::Priority;
+use crate::admission_queue::{AdmissionQueue, Ticket};
 use crate::answer::{Answer, FinishReason, StreamEvent};
 use crate::breaker;
+use crate::buckets::{Buckets, Reservation};
 use crate::budget::Spent;
 use crate::capability::Needs;
 use crate::classify::{classify, Verdict};
@@ -45,6 +49,12 @@ pub struct CallOptions<'a> {
     /// Streams: called with each delta as it reaches the caller (text, tool-call
     /// pieces), then the finish reason and the final usage.
     pub on_event: Option<&'a (dyn Fn(StreamEvent<'_>) + Send + Sync)>,
+    /// The request's priority class, from its source (never inferred): admission
+    /// orders waiters and keeps the interactive floor by it.
+    pub priority: Priority,
+    /// The card's `degrade_tier`, resolved: where a request that admission would shed
+    /// is offered instead.
+    pub degrade_tier: Option<&'a Tier>,
 }
 
 impl<'a> CallOptions<'a> {
@@ -55,6 +65,8 @@ impl<'a> CallOptions<'a> {
             session: None,
             observer: None,
             on_event: None,
+            priority: Priority::Interactive,
+            degrade_tier: None,
         }
     }
 }
@@ -81,6 +93,10 @@ struct Inner {
     breakers: Mutex<BTreeMap<Route, breaker::State>>,
     /// Session key → the route that last served it.
     sessions: Mutex<HashMap<String, Route>>,
+    /// Admission buckets: this process's budget (empty when no `limits:`).
+    buckets: Arc<Buckets>,
+    /// Requests waiting for admission, in priority order.
+    queue: Arc<AdmissionQueue>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -114,6 +130,28 @@ impl Reply {
             Reply::Embed(a) => Some(a.usage),
             Reply::Rerank(a) => Some(a.usage),
         }
+    }
+
+    fn headers(&self) -> &crate::failure::Headers {
+        match self {
+            Reply::Chat(a) => &a.headers,
+            Reply::Stream(a) => &a.headers,
+            Reply::Embed(a) => &a.headers,
+            Reply::Rerank(a) => &a.headers,
+        }
+    }
+}
+
+/// What an attempt spent, for its admission reservation. A reply without usage (all
+/// zeros is how a wire reports none) spends like a failure: the request and its input.
+fn spent_by(result: &Result<Reply, UpstreamFailure>) -> crate::admission::Spent {
+    use crate::admission::Spent;
+    match result.as_ref().ok().and_then(Reply::usage) {
+        Some(u) if u.input_tokens + u.output_tokens > 0 => Spent::Reported {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+        },
+        _ => Spent::Unreported,
     }
 }
 
@@ -211,6 +249,14 @@ struct Walk<'a> {
     last_why: Option<Why>,
     /// Health of the routes from `pos` on, read once per selection.
     snapshot: Snapshot,
+    /// What the current route's admitted call holds until it is settled.
+    reservation: Option<Reservation>,
+    /// Routes this selection skipped for admission: try-order position, the refill
+    /// each needs (`None`: never), and its provider group.
+    refused: Vec<(usize, Option<u64>, usize)>,
+    /// The request's place in the admission queue while it waits.
+    ticket: Option<Ticket>,
+    queued_ms: u64,
     /// Real time spent on sockets: on a virtual clock it is counted into the budget.
     socket_ms: u64,
 }
@@ -237,8 +283,36 @@ impl Router {
                 rng: Mutex::new(fastrand::Rng::new()),
                 breakers: Mutex::new(BTreeMap::new()),
                 sessions: Mutex::new(HashMap::new()),
+                buckets: Arc::new(Buckets::new(&Default::default(), 0)),
+                queue: Arc::default(),
             }),
         }
+    }
+
+    /// The same router, spending `buckets` before every upstream call. Call it on a
+    /// router just built: clones made before it keep the old buckets.
+    pub fn with_buckets(self, buckets: Arc<Buckets>) -> Self {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.buckets = buckets;
+                Router {
+                    inner: Arc::new(inner),
+                }
+            }
+            Err(shared) => {
+                let r = Router::new(
+                    shared.client.clone(),
+                    shared.clock.clone(),
+                    shared.store.clone(),
+                );
+                r.with_buckets(buckets)
+            }
+        }
+    }
+
+    /// This router's admission buckets (levels, sheds).
+    pub fn buckets(&self) -> &Arc<Buckets> {
+        &self.inner.buckets
     }
 
     /// A router whose backoff jitter follows `seed`.
@@ -273,6 +347,32 @@ impl Router {
     /// - Rerank is an optimisation: when no route can answer, the outcome is `degraded`
     ///   and the answer's ranking is the recall order, unchanged.
     pub async fn call(&self, tier: &Tier, req: &Request, opts: CallOptions<'_>) -> Called {
+        let mut called = self.call_tier(tier, req, opts).await;
+        if called.report.outcome == Outcome::Shed {
+            if let Some(small) = opts.degrade_tier {
+                // Admission would shed it: the card's degrade tier (a smaller or cheaper
+                // model) is offered the request instead, through admission like any call.
+                let lesser = CallOptions {
+                    degrade_tier: None,
+                    ..opts
+                };
+                let second = self.call_tier(small, req, lesser).await;
+                called = degraded(called, second);
+            }
+        }
+        if called.report.outcome == Outcome::Shed {
+            // Counted per priority class and per route that refused it.
+            for skip in &called.report.skipped {
+                if skip.why == SkipWhy::Admission {
+                    self.inner.buckets.record_shed(opts.priority, &skip.route);
+                }
+            }
+        }
+        called
+    }
+
+    /// One request down one tier.
+    async fn call_tier(&self, tier: &Tier, req: &Request, opts: CallOptions<'_>) -> Called {
         let client = &self.inner.client;
         match req {
             Request::Chat(chat) => {
@@ -467,6 +567,7 @@ impl Router {
             attempts: Vec::with_capacity(tier.routes.len() + 2),
             skipped: Vec::with_capacity(tier.routes.len()),
             waits_ms: Vec::new(),
+            queued_ms: 0,
             elapsed_ms: 0,
             notes: Vec::new(),
         };
@@ -487,14 +588,27 @@ impl Router {
             last_why: None,
             socket_ms: 0,
             snapshot: Snapshot::default(),
+            reservation: None,
+            refused: Vec::new(),
+            ticket: None,
+            queued_ms: 0,
         };
 
         let mut answer = None;
         let mut ended = false;
-        'chain: while self.next_route(&mut walk, &mut report).await {
+        'chain: loop {
+            if !self.next_route(&mut walk, &mut report).await {
+                // Nothing left to call. When admission refused some route, the request
+                // may wait in the local queue for it; else the chain is done.
+                if !walk.refused.is_empty() && self.queue_for_admission(&mut walk).await {
+                    continue 'chain;
+                }
+                break 'chain;
+            }
             loop {
                 let spent = self.spent(&walk, report.attempts.len() as u32);
                 if !spent.allows(walk.opts.policy, 0, 0.0) {
+                    self.release_admission(&mut walk);
                     walk.last_why = Some(Why::BudgetSpent);
                     break 'chain;
                 }
@@ -514,6 +628,11 @@ impl Router {
                     report.text = Some(delivered);
                     report.served_by = Some(spec.route.clone());
                 }
+                let headers = match &result {
+                    Ok(reply) => reply.headers(),
+                    Err(f) => &f.headers,
+                };
+                self.settle_admission(&mut walk, spent_by(&result), headers);
                 let now = clock.now_ms();
                 let dropped = match walk.chat {
                     Some(chat) => wire::dropped(spec.endpoint.wire, chat),
@@ -553,6 +672,14 @@ impl Router {
                         report.waits_ms.push(wait);
                         clock.sleep(wait).await;
                         walk.retries_on_route += 1;
+                        // The retry is an upstream call: it needs admission, checked
+                        // after its wait, and never queues.
+                        let pos = walk.pos;
+                        if !self.admit(&mut walk, &mut report, pos) {
+                            walk.refused.pop();
+                            walk.pos += 1;
+                            continue 'chain;
+                        }
                     }
                     Action::Fallback => {
                         walk.pos += 1;
@@ -577,13 +704,18 @@ impl Router {
 
         if !ended {
             // The chain ran out (or the budget did) without a decision that ends the
-            // request: row 6 answers.
+            // request: a route that admission refused sheds it; else row 6 answers.
             let action = if walk.last_why == Some(Why::BudgetSpent) {
                 Action::FailClosed
+            } else if !walk.refused.is_empty() {
+                Action::Shed
             } else {
                 when_nothing_left(path, walk.opts.policy)
             };
             report.outcome = outcome_of(action);
+            if action == Action::Shed {
+                report.reason = Some(crate::vocab::Reason::Admission);
+            }
         }
         if report.outcome == Outcome::Failed {
             let failures: Vec<Class> = report
@@ -600,6 +732,7 @@ impl Router {
             let last = report.attempts.last().map(|a| a.class);
             report.reason = Some(failure_reason(walk.last_why, last, &failures, &causes));
         }
+        report.queued_ms = walk.queued_ms;
         report.elapsed_ms = elapsed(start, clock.now_ms());
         if !matches!(report.outcome, Outcome::Success | Outcome::Degraded) {
             answer = None;
@@ -621,6 +754,44 @@ impl Router {
             elapsed_ms: elapsed(walk.start, clock.now_ms()).saturating_add(socket_ms),
             extra_cost_usd: walk.extra_cost_usd,
         }
+    }
+}
+
+/// The request as its degrade tier answered it, after admission shed it on its own
+/// tier: one trace of both walks. A success there is `degraded`.
+fn degraded(shed: Called, second: Called) -> Called {
+    let mut report = shed.report;
+    let next = second.report;
+    let offset = report.attempts.len() as u32;
+    report
+        .attempts
+        .extend(next.attempts.into_iter().map(|mut a| {
+            a.index += offset;
+            a
+        }));
+    for skip in next.skipped {
+        if !report
+            .skipped
+            .iter()
+            .any(|s| s.route == skip.route && s.why == skip.why)
+        {
+            report.skipped.push(skip);
+        }
+    }
+    report.waits_ms.extend(next.waits_ms);
+    report.notes.extend(next.notes);
+    report.queued_ms += next.queued_ms;
+    report.elapsed_ms += next.elapsed_ms;
+    report.served_by = next.served_by;
+    report.text = next.text;
+    report.outcome = match next.outcome {
+        Outcome::Success => Outcome::Degraded,
+        other => other,
+    };
+    report.reason = next.reason;
+    Called {
+        answer: second.answer,
+        report,
     }
 }
 

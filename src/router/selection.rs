@@ -143,6 +143,11 @@ impl Router {
                 walk.pos += 1;
                 continue;
             }
+            let pos = walk.pos;
+            if !self.admit(walk, report, pos) {
+                walk.pos += 1;
+                continue;
+            }
             let route = &walk.tier.routes[idx];
             if let Some(cfg) = &route.policy.breaker {
                 let now = self.inner.clock.now_ms();
@@ -162,6 +167,8 @@ impl Router {
                 };
                 drop(breakers);
                 if let Some((why, cause)) = blocked {
+                    // Not called after all: its reservation comes back whole.
+                    self.release_admission(walk);
                     let skip = Skip {
                         route: route.route.clone(),
                         why,
@@ -191,6 +198,15 @@ impl Router {
     }
 
     pub(super) fn emit_skip(&self, walk: &Walk<'_>, report: &mut Report, skip: Skip) {
+        // A request that waited for admission walks the routes again: each route is
+        // listed once per reason.
+        if report
+            .skipped
+            .iter()
+            .any(|s| s.route == skip.route && s.why == skip.why)
+        {
+            return;
+        }
         report.skipped.push(skip);
         if let Some(observe) = walk.opts.observer {
             observe(Step::Skipped(report.skipped.last().expect("just pushed")));

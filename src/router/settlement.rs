@@ -146,6 +146,7 @@ impl Router {
                 .map(|i| estimate_cost_usd(&walk.tier.routes[i].facts, &walk.needs))
                 .unwrap_or(0.0),
             jitter: lock(&self.inner.rng).f64(),
+            retry_admission_ms: self.retry_admission_ms(walk),
         };
         let decision = decide(&situation);
         if decision.action == Action::Fallback && class == Class::ContextOverflow {

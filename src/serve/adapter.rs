@@ -69,8 +69,10 @@ pub struct Target<'a> {
     pub policy: &'a Policy,
     pub workflow: Option<&'a str>,
     pub session: Option<&'a str>,
-    /// Not used by the router yet: admission control (issue 10) reads it.
+    /// `x-poolctl-priority`: admission orders waiters and keeps the floor by it.
     pub priority: Priority,
+    /// The card's `degrade_tier`, resolved: where a request admission would shed goes.
+    pub degrade_tier: Option<&'a Tier>,
 }
 
 impl<'a> Target<'a> {
@@ -78,6 +80,8 @@ impl<'a> Target<'a> {
         let mut opts = CallOptions::new(self.policy);
         opts.workflow = self.workflow;
         opts.session = self.session;
+        opts.priority = self.priority;
+        opts.degrade_tier = self.degrade_tier;
         opts
     }
 }
@@ -253,6 +257,38 @@ pub async fn ready_again_in_ms(router: &Router, tier: &Tier) -> Option<u64> {
         }
     }
     earliest.map(|u| u.saturating_sub(now).max(0) as u64)
+}
+
+/// For a request admission shed: how long until the refill could admit it on one of
+/// the routes that refused it (`None` when no refill ever would). The cost is the
+/// router's output reservation (the model's maximum, else 4 096) without the input
+/// estimate, so this is the earliest instant, never later than the router's own.
+pub fn shed_retry_after_ms(
+    router: &Router,
+    tier: &Tier,
+    report: &Report,
+    priority: Priority,
+) -> Option<u64> {
+    let buckets = router.buckets();
+    let now = router.clock().now_ms();
+    report
+        .skipped
+        .iter()
+        .filter(|s| s.why == crate::trace::SkipWhy::Admission)
+        .filter_map(|s| {
+            let spec = tier.routes.iter().find(|r| r.route == s.route)?;
+            let cover = buckets.cover(&s.route)?;
+            let cost = crate::admission::Cost {
+                input_tokens: 0,
+                output_tokens: spec
+                    .facts
+                    .max_output_tokens
+                    .unwrap_or(crate::admission::DEFAULT_MAX_OUTPUT_TOKENS),
+            };
+            buckets.wait_ms(&cover, cost, priority, now)
+        })
+        .min()
+        .map(|ms| ms.max(1))
 }
 
 /// Whether the stored health of every route of `tier` can be read and one is ready

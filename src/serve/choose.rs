@@ -197,6 +197,11 @@ impl Lineup {
             .collect()
     }
 
+    /// The tier named `name`, when the config has one (a card's `degrade_tier`).
+    pub fn tier_named(&self, name: &str) -> Option<&Tier> {
+        self.tiers.get(name).map(|c| &c.tier)
+    }
+
     pub fn tiers(&self) -> impl Iterator<Item = &Tier> {
         self.tiers.values().map(|c| &c.tier)
     }

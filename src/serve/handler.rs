@@ -166,7 +166,12 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         (&Method::GET, "/readyz") => return readyz(&gw).await,
         (&Method::GET, "/metrics") => {
             let health = adapter::route_states(&gw.router, &gw.lineup.routes()).await;
-            let mut body = gw.metrics.render(&health);
+            let buckets = gw.router.buckets();
+            let mut body = gw.metrics.render(
+                &health,
+                &buckets.sheds(),
+                &buckets.snapshot(crate::clock::wall_now_ms()),
+            );
             body.push_str(&format!(
                 "# HELP poolctl_buffered_body_bytes Request-body bytes buffered now, over all requests.\n\
                  # TYPE poolctl_buffered_body_bytes gauge\npoolctl_buffered_body_bytes {}\n\
@@ -431,6 +436,11 @@ impl Ask {
             workflow: Some(choice.workflow),
             session: self.session.as_deref(),
             priority: self.priority,
+            degrade_tier: choice
+                .policy
+                .degrade_tier
+                .as_deref()
+                .and_then(|name| self.gw.lineup.tier_named(name)),
         }
     }
 
@@ -449,8 +459,13 @@ impl Ask {
     }
 
     pub(super) async fn failure(&self, choice: &Choice<'_>, report: &Report) -> ApiError {
+        let retry_after_ms = if report.outcome == Outcome::Shed {
+            adapter::shed_retry_after_ms(&self.gw.router, choice.tier, report, self.priority)
+        } else {
+            adapter::ready_again_in_ms(&self.gw.router, choice.tier).await
+        };
         let ctx = Context {
-            retry_after_ms: adapter::ready_again_in_ms(&self.gw.router, choice.tier).await,
+            retry_after_ms,
             max_elapsed_ms: choice.policy.max_elapsed_ms,
         };
         respond::failure(report, ctx, &|s| self.gw.mask(s))

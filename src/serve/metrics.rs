@@ -47,7 +47,6 @@ struct Counters {
     requests: BTreeMap<(String, &'static str), u64>,
     recoveries: BTreeMap<&'static str, u64>,
     attempts: BTreeMap<(String, &'static str, &'static str), u64>,
-    shed: BTreeMap<(&'static str, String), u64>,
     rejected: BTreeMap<&'static str, u64>,
 }
 
@@ -104,15 +103,6 @@ impl Metrics {
         }
     }
 
-    /// A request shed by admission control (issue 10 calls this).
-    pub fn shed(&self, priority: &'static str, route: &str) {
-        *self
-            .lock()
-            .shed
-            .entry((priority, route.to_string()))
-            .or_default() += 1;
-    }
-
     /// A request the gateway refused before routing (bad JSON, unknown model, ...).
     pub fn rejected(&self, why: &'static str) {
         *self.lock().rejected.entry(why).or_default() += 1;
@@ -147,7 +137,13 @@ impl Metrics {
     }
 
     /// The text exposition format. `health` is each route's current state.
-    pub fn render(&self, health: &[(crate::vocab::Route, &'static str)]) -> String {
+    /// `sheds` and `buckets` come from the router's admission buckets.
+    pub fn render(
+        &self,
+        health: &[(crate::vocab::Route, &'static str)],
+        sheds: &BTreeMap<(crate::admission::Priority, crate::vocab::Route), u64>,
+        buckets: &[crate::buckets::BucketView],
+    ) -> String {
         let c = self.lock();
         let mut s = String::with_capacity(4096);
         let head = |s: &mut String, name: &str, kind: &str, help: &str| {
@@ -195,11 +191,12 @@ impl Metrics {
             "counter",
             "Requests shed by admission control, by priority and route.",
         );
-        for ((p, r), n) in &c.shed {
+        for ((p, r), n) in sheds {
             let _ = writeln!(
                 s,
-                "poolctl_shed_total{{priority=\"{p}\",route=\"{}\"}} {n}",
-                escape(r)
+                "poolctl_shed_total{{priority=\"{}\",route=\"{}\"}} {n}",
+                p.as_str(),
+                escape(r.as_str())
             );
         }
         head(
@@ -208,12 +205,30 @@ impl Metrics {
             "gauge",
             "Admission bucket level by bucket and dimension.",
         );
+        for b in buckets {
+            let _ = writeln!(
+                s,
+                "poolctl_bucket_level{{bucket=\"{}\",dimension=\"{}\"}} {}",
+                escape(&b.bucket),
+                b.dimension.as_str(),
+                b.level
+            );
+        }
         head(
             &mut s,
             "poolctl_bucket_reserved",
             "gauge",
             "Admission bucket reservations in flight by bucket and dimension.",
         );
+        for b in buckets {
+            let _ = writeln!(
+                s,
+                "poolctl_bucket_reserved{{bucket=\"{}\",dimension=\"{}\"}} {}",
+                escape(&b.bucket),
+                b.dimension.as_str(),
+                b.reserved
+            );
+        }
         head(
             &mut s,
             "poolctl_route_health",

@@ -156,6 +156,7 @@ mod tests {
             attempts,
             skipped: vec![],
             waits_ms: vec![],
+            queued_ms: 0,
             elapsed_ms: 10,
             notes: vec![],
         }

@@ -28,7 +28,7 @@ pub fn http_status(outcome: Outcome, reason: Option<Reason>, facts: StatusFacts)
             .unwrap_or(400),
         // The gateway's key is bad, not the caller's: never a 401 the caller would act on.
         (Outcome::Failed, Some(Reason::Auth)) => 502,
-        (Outcome::Failed, Some(Reason::Capacity)) | (Outcome::Shed, _) => {
+        (Outcome::Failed, Some(Reason::Capacity | Reason::Admission)) | (Outcome::Shed, _) => {
             if facts.retry_after_ms.is_some() {
                 429
             } else {

@@ -283,6 +283,11 @@ def start_gateway(chat_urls, embed_urls, workdir):
             "  claude-stream: [cl/msg-stream]\n"
             "  embed:\n"
             "    - { route: emb/text-embed, path: embed }\n"
+            "  shed: [gw/shed-model]\n"
+            # 2 requests a minute at 0.9 headroom: one is admitted (the mock does not
+            # serve this model: a request error), the next is shed until the refill.
+            "limits:\n"
+            "  gw/shed-model: { rpm: 2 }\n"
         )
     errf = tempfile.TemporaryFile(mode="w+")
     env = dict(os.environ, POOLCTL_MOCK_KEY=KEY)
@@ -402,6 +407,25 @@ def gateway_checks(base):
         assert after - before == 1, f"the SDK sent {after - before} requests, not exactly one"
         return f"RateLimitError after exactly 1 request, retry-after={e.response.headers.get('retry-after')}"
 
+    def shed():
+        # The first takes the bucket's one admission (the mock refuses the model).
+        expect_raise(
+            openai.APIStatusError,
+            lambda: oa.chat.completions.create(model="shed", messages=PROMPT),
+        )
+        before = metric(base, 'poolctl_requests_total{workflow="shed",outcome="shed"}')
+        e = expect_raise(
+            openai.RateLimitError,
+            lambda: oa.chat.completions.create(model="shed", messages=PROMPT),
+        )
+        after = metric(base, 'poolctl_requests_total{workflow="shed",outcome="shed"}')
+        assert e.status_code == 429, e.status_code
+        assert e.response.headers.get("x-should-retry") == "false", e.response.headers
+        assert after - before == 1, f"the SDK sent {after - before} requests, not exactly one"
+        shed_total = metric(base, 'poolctl_shed_total{priority="interactive",route="gw/shed-model"}')
+        assert shed_total == after, (shed_total, after)
+        return f"RateLimitError after exactly 1 request, retry-after={e.response.headers.get('retry-after')}"
+
     def messages():
         m = an.messages.create(model="claude", max_tokens=32, messages=PROMPT)
         assert m.type == "message" and m.content[0].text == "hello from claude through the gateway", m
@@ -430,6 +454,7 @@ def gateway_checks(base):
     check("gateway/openai: a streamed tool call arrives as tool-call deltas", tools_stream)
     check("gateway/openai: embeddings (SDK default base64)", embedding)
     check("gateway/openai: every route rate limited -> RateLimitError after ONE request", rate_limited)
+    check("gateway/openai: admission sheds -> RateLimitError after ONE request", shed)
     check("gateway/anthropic: messages.create through serve", messages)
     check("gateway/anthropic: messages.stream through serve", messages_stream)
     check("gateway/anthropic: unknown model -> NotFoundError naming the nearest", messages_unknown_model)

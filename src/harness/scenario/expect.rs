@@ -27,6 +27,13 @@ pub struct Expect {
     pub upstream_calls: Option<BTreeMap<Route, u64>>,
     #[serde(default)]
     pub waits_ms: Option<Vec<u64>>,
+    /// v2: time spent in the admission queue, whole ms rounded up.
+    #[serde(default)]
+    pub queued_ms: Option<u64>,
+    /// v2: bucket levels after the request, rounded down: bucket → level name
+    /// (`requests`, `tokens`, `input_tokens`, `output_tokens`) → level.
+    #[serde(default)]
+    pub buckets: Option<BTreeMap<String, BTreeMap<String, i64>>>,
 }
 
 /// Tells "absent" (outer `None`) from an explicit `null` (`Some(None)`).

@@ -7,7 +7,9 @@ mod expect;
 mod script;
 
 pub use expect::{AttemptExpect, Expect, HealthExpect};
-pub use script::{Body, ChainEntry, OutageSpec, Preset, Reply, StreamEnd, StreamItem, StreamReply};
+pub use script::{
+    Body, ChainEntry, OutageSpec, Preset, Reply, StreamEnd, StreamItem, StreamReply, UsageSpec,
+};
 
 use crate::clock::UnixMs;
 use crate::policy::Policy;
@@ -41,6 +43,16 @@ pub struct Scenario {
     pub expect: Option<Expect>,
     #[serde(default)]
     pub requests: Option<Vec<RequestSpec>>,
+    /// v2: more tiers (a card's `degrade_tier`), shaped like `chain`.
+    #[serde(default)]
+    pub tiers: BTreeMap<String, Vec<ChainEntry>>,
+    /// v2: admission buckets, keyed by a route or a provider, as in the pool config.
+    #[serde(default)]
+    pub limits: BTreeMap<String, crate::admission::Limits>,
+    #[serde(default)]
+    pub headroom: Option<f64>,
+    #[serde(default)]
+    pub interactive_floor: Option<f64>,
     /// Where it was loaded from (not a YAML field).
     #[serde(skip)]
     pub file: PathBuf,
@@ -72,17 +84,34 @@ pub struct RequestSpec {
     pub session: Option<String>,
     #[serde(default)]
     pub priority: Option<Priority>,
-    pub expect: Expect,
+    /// v2: this many copies of the request (one after another, or all at once).
+    #[serde(default)]
+    pub repeat: Option<u32>,
+    /// v2: the copies are in flight at once.
+    #[serde(default)]
+    pub concurrent: bool,
+    /// v2: the request's input-token estimate.
+    #[serde(default)]
+    pub input_tokens: Option<u64>,
+    /// v2: the request's declared maximum output.
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    /// What each copy must have done.
+    #[serde(default)]
+    pub expect: Option<Expect>,
+    /// v2, with `repeat`: how many copies end in each outcome.
+    #[serde(default)]
+    pub expect_counts: Option<BTreeMap<Outcome, u64>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Priority {
-    Interactive,
-    Background,
-    Retry,
-    Speculative,
+impl RequestSpec {
+    /// How many copies of the request are sent.
+    pub fn copies(&self) -> u32 {
+        self.repeat.unwrap_or(1)
+    }
 }
+
+pub use crate::admission::Priority;
 
 impl Scenario {
     /// Reads, parses and validates one scenario file.
@@ -100,6 +129,32 @@ impl Scenario {
         Ok(s)
     }
 
+    /// Every route entry: the chain's, then each extra tier's, with its field path.
+    pub fn entries(&self) -> impl Iterator<Item = (String, &ChainEntry)> {
+        let chain = self
+            .chain
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (format!("chain[{i}]"), e));
+        let tiers = self.tiers.iter().flat_map(|(name, list)| {
+            list.iter()
+                .enumerate()
+                .map(move |(i, e)| (format!("tiers.{name}[{i}]"), e))
+        });
+        chain.chain(tiers)
+    }
+
+    /// The admission set-up of the scenario's `limits:`, `headroom:` and
+    /// `interactive_floor:`, with the defaults of decisions.md.
+    pub fn admission(&self) -> crate::buckets::AdmissionConfig {
+        let d = crate::buckets::AdmissionConfig::default();
+        crate::buckets::AdmissionConfig {
+            limits: self.limits.clone(),
+            headroom: self.headroom.unwrap_or(d.headroom),
+            interactive_floor: self.interactive_floor.unwrap_or(d.interactive_floor),
+        }
+    }
+
     /// The virtual clock's start.
     pub fn start_ms(&self) -> UnixMs {
         let text = self.now.as_deref().unwrap_or(DEFAULT_NOW);
@@ -113,7 +168,12 @@ impl Scenario {
                 after_ms: 0,
                 session: None,
                 priority: None,
-                expect: e.clone(),
+                repeat: None,
+                concurrent: false,
+                input_tokens: None,
+                max_output_tokens: None,
+                expect: Some(e.clone()),
+                expect_counts: None,
             }],
             (_, Some(list)) => list.clone(),
             (None, None) => Vec::new(),
@@ -140,12 +200,23 @@ impl Scenario {
         }
         let mut routes = BTreeSet::new();
         let mut wires: BTreeMap<&str, Wire> = BTreeMap::new();
-        for (i, entry) in self.chain.iter().enumerate() {
-            let field = format!("chain[{i}]");
+        for (name, list) in &self.tiers {
+            if list.is_empty() {
+                return err(
+                    &format!("tiers.{name}"),
+                    "a tier needs at least one route".into(),
+                );
+            }
+        }
+        for (field, entry) in self.entries() {
+            let field = field.as_str();
             if !routes.insert(entry.route.clone()) {
                 return err(
-                    &field,
-                    format!("route `{}` appears twice in the chain", entry.route),
+                    field,
+                    format!(
+                        "route `{}` appears twice in the scenario's chain and tiers",
+                        entry.route
+                    ),
                 );
             }
             if let Err((f, why)) = crate::limits::check_fields(&entry.settings().limit_fields()) {
@@ -157,14 +228,14 @@ impl Scenario {
                 .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
             {
                 return err(
-                    &field,
+                    field,
                     format!("provider `{provider}` must be letters, digits, `-`, `_` or `.`"),
                 );
             }
             if let Some(w) = wires.insert(provider, entry.wire) {
                 if w != entry.wire {
                     return err(
-                        &field,
+                        field,
                         format!(
                             "provider `{provider}` is given two wires ({w} and {})",
                             entry.wire
@@ -245,6 +316,61 @@ impl Scenario {
                 known(r, "policy.fallback_routes".into())?;
             }
         }
+        let providers: BTreeSet<&str> = routes.iter().map(|r| r.provider()).collect();
+        for (name, limits) in &self.limits {
+            let field = format!("limits.{name}");
+            let named = match Route::parse(name) {
+                Ok(r) => routes.contains(&r),
+                Err(_) => providers.contains(name.as_str()),
+            };
+            if !named {
+                let names = routes
+                    .iter()
+                    .map(|r| r.as_str())
+                    .chain(providers.iter().copied());
+                let hint = crate::yaml::nearest(name, names)
+                    .map(|n| format!("; did you mean `{n}`?"))
+                    .unwrap_or_default();
+                return err(
+                    &field,
+                    format!("`{name}` is neither a route nor a provider of the scenario{hint}"),
+                );
+            }
+            if limits.contracts().next().is_none() {
+                return err(&field, "name at least one of rpm, tpm, itpm, otpm".into());
+            }
+        }
+        for (name, v) in [
+            ("headroom", self.headroom),
+            ("interactive_floor", self.interactive_floor),
+        ] {
+            if let Some(v) = v {
+                let ok = if name == "headroom" {
+                    v > 0.0 && v <= 1.0
+                } else {
+                    (0.0..1.0).contains(&v)
+                };
+                if !ok {
+                    let range = if name == "headroom" {
+                        "(0, 1]"
+                    } else {
+                        "[0, 1)"
+                    };
+                    return err(name, format!("{v} is outside {range}"));
+                }
+            }
+        }
+        if let Some(t) = self.policy.as_ref().and_then(|p| p.degrade_tier.as_ref()) {
+            if !self.tiers.contains_key(t) {
+                let hint = crate::yaml::nearest(t, self.tiers.keys().map(String::as_str))
+                    .map(|n| format!("; did you mean `{n}`?"))
+                    .unwrap_or_default();
+                return err(
+                    "policy.degrade_tier",
+                    format!("`{t}` is not a tier of `tiers:`{hint}"),
+                );
+            }
+        }
         let specs = match (&self.expect, &self.requests) {
             (Some(_), Some(_)) => {
                 return err("requests", "give `expect` or `requests`, not both".into())
@@ -258,20 +384,71 @@ impl Scenario {
             _ => self.request_specs(),
         };
         for (i, spec) in specs.iter().enumerate() {
+            let req = format!("requests[{i}]");
             let at = if self.requests.is_some() {
-                format!("requests[{i}].expect")
+                format!("{req}.expect")
             } else {
                 "expect".to_string()
             };
-            let e = &spec.expect;
+            if spec.repeat == Some(0) {
+                return err(
+                    &format!("{req}.repeat"),
+                    "`repeat` must be at least 1".into(),
+                );
+            }
+            let e = match (&spec.expect, &spec.expect_counts) {
+                (Some(e), None) => e,
+                (None, Some(counts)) => {
+                    let Some(n) = spec.repeat else {
+                        return err(
+                            &format!("{req}.expect_counts"),
+                            "`expect_counts` goes with `repeat`".into(),
+                        );
+                    };
+                    let total: u64 = counts.values().sum();
+                    if total != n as u64 {
+                        return err(
+                            &format!("{req}.expect_counts"),
+                            format!("the counts add up to {total}, not to `repeat: {n}`"),
+                        );
+                    }
+                    continue;
+                }
+                (Some(_), Some(_)) => {
+                    return err(&req, "give `expect` or `expect_counts`, not both".into())
+                }
+                (None, None) => {
+                    return err(&req, "a request needs `expect` (or `expect_counts`)".into())
+                }
+            };
             if let Some(Some(r)) = &e.served_by {
                 known(r, format!("{at}.served_by"))?;
             }
-            if e.reason.as_ref().is_some_and(|r| r.is_some()) && e.outcome != Outcome::Failed {
+            if e.reason.as_ref().is_some_and(|r| r.is_some())
+                && !matches!(e.outcome, Outcome::Failed | Outcome::Shed)
+            {
                 return err(
                     &format!("{at}.reason"),
-                    "`reason` goes only with `outcome: failed`".into(),
+                    "`reason` goes only with `outcome: failed` or `shed`".into(),
                 );
+            }
+            for (name, dims) in e.buckets.iter().flatten() {
+                if !self.limits.contains_key(name) {
+                    return err(
+                        &format!("{at}.buckets.{name}"),
+                        format!("`{name}` is not a bucket of `limits:`"),
+                    );
+                }
+                for dim in dims.keys() {
+                    if crate::admission::Dimension::from_level_name(dim).is_none() {
+                        return err(
+                            &format!("{at}.buckets.{name}.{dim}"),
+                            format!(
+                                "`{dim}` is not a bucket level; use requests, tokens, input_tokens or output_tokens"
+                            ),
+                        );
+                    }
+                }
             }
             for (j, a) in e.attempts.iter().flatten().enumerate() {
                 if let Some(r) = &a.route {

@@ -35,8 +35,13 @@ pub struct OutageSpec {
 /// One reply of a mock route.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
-    /// A valid success for the route's wire and path.
-    Ok { text: String, headers: Headers },
+    /// A valid success for the route's wire and path; `usage` is what it reports
+    /// (else the mock's own estimate).
+    Ok {
+        text: String,
+        headers: Headers,
+        usage: Option<UsageSpec>,
+    },
     /// A status with a JSON or raw body.
     Status {
         status: u16,
@@ -61,6 +66,8 @@ pub enum Body {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamReply {
     pub items: Vec<StreamItem>,
+    /// The usage the finish reports (else the mock's own estimate).
+    pub usage: Option<UsageSpec>,
     pub end: StreamEnd,
     pub first_token_ms: u64,
     pub gap_ms: u64,
@@ -86,6 +93,14 @@ pub enum StreamEnd {
     Error,
 }
 
+/// The token counts an `ok` reply reports in its wire's `usage`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageSpec {
+    pub input: u64,
+    pub output: u64,
+}
+
 /// Header names (lowercase) and values, in file order.
 pub type Headers = Vec<(String, String)>;
 
@@ -94,6 +109,7 @@ pub type Headers = Vec<(String, String)>;
 #[serde(deny_unknown_fields)]
 struct RawReply {
     ok: Option<String>,
+    usage: Option<UsageSpec>,
     status: Option<u16>,
     headers: Option<BTreeMap<String, Scalar>>,
     json: Option<serde_json::Value>,
@@ -180,7 +196,14 @@ impl TryFrom<RawReply> for Reply {
             stray("body", r.body.is_some())?;
             stray("then", r.then.is_some())?;
             stray("end", r.end.is_some())?;
-            return Ok(Reply::Ok { text, headers });
+            return Ok(Reply::Ok {
+                text,
+                headers,
+                usage: r.usage,
+            });
+        }
+        if r.usage.is_some() {
+            return Err("`usage` belongs to an `ok` reply".into());
         }
         if let Some(status) = r.status {
             if !(100..=599).contains(&status) {
@@ -212,6 +235,7 @@ impl TryFrom<RawReply> for Reply {
             stray("json", r.json.is_some())?;
             stray("body", r.body.is_some())?;
             return Ok(Reply::Stream(StreamReply {
+                usage: None,
                 items,
                 end: r.end.unwrap_or_default(),
                 first_token_ms: r.first_token_ms.unwrap_or(0),

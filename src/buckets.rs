@@ -1,0 +1,418 @@
+//! The admission buckets of one pool, in this process (the default). This is one
+//! process's budget, not a fleet's: N processes with the same `limits:` admit up to N
+//! times the contract between them (a shared store is issue 12's `state: redis://`).
+//!
+//! Buckets are grouped by provider, one lock per group, because every bucket that
+//! covers a route belongs to its provider (its own `provider/model` entry and the
+//! provider-wide entry): an acquire checks and takes all of them atomically under one
+//! lock, and requests to different providers never contend. A shared store keeps the
+//! same shape (one script per provider, under one hash tag).
+
+use crate::admission::{
+    Bucket, Cost, Dimension, Limits, Priority, Spent, DEFAULT_HEADROOM, DEFAULT_INTERACTIVE_FLOOR,
+};
+use crate::clock::UnixMs;
+use crate::vocab::Route;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// How a pool's admission is set up (`limits:`, `headroom:`, `interactive_floor:`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmissionConfig {
+    /// Keyed by a route (`provider/model`) or a provider name.
+    pub limits: BTreeMap<String, Limits>,
+    pub headroom: f64,
+    pub interactive_floor: f64,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        AdmissionConfig {
+            limits: BTreeMap::new(),
+            headroom: DEFAULT_HEADROOM,
+            interactive_floor: DEFAULT_INTERACTIVE_FLOOR,
+        }
+    }
+}
+
+/// The buckets that cover one route: its group and the members in it. Resolved once
+/// per route, so an acquire does no lookup by name.
+#[derive(Debug, Clone)]
+pub struct Cover {
+    group: usize,
+    members: Arc<[(usize, Dimension)]>,
+}
+
+/// What an admitted call holds until it is settled.
+#[derive(Debug, Clone)]
+pub struct Reservation {
+    cover: Cover,
+    pub cost: Cost,
+}
+
+/// Why an acquire was refused: how long the refill alone needs (`None`: never, the
+/// cost does not fit in some bucket at all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    pub wait_ms: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    /// The `limits:` key: a route or a provider.
+    name: Arc<str>,
+    dim: Dimension,
+    contract: u64,
+    bucket: Bucket,
+    /// Held by calls in flight, for `poolctl_bucket_reserved`.
+    reserved: f64,
+}
+
+/// One bucket as `status`, `/metrics` and a scenario's `buckets:` see it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BucketView {
+    pub bucket: String,
+    pub dimension: Dimension,
+    pub contract: u64,
+    pub capacity: f64,
+    pub level: f64,
+    pub reserved: f64,
+}
+
+#[derive(Debug)]
+pub struct Buckets {
+    headroom: f64,
+    floor: f64,
+    groups: Vec<Mutex<Vec<Slot>>>,
+    group_of: HashMap<String, usize>,
+    covers: Mutex<HashMap<Route, Option<Cover>>>,
+    sheds: Mutex<BTreeMap<(Priority, Route), u64>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Each critical section is plain arithmetic on numbers that are valid at every
+    // step: a poisoned lock still guards sound data.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Cover {
+    /// The provider group these buckets belong to (one lock, one queue line).
+    pub fn group(&self) -> usize {
+        self.group
+    }
+}
+
+impl Buckets {
+    /// Full buckets for every contract in `cfg`, at `now`.
+    pub fn new(cfg: &AdmissionConfig, now: UnixMs) -> Buckets {
+        let mut groups: Vec<Vec<Slot>> = Vec::new();
+        let mut group_of: HashMap<String, usize> = HashMap::new();
+        for (name, limits) in &cfg.limits {
+            let provider = name.split('/').next().unwrap_or(name).to_string();
+            let g = *group_of.entry(provider).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            let name: Arc<str> = name.as_str().into();
+            for (dim, contract) in limits.contracts() {
+                groups[g].push(Slot {
+                    name: name.clone(),
+                    dim,
+                    contract,
+                    bucket: Bucket::full(contract, cfg.headroom, now),
+                    reserved: 0.0,
+                });
+            }
+        }
+        Buckets {
+            headroom: cfg.headroom,
+            floor: cfg.interactive_floor,
+            groups: groups.into_iter().map(Mutex::new).collect(),
+            group_of,
+            covers: Mutex::new(HashMap::new()),
+            sheds: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    pub fn headroom(&self) -> f64 {
+        self.headroom
+    }
+
+    pub fn interactive_floor(&self) -> f64 {
+        self.floor
+    }
+
+    /// The buckets that cover `route` (its own entry and its provider's), or `None`
+    /// when no limit names it: such a route is always admitted.
+    pub fn cover(&self, route: &Route) -> Option<Cover> {
+        if let Some(c) = lock(&self.covers).get(route) {
+            return c.clone();
+        }
+        let cover = self.group_of.get(route.provider()).and_then(|&g| {
+            let slots = lock(&self.groups[g]);
+            let members: Vec<(usize, Dimension)> = slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| &*s.name == route.as_str() || &*s.name == route.provider())
+                .map(|(i, s)| (i, s.dim))
+                .collect();
+            (!members.is_empty()).then(|| Cover {
+                group: g,
+                members: members.into(),
+            })
+        });
+        lock(&self.covers).insert(route.clone(), cover.clone());
+        cover
+    }
+
+    /// Admits `cost` on every bucket of `cover` at once, or on none of them.
+    pub fn acquire(
+        &self,
+        cover: &Cover,
+        cost: Cost,
+        priority: Priority,
+        now: UnixMs,
+    ) -> Result<Reservation, Refused> {
+        let mut slots = lock(&self.groups[cover.group]);
+        let admits = cover.members.iter().all(|&(i, dim)| {
+            slots[i]
+                .bucket
+                .admits(cost.on(dim), priority, self.floor, now)
+        });
+        if !admits {
+            let wait = crate::admission::wait_for_all(
+                cover
+                    .members
+                    .iter()
+                    .map(|&(i, dim)| (&slots[i].bucket, cost.on(dim))),
+                priority,
+                self.floor,
+                now,
+            );
+            return Err(Refused { wait_ms: wait });
+        }
+        for &(i, dim) in cover.members.iter() {
+            let c = cost.on(dim);
+            slots[i].bucket.take(c, now);
+            slots[i].reserved += c;
+        }
+        Ok(Reservation {
+            cover: cover.clone(),
+            cost,
+        })
+    }
+
+    /// How long until the refill alone would admit `cost` on `cover` (`None`: never).
+    pub fn wait_ms(
+        &self,
+        cover: &Cover,
+        cost: Cost,
+        priority: Priority,
+        now: UnixMs,
+    ) -> Option<u64> {
+        let slots = lock(&self.groups[cover.group]);
+        crate::admission::wait_for_all(
+            cover
+                .members
+                .iter()
+                .map(|&(i, dim)| (&slots[i].bucket, cost.on(dim))),
+            priority,
+            self.floor,
+            now,
+        )
+    }
+
+    /// Trues the reservation up to what the attempt spent, then lowers every covering
+    /// bucket to the provider's own remaining counts (× headroom), never raising one.
+    pub fn settle(
+        &self,
+        r: Reservation,
+        spent: Spent,
+        remaining: &[(Dimension, u64)],
+        now: UnixMs,
+    ) {
+        let mut slots = lock(&self.groups[r.cover.group]);
+        for &(i, dim) in r.cover.members.iter() {
+            let reserved = r.cost.on(dim);
+            let slot = &mut slots[i];
+            slot.bucket.true_up(reserved, spent.on(dim, &r.cost), now);
+            slot.reserved = (slot.reserved - reserved).max(0.0);
+        }
+        for &(dim, count) in remaining {
+            for &(i, d) in r.cover.members.iter() {
+                if d == dim {
+                    slots[i].bucket.lower_to(count, self.headroom, now);
+                }
+            }
+        }
+    }
+
+    /// Counts a request shed by `route`'s buckets.
+    pub fn record_shed(&self, priority: Priority, route: &Route) {
+        *lock(&self.sheds)
+            .entry((priority, route.clone()))
+            .or_insert(0) += 1;
+    }
+
+    /// Sheds so far, per priority class and route.
+    pub fn sheds(&self) -> BTreeMap<(Priority, Route), u64> {
+        lock(&self.sheds).clone()
+    }
+
+    /// Every bucket's level at `now`, in config order of names then dimensions.
+    pub fn snapshot(&self, now: UnixMs) -> Vec<BucketView> {
+        let mut out: Vec<BucketView> = self
+            .groups
+            .iter()
+            .flat_map(|g| {
+                lock(g)
+                    .iter()
+                    .map(|s| BucketView {
+                        bucket: s.name.to_string(),
+                        dimension: s.dim,
+                        contract: s.contract,
+                        capacity: s.bucket.capacity,
+                        level: s.bucket.level_at(now),
+                        reserved: s.reserved,
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.bucket, a.dimension).cmp(&(&b.bucket, b.dimension)));
+        out
+    }
+
+    /// The level of one bucket (`name` a route or provider) at `now`.
+    pub fn level(&self, name: &str, dim: Dimension, now: UnixMs) -> Option<f64> {
+        self.groups.iter().find_map(|g| {
+            lock(g)
+                .iter()
+                .find(|s| &*s.name == name && s.dim == dim)
+                .map(|s| s.bucket.level_at(now))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(entries: &[(&str, Limits)]) -> AdmissionConfig {
+        AdmissionConfig {
+            limits: entries.iter().map(|(k, l)| (k.to_string(), *l)).collect(),
+            headroom: 1.0,
+            interactive_floor: 0.2,
+        }
+    }
+
+    fn route(s: &str) -> Route {
+        Route::parse(s).unwrap()
+    }
+
+    const TEN_RPM: Limits = Limits {
+        rpm: Some(10),
+        tpm: None,
+        itpm: None,
+        otpm: None,
+    };
+
+    #[test]
+    fn a_provider_entry_is_shared_by_every_route_of_the_provider() {
+        let b = Buckets::new(&cfg(&[("a", TEN_RPM)]), 0);
+        let (x, y) = (
+            b.cover(&route("a/x")).unwrap(),
+            b.cover(&route("a/y")).unwrap(),
+        );
+        for _ in 0..5 {
+            b.acquire(&x, Cost::default(), Priority::Interactive, 0)
+                .unwrap();
+            b.acquire(&y, Cost::default(), Priority::Interactive, 0)
+                .unwrap();
+        }
+        assert!(b
+            .acquire(&x, Cost::default(), Priority::Interactive, 0)
+            .is_err());
+        assert!(b.cover(&route("other/z")).is_none());
+    }
+
+    #[test]
+    fn an_acquire_takes_every_covering_bucket_or_none() {
+        let own = Limits {
+            tpm: Some(1_000),
+            ..Default::default()
+        };
+        let b = Buckets::new(&cfg(&[("a", TEN_RPM), ("a/x", own)]), 0);
+        let x = b.cover(&route("a/x")).unwrap();
+        let big = Cost {
+            input_tokens: 900,
+            output_tokens: 200,
+        };
+        let refused = b.acquire(&x, big, Priority::Interactive, 0).unwrap_err();
+        assert_eq!(refused.wait_ms, None, "1 100 tokens never fit in 1 000");
+        assert_eq!(b.level("a", Dimension::Rpm, 0), Some(10.0), "rpm untouched");
+        let r = b
+            .acquire(
+                &x,
+                Cost {
+                    input_tokens: 400,
+                    output_tokens: 400,
+                },
+                Priority::Interactive,
+                0,
+            )
+            .unwrap();
+        assert_eq!(b.level("a", Dimension::Rpm, 0), Some(9.0));
+        assert_eq!(b.level("a/x", Dimension::Tpm, 0), Some(200.0));
+        b.settle(
+            r,
+            Spent::Reported {
+                input_tokens: 400,
+                output_tokens: 20,
+            },
+            &[],
+            0,
+        );
+        assert_eq!(b.level("a/x", Dimension::Tpm, 0), Some(580.0));
+        assert!(b.snapshot(0).iter().all(|v| v.reserved == 0.0));
+    }
+
+    #[test]
+    fn remaining_counts_lower_every_covering_bucket_of_that_dimension() {
+        let b = Buckets::new(&cfg(&[("a", TEN_RPM)]), 0);
+        let x = b.cover(&route("a/x")).unwrap();
+        let r = b
+            .acquire(&x, Cost::default(), Priority::Interactive, 0)
+            .unwrap();
+        b.settle(
+            r,
+            Spent::Unreported,
+            &[(Dimension::Rpm, 3), (Dimension::Tpm, 1)],
+            0,
+        );
+        assert_eq!(b.level("a", Dimension::Rpm, 0), Some(3.0));
+    }
+
+    #[test]
+    fn a_refusal_says_how_long_the_refill_needs() {
+        let b = Buckets::new(&cfg(&[("a/x", TEN_RPM)]), 0);
+        let x = b.cover(&route("a/x")).unwrap();
+        for _ in 0..8 {
+            b.acquire(&x, Cost::default(), Priority::Background, 0)
+                .unwrap();
+        }
+        let refused = b
+            .acquire(&x, Cost::default(), Priority::Background, 0)
+            .unwrap_err();
+        assert_eq!(refused.wait_ms, Some(6_000));
+        assert!(b
+            .acquire(&x, Cost::default(), Priority::Interactive, 0)
+            .is_ok());
+        b.record_shed(Priority::Background, &route("a/x"));
+        assert_eq!(b.sheds().values().sum::<u64>(), 1);
+    }
+}

@@ -1,0 +1,165 @@
+//! Admission inside the walk (decisions.md, "Admission"): a route whose buckets cannot
+//! hold the request's cost is passed over (`admission`) and never called; an admitted
+//! call's reservation is trued up after the attempt; when no route admits the request,
+//! it waits in the local queue only while the refill alone can admit it in time. The
+//! arithmetic is `admission`'s and `buckets`'; this file only carries it out.
+
+use super::{Router, Walk};
+use crate::admission::{Cost, Spent, DEFAULT_MAX_OUTPUT_TOKENS};
+use crate::failure::Headers;
+use crate::route::RouteSpec;
+use crate::trace::{Report, Skip, SkipWhy};
+use crate::vocab::CallPath;
+
+/// What one call to `spec` costs: one request, the input estimate, and the output it
+/// may produce — the declared maximum, else the model's, else 4 096 (providers
+/// reserve the declared maximum, so the router does too). Embeddings and rerank
+/// produce no output tokens.
+pub(super) fn cost_on(walk: &Walk<'_>, spec: &RouteSpec) -> Cost {
+    let output = match walk.path {
+        CallPath::Chat | CallPath::Stream if walk.needs.max_output_tokens == 0 => spec
+            .facts
+            .max_output_tokens
+            .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
+        _ => walk.needs.max_output_tokens,
+    };
+    Cost {
+        input_tokens: walk.needs.prompt_tokens,
+        output_tokens: output,
+    }
+}
+
+impl Router {
+    /// Admits the route at try-order position `pos`, holding its reservation in the
+    /// walk; `false` (the skip recorded) when its buckets cannot hold the cost now, or
+    /// when a request ahead in the queue waits for the same provider.
+    pub(super) fn admit(&self, walk: &mut Walk<'_>, report: &mut Report, pos: usize) -> bool {
+        let buckets = &self.inner.buckets;
+        if buckets.is_empty() {
+            return true;
+        }
+        let spec = &walk.tier.routes[walk.order[pos]];
+        let Some(cover) = buckets.cover(&spec.route) else {
+            return true;
+        };
+        let cost = cost_on(walk, spec);
+        let now = self.inner.clock.now_ms();
+        let priority = walk.opts.priority;
+        let place = walk.ticket.as_ref().map(|t| t.place);
+        let refused = if self.inner.queue.blocked(place, priority, cover.group()) {
+            // Someone ahead waits for this provider: its turn first, then ours.
+            Some(
+                buckets
+                    .wait_ms(&cover, cost, priority, now)
+                    .map(|w| w.max(1)),
+            )
+        } else {
+            match buckets.acquire(&cover, cost, priority, now) {
+                Ok(r) => {
+                    walk.reservation = Some(r);
+                    // Admitted: the request leaves the queue now, not when it ends, so
+                    // the next waiter's turn does not wait on this one's upstream call.
+                    walk.ticket = None;
+                    None
+                }
+                Err(refused) => Some(refused.wait_ms),
+            }
+        };
+        let Some(wait) = refused else {
+            return true;
+        };
+        walk.refused.push((pos, wait, cover.group()));
+        let cause = match wait {
+            Some(ms) => format!("buckets refill in {ms} ms"),
+            None => "cost exceeds a bucket's capacity".to_string(),
+        };
+        let skip = Skip {
+            route: spec.route.clone(),
+            why: SkipWhy::Admission,
+            cause: Some(cause),
+        };
+        self.emit_skip(walk, report, skip);
+        false
+    }
+
+    /// Trues the current reservation up to what the attempt spent, then lowers the
+    /// buckets to the provider's own remaining counts in `headers`.
+    pub(super) fn settle_admission(&self, walk: &mut Walk<'_>, spent: Spent, headers: &Headers) {
+        if let Some(r) = walk.reservation.take() {
+            let remaining = crate::admission::remaining_counts(headers);
+            self.inner
+                .buckets
+                .settle(r, spent, &remaining, self.inner.clock.now_ms());
+        }
+    }
+
+    /// Gives back a reservation whose route was not called after all.
+    pub(super) fn release_admission(&self, walk: &mut Walk<'_>) {
+        self.settle_admission(walk, Spent::Nothing, &Headers::default());
+    }
+
+    /// How long until the current route's buckets hold one more call (row 4 needs it):
+    /// `Some(0)` at once or without limits, `None` never.
+    pub(super) fn retry_admission_ms(&self, walk: &Walk<'_>) -> Option<u64> {
+        let buckets = &self.inner.buckets;
+        if buckets.is_empty() {
+            return Some(0);
+        }
+        let spec = &walk.tier.routes[walk.current()];
+        match buckets.cover(&spec.route) {
+            Some(cover) => buckets.wait_ms(
+                &cover,
+                cost_on(walk, spec),
+                walk.opts.priority,
+                self.inner.clock.now_ms(),
+            ),
+            None => Some(0),
+        }
+    }
+
+    /// The chain ran out and some routes refused admission: waits in the local queue
+    /// for the earliest of them, when the refill alone admits it within the card's
+    /// `max_queue_ms` and before `max_elapsed_ms`, then points the walk back at them.
+    /// `false` when the request must not wait (it is then shed, or degraded).
+    pub(super) async fn queue_for_admission(&self, walk: &mut Walk<'_>) -> bool {
+        let Some(earliest) = walk.refused.iter().filter_map(|(_, w, _)| *w).min() else {
+            return false;
+        };
+        let policy = walk.opts.policy;
+        let clock = &self.inner.clock;
+        let now = clock.now_ms();
+        let since = now - walk.queued_ms as i64;
+        let queue_deadline = since.saturating_add(policy.max_queue_ms as i64);
+        let at = now.saturating_add(earliest as i64);
+        // Never past the card's max_elapsed_ms (real socket time included).
+        let elapsed_then = self.spent(walk, 0).elapsed_ms.saturating_add(earliest);
+        if !walk.opts.priority.may_wait()
+            || at > queue_deadline
+            || elapsed_then > policy.max_elapsed_ms
+        {
+            return false;
+        }
+        let groups: Vec<usize> = walk.refused.iter().map(|(_, _, g)| *g).collect();
+        match &walk.ticket {
+            Some(t) => self.inner.queue.wait_on(t, groups),
+            None => {
+                match self
+                    .inner
+                    .queue
+                    .enter(walk.opts.priority, groups, policy.max_queue_len)
+                {
+                    Some(t) => walk.ticket = Some(t),
+                    // The queue is full: shed at once.
+                    None => return false,
+                }
+            }
+        }
+        clock.sleep_until(at).await;
+        walk.queued_ms = (clock.now_ms() - since).max(0) as u64;
+        // Try again from the first route that refused; the others it passes are
+        // skipped again for the reasons they had (recorded once).
+        walk.pos = walk.refused.iter().map(|(p, _, _)| *p).min().unwrap_or(0);
+        walk.refused.clear();
+        true
+    }
+}
