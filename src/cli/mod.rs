@@ -12,6 +12,7 @@ pub mod mock;
 pub mod out;
 pub mod probe;
 pub mod render;
+pub mod serve;
 pub mod table;
 pub mod walk;
 
@@ -65,6 +66,10 @@ pub enum Command {
     ///
     /// Exit: 0 valid (warnings allowed); 1 problems found; 2 the file cannot be loaded.
     Check(check::CheckArgs),
+    /// Serve the router as an OpenAI- and Anthropic-compatible HTTP gateway.
+    ///
+    /// Exit: 0 on a clean stop (SIGINT / SIGTERM, after draining); 2 config or bind error.
+    Serve(serve::ServeArgs),
 }
 
 /// Runs a parsed command line.
@@ -79,6 +84,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Status(args) => health_cmds::status(args, &look).await,
         Command::Mock(args) => mock::run(args).await,
         Command::Check(args) => check::run(args),
+        Command::Serve(args) => serve::run(args).await,
     }
 }
 

@@ -22,6 +22,8 @@ pub struct Observed {
     pub status: Option<u16>,
     pub request_id: Option<String>,
     pub detail: Option<String>,
+    /// The upstream's own error code, when it sent one.
+    pub code: Option<String>,
     pub latency_ms: u64,
     /// A stream already delivered a visible delta.
     pub visible_token: bool,
@@ -222,6 +224,7 @@ impl Router {
             hint_ms: seen.verdict.hint.map(|h| h.ms),
             row: decision.row,
             detail: seen.detail,
+            code: seen.code,
             workflow: walk.opts.workflow.map(str::to_string),
             requested_route: walk.tier.routes[0].route.clone(),
             chosen: chosen(
