@@ -185,16 +185,9 @@ impl Buckets {
                 .admits(cost.on(dim), priority, self.floor, now)
         });
         if !admits {
-            let wait = crate::admission::wait_for_all(
-                cover
-                    .members
-                    .iter()
-                    .map(|&(i, dim)| (&slots[i].bucket, cost.on(dim))),
-                priority,
-                self.floor,
-                now,
-            );
-            return Err(Refused { wait_ms: wait });
+            return Err(Refused {
+                wait_ms: self.wait_in(&slots, cover, cost, priority, now),
+            });
         }
         for &(i, dim) in cover.members.iter() {
             let c = cost.on(dim);
@@ -216,6 +209,18 @@ impl Buckets {
         now: UnixMs,
     ) -> Option<u64> {
         let slots = lock(&self.groups[cover.group]);
+        self.wait_in(&slots, cover, cost, priority, now)
+    }
+
+    /// The refill every bucket of `cover` needs to hold `cost` (`None`: never).
+    fn wait_in(
+        &self,
+        slots: &[Slot],
+        cover: &Cover,
+        cost: Cost,
+        priority: Priority,
+        now: UnixMs,
+    ) -> Option<u64> {
         crate::admission::wait_for_all(
             cover
                 .members

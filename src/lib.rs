@@ -33,6 +33,7 @@ pub mod request;
 pub mod route;
 pub mod router;
 pub mod secret;
+pub mod serve;
 pub mod store;
 pub mod trace;
 pub mod validate;

@@ -5,16 +5,21 @@ use clap::Parser;
 use poolctl::cli::{self, exit::Exit, out, Cli};
 use std::process::ExitCode;
 
+/// See Cargo.toml: small allocations on every gateway request.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A closed stdout pipe ends the process quietly, with the status a shell shows for a
 /// tool killed by SIGPIPE (128 + 13), as `head` users expect.
 const CLOSED_PIPE: u8 = 141;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let cli::Command::Serve(args) = &cli.command {
+        builder.worker_threads(cli::serve::worker_threads(args));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             out::warn(&format!("error: cannot start the async runtime: {e}"));

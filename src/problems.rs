@@ -3,7 +3,7 @@
 //! without the field that failed (or with a stand-in for a missing one), until the rest
 //! parses. `poolctl check` then validates what is left, and reports it all at once.
 
-use crate::yaml::{nearest, YamlError};
+use crate::yaml::{strip_location, suggestion, YamlError};
 use serde::de::DeserializeOwned;
 use serde_path_to_error::Segment;
 use serde_yaml::{Mapping, Value};
@@ -393,24 +393,6 @@ pub fn locate(text: &str, path: &[Segment]) -> Option<usize> {
         }
     }
     found.map(|i| i + 1)
-}
-
-fn strip_location(msg: &str) -> String {
-    match msg.find(" at line ") {
-        Some(i) => msg[..i].to_string(),
-        None => msg.to_string(),
-    }
-}
-
-/// For "unknown field `x`, expected one of `a`, `b`" (or `unknown variant`), the
-/// expected name nearest to `x`.
-fn suggestion(message: &str) -> Option<String> {
-    let rest = message
-        .strip_prefix("unknown field `")
-        .or_else(|| message.strip_prefix("unknown variant `"))?;
-    let (got, rest) = rest.split_once('`')?;
-    let expected: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
-    nearest(got, expected.iter().copied())
 }
 
 #[cfg(test)]

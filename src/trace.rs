@@ -54,6 +54,10 @@ pub struct AttemptRecord {
     pub row: u8,
     /// A short, key-free note on what came back (error excerpt, transport error).
     pub detail: Option<String>,
+    /// The upstream's own error code (`context_length_exceeded`, ...), when it sent one:
+    /// the gateway passes it on for request errors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
     /// The workflow (policy card) the request ran under.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,

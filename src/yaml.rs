@@ -252,7 +252,7 @@ pub fn too_deep(text: &str, max: usize) -> Option<usize> {
 }
 
 /// serde_yaml appends " at line L column C"; we print the location ourselves.
-fn strip_location(msg: &str) -> String {
+pub(crate) fn strip_location(msg: &str) -> String {
     match msg.find(" at line ") {
         Some(i) => msg[..i].to_string(),
         None => msg.to_string(),
@@ -261,7 +261,7 @@ fn strip_location(msg: &str) -> String {
 
 /// For "unknown field `x`, expected one of `a`, `b`" (or `unknown variant`), the
 /// expected name nearest to `x`.
-fn suggestion(message: &str) -> Option<String> {
+pub(crate) fn suggestion(message: &str) -> Option<String> {
     let rest = message
         .strip_prefix("unknown field `")
         .or_else(|| message.strip_prefix("unknown variant `"))?;

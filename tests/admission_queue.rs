@@ -28,8 +28,15 @@ interactive_floor: 0.0
 expect: { outcome: success }
 "#;
 
-#[tokio::test]
-async fn an_interactive_waiter_is_served_before_an_earlier_background_one() {
+/// The scenario's mock on loopback, its tier, and a router with its buckets on a
+/// virtual clock at the scenario's `now`.
+async fn setup() -> (
+    MockServer,
+    poolctl::router::Tier,
+    Router,
+    Arc<ManualClock>,
+    i64,
+) {
     let scenario = Scenario::parse(Path::new("queue-order.yaml"), ONE_ROUTE).unwrap();
     let start = scenario.start_ms();
     let clock = Arc::new(ManualClock::new(start));
@@ -41,14 +48,19 @@ async fn an_interactive_waiter_is_served_before_an_earlier_background_one() {
     .await
     .unwrap();
     let tier = tier_for(&scenario, &mock);
-    let buckets = Arc::new(Buckets::new(&scenario.admission(), start));
     let router = Router::with_seed(
         poolctl::wire::http_client(),
         clock.clone(),
         Arc::new(MemoryStore::new()),
         1,
     )
-    .with_buckets(buckets);
+    .with_buckets(Arc::new(Buckets::new(&scenario.admission(), start)));
+    (mock, tier, router, clock, start)
+}
+
+#[tokio::test]
+async fn an_interactive_waiter_is_served_before_an_earlier_background_one() {
+    let (_mock, tier, router, clock, start) = setup().await;
     let policy = Policy {
         max_queue_ms: 60_000,
         ..Policy::default()
@@ -85,24 +97,7 @@ async fn an_interactive_waiter_is_served_before_an_earlier_background_one() {
 
 #[tokio::test]
 async fn a_shed_is_counted_per_priority_and_route() {
-    let scenario = Scenario::parse(Path::new("queue-order.yaml"), ONE_ROUTE).unwrap();
-    let start = scenario.start_ms();
-    let clock = Arc::new(ManualClock::new(start));
-    let dyn_clock: Arc<dyn Clock> = clock.clone();
-    let mock = MockServer::start(
-        ([127, 0, 0, 1], 0).into(),
-        mock_routes(&scenario, &dyn_clock, start),
-    )
-    .await
-    .unwrap();
-    let tier = tier_for(&scenario, &mock);
-    let router = Router::with_seed(
-        poolctl::wire::http_client(),
-        clock.clone(),
-        Arc::new(MemoryStore::new()),
-        1,
-    )
-    .with_buckets(Arc::new(Buckets::new(&scenario.admission(), start)));
+    let (mock, tier, router, _clock, _start) = setup().await;
     let policy = Policy::default();
     let req = Request::Chat(scenario_chat_request());
     for i in 0..8 {

@@ -10,7 +10,7 @@ use poolctl::buckets::AdmissionConfig;
 use poolctl::clock::Stopwatch;
 use poolctl::harness::redis_server::RedisServer;
 use poolctl::store::redis_buckets::RedisBuckets;
-use poolctl::store::shared_buckets::{Held, SharedBuckets};
+use poolctl::store::shared_buckets::{Hold, SharedBuckets};
 use poolctl::store::{OnStoreError, RedisStore};
 use poolctl::vocab::Route;
 use std::collections::BTreeMap;
@@ -81,7 +81,7 @@ async fn burst(on_error: OnStoreError) -> Run {
                     .await;
                 assert!(sw.elapsed() < Duration::from_secs(2), "an acquire hung");
                 if let Ok(held) = got {
-                    assert!(!matches!(held, Held::Unlimited));
+                    assert!(!matches!(held, Hold::Unlimited));
                     if step < KILL_AT {
                         before_kill += 1;
                     } else {

@@ -39,6 +39,7 @@ fn attempt(
         hint_ms: None,
         row: 5,
         detail: None,
+        code: None,
         workflow: None,
         requested_route: route(r),
         chosen: Chosen::Fallback,

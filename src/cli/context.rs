@@ -2,7 +2,11 @@
 //! health store it names, and reading keys from the environment.
 
 use super::ConfigArg;
+use crate::buckets::Buckets;
 use crate::config::{locate, PoolConfig, StateLocation, CONFIG_ENV};
+use crate::router::Router;
+use crate::store::redis_buckets::RedisBuckets;
+use crate::store::shared_buckets::SharedBuckets;
 use crate::store::{FallbackStore, HealthStore, RedisStore, SqliteStore};
 use anyhow::Context;
 use std::sync::Arc;
@@ -88,6 +92,52 @@ pub fn open_routing_store(config: &PoolConfig) -> anyhow::Result<RoutingStore> {
             let name = shared.target().to_string();
             let store = Arc::new(FallbackStore::new(Arc::new(shared), name));
             Ok((store.clone(), Some(store)))
+        }
+    }
+}
+
+/// The buckets a routing command (`walk`, `serve`) spends: this process's own, or with
+/// `state: redis://` the fleet's, in Redis, falling back by `on_store_error`.
+pub enum Admission {
+    Local(Arc<Buckets>),
+    Shared(Arc<SharedBuckets>),
+}
+
+impl Admission {
+    /// Builds them from the config's `limits:` (none: empty local buckets, which admit
+    /// everything at no cost).
+    pub fn open(config: &PoolConfig) -> anyhow::Result<Admission> {
+        let cfg = config.admission();
+        let now = crate::clock::wall_now_ms();
+        match config.state_location() {
+            StateLocation::Redis(url) if !cfg.limits.is_empty() => {
+                let store = open_redis(config, &url)?;
+                let shared = SharedBuckets::new(
+                    RedisBuckets::new(store, &cfg),
+                    &cfg,
+                    config.on_store_error,
+                    config.workers,
+                    now,
+                );
+                Ok(Admission::Shared(Arc::new(shared)))
+            }
+            _ => Ok(Admission::Local(Arc::new(Buckets::new(&cfg, now)))),
+        }
+    }
+
+    /// `router`, spending these buckets.
+    pub fn apply(&self, router: Router) -> Router {
+        match self {
+            Admission::Local(b) => router.with_buckets(b.clone()),
+            Admission::Shared(s) => router.with_shared_buckets(s.clone()),
+        }
+    }
+
+    /// Admission decisions made without the shared store (0 for local buckets).
+    pub fn degraded(&self) -> u64 {
+        match self {
+            Admission::Local(_) => 0,
+            Admission::Shared(s) => s.degraded(),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod mock;
 pub mod out;
 pub mod probe;
 pub mod render;
+pub mod serve;
 pub mod table;
 pub mod walk;
 
@@ -71,6 +72,10 @@ pub enum Command {
     ///
     /// Exit: 0 no warning; 1 a warning or a tier whose ceiling fails; 2 usage or config.
     Capacity(capacity::CapacityArgs),
+    /// Serve the router as an OpenAI- and Anthropic-compatible HTTP gateway.
+    ///
+    /// Exit: 0 on a clean stop (SIGINT / SIGTERM, after draining); 2 config or bind error.
+    Serve(serve::ServeArgs),
 }
 
 /// Runs a parsed command line.
@@ -86,6 +91,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Mock(args) => mock::run(args).await,
         Command::Check(args) => check::run(args),
         Command::Capacity(args) => capacity::run(args).await,
+        Command::Serve(args) => serve::run(args).await,
     }
 }
 

@@ -144,7 +144,7 @@ impl Router {
                 continue;
             }
             let pos = walk.pos;
-            if !self.admit(walk, report, pos) {
+            if !self.admit(walk, report, pos).await {
                 walk.pos += 1;
                 continue;
             }
@@ -177,7 +177,7 @@ impl Router {
                 };
                 if let Some((why, cause)) = blocked {
                     // Not called after all: its reservation comes back whole.
-                    self.release_admission(walk);
+                    self.release_admission(walk).await;
                     let skip = Skip {
                         route: route.route.clone(),
                         why,

@@ -22,6 +22,8 @@ pub struct Observed {
     pub status: Option<u16>,
     pub request_id: Option<String>,
     pub detail: Option<String>,
+    /// The upstream's own error code, when it sent one.
+    pub code: Option<String>,
     pub latency_ms: u64,
     /// A stream already delivered a visible delta.
     pub visible_token: bool,
@@ -75,6 +77,8 @@ impl Router {
         let breaker_open_until = self
             .record_breaker(walk, report, seen.verdict.class, now)
             .await;
+        // Row 4 needs it: whether the buckets would hold a retry on this route, and when.
+        let retry_admission_ms = self.retry_admission_ms(walk).await;
         let (decision, cost_usd, target) = self.judge(
             walk,
             report,
@@ -83,6 +87,7 @@ impl Router {
             next_fallback,
             larger.is_some(),
             breaker_open_until.is_some(),
+            retry_admission_ms,
         );
         let health = match target {
             Some(target) => self.store_health(walk, report, target).await,
@@ -112,6 +117,7 @@ impl Router {
         next_fallback: Option<usize>,
         larger_window_available: bool,
         breaker_opened: bool,
+        retry_admission_ms: Option<u64>,
     ) -> (Decision, f64, Option<Health>) {
         let spec = &walk.tier.routes[walk.current()];
         let cost_usd = estimate_cost_usd(&spec.facts, &walk.needs);
@@ -136,7 +142,7 @@ impl Router {
                 .map(|i| estimate_cost_usd(&walk.tier.routes[i].facts, &walk.needs))
                 .unwrap_or(0.0),
             jitter: lock(&self.inner.rng).f64(),
-            retry_admission_ms: self.retry_admission_ms(walk),
+            retry_admission_ms,
         };
         let decision = decide(&situation);
         if decision.action == Action::Fallback && class == Class::ContextOverflow {
@@ -240,6 +246,7 @@ impl Router {
             hint_ms: seen.verdict.hint.map(|h| h.ms),
             row: decision.row,
             detail: seen.detail,
+            code: seen.code,
             workflow: walk.opts.workflow.map(str::to_string),
             requested_route: walk.tier.routes[0].route.clone(),
             chosen: chosen(

@@ -99,6 +99,11 @@ impl Degraded {
         }
     }
 
+    /// No episode is open: the shared store answered last time.
+    pub fn healthy(&self) -> bool {
+        self.lock().is_none()
+    }
+
     /// The shared store answered: an open episode ends (logged once).
     pub fn answered(&self) {
         let mut ep = self.lock();
@@ -152,6 +157,11 @@ impl FallbackStore {
     pub fn with_log(mut self, log: LogSink) -> Self {
         self.degraded = self.degraded.with_log(log);
         self
+    }
+
+    /// The shared store's name, without credentials.
+    pub fn target(&self) -> &str {
+        &self.degraded.target
     }
 
     /// Decisions made on the local view because the shared store failed, in all.

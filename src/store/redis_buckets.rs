@@ -117,12 +117,47 @@ impl RedisBuckets {
         priority: Priority,
         now: UnixMs,
     ) -> Result<Result<RedisReservation, Refused>, StoreError> {
+        match self.run_acquire(cover, cost, priority, now, true).await? {
+            None => Ok(Ok(RedisReservation {
+                cover: cover.clone(),
+                cost,
+            })),
+            Some(refused) => Ok(Err(refused)),
+        }
+    }
+
+    /// How long until the refill alone would admit `cost` on `cover` (`Some(0)`: now,
+    /// `None`: never), taking nothing: the same script, told not to write.
+    pub async fn wait_ms(
+        &self,
+        cover: &Arc<RedisCover>,
+        cost: Cost,
+        priority: Priority,
+        now: UnixMs,
+    ) -> Result<Option<u64>, StoreError> {
+        Ok(
+            match self.run_acquire(cover, cost, priority, now, false).await? {
+                None => Some(0),
+                Some(refused) => refused.wait_ms,
+            },
+        )
+    }
+
+    /// The acquire script: `None` when it admits (taken when `take`), else the refusal.
+    async fn run_acquire(
+        &self,
+        cover: &Arc<RedisCover>,
+        cost: Cost,
+        priority: Priority,
+        now: UnixMs,
+        take: bool,
+    ) -> Result<Option<Refused>, StoreError> {
         let share = match priority {
             Priority::Interactive => 0.0,
             _ => self.floor,
         };
         let mut inv = ACQUIRE.key(&cover.key);
-        inv.arg(now).arg(share);
+        inv.arg(now).arg(share).arg(u8::from(take));
         for (field, dim, capacity) in &cover.members {
             inv.arg(field).arg(capacity).arg(cost.on(*dim));
         }
@@ -130,12 +165,9 @@ impl RedisBuckets {
             .store
             .within(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
-        match v.as_slice() {
-            [1] => Ok(Ok(RedisReservation {
-                cover: cover.clone(),
-                cost,
-            })),
-            [0, wait] => Ok(Err(Refused {
+        match (v.as_slice(), take) {
+            ([1], true) | ([2], false) => Ok(None),
+            ([0, wait], _) => Ok(Some(Refused {
                 wait_ms: u64::try_from(*wait).ok(),
             })),
             _ => Err(self.store.err(format!("acquire script answered {v:?}"))),

@@ -16,10 +16,11 @@ use crate::admission::{Cost, Dimension, Limits, Priority, Spent};
 use crate::buckets::{AdmissionConfig, Buckets, Refused, Reservation};
 use crate::clock::UnixMs;
 use crate::vocab::Route;
+use std::sync::Arc;
 
 /// What an admitted call holds until it is settled.
 #[derive(Debug)]
-pub enum Held {
+pub enum Hold {
     /// No limit covers the route.
     Unlimited,
     Shared(RedisReservation),
@@ -29,7 +30,7 @@ pub enum Held {
 
 pub struct SharedBuckets {
     shared: RedisBuckets,
-    local: Buckets,
+    local: Arc<Buckets>,
     on_error: OnStoreError,
     degraded: Degraded,
 }
@@ -78,7 +79,7 @@ impl SharedBuckets {
         let target = shared.store().target().to_string();
         SharedBuckets {
             shared,
-            local: Buckets::new(&local_share(cfg, workers), now),
+            local: Arc::new(Buckets::new(&local_share(cfg, workers), now)),
             on_error,
             degraded: Degraded::new(target, meanwhile),
         }
@@ -100,8 +101,50 @@ impl SharedBuckets {
     }
 
     /// The local share's buckets (what a degraded process admits from).
-    pub fn local(&self) -> &Buckets {
+    pub fn local(&self) -> &Arc<Buckets> {
         &self.local
+    }
+
+    /// How long until the refill alone would admit `cost` on `route`'s buckets
+    /// (`Some(0)`: now, `None`: never), in Redis; while Redis fails, by
+    /// `on_store_error` (the local share's refill, or never).
+    pub async fn wait_ms(
+        &self,
+        route: &Route,
+        cost: Cost,
+        priority: Priority,
+        now: UnixMs,
+    ) -> Option<u64> {
+        let cover = self.shared.cover(route)?;
+        if self.degraded.try_shared() {
+            match self.shared.wait_ms(&cover, cost, priority, now).await {
+                Ok(wait) => {
+                    self.degraded.answered();
+                    return wait;
+                }
+                Err(e) => self.degraded.failed(&e),
+            }
+        }
+        match self.on_error {
+            OnStoreError::FailClosed => None,
+            OnStoreError::LocalShare => match self.local.cover(route) {
+                Some(c) => self.local.wait_ms(&c, cost, priority, now),
+                None => Some(0),
+            },
+        }
+    }
+
+    /// Counts a shed here and in Redis (where `poolctl capacity` reads the fleet's).
+    /// During an episode Redis is not asked (a count is not a decision, so it is not
+    /// counted as degraded); a count Redis does not take opens one.
+    pub async fn record_shed(&self, priority: Priority, route: &Route) {
+        self.local.record_shed(priority, route);
+        if self.degraded.healthy() {
+            match self.shared.record_shed(priority, route).await {
+                Ok(()) => self.degraded.answered(),
+                Err(e) => self.degraded.failed(&e),
+            }
+        }
     }
 
     /// Admits `cost` on every bucket that covers `route`, in Redis; while Redis fails,
@@ -112,15 +155,15 @@ impl SharedBuckets {
         cost: Cost,
         priority: Priority,
         now: UnixMs,
-    ) -> Result<Held, Refused> {
+    ) -> Result<Hold, Refused> {
         let Some(cover) = self.shared.cover(route) else {
-            return Ok(Held::Unlimited);
+            return Ok(Hold::Unlimited);
         };
         if self.degraded.try_shared() {
             match self.shared.acquire(&cover, cost, priority, now).await {
                 Ok(got) => {
                     self.degraded.answered();
-                    return got.map(Held::Shared);
+                    return got.map(Hold::Shared);
                 }
                 Err(e) => self.degraded.failed(&e),
             }
@@ -128,8 +171,8 @@ impl SharedBuckets {
         match self.on_error {
             OnStoreError::FailClosed => Err(Refused { wait_ms: None }),
             OnStoreError::LocalShare => match self.local.cover(route) {
-                Some(c) => self.local.acquire(&c, cost, priority, now).map(Held::Local),
-                None => Ok(Held::Unlimited),
+                Some(c) => self.local.acquire(&c, cost, priority, now).map(Hold::Local),
+                None => Ok(Hold::Unlimited),
             },
         }
     }
@@ -138,15 +181,15 @@ impl SharedBuckets {
     /// its unused part is not refunded, which can only under-admit.
     pub async fn settle(
         &self,
-        held: Held,
+        held: Hold,
         spent: Spent,
         remaining: &[(Dimension, u64)],
         now: UnixMs,
     ) {
         match held {
-            Held::Unlimited => {}
-            Held::Local(r) => self.local.settle(r, spent, remaining, now),
-            Held::Shared(r) => match self.shared.settle(&r, spent, remaining, now).await {
+            Hold::Unlimited => {}
+            Hold::Local(r) => self.local.settle(r, spent, remaining, now),
+            Hold::Shared(r) => match self.shared.settle(&r, spent, remaining, now).await {
                 Ok(()) => self.degraded.answered(),
                 Err(e) => self.degraded.failed(&e),
             },

@@ -3,18 +3,20 @@
 -- provider's bucket hash (under its hash tag). A bucket's fields: NAME|DIM:l (level),
 -- NAME|DIM:a (at, ms), NAME|DIM:r (reserved by calls in flight). A bucket never stored
 -- starts full at `now`.
--- ARGV: now, reserve share (0 for interactive, else the interactive floor), then per
--- bucket: field, capacity, cost.
--- Returns {1} when admitted (every bucket taken), else {0, wait_ms} (-1: never fits).
+-- ARGV: now, reserve share (0 for interactive, else the interactive floor), take (1: take
+-- the cost when it fits; 0: only say whether and when it would), then per bucket: field,
+-- capacity, cost.
+-- Returns {1} when admitted (every bucket taken), {2} when it would be admitted now (take
+-- 0, nothing written), else {0, wait_ms} (-1: never fits).
 local k = KEYS[1]
-local now, share = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now, share, take = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local function f(x) return string.format('%.17g', x) end
-local n = (#ARGV - 2) / 3
+local n = (#ARGV - 3) / 3
 local rows = {}
 local admits = true
 for i = 0, n - 1 do
-  local field = ARGV[3 + 3 * i]
-  local capacity, cost = tonumber(ARGV[4 + 3 * i]), tonumber(ARGV[5 + 3 * i])
+  local field = ARGV[4 + 3 * i]
+  local capacity, cost = tonumber(ARGV[5 + 3 * i]), tonumber(ARGV[6 + 3 * i])
   local v = redis.call('HMGET', k, field .. ':l', field .. ':a', field .. ':r')
   local level, at, reserved = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]) or 0
   if level == nil or at == nil then level, at = capacity, now end
@@ -25,6 +27,7 @@ for i = 0, n - 1 do
   if not (level_at - cost >= reserve) then admits = false end
   rows[i + 1] = {field, capacity, cost, level, at, reserved, level_at, reserve, rate}
 end
+if admits and take == 0 then return {2} end
 if admits then
   for _, r in ipairs(rows) do
     local field, cost, level, at, reserved, level_at = r[1], r[3], r[4], r[5], r[6], r[7]

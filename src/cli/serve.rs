@@ -1,0 +1,183 @@
+//! `poolctl serve`: the router as an OpenAI- and Anthropic-compatible HTTP gateway.
+//! Parses flags, resolves the pool once, opens the shared health store, and hands the
+//! socket to `serve::listener`. Exit 0 after a clean drain; 2 on config or bind errors.
+
+use super::context::{env_key, load_config, open_routing_store, Admission};
+use super::exit::Exit;
+use super::ConfigArg;
+use crate::clock::SystemClock;
+use crate::secret::Secret;
+use crate::serve::{self, choose::Lineup, Gateway, Settings};
+use clap::Args;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Address to listen on (loopback by default; expose it deliberately).
+    #[arg(long, value_name = "ADDR", default_value = serve::DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// Largest request body accepted, in bytes (413 past it).
+    #[arg(long, value_name = "BYTES", default_value_t = serve::DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+    /// Request-body bytes buffered at once over all requests; past it, bodies wait.
+    #[arg(long, value_name = "BYTES", default_value_t = serve::DEFAULT_MAX_BUFFERED_BODY_BYTES)]
+    pub max_buffered_body_bytes: usize,
+    /// How long a client may take to send its request head (408 past it).
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// How long a client may take to send its request body (408 past it).
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub body_timeout_ms: u64,
+    /// Connections served at once; more are answered 429 and closed.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// On SIGTERM / SIGINT, how long in-flight requests and streams may finish.
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub drain_ms: u64,
+    /// Log the last user message of each chat request (off: no prompt is ever logged).
+    #[arg(long)]
+    pub log_prompts: bool,
+    /// Runtime worker threads (default: one per core). On a box the gateway shares with
+    /// its load, fewer workers save the cross-thread wake-ups of a request handed
+    /// between them; on 2 cores `--workers 1` measured 45-50 µs of CPU a request against
+    /// 51-67 µs with two, within the noise of a shared machine (scripts/bench-serve
+    /// with SERVE_FLAGS).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+}
+
+/// The runtime worker threads `serve` runs with (see `ServeArgs::workers`).
+pub fn worker_threads(args: &ServeArgs) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    args.workers.unwrap_or(cores).clamp(1, 1024)
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
+    init_logging();
+    let config = load_config(&args.config)?;
+    let lineup = Lineup::build(&config, &env_key)?;
+    // With `state: redis://`, health goes on with this process's own view while Redis
+    // cannot be reached (each such decision counted in /metrics).
+    let (store, shared_health) = open_routing_store(&config)?;
+    // Admission (the config's `limits`): this process's buckets, as `walk` has, or the
+    // fleet's in Redis.
+    let admission = Admission::open(&config)?;
+    let router = admission.apply(crate::router::Router::new(
+        upstream_client(),
+        Arc::new(SystemClock),
+        store,
+    ));
+    let token = std::env::var(serve::TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.is_empty())
+        .map(Secret::new);
+    let settings = Settings {
+        listen: args.listen,
+        max_body_bytes: args.max_body_bytes,
+        max_buffered_body_bytes: args.max_buffered_body_bytes,
+        header_read_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
+        body_read_timeout: Duration::from_millis(args.body_timeout_ms.max(1)),
+        max_connections: args.max_connections.max(1),
+        drain: Duration::from_millis(args.drain_ms),
+        token,
+        log_prompts: args.log_prompts,
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let state_name = match &shared_health {
+        Some(shared) => shared.target().to_string(),
+        None => config.state_path().display().to_string(),
+    };
+    let mut gw = Gateway::new(lineup, router, settings);
+    gw.shared_health = shared_health;
+    let gw = Arc::new(gw);
+    // The address on stdout, alone on its line, so scripts and tests can find the port.
+    crate::cli::out::line(&format!("poolctl serve: listening on http://{addr}"))?;
+    crate::cli::out::warn(&format!(
+        "poolctl serve: {} tiers from {}, health in {}{}",
+        gw.lineup.tiers().count(),
+        config.file.display(),
+        state_name,
+        if gw.settings.token.is_some() {
+            format!(", clients must send ${}", serve::TOKEN_ENV)
+        } else {
+            String::new()
+        }
+    ));
+    serve::listener::serve(listener, gw, stop_signal()).await;
+    crate::cli::out::warn("poolctl serve: stopped");
+    Ok(Exit::Ok)
+}
+
+/// The wires' HTTP client settings (no redirects, no retries of its own), with an idle
+/// pool sized for a gateway: every concurrent client request holds one upstream
+/// connection, and a pool smaller than the concurrency closes and reopens connections
+/// on every request.
+fn upstream_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(1024)
+        .tcp_nodelay(true)
+        .build()
+        .unwrap_or_else(|_| crate::wire::http_client())
+}
+
+/// One line per event on stderr; `RUST_LOG`-style filtering is left to the operator's
+/// log pipeline, so the default is simply info.
+fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(|| MaskedLine(Vec::with_capacity(256)))
+        .with_ansi(false)
+        .with_target(false)
+        .with_max_level(tracing::Level::INFO)
+        .try_init();
+}
+
+/// One log event, written to stderr in one piece when tracing is done with it, with
+/// every registered key masked (`secret::mask`): a value that reached a log field by
+/// any road (a client's model name, a prompt the operator asked for) cannot carry a key.
+struct MaskedLine(Vec<u8>);
+
+impl std::io::Write for MaskedLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for MaskedLine {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let text = String::from_utf8_lossy(&self.0);
+        // Nowhere left to report a failed log write.
+        let _ = std::io::stderr()
+            .lock()
+            .write_all(crate::secret::mask(&text).as_bytes());
+    }
+}
+
+/// Ctrl-C, or SIGTERM where there is one.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

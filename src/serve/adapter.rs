@@ -1,0 +1,382 @@
+//! The one place the gateway calls the router. Everything else in `serve` speaks the
+//! gateway's own types (`ChatIn`, `Reply`, `Event`), so a change of the router's
+//! surface is a change of this file alone. No routing logic lives here: it translates
+//! requests in and answers out, and reads health only to tell a client when to retry.
+
+use super::ingress::{self, ChatIn, EmbedIn, RerankIn};
+use crate::answer::{Answer, FinishReason, StreamEvent};
+use crate::conversation::ToolCall;
+use crate::policy::Policy;
+use crate::request::{self, ChatRequest, EmbedRequest, Request, RerankRequest, Usage};
+use crate::router::{CallOptions, Router, Tier};
+use crate::trace::{Report, Step};
+use crate::vocab::{Action, Route};
+use std::sync::Mutex;
+
+/// A priority class (`x-poolctl-priority`), carried to the router for admission control.
+pub use crate::request::Priority;
+
+/// The header's words for a priority class.
+pub fn parse_priority(s: &str) -> Option<Priority> {
+    Some(match s.trim().to_ascii_lowercase().as_str() {
+        "interactive" => Priority::Interactive,
+        "retry" => Priority::Retry,
+        "background" => Priority::Background,
+        "speculative" => Priority::Speculative,
+        _ => return None,
+    })
+}
+
+/// Why an answer ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish {
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+    Other(String),
+}
+
+/// A chat answer, wire-neutral.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish: Finish,
+    /// The model that actually answered.
+    pub model: String,
+    pub usage: Option<Usage>,
+}
+
+/// One piece of a streamed answer, as it arrives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Text(String),
+    ToolCall {
+        index: u32,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
+    Finish(Finish),
+    Usage(Usage),
+}
+
+/// Where a request goes and under which card.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    pub tier: &'a Tier,
+    pub policy: &'a Policy,
+    pub workflow: Option<&'a str>,
+    pub session: Option<&'a str>,
+    /// `x-poolctl-priority`: admission orders waiters and keeps the floor by it.
+    pub priority: Priority,
+    /// The card's `degrade_tier`, resolved: where a request admission would shed goes.
+    pub degrade_tier: Option<&'a Tier>,
+}
+
+impl<'a> Target<'a> {
+    fn options(&self) -> CallOptions<'a> {
+        let mut opts = CallOptions::new(self.policy);
+        opts.workflow = self.workflow;
+        opts.session = self.session;
+        opts.priority = self.priority;
+        opts.degrade_tier = self.degrade_tier;
+        opts
+    }
+}
+
+/// What a call produced: the trace, and the answer when there is one.
+pub struct Called {
+    pub report: Report,
+    pub reply: Option<Reply>,
+}
+
+fn chat_request(c: &ChatIn) -> ChatRequest {
+    ChatRequest {
+        conversation: c.conversation.clone(),
+        tools: c.tools.clone(),
+        tool_choice: c.tool_choice.as_ref().map(|t| match t {
+            ingress::ToolChoice::Auto => request::ToolChoice::Auto,
+            ingress::ToolChoice::None => request::ToolChoice::None,
+            ingress::ToolChoice::Required => request::ToolChoice::Required,
+            ingress::ToolChoice::Tool(name) => request::ToolChoice::Tool(name.clone()),
+        }),
+        max_tokens: c.max_tokens,
+        sampling: request::Sampling {
+            temperature: c.sampling.temperature,
+            top_p: c.sampling.top_p,
+            stop: c.sampling.stop.clone(),
+            seed: c.sampling.seed,
+        },
+        json_schema: c.json_schema.clone(),
+        user: c.user.clone(),
+        metadata: c.metadata.clone(),
+        token_estimate: None,
+    }
+}
+
+fn finish_of(f: &FinishReason) -> Finish {
+    match f {
+        FinishReason::Stop => Finish::Stop,
+        FinishReason::Length => Finish::Length,
+        FinishReason::ToolCalls => Finish::ToolCalls,
+        FinishReason::ContentFilter => Finish::ContentFilter,
+        FinishReason::Other(s) => Finish::Other(s.clone()),
+    }
+}
+
+fn event_of(e: StreamEvent<'_>) -> Event {
+    match e {
+        StreamEvent::Text(t) => Event::Text(t.to_string()),
+        StreamEvent::ToolCall {
+            index,
+            id,
+            name,
+            arguments,
+        } => Event::ToolCall {
+            index,
+            id: id.map(str::to_string),
+            name: name.map(str::to_string),
+            arguments: arguments.to_string(),
+        },
+        StreamEvent::Finish(f) => Event::Finish(finish_of(f)),
+        StreamEvent::Usage(u) => Event::Usage(*u),
+    }
+}
+
+/// The answer in the gateway's terms. The model is the one the body named, else the
+/// served route's; the finish reason, when the wire gave none, follows the tool calls.
+fn reply_of(a: Answer, report: &Report) -> Reply {
+    let finish = match &a.finish_reason {
+        Some(f) => finish_of(f),
+        None if !a.tool_calls.is_empty() => Finish::ToolCalls,
+        None => Finish::Stop,
+    };
+    Reply {
+        model: a.model.unwrap_or_else(|| served_model(report)),
+        text: a.text,
+        tool_calls: a.tool_calls,
+        finish,
+        usage: a.usage,
+    }
+}
+
+fn served_model(report: &Report) -> String {
+    report
+        .served_by
+        .as_ref()
+        .map(|r| r.model().to_string())
+        .unwrap_or_default()
+}
+
+pub async fn chat(router: &Router, t: Target<'_>, c: &ChatIn) -> Called {
+    let called = router
+        .call(t.tier, &Request::Chat(chat_request(c)), t.options())
+        .await;
+    let report = called.report;
+    let reply = called.answer.map(|a| reply_of(a, &report));
+    Called { report, reply }
+}
+
+/// Streams `c`: each event reaches `on_event` as it arrives, each attempt and skip
+/// reaches `progress` as it happens.
+pub async fn stream(
+    router: &Router,
+    t: Target<'_>,
+    c: &ChatIn,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+    progress: &Progress,
+) -> Called {
+    let observe = |step: Step<'_>| progress.observe(step);
+    let forward = |e: StreamEvent<'_>| on_event(event_of(e));
+    let mut opts = t.options();
+    opts.observer = Some(&observe);
+    opts.on_event = Some(&forward);
+    let called = router
+        .call(t.tier, &Request::Stream(chat_request(c)), opts)
+        .await;
+    let report = called.report;
+    let reply = called.answer.map(|a| reply_of(a, &report));
+    Called { report, reply }
+}
+
+pub struct Embedded {
+    pub report: Report,
+    pub vectors: Option<Vec<Vec<f32>>>,
+    pub usage: Option<Usage>,
+}
+
+pub async fn embed(router: &Router, t: Target<'_>, e: &EmbedIn) -> Embedded {
+    let req = Request::Embed(EmbedRequest {
+        inputs: e.inputs.clone(),
+    });
+    let called = router.call(t.tier, &req, t.options()).await;
+    let (vectors, usage) = called
+        .answer
+        .map(|a| (a.embeddings, a.usage))
+        .unwrap_or_default();
+    Embedded {
+        report: called.report,
+        vectors,
+        usage,
+    }
+}
+
+pub struct Reranked {
+    pub report: Report,
+    pub ranking: Option<Vec<usize>>,
+}
+
+pub async fn rerank(router: &Router, t: Target<'_>, r: &RerankIn) -> Reranked {
+    let req = Request::Rerank(RerankRequest {
+        query: r.query.clone(),
+        documents: r.documents.clone(),
+        top_n: r.top_n.unwrap_or(r.documents.len()),
+    });
+    let called = router.call(t.tier, &req, t.options()).await;
+    Reranked {
+        report: called.report,
+        ranking: called.answer.and_then(|a| a.ranking),
+    }
+}
+
+/// Milliseconds until the earliest cooling route of `tier` takes traffic again, when
+/// every route is out and at least one will come back by time (a retired route never
+/// does). `None`: no instant is known.
+pub async fn ready_again_in_ms(router: &Router, tier: &Tier) -> Option<u64> {
+    let now = router.clock().now_ms();
+    let mut earliest: Option<i64> = None;
+    for spec in &tier.routes {
+        let health = router.store().get(&spec.route).await.ok()?;
+        if health.is_available(now) {
+            return None;
+        }
+        if let Some(until) = health.until() {
+            earliest = Some(earliest.map_or(until, |e| e.min(until)));
+        }
+    }
+    earliest.map(|u| u.saturating_sub(now).max(0) as u64)
+}
+
+/// For a request admission shed: how long until the refill could admit it on one of
+/// the routes that refused it (`None` when no refill ever would). The cost is the
+/// router's output reservation (the model's maximum, else 4 096) without the input
+/// estimate, so this is the earliest instant, never later than the router's own.
+pub async fn shed_retry_after_ms(
+    router: &Router,
+    tier: &Tier,
+    report: &Report,
+    priority: Priority,
+) -> Option<u64> {
+    let mut earliest: Option<u64> = None;
+    let refused = report
+        .skipped
+        .iter()
+        .filter(|s| s.why == crate::trace::SkipWhy::Admission);
+    for s in refused {
+        let Some(spec) = tier.routes.iter().find(|r| r.route == s.route) else {
+            continue;
+        };
+        let cost = crate::admission::Cost {
+            input_tokens: 0,
+            output_tokens: spec
+                .facts
+                .max_output_tokens
+                .unwrap_or(crate::admission::DEFAULT_MAX_OUTPUT_TOKENS),
+        };
+        if let Some(ms) = router.admission_wait_ms(&s.route, cost, priority).await {
+            earliest = Some(earliest.map_or(ms, |e| e.min(ms)));
+        }
+    }
+    earliest.map(|ms| ms.max(1))
+}
+
+/// Whether the stored health of every route of `tier` can be read and one is ready
+/// (`/readyz`).
+pub async fn tier_ready(router: &Router, tier: &Tier) -> Result<bool, String> {
+    let now = router.clock().now_ms();
+    let mut any = false;
+    for spec in &tier.routes {
+        let h = router
+            .store()
+            .get(&spec.route)
+            .await
+            .map_err(|e| e.to_string())?;
+        any |= h.is_available(now);
+    }
+    Ok(any)
+}
+
+/// Every route's stored health, for `/metrics`.
+pub async fn route_states(router: &Router, routes: &[Route]) -> Vec<(Route, &'static str)> {
+    let now = router.clock().now_ms();
+    let mut out = Vec::with_capacity(routes.len());
+    for r in routes {
+        let state = match router.store().get(r).await {
+            Ok(h) => h.state_at(now).as_str(),
+            Err(_) => "unknown",
+        };
+        out.push((r.clone(), state));
+    }
+    out
+}
+
+/// A stream's progress as the router reports it, to name the route and count the
+/// upstream calls as of the first visible token.
+#[derive(Default)]
+pub struct Progress {
+    inner: Mutex<ProgressState>,
+}
+
+#[derive(Default)]
+struct ProgressState {
+    attempts: usize,
+    /// Routes passed over or fallen back from: the stream is on none of them.
+    left: Vec<Route>,
+}
+
+impl Progress {
+    fn observe(&self, step: Step<'_>) {
+        let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match step {
+            Step::Attempt(a) => {
+                s.attempts += 1;
+                if a.action != Action::Retry {
+                    s.left.push(a.route.clone());
+                }
+            }
+            Step::Skipped(k) => s.left.push(k.route.clone()),
+        }
+    }
+
+    /// The route now streaming and the upstream calls including its own: the first
+    /// route of `order` the walk has not left.
+    pub fn current(&self, order: &[Route]) -> (Option<Route>, usize) {
+        let s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let route = order.iter().find(|r| !s.left.contains(r)).cloned();
+        (route, s.attempts + 1)
+    }
+}
+
+/// The order a walk tries `tier` in: the chain, with a session's pinned route first
+/// while it is available (as the router orders it).
+pub async fn try_order(router: &Router, tier: &Tier, session: Option<&str>) -> Vec<Route> {
+    let mut order: Vec<Route> = tier.routes.iter().map(|s| s.route.clone()).collect();
+    let now = router.clock().now_ms();
+    if let Some(pinned) = session.and_then(|s| router.session_route(s)) {
+        let available = match router.store().get(&pinned).await {
+            Ok(h) => h.is_available(now),
+            Err(_) => true,
+        };
+        if let Some(i) = order
+            .iter()
+            .position(|r| *r == pinned)
+            .filter(|_| available)
+        {
+            let r = order.remove(i);
+            order.insert(0, r);
+        }
+    }
+    order
+}

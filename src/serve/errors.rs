@@ -1,0 +1,145 @@
+//! Error responses of the gateway, in the shape of the API the client speaks: OpenAI's
+//! `{"error": {"message", "type", "code"}}`, or on `/v1/messages` Anthropic's
+//! `{"type": "error", "error": {"type", "message"}}`. Every one carries
+//! `x-should-retry: false`: the router already spent the request's recovery budget, and
+//! the official SDKs honour the header, so their retries never stack on the router's.
+
+use bytes::Bytes;
+use serde_json::json;
+
+/// Which API's shapes a response uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    OpenAi,
+    Anthropic,
+}
+
+/// One error response, before rendering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    /// OpenAI `type` (the outcome's reason, or the gateway's own kind of error).
+    pub kind: String,
+    /// OpenAI `code`.
+    pub code: String,
+    pub message: String,
+    /// `Retry-After`, in seconds.
+    pub retry_after_secs: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: u16, kind: &str, code: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            kind: kind.to_string(),
+            code: code.to_string(),
+            message: message.into(),
+            retry_after_secs: None,
+        }
+    }
+
+    /// A request the gateway could not read or accept (bad JSON, a missing field, ...).
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(400, "invalid_request_error", "invalid_request", message)
+    }
+
+    /// The body of the error for `flavor`.
+    pub fn body(&self, flavor: Flavor) -> Vec<u8> {
+        let v = match flavor {
+            Flavor::OpenAi => json!({"error": {
+                "message": self.message, "type": self.kind, "code": self.code, "param": null,
+            }}),
+            Flavor::Anthropic => json!({"type": "error", "error": {
+                "type": self.kind, "message": self.message,
+            }}),
+        };
+        serde_json::to_vec(&v).unwrap_or_default()
+    }
+}
+
+/// `body` with every key registered in `secret` masked; the same bytes, uncopied, when
+/// none occurs (nearly always). A body that is not UTF-8 is not one the gateway wrote.
+pub fn mask_body(body: Bytes) -> Bytes {
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return body;
+    };
+    match crate::secret::mask(text) {
+        std::borrow::Cow::Borrowed(_) => body,
+        std::borrow::Cow::Owned(masked) => Bytes::from(masked),
+    }
+}
+
+/// `text` with every key in `keys` and anything shaped like a bearer key replaced by
+/// `***`: an upstream's message may quote part of the key it refused, and it must not
+/// reach the client or the log.
+pub fn mask_keys(text: &str, keys: &[&str]) -> String {
+    let mut out = text.to_string();
+    for key in keys.iter().filter(|k| k.len() >= 4) {
+        out = out.replace(key, "***");
+    }
+    // `sk-...`, `sk-ant-...`, `key-...` tokens of 8 or more key characters: masked
+    // whatever they are, since a partial key is still a key.
+    let mut masked = String::with_capacity(out.len());
+    let mut rest = out.as_str();
+    while let Some(at) = find_key_start(rest) {
+        let (before, from) = rest.split_at(at);
+        masked.push_str(before);
+        let len = from
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '*'))
+            .unwrap_or(from.len());
+        let token = &from[..len];
+        let prefix_len = if token.starts_with("key-") { 4 } else { 3 };
+        if token.len() >= prefix_len + 8 {
+            masked.push_str(&token[..prefix_len]);
+            masked.push_str("***");
+        } else {
+            masked.push_str(token);
+        }
+        rest = &from[len..];
+    }
+    masked.push_str(rest);
+    masked
+}
+
+fn find_key_start(s: &str) -> Option<usize> {
+    let bytes = s.as_bytes();
+    (0..bytes.len()).find(|&i| {
+        let at_word_start =
+            i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'-');
+        at_word_start && (s[i..].starts_with("sk-") || s[i..].starts_with("key-"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openai_and_anthropic_shapes() {
+        let e = ApiError::new(429, "capacity", "capacity", "every route is rate limited");
+        let o: serde_json::Value = serde_json::from_slice(&e.body(Flavor::OpenAi)).unwrap();
+        assert_eq!(o["error"]["type"], "capacity");
+        assert_eq!(o["error"]["code"], "capacity");
+        assert_eq!(o["error"]["message"], "every route is rate limited");
+        let a: serde_json::Value = serde_json::from_slice(&e.body(Flavor::Anthropic)).unwrap();
+        assert_eq!(a["type"], "error");
+        assert_eq!(a["error"]["type"], "capacity");
+        assert_eq!(a["error"]["message"], "every route is rate limited");
+    }
+
+    #[test]
+    fn keys_are_masked_in_upstream_messages() {
+        let m = mask_keys(
+            "Incorrect API key provided: sk-proj-abcdEFGH1234ijkl. Also mykey-s3cr3t-value",
+            &["mykey-s3cr3t-value"],
+        );
+        assert!(!m.contains("abcdEFGH1234"), "{m}");
+        assert!(!m.contains("s3cr3t"), "{m}");
+        assert!(m.contains("sk-***"), "{m}");
+        // Short or embedded look-alikes are left alone.
+        assert_eq!(
+            mask_keys("task-force ask-me sk-1", &[]),
+            "task-force ask-me sk-1"
+        );
+    }
+}

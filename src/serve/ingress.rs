@@ -1,0 +1,518 @@
+//! Ingress: request bodies of the OpenAI and Anthropic APIs read into the gateway's
+//! wire-neutral requests. Pure functions of the bytes; every error names the field that
+//! is wrong, so a client sees a clear 400 instead of a routed failure.
+
+use super::errors::ApiError;
+use crate::conversation::{from_anthropic, from_openai_messages, Conversation, ToolSpec};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// How the model may use the tools offered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    Auto,
+    None,
+    Required,
+    Tool(String),
+}
+
+/// Sampling parameters, passed through to whichever wire serves.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sampling {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub stop: Vec<String>,
+    pub seed: Option<i64>,
+}
+
+/// A chat request as a client sent it, on either API.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatIn {
+    pub model: String,
+    pub conversation: Conversation,
+    pub tools: Vec<ToolSpec>,
+    pub tool_choice: Option<ToolChoice>,
+    pub max_tokens: Option<u32>,
+    pub sampling: Sampling,
+    /// `response_format: {type: json_schema}`'s schema.
+    pub json_schema: Option<Value>,
+    pub user: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+    pub stream: bool,
+    /// OpenAI `stream_options.include_usage`: a final chunk carries the usage.
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbedIn {
+    pub model: String,
+    pub inputs: Vec<String>,
+    /// `encoding_format: base64` (the openai SDK's default): little-endian f32s.
+    pub base64: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RerankIn {
+    pub model: String,
+    pub query: String,
+    pub documents: Vec<String>,
+    pub top_n: Option<usize>,
+    pub return_documents: bool,
+}
+
+type Obj = Map<String, Value>;
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError::bad_request(msg)
+}
+
+fn object(body: &[u8]) -> Result<Obj, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(o)) => Ok(o),
+        Ok(_) => Err(bad("the request body must be a JSON object")),
+        Err(e) => Err(bad(format!("the request body is not valid JSON: {e}"))),
+    }
+}
+
+fn model(o: &Obj) -> Result<String, ApiError> {
+    match o.get("model") {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(_) => Err(bad("`model` must be a non-empty string")),
+        None => Err(bad("`model` is required: a workflow, a tier or a route")),
+    }
+}
+
+fn opt_bool(o: &Obj, field: &str) -> Result<bool, ApiError> {
+    match o.get(field) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(bad(format!("`{field}` must be a boolean"))),
+    }
+}
+
+fn opt_f64(o: &Obj, field: &str) -> Result<Option<f64>, ApiError> {
+    match o.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| bad(format!("`{field}` must be a number"))),
+    }
+}
+
+fn opt_u32(o: &Obj, field: &str) -> Result<Option<u32>, ApiError> {
+    match o.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| bad(format!("`{field}` must be a non-negative integer"))),
+    }
+}
+
+fn opt_str(o: &Obj, field: &str) -> Result<Option<String>, ApiError> {
+    match o.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(bad(format!("`{field}` must be a string"))),
+    }
+}
+
+fn strings(v: Option<&Value>, field: &str) -> Result<Vec<String>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|i| {
+                i.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| bad(format!("`{field}` must be a string or strings")))
+            })
+            .collect(),
+        Some(_) => Err(bad(format!("`{field}` must be a string or strings"))),
+    }
+}
+
+fn metadata(v: Option<&Value>) -> Result<BTreeMap<String, String>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(BTreeMap::new()),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                _ => Err(bad(format!("`metadata.{k}` must be a string"))),
+            })
+            .collect(),
+        Some(_) => Err(bad("`metadata` must be an object of strings")),
+    }
+}
+
+fn tool_spec(
+    name: Option<&Value>,
+    desc: Option<&Value>,
+    params: Option<&Value>,
+    path: &str,
+) -> Result<ToolSpec, ApiError> {
+    let name = name
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| bad(format!("`{path}.name` is required")))?;
+    let parameters = match params {
+        None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(_) => {
+            return Err(bad(format!(
+                "`{path}` parameters must be a JSON Schema object"
+            )))
+        }
+    };
+    Ok(ToolSpec {
+        name: name.to_string(),
+        description: desc.and_then(Value::as_str).unwrap_or_default().to_string(),
+        parameters,
+    })
+}
+
+/// `POST /v1/chat/completions`.
+pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
+    let o = object(body)?;
+    let model = model(&o)?;
+    let messages = match o.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => m,
+        Some(Value::Array(_)) => return Err(bad("`messages` must not be empty")),
+        _ => return Err(bad("`messages` is required: an array of messages")),
+    };
+    let conversation = from_openai_messages(messages).map_err(|e| bad(e.to_string()))?;
+    if let Some(n) = opt_u32(&o, "n")? {
+        if n != 1 {
+            return Err(bad("`n` other than 1 is not supported by the gateway"));
+        }
+    }
+    let tools = match o.get("tools") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let path = format!("tools[{i}].function");
+                let f = t
+                    .get("function")
+                    .filter(|_| {
+                        t.get("type").and_then(Value::as_str).unwrap_or("function") == "function"
+                    })
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "`tools[{i}]` must be {{type: function, function: {{...}}}}"
+                        ))
+                    })?;
+                tool_spec(
+                    f.get("name"),
+                    f.get("description"),
+                    f.get("parameters"),
+                    &path,
+                )
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad("`tools` must be an array")),
+    };
+    let tool_choice = match o.get("tool_choice") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(bad(format!(
+                    "`tool_choice` `{other}` is not auto, none or required"
+                )))
+            }
+        }),
+        Some(v) => match v.pointer("/function/name").and_then(Value::as_str) {
+            Some(name) => Some(ToolChoice::Tool(name.to_string())),
+            None => {
+                return Err(bad(
+                    "`tool_choice` must be a string or {type: function, function: {name}}",
+                ))
+            }
+        },
+    };
+    let json_schema = match o.get("response_format") {
+        None | Some(Value::Null) => None,
+        Some(rf) => match rf.get("type").and_then(Value::as_str) {
+            Some("json_schema") => match rf.pointer("/json_schema/schema") {
+                Some(s @ Value::Object(_)) => Some(s.clone()),
+                _ => {
+                    return Err(bad(
+                        "`response_format.json_schema.schema` must be a JSON Schema object",
+                    ))
+                }
+            },
+            Some("text") | Some("json_object") => None,
+            _ => {
+                return Err(bad(
+                    "`response_format.type` must be text, json_object or json_schema",
+                ))
+            }
+        },
+    };
+    let max_tokens = match opt_u32(&o, "max_completion_tokens")? {
+        Some(n) => Some(n),
+        None => opt_u32(&o, "max_tokens")?,
+    };
+    let seed = match o.get("seed") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_i64().ok_or_else(|| bad("`seed` must be an integer"))?),
+    };
+    let include_usage = o
+        .get("stream_options")
+        .and_then(|s| s.get("include_usage"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    Ok(ChatIn {
+        model,
+        conversation,
+        tools,
+        tool_choice,
+        max_tokens,
+        sampling: Sampling {
+            temperature: opt_f64(&o, "temperature")?,
+            top_p: opt_f64(&o, "top_p")?,
+            stop: strings(o.get("stop"), "stop")?,
+            seed,
+        },
+        json_schema,
+        user: opt_str(&o, "user")?,
+        metadata: metadata(o.get("metadata"))?,
+        stream: opt_bool(&o, "stream")?,
+        include_usage,
+    })
+}
+
+/// `POST /v1/messages` (Anthropic Messages API).
+pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
+    let o = object(body)?;
+    let model = model(&o)?;
+    let messages = match o.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => m,
+        Some(Value::Array(_)) => return Err(bad("`messages` must not be empty")),
+        _ => return Err(bad("`messages` is required: an array of messages")),
+    };
+    let system = match o.get("system") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Array(blocks)) => {
+            let texts: Option<Vec<&str>> = blocks
+                .iter()
+                .map(|b| b.get("text").and_then(Value::as_str))
+                .collect();
+            Some(
+                texts
+                    .ok_or_else(|| bad("`system` blocks must be text blocks"))?
+                    .join("\n\n"),
+            )
+        }
+        Some(_) => return Err(bad("`system` must be a string or text blocks")),
+    };
+    let conversation =
+        from_anthropic(system.as_deref(), messages).map_err(|e| bad(e.to_string()))?;
+    let tools = match o.get("tools") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                tool_spec(
+                    t.get("name"),
+                    t.get("description"),
+                    t.get("input_schema"),
+                    &format!("tools[{i}]"),
+                )
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad("`tools` must be an array")),
+    };
+    let tool_choice = match o.get("tool_choice") {
+        None | Some(Value::Null) => None,
+        Some(tc) => Some(match tc.get("type").and_then(Value::as_str) {
+            Some("auto") => ToolChoice::Auto,
+            Some("any") => ToolChoice::Required,
+            Some("none") => ToolChoice::None,
+            Some("tool") => match tc.get("name").and_then(Value::as_str) {
+                Some(n) => ToolChoice::Tool(n.to_string()),
+                None => return Err(bad("`tool_choice.name` is required with type tool")),
+            },
+            _ => return Err(bad("`tool_choice.type` must be auto, any, tool or none")),
+        }),
+    };
+    let user = o
+        .get("metadata")
+        .and_then(|m| m.get("user_id"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Ok(ChatIn {
+        model,
+        conversation,
+        tools,
+        tool_choice,
+        max_tokens: opt_u32(&o, "max_tokens")?,
+        sampling: Sampling {
+            temperature: opt_f64(&o, "temperature")?,
+            top_p: opt_f64(&o, "top_p")?,
+            stop: strings(o.get("stop_sequences"), "stop_sequences")?,
+            seed: None,
+        },
+        json_schema: None,
+        user,
+        metadata: BTreeMap::new(),
+        stream: opt_bool(&o, "stream")?,
+        // Anthropic streams always end with the usage in `message_delta`.
+        include_usage: true,
+    })
+}
+
+/// `POST /v1/embeddings`.
+pub fn embeddings(body: &[u8]) -> Result<EmbedIn, ApiError> {
+    let o = object(body)?;
+    let model = model(&o)?;
+    let inputs = match o.get("input") {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) if !items.is_empty() => items
+            .iter()
+            .map(|i| {
+                i.as_str().map(str::to_string).ok_or_else(|| {
+                    bad("`input` must be a string or an array of strings (token arrays are not supported)")
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(Value::Array(_)) => return Err(bad("`input` must not be empty")),
+        _ => return Err(bad("`input` is required: a string or an array of strings")),
+    };
+    let base64 = match opt_str(&o, "encoding_format")?.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(bad(format!(
+                "`encoding_format` `{other}` is not float or base64"
+            )))
+        }
+    };
+    Ok(EmbedIn {
+        model,
+        inputs,
+        base64,
+    })
+}
+
+/// `POST /v1/rerank` (the Cohere / Jina shape).
+pub fn rerank(body: &[u8]) -> Result<RerankIn, ApiError> {
+    let o = object(body)?;
+    let model = model(&o)?;
+    let query = opt_str(&o, "query")?.ok_or_else(|| bad("`query` is required"))?;
+    let documents = match o.get("documents") {
+        Some(Value::Array(ds)) if !ds.is_empty() => ds
+            .iter()
+            .enumerate()
+            .map(|(i, d)| match d {
+                Value::String(s) => Ok(s.clone()),
+                Value::Object(m) => m
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .ok_or_else(|| bad(format!("`documents[{i}]` must be a string or {{text}}"))),
+                _ => Err(bad(format!(
+                    "`documents[{i}]` must be a string or {{text}}"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        _ => return Err(bad("`documents` is required: a non-empty array")),
+    };
+    let top_n = opt_u32(&o, "top_n")?.map(|n| n as usize);
+    Ok(RerankIn {
+        model,
+        query,
+        documents,
+        top_n,
+        return_documents: opt_bool(&o, "return_documents")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::Turn;
+
+    #[test]
+    fn openai_chat_reads_every_field_that_passes_through() {
+        let body = br#"{"model":"high","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],
+            "tools":[{"type":"function","function":{"name":"get_weather","description":"w","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}],
+            "tool_choice":{"type":"function","function":{"name":"get_weather"}},
+            "response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}},
+            "temperature":0.2,"top_p":0.9,"stop":"END","seed":7,"max_completion_tokens":64,
+            "user":"u1","metadata":{"team":"a"},"stream":true,"stream_options":{"include_usage":true}}"#;
+        let c = openai_chat(body).unwrap();
+        assert_eq!(c.model, "high");
+        assert_eq!(c.conversation.system.as_deref(), Some("be brief"));
+        assert_eq!(c.conversation.turns, vec![Turn::User { text: "hi".into() }]);
+        assert_eq!(c.tools.len(), 1);
+        assert_eq!(c.tools[0].name, "get_weather");
+        assert_eq!(c.tool_choice, Some(ToolChoice::Tool("get_weather".into())));
+        assert_eq!(c.json_schema, Some(serde_json::json!({"type":"object"})));
+        assert_eq!(c.sampling.temperature, Some(0.2));
+        assert_eq!(c.sampling.top_p, Some(0.9));
+        assert_eq!(c.sampling.stop, vec!["END".to_string()]);
+        assert_eq!(c.sampling.seed, Some(7));
+        assert_eq!(c.max_tokens, Some(64));
+        assert_eq!(c.user.as_deref(), Some("u1"));
+        assert_eq!(c.metadata.get("team").map(String::as_str), Some("a"));
+        assert!(c.stream && c.include_usage);
+    }
+
+    #[test]
+    fn malformed_bodies_name_what_is_wrong() {
+        let msg = |b: &[u8]| openai_chat(b).unwrap_err().message;
+        assert!(msg(b"{\"model\": ").contains("not valid JSON"));
+        assert!(msg(b"[1]").contains("JSON object"));
+        assert!(msg(br#"{"messages":[{"role":"user","content":"x"}]}"#).contains("`model`"));
+        assert!(msg(br#"{"model":"m"}"#).contains("`messages`"));
+        assert!(msg(
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#
+        )
+        .contains("`temperature`"));
+        assert!(
+            msg(br#"{"model":"m","messages":[{"role":"wizard","content":"x"}]}"#)
+                .contains("wizard")
+        );
+        assert_eq!(openai_chat(b"nope").unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn anthropic_messages_reads_system_tools_and_choice() {
+        let body = br#"{"model":"high","max_tokens":16,"system":[{"type":"text","text":"s"}],
+            "messages":[{"role":"user","content":"hi"}],
+            "tools":[{"name":"t","input_schema":{"type":"object"}}],"tool_choice":{"type":"any"},
+            "stop_sequences":["x"],"metadata":{"user_id":"u"},"stream":true}"#;
+        let c = anthropic_messages(body).unwrap();
+        assert_eq!(c.conversation.system.as_deref(), Some("s"));
+        assert_eq!(c.tools[0].name, "t");
+        assert_eq!(c.tool_choice, Some(ToolChoice::Required));
+        assert_eq!(c.sampling.stop, vec!["x".to_string()]);
+        assert_eq!(c.user.as_deref(), Some("u"));
+        assert_eq!(c.max_tokens, Some(16));
+        assert!(c.stream);
+    }
+
+    #[test]
+    fn embeddings_and_rerank() {
+        let e = embeddings(br#"{"model":"embed","input":["a","b"],"encoding_format":"base64"}"#)
+            .unwrap();
+        assert_eq!(e.inputs, vec!["a".to_string(), "b".to_string()]);
+        assert!(e.base64);
+        assert!(embeddings(br#"{"model":"embed","input":[[1,2]]}"#).is_err());
+        let r = rerank(br#"{"model":"rr","query":"q","documents":["a",{"text":"b"}],"top_n":1}"#)
+            .unwrap();
+        assert_eq!(r.documents, vec!["a".to_string(), "b".to_string()]);
+        assert_eq!(r.top_n, Some(1));
+    }
+}

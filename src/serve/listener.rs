@@ -1,0 +1,184 @@
+//! The gateway's sockets: accept, cap the number of connections, bound how long a
+//! client may take to send its request head, contain panics, and drain on shutdown.
+//! Every refusal is an OpenAI-shaped error the client can read, never a bare reset.
+
+use super::errors::{ApiError, Flavor};
+use super::handler::{self, Body};
+use super::Gateway;
+use crate::clock::real_sleep;
+use futures_util::FutureExt;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use std::convert::Infallible;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+/// How long a refusal may take to write, and to read what the client already sent
+/// (closing with unread bytes would reset the connection before the client reads).
+const REFUSAL_DEADLINE: Duration = Duration::from_millis(500);
+
+/// Serves until `shutdown` resolves, then stops accepting and lets in-flight requests
+/// and streams finish for up to `settings.drain`.
+pub async fn serve(listener: TcpListener, gw: Arc<Gateway>, shutdown: impl Future<Output = ()>) {
+    let permits = Arc::new(Semaphore::new(gw.settings.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(gw.settings.header_read_timeout)
+        .keep_alive(true);
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = &mut shutdown => break,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(target: "poolctl::serve", error = %e, "accept failed");
+                real_sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            gw.metrics.rejected("too_many_connections");
+            let e = ApiError::new(
+                429,
+                "invalid_request_error",
+                "too_many_connections",
+                format!(
+                    "the gateway serves at most {} connections at once; this one is closed",
+                    gw.settings.max_connections
+                ),
+            );
+            tokio::spawn(refuse(tcp, e));
+            continue;
+        };
+        // A second handle on the socket, to answer 408 after hyper gives up on a request
+        // head that never finished (hyper itself only closes the connection).
+        let (tcp, spare) = match split_handle(tcp) {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::warn!(target: "poolctl::serve", error = %e, "cannot set up a connection");
+                continue;
+            }
+        };
+        let served = Arc::new(AtomicUsize::new(0));
+        let svc = {
+            let (gw, served) = (gw.clone(), served.clone());
+            hyper::service::service_fn(move |req: Request<Incoming>| {
+                served.fetch_add(1, Ordering::Relaxed);
+                let gw = gw.clone();
+                async move { Ok::<_, Infallible>(contained(gw, req).await) }
+            })
+        };
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(tcp), svc));
+        let gw = gw.clone();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                if e.is_timeout() && served.load(Ordering::Relaxed) == 0 {
+                    gw.metrics.rejected("header_timeout");
+                    let e = ApiError::new(
+                        408,
+                        "invalid_request_error",
+                        "request_timeout",
+                        format!(
+                            "the request head did not arrive within {} ms",
+                            gw.settings.header_read_timeout.as_millis()
+                        ),
+                    );
+                    if let Some(spare) = spare {
+                        refuse(spare, e).await;
+                    }
+                }
+            }
+            drop(permit);
+        });
+    }
+    gw.start_draining();
+    drop(listener);
+    tracing::info!(target: "poolctl::serve", drain_ms = gw.settings.drain.as_millis() as u64, "draining in-flight requests");
+    tokio::select! {
+        _ = graceful.shutdown() => tracing::info!(target: "poolctl::serve", "drained"),
+        _ = real_sleep(gw.settings.drain) => tracing::warn!(target: "poolctl::serve", "drain deadline reached; closing what is left"),
+    }
+}
+
+fn split_handle(tcp: TcpStream) -> std::io::Result<(TcpStream, Option<TcpStream>)> {
+    let std = tcp.into_std()?;
+    let spare = std
+        .try_clone()
+        .ok()
+        .and_then(|s| TcpStream::from_std(s).ok());
+    Ok((TcpStream::from_std(std)?, spare))
+}
+
+/// Runs the handler; a panic in it becomes a 500 for this request, not a lost process.
+async fn contained(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
+    match AssertUnwindSafe(handler::handle(gw, req))
+        .catch_unwind()
+        .await
+    {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::error!(target: "poolctl::serve", "a request handler panicked");
+            handler::error_response(
+                &ApiError::new(
+                    500,
+                    "error",
+                    "internal",
+                    "the gateway failed on this request",
+                ),
+                Flavor::OpenAi,
+            )
+        }
+    }
+}
+
+/// Writes `e` as a whole HTTP/1.1 response and closes the connection.
+async fn refuse(mut tcp: TcpStream, e: ApiError) {
+    let body = e.body(Flavor::OpenAi);
+    let reason = match e.status {
+        408 => "Request Timeout",
+        429 => "Too Many Requests",
+        _ => "Error",
+    };
+    let mut head = format!(
+        "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\nx-should-retry: false\r\nconnection: close\r\ncontent-length: {}\r\n",
+        e.status,
+        body.len()
+    );
+    if e.status == 429 {
+        head.push_str("retry-after: 1\r\n");
+    }
+    head.push_str("\r\n");
+    let write = async {
+        tcp.write_all(head.as_bytes()).await?;
+        tcp.write_all(&body).await?;
+        tcp.shutdown().await
+    };
+    if tokio::time::timeout(REFUSAL_DEADLINE, write).await.is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    let drain = async {
+        let mut total = 0usize;
+        while total < 64 * 1024 {
+            match tcp.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(REFUSAL_DEADLINE, drain).await;
+}

@@ -1,0 +1,303 @@
+//! The gateway's Prometheus metrics (spec/cli.md, "/metrics"): counters kept in memory
+//! by the handlers, and a renderer for the text exposition format. Which recovery a
+//! request took (seed 001's split) is a pure function of its report.
+
+use crate::trace::Report;
+use crate::vocab::Outcome;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Upper bounds (seconds) of the overhead histogram: the gateway's own cost is
+/// expected in tens of microseconds.
+pub const OVERHEAD_BUCKETS: [f64; 12] = [
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+];
+
+/// Seed 001's split: how a request was answered, or that it was not.
+pub fn recovery_kind(report: &Report) -> Option<&'static str> {
+    match report.outcome {
+        Outcome::Success => {
+            let first = report.attempts.first().map(|a| &a.route);
+            let primary = first.is_some() && first == report.attempts.last().map(|a| &a.route);
+            Some(
+                if report.attempts.len() <= 1
+                    && report
+                        .attempts
+                        .first()
+                        .is_none_or(|a| a.chosen == crate::trace::Chosen::Primary)
+                {
+                    "primary"
+                } else if primary && report.served_by.as_ref() == first {
+                    "retry"
+                } else {
+                    "fallback"
+                },
+            )
+        }
+        Outcome::Degraded => Some("degraded"),
+        Outcome::Failed | Outcome::Interrupted => Some("failed_closed"),
+        Outcome::Queued | Outcome::Shed => None,
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: BTreeMap<(String, &'static str), u64>,
+    recoveries: BTreeMap<&'static str, u64>,
+    attempts: BTreeMap<(String, &'static str, &'static str), u64>,
+    rejected: BTreeMap<&'static str, u64>,
+}
+
+pub struct Metrics {
+    counters: Mutex<Counters>,
+    overhead_buckets: [AtomicU64; OVERHEAD_BUCKETS.len()],
+    overhead_count: AtomicU64,
+    /// Sum in nanoseconds.
+    overhead_sum_ns: AtomicU64,
+    disconnects: AtomicU64,
+    in_flight: AtomicU64,
+    body_waits: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            counters: Mutex::default(),
+            overhead_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            overhead_count: AtomicU64::new(0),
+            overhead_sum_ns: AtomicU64::new(0),
+            disconnects: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            body_waits: AtomicU64::new(0),
+        }
+    }
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl Metrics {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Counters> {
+        // Counters are plain adds: a panic elsewhere cannot leave one half-written.
+        self.counters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts one finished request: its outcome, its recovery kind and every attempt.
+    pub fn record(&self, workflow: &str, report: &Report) {
+        let mut c = self.lock();
+        *c.requests
+            .entry((workflow.to_string(), report.outcome.as_str()))
+            .or_default() += 1;
+        if let Some(kind) = recovery_kind(report) {
+            *c.recoveries.entry(kind).or_default() += 1;
+        }
+        for a in &report.attempts {
+            *c.attempts
+                .entry((a.route.to_string(), a.class.as_str(), a.action.as_str()))
+                .or_default() += 1;
+        }
+    }
+
+    /// A request the gateway refused before routing (bad JSON, unknown model, ...).
+    pub fn rejected(&self, why: &'static str) {
+        *self.lock().rejected.entry(why).or_default() += 1;
+    }
+
+    /// A request body waited for room in the buffered-body budget.
+    pub fn body_waited(&self) {
+        self.body_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn body_waits(&self) -> u64 {
+        self.body_waits.load(Ordering::Relaxed)
+    }
+
+    pub fn disconnected(&self) {
+        self.disconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn in_flight(&self) -> &AtomicU64 {
+        &self.in_flight
+    }
+
+    pub fn overhead(&self, seconds: f64) {
+        for (i, bound) in OVERHEAD_BUCKETS.iter().enumerate() {
+            if seconds <= *bound {
+                self.overhead_buckets[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.overhead_count.fetch_add(1, Ordering::Relaxed);
+        self.overhead_sum_ns
+            .fetch_add((seconds * 1e9) as u64, Ordering::Relaxed);
+    }
+
+    /// The text exposition format. `health` is each route's current state.
+    /// `sheds` and `buckets` come from the router's admission buckets.
+    pub fn render(
+        &self,
+        health: &[(crate::vocab::Route, &'static str)],
+        sheds: &BTreeMap<(crate::admission::Priority, crate::vocab::Route), u64>,
+        buckets: &[crate::buckets::BucketView],
+    ) -> String {
+        let c = self.lock();
+        let mut s = String::with_capacity(4096);
+        let head = |s: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        head(
+            &mut s,
+            "poolctl_requests_total",
+            "counter",
+            "Requests by workflow (or tier/route named) and outcome.",
+        );
+        for ((w, o), n) in &c.requests {
+            let _ = writeln!(
+                s,
+                "poolctl_requests_total{{workflow=\"{}\",outcome=\"{o}\"}} {n}",
+                escape(w)
+            );
+        }
+        head(
+            &mut s,
+            "poolctl_recoveries_total",
+            "counter",
+            "How requests were answered: primary, retry, fallback, degraded, failed_closed.",
+        );
+        for kind in ["primary", "retry", "fallback", "degraded", "failed_closed"] {
+            let n = c.recoveries.get(kind).copied().unwrap_or(0);
+            let _ = writeln!(s, "poolctl_recoveries_total{{kind=\"{kind}\"}} {n}");
+        }
+        head(
+            &mut s,
+            "poolctl_attempts_total",
+            "counter",
+            "Upstream calls by route, class and action.",
+        );
+        for ((r, cl, a), n) in &c.attempts {
+            let _ = writeln!(
+                s,
+                "poolctl_attempts_total{{route=\"{}\",class=\"{cl}\",action=\"{a}\"}} {n}",
+                escape(r)
+            );
+        }
+        head(
+            &mut s,
+            "poolctl_shed_total",
+            "counter",
+            "Requests shed by admission control, by priority and route.",
+        );
+        for ((p, r), n) in sheds {
+            let _ = writeln!(
+                s,
+                "poolctl_shed_total{{priority=\"{}\",route=\"{}\"}} {n}",
+                p.as_str(),
+                escape(r.as_str())
+            );
+        }
+        head(
+            &mut s,
+            "poolctl_bucket_level",
+            "gauge",
+            "Admission bucket level by bucket and dimension.",
+        );
+        for b in buckets {
+            let _ = writeln!(
+                s,
+                "poolctl_bucket_level{{bucket=\"{}\",dimension=\"{}\"}} {}",
+                escape(&b.bucket),
+                b.dimension.as_str(),
+                b.level
+            );
+        }
+        head(
+            &mut s,
+            "poolctl_bucket_reserved",
+            "gauge",
+            "Admission bucket reservations in flight by bucket and dimension.",
+        );
+        for b in buckets {
+            let _ = writeln!(
+                s,
+                "poolctl_bucket_reserved{{bucket=\"{}\",dimension=\"{}\"}} {}",
+                escape(&b.bucket),
+                b.dimension.as_str(),
+                b.reserved
+            );
+        }
+        head(
+            &mut s,
+            "poolctl_route_health",
+            "gauge",
+            "1 for each route's current health state.",
+        );
+        for (route, state) in health {
+            for st in ["ready", "cooling", "retired"] {
+                let v = u8::from(*state == st);
+                let _ = writeln!(
+                    s,
+                    "poolctl_route_health{{route=\"{}\",state=\"{st}\"}} {v}",
+                    escape(route.as_str())
+                );
+            }
+        }
+        head(
+            &mut s,
+            "poolctl_rejected_total",
+            "counter",
+            "Requests refused by the gateway before routing, by why.",
+        );
+        for (why, n) in &c.rejected {
+            let _ = writeln!(s, "poolctl_rejected_total{{why=\"{why}\"}} {n}");
+        }
+        drop(c);
+        head(
+            &mut s,
+            "poolctl_client_disconnects_total",
+            "counter",
+            "Streams whose client went away before the end; the upstream call was cancelled.",
+        );
+        let _ = writeln!(
+            s,
+            "poolctl_client_disconnects_total {}",
+            self.disconnects.load(Ordering::Relaxed)
+        );
+        head(
+            &mut s,
+            "poolctl_in_flight_requests",
+            "gauge",
+            "Requests being served now.",
+        );
+        let _ = writeln!(
+            s,
+            "poolctl_in_flight_requests {}",
+            self.in_flight.load(Ordering::Relaxed)
+        );
+        head(
+            &mut s,
+            "poolctl_gateway_overhead_seconds",
+            "histogram",
+            "Time a request spent in the gateway outside the router call (parse, choose, render).",
+        );
+        for (i, bound) in OVERHEAD_BUCKETS.iter().enumerate() {
+            let n = self.overhead_buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                s,
+                "poolctl_gateway_overhead_seconds_bucket{{le=\"{bound}\"}} {n}"
+            );
+        }
+        let count = self.overhead_count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            s,
+            "poolctl_gateway_overhead_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let sum = self.overhead_sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(s, "poolctl_gateway_overhead_seconds_sum {sum}");
+        let _ = writeln!(s, "poolctl_gateway_overhead_seconds_count {count}");
+        s
+    }
+}

@@ -1,0 +1,139 @@
+//! `poolctl serve`: the production router behind an HTTP endpoint that the official
+//! OpenAI and Anthropic SDKs already speak. HTTP in (`ingress`), the router through one
+//! adapter (`adapter`), HTTP out (`egress`, `errors`, `status`); no routing logic of
+//! its own. `listener` owns the sockets: connection cap, header read timeout, drain.
+
+pub mod adapter;
+pub mod choose;
+pub mod egress;
+pub mod errors;
+pub mod handler;
+pub mod ingress;
+pub mod listener;
+pub mod metrics;
+pub mod respond;
+pub mod status;
+pub mod stream;
+
+use crate::router::Router;
+use crate::secret::Secret;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The variable whose value, when set, every client must send as its bearer token.
+pub const TOKEN_ENV: &str = "POOLCTL_SERVE_TOKEN";
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
+pub const DEFAULT_MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+/// Request-body bytes buffered at once over all requests, by default.
+pub const DEFAULT_MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// How the gateway runs: limits and deadlines on what clients may do.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    /// Request bodies larger than this are refused with 413.
+    pub max_body_bytes: usize,
+    /// Request-body bytes held at once over all requests; past it, bodies wait. Never
+    /// below `max_body_bytes`, so one body of the largest size can always be read.
+    pub max_buffered_body_bytes: usize,
+    /// A client that has not sent its whole request head by then is answered 408.
+    pub header_read_timeout: Duration,
+    /// A request body not fully received by then is answered 408.
+    pub body_read_timeout: Duration,
+    /// Connections past this are answered 429 and closed.
+    pub max_connections: usize,
+    /// On SIGTERM / SIGINT: how long in-flight requests and streams may finish.
+    pub drain: Duration,
+    pub token: Option<Secret>,
+    /// Log the last user message of each chat request (off by default).
+    pub log_prompts: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listen: DEFAULT_LISTEN.parse().expect("a valid literal address"),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_buffered_body_bytes: DEFAULT_MAX_BUFFERED_BODY_BYTES,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+            drain: Duration::from_secs(30),
+            token: None,
+            log_prompts: false,
+        }
+    }
+}
+
+/// Everything a request handler shares.
+pub struct Gateway {
+    pub lineup: choose::Lineup,
+    pub router: Router,
+    pub metrics: metrics::Metrics,
+    pub settings: Settings,
+    /// The shared health store's wrapper (`state: redis://`), for its degraded counts.
+    pub shared_health: Option<std::sync::Arc<crate::store::FallbackStore>>,
+    /// The upstream keys, only to mask them out of upstream messages.
+    keys: Vec<Secret>,
+    /// One permit per request-body byte buffered now (`max_buffered_body_bytes`).
+    pub(crate) body_budget: std::sync::Arc<tokio::sync::Semaphore>,
+    body_budget_total: usize,
+    next_id: AtomicU64,
+    draining: AtomicBool,
+}
+
+impl Gateway {
+    pub fn new(lineup: choose::Lineup, router: Router, settings: Settings) -> Self {
+        let mut keys: Vec<Secret> = Vec::new();
+        for tier in lineup.tiers() {
+            for spec in &tier.routes {
+                if !keys.contains(&spec.endpoint.api_key) {
+                    keys.push(spec.endpoint.api_key.clone());
+                }
+            }
+        }
+        let budget = settings
+            .max_buffered_body_bytes
+            .max(settings.max_body_bytes)
+            .min(tokio::sync::Semaphore::MAX_PERMITS)
+            .min(u32::MAX as usize);
+        Gateway {
+            body_budget: std::sync::Arc::new(tokio::sync::Semaphore::new(budget)),
+            body_budget_total: budget,
+            lineup,
+            router,
+            metrics: metrics::Metrics::default(),
+            settings,
+            shared_health: None,
+            keys,
+            next_id: AtomicU64::new(1),
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    /// A response id unique within this process.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// `text` with every upstream key masked.
+    pub fn mask(&self, text: &str) -> String {
+        let keys: Vec<&str> = self.keys.iter().map(Secret::expose).collect();
+        errors::mask_keys(&crate::secret::mask(text), &keys)
+    }
+
+    /// Request-body bytes buffered now, over all requests.
+    pub fn buffered_body_bytes(&self) -> usize {
+        self.body_budget_total
+            .saturating_sub(self.body_budget.available_permits())
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+}

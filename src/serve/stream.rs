@@ -1,0 +1,415 @@
+//! Streamed chat answers: the routing of one stream runs inside its request, events
+//! are encoded in the client's shape as they arrive, nothing is sent before the first
+//! visible token, and the end is the finish, the usage, the `: poolctl outcome=…`
+//! comment and `[DONE]`, or after a failure the in-band error and no `[DONE]`.
+
+use super::adapter::{self, Called, Event, Finish, Progress};
+use super::choose::Wants;
+use super::egress::{self, AnthropicStream, OpenAiStream};
+use super::errors::{ApiError, Flavor};
+use super::handler::{error_response, full, last_user_text, lock, trace_headers, Ask, Body};
+use super::ingress::ChatIn;
+use super::respond::{self, Context};
+use super::Gateway;
+use crate::clock::Stopwatch;
+use crate::vocab::Route;
+use bytes::Bytes;
+use futures_util::FutureExt;
+use http_body_util::BodyExt;
+use hyper::body::Frame;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{HeaderMap, Response};
+use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use tokio::sync::mpsc;
+
+/// A stream's encoder, in the client's shape.
+enum Encoder {
+    OpenAi(OpenAiStream),
+    Anthropic(AnthropicStream),
+}
+
+/// What flows from the routing task to the handler and the response body.
+enum Msg {
+    /// The first visible token arrived: headers as of that token.
+    Started {
+        route: Option<Route>,
+        attempts: usize,
+    },
+    Bytes(Bytes),
+    /// The request ended without a visible token: the handler answers it whole.
+    Unstarted {
+        called: Box<Called>,
+        error: Option<ApiError>,
+        include_usage: bool,
+    },
+}
+
+/// What the routing task shares with its event callback.
+struct Live {
+    tx: mpsc::UnboundedSender<Msg>,
+    flavor: Flavor,
+    include_usage: bool,
+    id: String,
+    order: Vec<Route>,
+    progress: Progress,
+    state: Mutex<LiveState>,
+}
+
+#[derive(Default)]
+struct LiveState {
+    encoder: Option<Encoder>,
+    /// Events before the first visible token (a usage report), sent with it.
+    held: Vec<Event>,
+    finish_sent: bool,
+    usage_sent: bool,
+}
+
+impl Live {
+    fn on_event(&self, ev: Event) {
+        let mut s = lock(&self.state);
+        let visible = match &ev {
+            Event::Text(t) => !t.is_empty(),
+            Event::ToolCall { .. } => true,
+            Event::Finish(_) | Event::Usage(_) => false,
+        };
+        if s.encoder.is_none() {
+            if !visible {
+                s.held.push(ev);
+                return;
+            }
+            let (route, attempts) = self.progress.current(&self.order);
+            let model = route
+                .as_ref()
+                .map(|r| r.model().to_string())
+                .unwrap_or_default();
+            s.encoder = Some(match self.flavor {
+                Flavor::OpenAi => Encoder::OpenAi(OpenAiStream::new(
+                    self.id.clone(),
+                    crate::clock::wall_now_ms() / 1000,
+                    model,
+                    self.include_usage,
+                )),
+                Flavor::Anthropic => {
+                    Encoder::Anthropic(AnthropicStream::new(self.id.clone(), model))
+                }
+            });
+            let _ = self.tx.send(Msg::Started { route, attempts });
+            let held = std::mem::take(&mut s.held);
+            for h in held {
+                let bytes = s.encode(&h);
+                let _ = self.tx.send(Msg::Bytes(bytes.into()));
+            }
+        }
+        let bytes = s.encode(&ev);
+        if !bytes.is_empty() {
+            let _ = self.tx.send(Msg::Bytes(bytes.into()));
+        }
+    }
+}
+
+impl LiveState {
+    fn encode(&mut self, ev: &Event) -> Vec<u8> {
+        match ev {
+            Event::Finish(_) => self.finish_sent = true,
+            Event::Usage(_) => self.usage_sent = true,
+            _ => {}
+        }
+        match &mut self.encoder {
+            Some(Encoder::OpenAi(e)) => e.event(ev),
+            // Anthropic carries the finish in `message_delta`, written at the end.
+            Some(Encoder::Anthropic(e)) => match ev {
+                Event::Finish(_) => Vec::new(),
+                _ => e.event(ev),
+            },
+            None => Vec::new(),
+        }
+    }
+
+    /// The end of a started stream: finish, usage, the outcome comment, and `[DONE]`;
+    /// or after a failure, the in-band error and the comment, never `[DONE]`.
+    fn tail(&mut self, called: &Called, error: Option<&ApiError>) -> Vec<u8> {
+        let report = &called.report;
+        let mut out = Vec::new();
+        let finish = called
+            .reply
+            .as_ref()
+            .map(|r| r.finish.clone())
+            .unwrap_or(Finish::Stop);
+        let usage = called.reply.as_ref().and_then(|r| r.usage);
+        let (finish_sent, usage_sent) = (self.finish_sent, self.usage_sent);
+        match (&mut self.encoder, error) {
+            (Some(Encoder::OpenAi(e)), None) => {
+                if !finish_sent {
+                    out.extend(e.event(&Event::Finish(finish)));
+                }
+                if let (false, Some(u)) = (usage_sent, usage) {
+                    out.extend(e.event(&Event::Usage(u)));
+                }
+                out.extend(egress::outcome_comment(
+                    report.outcome.as_str(),
+                    report.attempts.len(),
+                ));
+                out.extend(e.done());
+            }
+            (Some(Encoder::OpenAi(e)), Some(err)) => {
+                out.extend(e.error(err));
+                out.extend(egress::outcome_comment(
+                    report.outcome.as_str(),
+                    report.attempts.len(),
+                ));
+            }
+            (Some(Encoder::Anthropic(e)), None) => {
+                out.extend(e.finish(&finish, usage.as_ref()));
+                out.extend(egress::outcome_comment(
+                    report.outcome.as_str(),
+                    report.attempts.len(),
+                ));
+            }
+            (Some(Encoder::Anthropic(e)), Some(err)) => {
+                out.extend(e.error(err));
+                out.extend(egress::outcome_comment(
+                    report.outcome.as_str(),
+                    report.attempts.len(),
+                ));
+            }
+            (None, _) => {}
+        }
+        out
+    }
+}
+
+/// The routing of one stream: the router call and the rendering of its events. It runs
+/// inside the request, polled first by the handler (until the first visible token) and
+/// then by the response body, so dropping the body (the client went away) drops the
+/// upstream call with it, and no cross-task wake-up stands between a token and its
+/// write.
+type Routing = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+struct Driver {
+    rx: mpsc::UnboundedReceiver<Msg>,
+    routing: Option<Routing>,
+    gw: Arc<Gateway>,
+}
+
+impl Driver {
+    /// The next message, driving the routing while none is queued. `None` once the
+    /// routing has ended and every message was taken.
+    fn poll_msg(&mut self, cx: &mut TaskContext<'_>) -> Poll<Option<Msg>> {
+        loop {
+            if let Poll::Ready(m) = self.rx.poll_recv(cx) {
+                return Poll::Ready(m);
+            }
+            match &mut self.routing {
+                Some(f) => match f.as_mut().poll(cx) {
+                    Poll::Ready(()) => self.routing = None,
+                    Poll::Pending => return Poll::Pending,
+                },
+                // The routing ended and dropped its sender: the channel is closing.
+                None => return self.rx.poll_recv(cx),
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if self.routing.is_some() {
+            // Dropping the routing future cancels the upstream call.
+            self.gw.metrics.disconnected();
+            tracing::info!(target: "poolctl::serve", "client went away mid-stream; upstream call cancelled");
+        }
+    }
+}
+
+/// The SSE response body: bytes rendered by the routing, until it ends.
+struct SseBody {
+    driver: Driver,
+}
+
+impl hyper::body::Body for SseBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        loop {
+            return match self.driver.poll_msg(cx) {
+                Poll::Ready(Some(Msg::Bytes(b))) => {
+                    // Keys masked on every event, as on whole bodies (`handler::full`).
+                    Poll::Ready(Some(Ok(Frame::data(super::errors::mask_body(b)))))
+                }
+                Poll::Ready(Some(_)) => continue,
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+    }
+}
+
+pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
+    let (tx, rx) = mpsc::unbounded_channel::<Msg>();
+    let gw = ask.gw.clone();
+    let n = gw.next_id();
+    let id = match ask.flavor {
+        Flavor::OpenAi => format!("chatcmpl-poolctl-{n}"),
+        Flavor::Anthropic => format!("msg_poolctl_{n}"),
+    };
+    let ask = Arc::new(ask);
+    let routing = {
+        let (ask, gw) = (ask.clone(), gw.clone());
+        async move {
+            let Ok(choice) = gw.lineup.choose(&c.model, Wants::Chat) else {
+                return;
+            };
+            let order = adapter::try_order(&gw.router, choice.tier, ask.session.as_deref()).await;
+            let live = Live {
+                tx: tx.clone(),
+                flavor: ask.flavor,
+                include_usage: c.include_usage,
+                id,
+                order,
+                progress: Progress::default(),
+                state: Mutex::new(LiveState::default()),
+            };
+            let prompt = gw
+                .settings
+                .log_prompts
+                .then(|| last_user_text(&c))
+                .flatten();
+            let rt = Stopwatch::start();
+            let on_event = |ev: Event| live.on_event(ev);
+            let called = adapter::stream(
+                &gw.router,
+                ask.target(&choice),
+                &c,
+                &on_event,
+                &live.progress,
+            )
+            .await;
+            let in_router = rt.elapsed();
+            let error = match called.reply {
+                None => Some(ask.failure(&choice, &called.report).await),
+                Some(_) => None,
+            };
+            let mut state = lock(&live.state);
+            if state.encoder.is_some() {
+                let error = error.map(|mut e| {
+                    e.kind = "stream_interrupted".into();
+                    e.code = "stream_interrupted".into();
+                    e
+                });
+                let tail = state.tail(&called, error.as_ref());
+                drop(state);
+                ask.finish(&choice, &c.model, &called.report, 200, in_router, prompt);
+                let _ = tx.send(Msg::Bytes(tail.into()));
+            } else {
+                drop(state);
+                let status = error.as_ref().map_or(200, |e| e.status);
+                ask.finish(&choice, &c.model, &called.report, status, in_router, prompt);
+                let include_usage = c.include_usage;
+                let _ = tx.send(Msg::Unstarted {
+                    called: Box::new(called),
+                    error,
+                    include_usage,
+                });
+            }
+        }
+    };
+    // A panic while routing ends this stream, never the connection task or the process.
+    let routing: Routing = Box::pin(AssertUnwindSafe(routing).catch_unwind().map(|r| {
+        if r.is_err() {
+            tracing::error!(target: "poolctl::serve", "a stream's routing panicked");
+        }
+    }));
+    let mut driver = Driver {
+        rx,
+        routing: Some(routing),
+        gw: gw.clone(),
+    };
+    match std::future::poll_fn(|cx| driver.poll_msg(cx)).await {
+        Some(Msg::Started { route, attempts }) => {
+            let mut r = Response::new(SseBody { driver }.boxed_unsync());
+            sse_headers(r.headers_mut());
+            trace_headers(r.headers_mut(), route.as_ref(), "streaming", attempts);
+            r
+        }
+        Some(Msg::Unstarted {
+            called,
+            error,
+            include_usage,
+        }) => {
+            // Its last act was to send this: nothing is left to cancel.
+            driver.routing = None;
+            unstarted(&ask, *called, error, include_usage)
+        }
+        // The routing ended without a word: it panicked.
+        Some(Msg::Bytes(_)) | None => {
+            driver.routing = None;
+            error_response(
+                &ApiError::new(
+                    500,
+                    "error",
+                    "internal",
+                    "the gateway failed while routing this request",
+                ),
+                ask.flavor,
+            )
+        }
+    }
+}
+
+fn sse_headers(h: &mut HeaderMap) {
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert("cache-control", HeaderValue::from_static("no-cache"));
+}
+
+/// A stream request that ended before any visible token: a failure gets the status
+/// table's status; an empty answer is sent as a whole, complete stream.
+fn unstarted(
+    ask: &Ask,
+    called: Called,
+    error: Option<ApiError>,
+    include_usage: bool,
+) -> Response<Body> {
+    let report = &called.report;
+    let mut r = match (&called.reply, error) {
+        (_, Some(e)) => error_response(&e, ask.flavor),
+        (None, None) => error_response(
+            &respond::failure(report, Context::default(), &|s| ask.gw.mask(s)),
+            ask.flavor,
+        ),
+        (Some(reply), None) => {
+            let mut s = LiveState::default();
+            let id = format!("poolctl-{}", ask.gw.next_id());
+            s.encoder = Some(match ask.flavor {
+                Flavor::OpenAi => Encoder::OpenAi(OpenAiStream::new(
+                    id,
+                    crate::clock::wall_now_ms() / 1000,
+                    reply.model.clone(),
+                    include_usage,
+                )),
+                Flavor::Anthropic => {
+                    Encoder::Anthropic(AnthropicStream::new(id, reply.model.clone()))
+                }
+            });
+            let mut bytes = s.encode(&Event::Text(String::new()));
+            bytes.extend(s.tail(&called, None));
+            let mut r = Response::new(full(bytes));
+            sse_headers(r.headers_mut());
+            r
+        }
+    };
+    trace_headers(
+        r.headers_mut(),
+        report.served_by.as_ref(),
+        report.outcome.as_str(),
+        report.attempts.len(),
+    );
+    r
+}

@@ -1,0 +1,1432 @@
+//! `poolctl serve` end to end: the built binary in front of real loopback mock
+//! providers, driven by a real HTTP client and by hostile raw sockets. Socket deadlines
+//! are real time and kept small; no test sleeps.
+
+use poolctl::harness::mock::{MockRoute, MockServer};
+use poolctl::harness::scenario::{Body, Reply, StreamEnd, StreamItem, StreamReply};
+use poolctl::vocab::{CallPath, Route, Wire};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+const KEY_VAR: &str = "POOLCTL_SERVE_TEST_KEY";
+/// The gateway's upstream key: it must reach the upstream and nothing else.
+const UPSTREAM_KEY: &str = "sk-upstream-SENTINEL-4b1d";
+/// How long any one wait in these tests may take before the test fails.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn route(s: &str) -> Route {
+    Route::parse(s).unwrap()
+}
+
+fn mock_route(r: &str, wire: Wire, replies: Vec<Reply>) -> MockRoute {
+    MockRoute {
+        route: route(r),
+        wire,
+        path: CallPath::Chat,
+        replies,
+        outage: None,
+    }
+}
+
+fn ok(text: &str) -> Reply {
+    Reply::Ok {
+        text: text.into(),
+        headers: vec![],
+        usage: None,
+    }
+}
+
+fn rate_limited() -> Reply {
+    Reply::Status {
+        status: 429,
+        headers: vec![("retry-after".into(), "3600".into())],
+        body: Body::Json(
+            json!({"error": {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}}),
+        ),
+    }
+}
+
+fn stream(chunks: &[&str], end: StreamEnd, gap_ms: u64) -> Reply {
+    Reply::Stream(StreamReply {
+        items: chunks
+            .iter()
+            .map(|c| StreamItem::Text(c.to_string()))
+            .collect(),
+        end,
+        first_token_ms: 0,
+        gap_ms,
+        headers: vec![],
+        usage: None,
+    })
+}
+
+/// A pool config for `providers` (name, wire, base_url) and `tiers`.
+fn write_config(
+    dir: &Path,
+    providers: &[(&str, Wire, String)],
+    tiers: &[(&str, &[&str])],
+) -> std::path::PathBuf {
+    let mut yaml = String::from("providers:\n");
+    for (name, wire, url) in providers {
+        yaml.push_str(&format!(
+            "  {name}:\n    wire: {wire}\n    base_url: {url}\n    api_key_env: {KEY_VAR}\n"
+        ));
+    }
+    yaml.push_str("tiers:\n");
+    for (name, routes) in tiers {
+        yaml.push_str(&format!("  {name}:\n"));
+        for r in *routes {
+            yaml.push_str(&format!("    - {r}\n"));
+        }
+    }
+    let path = dir.join("pool.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// A running `poolctl serve`; killed when dropped.
+struct Gateway {
+    child: tokio::process::Child,
+    base: String,
+    addr: std::net::SocketAddr,
+    stderr: tokio::task::JoinHandle<String>,
+}
+
+async fn start(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Gateway {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"));
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(extra)
+        .env(KEY_VAR, UPSTREAM_KEY)
+        .env_remove("POOLCTL_SERVE_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("poolctl starts");
+    let stdout = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let stderr = tokio::spawn(async move {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s).await;
+        s
+    });
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(DEADLINE, lines.next_line())
+        .await
+        .expect("serve prints its address in time")
+        .unwrap()
+        .expect("serve prints its address");
+    let base = line.rsplit(' ').next().unwrap().to_string();
+    let addr = base.trim_start_matches("http://").parse().unwrap();
+    Gateway {
+        child,
+        base,
+        addr,
+        stderr,
+    }
+}
+
+impl Gateway {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn metrics(&self) -> String {
+        reqwest::get(self.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Stops the gateway with SIGTERM and returns its exit code and stderr.
+    async fn stop(mut self) -> (Option<i32>, String) {
+        let pid = self.child.id().unwrap().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status();
+        let status = tokio::time::timeout(DEADLINE, self.child.wait())
+            .await
+            .expect("serve stops in time")
+            .unwrap();
+        let stderr = self.stderr.await.unwrap();
+        (status.code(), stderr)
+    }
+}
+
+fn chat_body(model: &str, stream: bool) -> Value {
+    json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "Say hello."}]})
+}
+
+fn header<'a>(r: &'a reqwest::Response, name: &str) -> &'a str {
+    r.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// The value of the metric line that starts with `series` (labels included).
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+async fn openai_mock(routes: Vec<MockRoute>) -> MockServer {
+    MockServer::start(([127, 0, 0, 1], 0).into(), routes)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn failing_primary_is_served_by_the_backup_with_headers_and_metrics() {
+    let mock = openai_mock(vec![
+        mock_route("prim/model-a", Wire::OpenAi, vec![rate_limited()]),
+        mock_route(
+            "back/model-b",
+            Wire::OpenAi,
+            vec![ok("hello from the backup")],
+        ),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth("client-secret-never-forwarded")
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "back/model-b");
+    assert_eq!(header(&r, "x-poolctl-outcome"), "success");
+    assert_eq!(header(&r, "x-poolctl-attempts"), "2");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "hello from the backup"
+    );
+    assert_eq!(body["model"], "model-b", "the model that actually answered");
+    assert_eq!(
+        (
+            mock.calls(&route("prim/model-a")),
+            mock.calls(&route("back/model-b"))
+        ),
+        (1, 1)
+    );
+
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_requests_total{workflow="high",outcome="success"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, r#"poolctl_recoveries_total{kind="fallback"}"#),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, r#"poolctl_recoveries_total{kind="primary"}"#),
+        Some(0.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_attempts_total{route="prim/model-a",class="rate_limited",action="fallback"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_attempts_total{route="back/model-b",class="ok",action="done"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_route_health{route="prim/model-a",state="cooling"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_route_health{route="back/model-b",state="ready"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "poolctl_gateway_overhead_seconds_count"),
+        Some(1.0),
+        "{m}"
+    );
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        !stderr.contains(UPSTREAM_KEY) && !stderr.contains("client-secret"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("Say hello"),
+        "no prompt in the log unless asked: {stderr}"
+    );
+    assert!(
+        stderr.contains("served_by=back/model-b"),
+        "one line per request: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn every_route_rate_limited_is_one_429_with_retry_after_and_no_retry_hint() {
+    let mock = openai_mock(vec![
+        mock_route("prim/model-a", Wire::OpenAi, vec![rate_limited()]),
+        mock_route("back/model-b", Wire::OpenAi, vec![rate_limited()]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    for round in 0..2 {
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .json(&chat_body("high", false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 429, "round {round}");
+        assert_eq!(header(&r, "x-should-retry"), "false");
+        let retry: u64 = header(&r, "retry-after")
+            .parse()
+            .expect("a Retry-After in seconds");
+        assert!((3500..=3600).contains(&retry), "retry-after {retry}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["type"], "capacity");
+        assert_eq!(body["error"]["code"], "capacity");
+    }
+    // The second request found both routes cooling: no upstream call at all.
+    assert_eq!(
+        (
+            mock.calls(&route("prim/model-a")),
+            mock.calls(&route("back/model-b"))
+        ),
+        (1, 1)
+    );
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_requests_total{workflow="high",outcome="failed"}"#
+        ),
+        Some(2.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, r#"poolctl_recoveries_total{kind="failed_closed"}"#),
+        Some(2.0),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_that_fails_after_its_first_token_ends_with_an_error_event_and_no_done() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![stream(&["Hel", "lo"], StreamEnd::Reset, 0)],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-outcome"), "streaming");
+    assert_eq!(header(&r, "x-poolctl-served-by"), "prim/model-a");
+    let text = r.text().await.unwrap();
+    assert!(text.contains("\"content\":\"Hel\""), "{text}");
+    assert!(text.contains("\"code\":\"stream_interrupted\""), "{text}");
+    assert!(
+        text.contains(": poolctl outcome=interrupted attempts=1"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("[DONE]"),
+        "a truncated answer never looks complete: {text}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_that_fails_before_its_first_token_moves_unseen_to_the_backup() {
+    let server_error = Reply::Status {
+        status: 400,
+        headers: vec![],
+        body: Body::Json(
+            json!({"error": {"message": "The model `model-a` does not exist", "type": "invalid_request_error", "code": "model_not_found"}}),
+        ),
+    };
+    let mock = openai_mock(vec![
+        mock_route("prim/model-a", Wire::OpenAi, vec![server_error]),
+        mock_route(
+            "back/model-b",
+            Wire::OpenAi,
+            vec![stream(&["Hi", " there"], StreamEnd::Done, 0)],
+        ),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "back/model-b");
+    assert_eq!(header(&r, "x-poolctl-attempts"), "2");
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("\"model\":\"model-b\""),
+        "every chunk names the model: {text}"
+    );
+    assert!(
+        text.contains(": poolctl outcome=success attempts=2\n\ndata: [DONE]"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn hostile_requests_get_clear_openai_shaped_4xx() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("hi")],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &["--max-body-bytes", "2048"], &[]).await;
+    let client = reqwest::Client::new();
+    let post = |body: String| {
+        client
+            .post(gw.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+
+    let r = post("{\"model\": \"high\", \"messages\": [".into())
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status().as_u16(), header(&r, "x-should-retry")),
+        (400, "false")
+    );
+    let b: Value = r.json().await.unwrap();
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON"),
+        "{b}"
+    );
+
+    let r = post(chat_body("hihg", false).to_string()).await.unwrap();
+    assert_eq!(r.status(), 404);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["error"]["code"], "model_not_found");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the nearest is `high`"),
+        "{b}"
+    );
+
+    let big = json!({"model": "high", "messages": [{"role": "user", "content": "x".repeat(4096)}]});
+    let r = post(big.to_string()).await.unwrap();
+    assert_eq!(
+        (r.status().as_u16(), header(&r, "x-should-retry")),
+        (413, "false")
+    );
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["error"]["code"], "request_too_large");
+
+    // The same oversize body, chunked (no Content-Length): cut off at the cap.
+    let chunks =
+        futures_util::stream::iter((0..8).map(|_| Ok::<_, std::io::Error>(vec![b' '; 1024])));
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+
+    assert_eq!(
+        mock.calls(&route("prim/model-a")),
+        0,
+        "nothing reached the upstream"
+    );
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, r#"poolctl_rejected_total{why="body_too_large"}"#),
+        Some(2.0),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn headers_that_never_finish_get_408_after_the_header_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, "http://127.0.0.1:9/v1".into())],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &["--header-timeout-ms", "200"], &[]).await;
+    let mut tcp = TcpStream::connect(gw.addr).await.unwrap();
+    tcp.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/js")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(DEADLINE, tcp.read_to_end(&mut got))
+        .await
+        .expect("the gateway answers, never hangs")
+        .unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(
+        text.contains("\"code\":\"request_timeout\"") && text.contains("x-should-retry: false"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_get_429_and_are_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, "http://127.0.0.1:9/v1".into())],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &["--max-connections", "2"], &[]).await;
+    // Two connections that send a whole request and keep their connection open.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut tcp = TcpStream::connect(gw.addr).await.unwrap();
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = tokio::time::timeout(DEADLINE, tcp.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        held.push(tcp);
+    }
+    let mut third = TcpStream::connect(gw.addr).await.unwrap();
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(DEADLINE, third.read_to_end(&mut got))
+        .await
+        .expect("refused, not left hanging")
+        .unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 429"), "{text}");
+    assert!(text.contains("too_many_connections"), "{text}");
+    drop(held);
+}
+
+/// A one-shot upstream speaking the OpenAI wire: records the request head, sends SSE
+/// headers and one chunk, then reports whether the gateway closed the connection.
+async fn stalling_upstream() -> (String, tokio::task::JoinHandle<(String, bool)>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut buf = [0u8; 8192];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = tcp.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the gateway closed before sending a request");
+            head.extend_from_slice(&buf[..n]);
+        }
+        let chunk = r#"data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"model-a","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
+        let response =
+            format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n{chunk}\n\n");
+        tcp.write_all(response.as_bytes()).await.unwrap();
+        // Now silent: the only way this read ends is the gateway closing the connection,
+        // well before the gateway's own stream idle deadline (20 s by default) would.
+        let closed = loop {
+            match tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break true,
+                Ok(Ok(_)) => continue,
+                Err(_) => break false,
+            }
+        };
+        (String::from_utf8_lossy(&head).to_string(), closed)
+    });
+    (url, task)
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_stream_cancels_the_upstream_call() {
+    let (url, upstream) = stalling_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, url)],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let mut r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth("client-secret-never-forwarded")
+        .json(&chat_body("high", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let first = tokio::time::timeout(DEADLINE, r.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("Hel"));
+    drop(r);
+    let (head, closed) = upstream.await.unwrap();
+    assert!(
+        closed,
+        "the upstream call was not cancelled when the client went away"
+    );
+    let head = head.to_ascii_lowercase();
+    assert!(
+        head.contains(&format!(
+            "authorization: bearer {}",
+            UPSTREAM_KEY.to_ascii_lowercase()
+        )),
+        "{head}"
+    );
+    assert!(
+        !head.contains("client-secret"),
+        "a client's credentials are never forwarded: {head}"
+    );
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "poolctl_client_disconnects_total"),
+        Some(1.0),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn the_serve_token_is_required_when_set() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("hi")],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &[], &[("POOLCTL_SERVE_TOKEN", "gw-token-123")]).await;
+    let client = reqwest::Client::new();
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status().as_u16(), header(&r, "x-should-retry")),
+        (401, "false")
+    );
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth("wrong")
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth("gw-token-123")
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = client.post(gw.url("/v1/messages")).header("x-api-key", "gw-token-123")
+        .json(&json!({"model": "high", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(
+        (b["type"].as_str(), b["content"][0]["text"].as_str()),
+        (Some("message"), Some("hi"))
+    );
+    assert_eq!(mock.calls(&route("prim/model-a")), 2);
+    // Probes stay open for the orchestrator.
+    assert_eq!(
+        client
+            .get(gw.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn sigterm_lets_an_in_flight_stream_finish_then_exits_zero() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![stream(&["a", "b", "c", "d", "e"], StreamEnd::Done, 150)],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let mut r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", true))
+        .send()
+        .await
+        .unwrap();
+    let first = r.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("\"a\""));
+    let pid = gw.child.id().unwrap().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    let mut rest = Vec::new();
+    while let Some(c) = tokio::time::timeout(DEADLINE, r.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        rest.extend_from_slice(&c);
+    }
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(
+        rest.contains("\"e\"") && rest.ends_with("data: [DONE]\n\n"),
+        "the stream finished: {rest}"
+    );
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[tokio::test]
+async fn readyz_reports_a_tier_without_a_ready_route() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![rate_limited()],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    assert_eq!(
+        client.get(gw.url("/readyz")).send().await.unwrap().status(),
+        200
+    );
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    let r = client.get(gw.url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    let b: Value = r.json().await.unwrap();
+    assert!(b["why"][0].as_str().unwrap().contains("tier `high`"), "{b}");
+    let models: Value = client
+        .get(gw.url("/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["high", "prim/model-a"]);
+}
+
+#[tokio::test]
+async fn embeddings_and_rerank_through_the_gateway_and_a_failing_rerank_degrades_to_recall_order() {
+    let failing = Reply::Status {
+        status: 500,
+        headers: vec![],
+        body: Body::Json(json!({"message": "internal error"})),
+    };
+    let mut routes = vec![
+        mock_route("emb/text-embed", Wire::OpenAi, vec![ok("v")]),
+        mock_route("rr/rerank-good", Wire::OpenAi, vec![ok("r")]),
+        mock_route("rr/rerank-bad", Wire::OpenAi, vec![failing]),
+    ];
+    routes[0].path = CallPath::Embed;
+    routes[1].path = CallPath::Rerank;
+    routes[2].path = CallPath::Rerank;
+    let mock = openai_mock(routes).await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "providers:\n  emb: {{ wire: openai, base_url: {}, api_key_env: {KEY_VAR} }}\n  rr: {{ wire: openai, base_url: {}, api_key_env: {KEY_VAR} }}\n\
+         tiers:\n  embed:\n    - {{ route: emb/text-embed, path: embed }}\n  rerank:\n    - {{ route: rr/rerank-good, path: rerank }}\n  \
+         rerank-down:\n    - {{ route: rr/rerank-bad, path: rerank }}\n",
+        mock.base_url("emb", Wire::OpenAi),
+        mock.base_url("rr", Wire::OpenAi)
+    );
+    let config = dir.path().join("pool.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+
+    let r = client
+        .post(gw.url("/v1/embeddings"))
+        .json(&json!({"model": "embed", "input": ["a", "b"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["data"].as_array().unwrap().len(), 2, "{b}");
+    assert!(b["data"][1]["embedding"][0].is_f64(), "{b}");
+    let r = client
+        .post(gw.url("/v1/embeddings"))
+        .json(&json!({"model": "embed", "input": "a", "encoding_format": "base64"}))
+        .send()
+        .await
+        .unwrap();
+    let b: Value = r.json().await.unwrap();
+    assert!(b["data"][0]["embedding"].is_string(), "{b}");
+
+    let docs = json!(["alpha", "beta", "gamma"]);
+    let r = client
+        .post(gw.url("/v1/rerank"))
+        .json(&json!({"model": "rerank", "query": "q", "documents": docs}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            r.status().as_u16(),
+            header(&r, "x-poolctl-outcome").to_string()
+        ),
+        (200, "success".to_string())
+    );
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["results"].as_array().unwrap().len(), 3, "{b}");
+
+    let r = client
+        .post(gw.url("/v1/rerank"))
+        .json(&json!({"model": "rerank-down", "query": "q", "documents": docs, "top_n": 2, "return_documents": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            r.status().as_u16(),
+            header(&r, "x-poolctl-outcome").to_string()
+        ),
+        (200, "degraded".to_string())
+    );
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(
+        b["results"],
+        json!([{"index": 0, "document": {"text": "alpha"}}, {"index": 1, "document": {"text": "beta"}}])
+    );
+
+    // A chat tier is not an embedding model.
+    let r = client
+        .post(gw.url("/v1/embeddings"))
+        .json(&json!({"model": "rerank", "input": "a"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, r#"poolctl_recoveries_total{kind="degraded"}"#),
+        Some(1.0),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn an_anthropic_stream_cut_after_its_first_token_ends_with_an_error_event() {
+    let mock = openai_mock(vec![mock_route(
+        "cl/claude-x",
+        Wire::Anthropic,
+        vec![stream(&["Hel", "lo"], StreamEnd::Reset, 0)],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("cl", Wire::Anthropic, mock.base_url("cl", Wire::Anthropic))],
+        &[("high", &["cl/claude-x"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/messages"))
+        .json(&json!({"model": "high", "max_tokens": 16, "stream": true, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.starts_with("event: message_start"), "{text}");
+    assert!(text.contains("\"text\":\"Hel\""), "{text}");
+    assert!(
+        text.contains("event: error\ndata: {\"error\":{\"message\""),
+        "{text}"
+    );
+    assert!(text.contains("\"type\":\"stream_interrupted\""), "{text}");
+    assert!(
+        !text.contains("message_stop"),
+        "an interrupted message never looks complete: {text}"
+    );
+    assert!(
+        text.trim_end()
+            .ends_with(": poolctl outcome=interrupted attempts=1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_route_retired_by_another_process_is_skipped_by_the_running_gateway() {
+    let mock = openai_mock(vec![
+        mock_route("prim/model-a", Wire::OpenAi, vec![ok("from the primary")]),
+        mock_route("back/model-b", Wire::OpenAi, vec![ok("from the backup")]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    let served = |r: &reqwest::Response| header(r, "x-poolctl-served-by").to_string();
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served(&r), "prim/model-a");
+    let retire = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
+        .args(["retire", "prim/model-a", "--reason", "operator"])
+        .arg("--config")
+        .arg(&config)
+        .env(KEY_VAR, UPSTREAM_KEY)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        retire.status.success(),
+        "{}",
+        String::from_utf8_lossy(&retire.stderr)
+    );
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (served(&r), header(&r, "x-poolctl-attempts").to_string()),
+        ("back/model-b".to_string(), "1".to_string())
+    );
+    assert_eq!(
+        mock.calls(&route("prim/model-a")),
+        1,
+        "the retired route is never called"
+    );
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_route_health{route="prim/model-a",state="retired"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_error_keeps_the_upstreams_status_code_and_message_and_moves_nowhere() {
+    let too_long = Reply::Status {
+        status: 400,
+        headers: vec![],
+        body: Body::Json(
+            json!({"error": {"message": "This model's maximum context length is 4097 tokens. However, your messages resulted in 4294 tokens.", "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+        ),
+    };
+    let mock = openai_mock(vec![
+        mock_route("prim/model-a", Wire::OpenAi, vec![too_long]),
+        mock_route("back/model-b", Wire::OpenAi, vec![ok("never")]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status().as_u16(), header(&r, "x-should-retry")),
+        (400, "false")
+    );
+    assert_eq!(
+        (
+            header(&r, "x-poolctl-outcome"),
+            header(&r, "x-poolctl-attempts")
+        ),
+        ("failed", "1")
+    );
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(
+        (b["error"]["type"].as_str(), b["error"]["code"].as_str()),
+        (Some("request"), Some("context_length_exceeded"))
+    );
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("This model's maximum context length"),
+        "{b}"
+    );
+    assert_eq!(
+        mock.calls(&route("back/model-b")),
+        0,
+        "another route would not fix the request"
+    );
+}
+
+#[tokio::test]
+async fn prompts_reach_the_log_only_when_the_operator_asks() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("the completion")],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    for (flags, logged) in [(&[][..], false), (&["--log-prompts"][..], true)] {
+        let gw = start(&config, flags, &[]).await;
+        let body =
+            json!({"model": "high", "messages": [{"role": "user", "content": "PROMPT-MARKER-42"}]});
+        let r = reqwest::Client::new()
+            .post(gw.url("/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let (_, stderr) = gw.stop().await;
+        assert_eq!(
+            stderr.contains("PROMPT-MARKER-42"),
+            logged,
+            "flags {flags:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("the completion"),
+            "a completion is never logged: {stderr}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_buffered_workflow_moves_a_stream_cut_mid_way_to_the_backup_unseen() {
+    let mock = openai_mock(vec![
+        mock_route(
+            "prim/model-a",
+            Wire::OpenAi,
+            vec![stream(&["PRIMARY-", "PARTIAL"], StreamEnd::Reset, 0)],
+        ),
+        mock_route(
+            "back/model-b",
+            Wire::OpenAi,
+            vec![stream(&["whole ", "answer"], StreamEnd::Done, 0)],
+        ),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let mut yaml = std::fs::read_to_string(&config).unwrap();
+    yaml.push_str(
+        "policies:\n  careful-answer:\n    tier: high\n    safe_replay_until: buffered\n",
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let gw = start(&config, &[], &[]).await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("careful-answer", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "back/model-b");
+    let text = r.text().await.unwrap();
+    assert!(
+        !text.contains("PRIMARY"),
+        "nothing of the cut stream reached the client: {text}"
+    );
+    assert!(
+        text.contains("whole ") && text.contains(": poolctl outcome=success attempts=2"),
+        "{text}"
+    );
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_requests_total{workflow="careful-answer",outcome="success"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_that_echoes_its_key_never_leaks_it_through_the_gateway() {
+    let echo_error = Reply::Status {
+        status: 400,
+        headers: vec![],
+        body: Body::Json(
+            json!({"error": {"message": format!("Incorrect API key provided: {UPSTREAM_KEY}."), "type": "invalid_request_error", "code": "context_length_exceeded"}}),
+        ),
+    };
+    let echo = format!("your key is {UPSTREAM_KEY}");
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![
+            ok(&echo),
+            echo_error,
+            stream(&["your key is ", UPSTREAM_KEY, " ok"], StreamEnd::Done, 0),
+        ],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &["--log-prompts"], &[]).await;
+    let client = reqwest::Client::new();
+    let mut seen = Vec::new();
+    for stream in [false, false, true] {
+        // The logged prompt carries the key too (`--log-prompts`): masked in the log.
+        let body = json!({"model": "high", "stream": stream, "messages": [{"role": "user", "content": format!("PROMPT {UPSTREAM_KEY}")}]});
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        seen.push((status, text));
+    }
+    assert_eq!(
+        seen.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        [200, 400, 200],
+        "{seen:?}"
+    );
+    for (_, text) in &seen {
+        assert!(!text.contains(UPSTREAM_KEY), "key leaked: {text}");
+    }
+    assert!(seen[0].1.contains("your key is ***"), "{}", seen[0].1);
+    assert!(
+        seen[1].1.contains("Incorrect API key provided"),
+        "{}",
+        seen[1].1
+    );
+    let (_, stderr) = gw.stop().await;
+    assert!(!stderr.contains(UPSTREAM_KEY), "key in the log: {stderr}");
+    assert!(
+        stderr.contains("PROMPT ***"),
+        "the prompt is logged, masked: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn buffered_request_bodies_are_bounded_in_total_across_connections() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("hi")],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let flags = [
+        "--max-body-bytes",
+        "1000",
+        "--max-buffered-body-bytes",
+        "1000",
+    ];
+    let gw = start(&config, &flags, &[]).await;
+    let wait_for = |series: &'static str, value: f64| {
+        let gw = &gw;
+        async move {
+            tokio::time::timeout(DEADLINE, async {
+                while metric(&gw.metrics().await, series) != Some(value) {}
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{series} reaches {value}"))
+        }
+    };
+    // A holds 900 of the 1000 buffered bytes and does not finish its body.
+    let mut a = TcpStream::connect(gw.addr).await.unwrap();
+    a.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    a.write_all(&[b' '; 900]).await.unwrap();
+    a.flush().await.unwrap();
+    wait_for("poolctl_buffered_body_bytes", 900.0).await;
+    // B's 500 bytes do not fit beside A's 900: B waits.
+    let body = format!("{:<500}", chat_body("high", false).to_string());
+    let b = tokio::spawn(
+        reqwest::Client::new()
+            .post(gw.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send(),
+    );
+    wait_for("poolctl_body_waits_total", 1.0).await;
+    assert!(!b.is_finished(), "B is served only once A's bytes are free");
+    let held = metric(&gw.metrics().await, "poolctl_buffered_body_bytes").unwrap();
+    assert!(held <= 1000.0, "never past the budget: {held}");
+    // A goes away: its bytes are given back, and B is served.
+    drop(a);
+    let r = tokio::time::timeout(DEADLINE, b)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    wait_for("poolctl_buffered_body_bytes", 0.0).await;
+}
+
+#[tokio::test]
+async fn a_single_worker_gateway_serves_chat_and_streams() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("one"), stream(&["t", "wo"], StreamEnd::Done, 0)],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &["--workers", "1"], &[]).await;
+    let client = reqwest::Client::new();
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["choices"][0]["message"]["content"], "one");
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", true))
+        .send()
+        .await
+        .unwrap();
+    let text = r.text().await.unwrap();
+    assert!(text.contains("\"wo\"") && text.contains("[DONE]"), "{text}");
+}
+
+#[tokio::test]
+async fn a_request_admission_sheds_is_one_429_with_retry_after_and_counted_in_metrics() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("first"), ok("never")],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    // 2 requests a minute at 0.9 headroom: room for one request now, not two.
+    let mut yaml = std::fs::read_to_string(&config).unwrap();
+    yaml.push_str("limits:\n  prim/model-a: { rpm: 2 }\n");
+    std::fs::write(&config, yaml).unwrap();
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    let send = || {
+        client
+            .post(gw.url("/v1/chat/completions"))
+            .json(&chat_body("high", false))
+            .send()
+    };
+    assert_eq!(send().await.unwrap().status(), 200);
+    let r = send().await.unwrap();
+    assert_eq!(
+        (
+            r.status().as_u16(),
+            header(&r, "x-should-retry"),
+            header(&r, "x-poolctl-outcome")
+        ),
+        (429, "false", "shed")
+    );
+    let retry_after: u64 = header(&r, "retry-after").parse().expect("a Retry-After");
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert_eq!(
+        mock.calls(&route("prim/model-a")),
+        1,
+        "a shed calls nothing"
+    );
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_shed_total{priority="interactive",route="prim/model-a"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"poolctl_bucket_level{bucket="prim/model-a",dimension="rpm"}"#),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            r#"poolctl_bucket_reserved{bucket="prim/model-a",dimension="rpm"}"#
+        ),
+        Some(0.0),
+        "nothing is held once both requests ended: {m}"
+    );
+}
