@@ -188,11 +188,13 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         (&Method::GET, "/metrics") => {
             let health = adapter::route_states(&gw.router, &gw.lineup.routes()).await;
             let buckets = gw.router.buckets();
-            let mut body = gw.metrics.render(
-                &health,
-                &buckets.sheds(),
-                &buckets.snapshot(crate::clock::wall_now_ms()),
-            );
+            let now = crate::clock::wall_now_ms();
+            // Levels as admission sees them: the fleet's when the buckets are shared.
+            let levels = match gw.router.shared_buckets() {
+                Some(shared) => shared.snapshot(now).await,
+                None => buckets.snapshot(now),
+            };
+            let mut body = gw.metrics.render(&health, &buckets.sheds(), &levels);
             body.push_str(&format!(
                 "# HELP poolctl_buffered_body_bytes Request-body bytes buffered now, over all requests.\n\
                  # TYPE poolctl_buffered_body_bytes gauge\npoolctl_buffered_body_bytes {}\n\

@@ -14,7 +14,7 @@
 use super::redis::{RedisStore, PREFIX};
 use super::StoreError;
 use crate::admission::{Cost, Dimension, Limits, Priority, Spent};
-use crate::buckets::{AdmissionConfig, Refused};
+use crate::buckets::{AdmissionConfig, BucketView, Refused};
 use crate::clock::UnixMs;
 use crate::vocab::Route;
 use std::collections::{BTreeMap, HashMap};
@@ -230,6 +230,57 @@ impl RedisBuckets {
                 Some((level, at))
             })
             .collect())
+    }
+
+    /// Every bucket's level at `now` as the fleet shares it (refilled to `now`; one never
+    /// touched is full), in config order of names then dimensions, like
+    /// `Buckets::snapshot`. One HMGET per provider, pipelined.
+    pub async fn snapshot(&self, now: UnixMs) -> Result<Vec<BucketView>, StoreError> {
+        let mut rows: Vec<(String, String, Dimension, u64, f64)> = Vec::new();
+        for (name, l) in &self.limits {
+            let provider = name.split('/').next().unwrap_or(name).to_string();
+            for (dim, contract) in l.contracts() {
+                let capacity = contract as f64 * self.headroom;
+                rows.push((name.clone(), provider.clone(), dim, contract, capacity));
+            }
+        }
+        let mut pipe = redis::pipe();
+        for (name, provider, dim, _, _) in &rows {
+            let f = field(name, *dim);
+            pipe.cmd("HMGET")
+                .arg(buckets_key(provider))
+                .arg(format!("{f}:l"))
+                .arg(format!("{f}:a"))
+                .arg(format!("{f}:r"));
+        }
+        let got: Vec<Vec<Option<String>>> = self
+            .store
+            .within(|mut c| async move { pipe.query_async(&mut c).await })
+            .await?;
+        let num = |v: &Option<String>| v.as_deref().and_then(|x| x.parse::<f64>().ok());
+        let mut out: Vec<BucketView> = rows
+            .into_iter()
+            .zip(got)
+            .map(|((name, _, dim, contract, capacity), v)| {
+                let level = match (v.first().and_then(num), v.get(1).and_then(num)) {
+                    (Some(level), Some(at)) => {
+                        let dt = (now as f64 - at).max(0.0);
+                        (level + dt * capacity / 60_000.0).min(capacity)
+                    }
+                    _ => capacity,
+                };
+                BucketView {
+                    bucket: name,
+                    dimension: dim,
+                    contract,
+                    capacity,
+                    level,
+                    reserved: v.get(2).and_then(num).unwrap_or(0.0),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.bucket, a.dimension).cmp(&(&b.bucket, b.dimension)));
+        Ok(out)
     }
 
     /// What was spent per minute on each bucket of `provider` from minute `from` to `to`

@@ -134,6 +134,17 @@ impl SharedBuckets {
         }
     }
 
+    /// Every bucket's level as the fleet shares it; while Redis fails, the local share's
+    /// (what this process admits from meanwhile). Not an admission decision: not counted.
+    pub async fn snapshot(&self, now: UnixMs) -> Vec<crate::buckets::BucketView> {
+        if self.degraded.healthy() {
+            if let Ok(views) = self.shared.snapshot(now).await {
+                return views;
+            }
+        }
+        self.local.snapshot(now)
+    }
+
     /// Counts a shed here and in Redis (where `poolctl capacity` reads the fleet's).
     /// During an episode Redis is not asked (a count is not a decision, so it is not
     /// counted as degraded); a count Redis does not take opens one.
