@@ -19,7 +19,7 @@ use poolctl::harness::scenario::Reply;
 use poolctl::vocab::{CallPath, Route, Wire};
 use serde_json::json;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -138,7 +138,9 @@ async fn burst(gateways: &[Gateway], redis: Option<(&mut RedisServer, usize)>) -
     let answered = Arc::new(AtomicUsize::new(0));
     let reached = Arc::new(tokio::sync::Notify::new());
     let kill_at = redis.as_ref().map_or(usize::MAX, |(_, n)| *n);
-    let killed = Arc::new(AtomicBool::new(false));
+    // Once `kill_at` requests are answered, the clients hold their next request until
+    // the server is gone, so that part of the burst is surely sent after the kill.
+    let (kill_tx, kill_rx) = tokio::sync::watch::channel(false);
     let admitted = Arc::new(AtomicUsize::new(0));
     let shed = Arc::new(AtomicUsize::new(0));
     let after: Arc<[AtomicUsize; GATEWAYS]> = Arc::new(Default::default());
@@ -148,16 +150,20 @@ async fn burst(gateways: &[Gateway], redis: Option<(&mut RedisServer, usize)>) -
         for _ in 0..CLIENTS {
             let (client, url) = (client.clone(), format!("{}/v1/chat/completions", gw.base));
             let reached = reached.clone();
-            let (answered, killed, admitted, shed, after) = (
+            let (answered, mut killed, admitted, shed, after) = (
                 answered.clone(),
-                killed.clone(),
+                kill_rx.clone(),
                 admitted.clone(),
                 shed.clone(),
                 after.clone(),
             );
             tasks.push(tokio::spawn(async move {
                 for _ in 0..PER_CLIENT {
-                    if killed.load(Ordering::SeqCst) {
+                    if answered.load(Ordering::SeqCst) >= kill_at {
+                        killed
+                            .wait_for(|k| *k)
+                            .await
+                            .expect("the test is still running");
                         after[g].fetch_add(1, Ordering::SeqCst);
                     }
                     let body =
@@ -198,7 +204,7 @@ async fn burst(gateways: &[Gateway], redis: Option<(&mut RedisServer, usize)>) -
             .expect("the burst stalled before the kill");
         redis.kill();
         // Only requests sent once the server is gone count as sent after the kill.
-        killed.store(true, Ordering::SeqCst);
+        kill_tx.send_replace(true);
     }
     for t in tasks {
         t.await.expect("no client task panicked");

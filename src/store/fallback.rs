@@ -41,6 +41,10 @@ pub struct Degraded {
     log: LogSink,
 }
 
+/// A call to the shared store: how many episodes had opened when it began.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt(u64);
+
 /// One stretch of time during which the shared store failed.
 struct Episode {
     decisions: u64,
@@ -81,32 +85,42 @@ impl Degraded {
     }
 
     /// Whether this call should try the shared store: always, unless an episode is open
-    /// and the store was tried too recently. A `false` is a degraded decision, counted.
-    pub fn try_shared(&self) -> bool {
+    /// and the store was tried too recently. A `None` is a degraded decision, counted.
+    pub fn try_shared(&self) -> Option<Attempt> {
         let mut ep = self.lock();
         match ep.as_mut() {
-            None => true,
+            None => Some(self.begin()),
             Some(e) if e.last_try.elapsed_ms() >= RETRY_MS => {
                 // This call is the one that tries again; the others stay local meanwhile.
                 e.last_try = Stopwatch::start();
-                true
+                Some(self.begin())
             }
             Some(e) => {
                 e.decisions += 1;
                 self.decisions.fetch_add(1, Ordering::Relaxed);
-                false
+                None
             }
         }
     }
 
-    /// No episode is open: the shared store answered last time.
-    pub fn healthy(&self) -> bool {
-        self.lock().is_none()
+    /// A call to the shared store while no episode is open (`None` during one).
+    pub fn healthy(&self) -> Option<Attempt> {
+        self.lock().is_none().then(|| self.begin())
     }
 
-    /// The shared store answered: an open episode ends (logged once).
-    pub fn answered(&self) {
+    /// A call to the shared store, begun now.
+    pub fn begin(&self) -> Attempt {
+        Attempt(self.episodes.load(Ordering::Relaxed))
+    }
+
+    /// The shared store answered the call `a`: an open episode ends (logged once),
+    /// unless it opened after `a` began — a reply already on its way when the store
+    /// went down says nothing about the store now.
+    pub fn answered(&self, a: Attempt) {
         let mut ep = self.lock();
+        if ep.is_some() && self.episodes.load(Ordering::Relaxed) != a.0 {
+            return;
+        }
         if let Some(e) = ep.take() {
             (self.log)(&format!(
                 "poolctl: state store {} answers again; {} decisions were made without it meanwhile",
@@ -181,12 +195,12 @@ impl FallbackStore {
         local: impl FnOnce() -> T,
         mirror: impl FnOnce(&T),
     ) -> Result<T, StoreError> {
-        if !self.degraded.try_shared() {
+        let Some(attempt) = self.degraded.try_shared() else {
             return Ok(local());
-        }
+        };
         match shared().await {
             Ok(v) => {
-                self.degraded.answered();
+                self.degraded.answered(attempt);
                 mirror(&v);
                 Ok(v)
             }
@@ -268,5 +282,58 @@ impl HealthStore for FallbackStore {
             move || self.local.breaker_open_now(route, now),
             |_| {},
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quiet(lines: &Arc<Mutex<Vec<String>>>) -> Degraded {
+        let lines = lines.clone();
+        Degraded::new("redis://x/0", "meanwhile")
+            .with_log(Arc::new(move |l| lines.lock().unwrap().push(l.to_string())))
+    }
+
+    fn down() -> StoreError {
+        StoreError::Backend {
+            path: "redis://x/0".into(),
+            message: "connection refused".into(),
+        }
+    }
+
+    #[test]
+    fn a_reply_already_on_its_way_when_the_store_went_down_does_not_end_the_episode() {
+        let lines = Arc::default();
+        let d = quiet(&lines);
+        let in_flight = d.try_shared().expect("no episode yet");
+        let failing = d.try_shared().expect("no episode yet");
+        d.failed(&down());
+        // The call sent before the failure answers afterwards: the store is still down.
+        d.answered(in_flight);
+        assert!(d.healthy().is_none(), "the episode ended on a stale reply");
+        assert_eq!(d.episodes(), 1);
+        let _ = failing;
+        assert_eq!(lines.lock().unwrap().len(), 1, "logged once");
+    }
+
+    #[test]
+    fn the_call_that_tries_again_during_an_episode_ends_it_when_it_answers() {
+        let lines = Arc::default();
+        let d = quiet(&lines);
+        let first = d.try_shared().unwrap();
+        d.failed(&down());
+        let _ = first;
+        assert!(d.try_shared().is_none(), "tried again too soon");
+        assert_eq!(d.decisions(), 2);
+        // The episode's own attempt (begun after it opened) answers: it ends.
+        let retry = d.begin();
+        d.answered(retry);
+        assert!(d.healthy().is_some());
+        assert_eq!(
+            lines.lock().unwrap().len(),
+            2,
+            "opened and closed, once each"
+        );
     }
 }

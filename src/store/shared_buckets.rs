@@ -116,10 +116,10 @@ impl SharedBuckets {
         now: UnixMs,
     ) -> Option<u64> {
         let cover = self.shared.cover(route)?;
-        if self.degraded.try_shared() {
+        if let Some(attempt) = self.degraded.try_shared() {
             match self.shared.wait_ms(&cover, cost, priority, now).await {
                 Ok(wait) => {
-                    self.degraded.answered();
+                    self.degraded.answered(attempt);
                     return wait;
                 }
                 Err(e) => self.degraded.failed(&e),
@@ -137,7 +137,7 @@ impl SharedBuckets {
     /// Every bucket's level as the fleet shares it; while Redis fails, the local share's
     /// (what this process admits from meanwhile). Not an admission decision: not counted.
     pub async fn snapshot(&self, now: UnixMs) -> Vec<crate::buckets::BucketView> {
-        if self.degraded.healthy() {
+        if self.degraded.healthy().is_some() {
             if let Ok(views) = self.shared.snapshot(now).await {
                 return views;
             }
@@ -150,9 +150,9 @@ impl SharedBuckets {
     /// counted as degraded); a count Redis does not take opens one.
     pub async fn record_shed(&self, priority: Priority, route: &Route) {
         self.local.record_shed(priority, route);
-        if self.degraded.healthy() {
+        if let Some(attempt) = self.degraded.healthy() {
             match self.shared.record_shed(priority, route).await {
-                Ok(()) => self.degraded.answered(),
+                Ok(()) => self.degraded.answered(attempt),
                 Err(e) => self.degraded.failed(&e),
             }
         }
@@ -170,10 +170,10 @@ impl SharedBuckets {
         let Some(cover) = self.shared.cover(route) else {
             return Ok(Hold::Unlimited);
         };
-        if self.degraded.try_shared() {
+        if let Some(attempt) = self.degraded.try_shared() {
             match self.shared.acquire(&cover, cost, priority, now).await {
                 Ok(got) => {
-                    self.degraded.answered();
+                    self.degraded.answered(attempt);
                     return got.map(Hold::Shared);
                 }
                 Err(e) => self.degraded.failed(&e),
@@ -200,10 +200,13 @@ impl SharedBuckets {
         match held {
             Hold::Unlimited => {}
             Hold::Local(r) => self.local.settle(r, spent, remaining, now),
-            Hold::Shared(r) => match self.shared.settle(&r, spent, remaining, now).await {
-                Ok(()) => self.degraded.answered(),
-                Err(e) => self.degraded.failed(&e),
-            },
+            Hold::Shared(r) => {
+                let attempt = self.degraded.begin();
+                match self.shared.settle(&r, spent, remaining, now).await {
+                    Ok(()) => self.degraded.answered(attempt),
+                    Err(e) => self.degraded.failed(&e),
+                }
+            }
         }
     }
 }
