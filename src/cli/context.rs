@@ -68,7 +68,7 @@ pub fn open_store(config: &PoolConfig) -> anyhow::Result<Opened> {
     }
 }
 
-fn open_redis(config: &PoolConfig, url: &str) -> anyhow::Result<RedisStore> {
+pub fn open_redis(config: &PoolConfig, url: &str) -> anyhow::Result<RedisStore> {
     let deadline = std::time::Duration::from_millis(config.state_timeout_ms);
     RedisStore::open(url, deadline).with_context(|| {
         format!(

@@ -131,9 +131,20 @@ pub async fn status(args: StatusArgs, look: &Look) -> anyhow::Result<Exit> {
         .collect();
     rows.extend(stored);
     let now = wall_now_ms();
-    // Admission buckets live in each process (README, "Admission"): a new process's are
-    // full; a gateway's live levels are on its /metrics.
-    let buckets = crate::buckets::Buckets::new(&config.admission(), now).snapshot(now);
+    // With a file store, admission buckets live in each process (README, "Admission"): a
+    // new process's are full, a gateway's live levels are on its /metrics. With
+    // `state: redis://` they are the fleet's, read from Redis (an error if it cannot be:
+    // status never shows levels it did not read).
+    let admission = config.admission();
+    let buckets = match config.state_location() {
+        StateLocation::Redis(url) if !admission.limits.is_empty() => {
+            let store = super::context::open_redis(&config, &url)?;
+            crate::store::redis_buckets::RedisBuckets::new(store, &admission)
+                .snapshot(now)
+                .await?
+        }
+        _ => crate::buckets::Buckets::new(&admission, now).snapshot(now),
+    };
     if args.json {
         out::line(&render::status_json(&rows, now, &buckets).to_string())?;
     } else {
