@@ -36,10 +36,20 @@ const PER_CLIENT: usize = 8;
 const DEADLINE: Duration = Duration::from_secs(15);
 
 fn write_config(dir: &Path, mock: &MockServer, redis: &str, on_error: &str) -> std::path::PathBuf {
+    write_config_rpm(dir, mock, redis, on_error, RPM)
+}
+
+fn write_config_rpm(
+    dir: &Path,
+    mock: &MockServer,
+    redis: &str,
+    on_error: &str,
+    rpm: u64,
+) -> std::path::PathBuf {
     let yaml = format!(
         "providers:\n  dash:\n    wire: openai\n    base_url: {}\n    api_key_env: {KEY_VAR}\n\
          tiers:\n  t:\n    - dash/m\n\
-         limits:\n  dash/m: {{ rpm: {RPM} }}\n\
+         limits:\n  dash/m: {{ rpm: {rpm} }}\n\
          headroom: 1.0\n\
          state: {redis}\nstate_timeout_ms: 150\non_store_error: {on_error}\nworkers: {GATEWAYS}\n",
         mock.base_url("dash", Wire::OpenAi)
@@ -421,4 +431,31 @@ async fn with_fail_closed_a_redis_that_never_answers_sheds_within_the_deadline_a
         1,
         "logged once per episode:\n{stderr}"
     );
+}
+
+#[tokio::test]
+async fn walks_in_separate_processes_spend_one_shared_bucket() {
+    // With their own buckets every walk would start full and all three would be served.
+    let redis = RedisServer::must_start();
+    let mock = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_rpm(dir.path(), &mock, &redis.url(), "local_share", 2);
+    let mut outcomes = Vec::new();
+    for _ in 0..3 {
+        let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
+            .args(["walk", "t", "--json", "--config"])
+            .arg(&config)
+            .env(KEY_VAR, KEY)
+            .output()
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+        outcomes.push(v["outcome"].as_str().unwrap().to_string());
+        if v["outcome"] == "shed" {
+            assert_eq!(v["skipped"][0]["why"], "admission", "{v}");
+        }
+    }
+    assert_eq!(outcomes, ["success", "success", "shed"]);
+    assert_eq!(mock.calls(&Route::parse("dash/m").unwrap()), 2);
 }
