@@ -3,7 +3,9 @@
 //! route is skipped. After its open period it is half-open: only a few trial requests
 //! at a time go through while other traffic keeps using the fallback. A trial that
 //! succeeds closes it; a failed trial reopens it for longer (capped exponential).
-//! Pure: the router holds the state and passes `now` in.
+//! Pure: the state lives in the health store, beside the route's health, and a store
+//! applies a [`Step`] (data, not a closure) to it atomically with [`step`], so that a
+//! fleet sharing one store shares its breakers too.
 
 use crate::clock::UnixMs;
 use serde::{Deserialize, Serialize};
@@ -149,6 +151,96 @@ pub fn record(
     }
 }
 
+/// One breaker operation as data: what a store applies, atomically, to the state it
+/// holds for a route (a mutex, an SQLite transaction and a Redis script all run the same
+/// rule: [`step`] here, or its transcription in the Redis script).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Step {
+    /// [`admit`] at `now`.
+    Admit { now: UnixMs },
+    /// [`record`] an attempt's result.
+    Record { trial: bool, ok: bool, now: UnixMs },
+}
+
+/// What a [`Step`] answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Admit(Admit),
+    /// The instant the breaker opened until, when this result opened it.
+    Recorded(Option<UnixMs>),
+}
+
+/// Applies `op` to `state`: the one rule every store runs.
+pub fn step(state: &mut State, cfg: &BreakerConfig, op: Step) -> Answer {
+    match op {
+        Step::Admit { now } => Answer::Admit(admit(state, cfg, now)),
+        Step::Record { trial, ok, now } => Answer::Recorded(record(state, cfg, trial, ok, now)),
+    }
+}
+
+impl State {
+    /// Whether the breaker is open (not yet half-open) at `now`.
+    pub fn is_open(&self, now: UnixMs) -> bool {
+        matches!(self, State::Open { until, .. } if now < *until)
+    }
+
+    /// The closed breaker with no history: what a store need not keep.
+    pub fn is_fresh(&self) -> bool {
+        matches!(self, State::Closed { consecutive: 0, recent } if recent.is_empty())
+    }
+
+    /// The state as stored: `c:CONSECUTIVE:RECENT` (RECENT: one `1` per success and `0`
+    /// per failure, oldest first), `o:UNTIL:OPEN_MS`, or `h:TRIALS:OPEN_MS`. Text, so the
+    /// Redis script reads and writes the very same form.
+    pub fn encode(&self) -> String {
+        match self {
+            State::Closed {
+                consecutive,
+                recent,
+            } => {
+                let bits: String = recent
+                    .iter()
+                    .map(|ok| if *ok { '1' } else { '0' })
+                    .collect();
+                format!("c:{consecutive}:{bits}")
+            }
+            State::Open { until, open_ms } => format!("o:{until}:{open_ms}"),
+            State::HalfOpen { trials, open_ms } => format!("h:{trials}:{open_ms}"),
+        }
+    }
+
+    /// Reads [`State::encode`]'s form; `None` for anything else.
+    pub fn decode(text: &str) -> Option<State> {
+        let mut parts = text.splitn(3, ':');
+        let (kind, a, b) = (parts.next()?, parts.next()?, parts.next()?);
+        match kind {
+            "c" => {
+                let recent = b
+                    .chars()
+                    .map(|c| match c {
+                        '1' => Some(true),
+                        '0' => Some(false),
+                        _ => None,
+                    })
+                    .collect::<Option<VecDeque<bool>>>()?;
+                Some(State::Closed {
+                    consecutive: a.parse().ok()?,
+                    recent,
+                })
+            }
+            "o" => Some(State::Open {
+                until: a.parse().ok()?,
+                open_ms: b.parse().ok()?,
+            }),
+            "h" => Some(State::HalfOpen {
+                trials: a.parse().ok()?,
+                open_ms: b.parse().ok()?,
+            }),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +296,36 @@ mod tests {
             Some(1_000),
             "2 of 4 failed"
         );
+    }
+
+    #[test]
+    fn every_state_round_trips_through_its_stored_form() {
+        let states = [
+            State::default(),
+            State::Closed {
+                consecutive: 3,
+                recent: [true, false, false].into_iter().collect(),
+            },
+            State::Open {
+                until: -5,
+                open_ms: 7,
+            },
+            State::HalfOpen {
+                trials: 2,
+                open_ms: 60_000,
+            },
+        ];
+        for s in states {
+            assert_eq!(
+                State::decode(&s.encode()),
+                Some(s.clone()),
+                "{}",
+                s.encode()
+            );
+        }
+        for bad in ["", "c:1", "c:x:1", "c:1:2", "o:1", "z:1:2"] {
+            assert_eq!(State::decode(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::limits;
 use crate::policy::Policy;
 use crate::router::{RouteSpec, Tier};
 use crate::secret::Secret;
+use crate::store::OnStoreError;
 use crate::vocab::{CallPath, Route};
 use crate::wire::Endpoint;
 use crate::yaml::{self, YamlError};
@@ -43,6 +44,21 @@ pub struct PoolConfig {
     pub limits: BTreeMap<String, crate::admission::Limits>,
     pub headroom: Option<f64>,
     pub interactive_floor: Option<f64>,
+    /// What admission does while a shared store cannot be reached.
+    pub on_store_error: OnStoreError,
+    /// How many processes share the buckets (sizes `local_share`); at least 1.
+    pub workers: u32,
+    /// The deadline of one call to a shared store.
+    pub state_timeout_ms: u64,
+}
+
+/// Where health (and, with a fleet, the buckets) lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateLocation {
+    /// An embedded SQLite file.
+    File(PathBuf),
+    /// A Redis shared by a fleet (the URL as written: it may hold a password).
+    Redis(String),
 }
 
 crate::provider_settings! {
@@ -314,6 +330,28 @@ impl PoolConfig {
                 }
             }
         }
+        if self.workers == 0 {
+            let msg = "must be at least 1: the number of processes that share the buckets".into();
+            out.push(invalid("workers".into(), &["workers:"], msg));
+        }
+        if self.state_timeout_ms == 0 {
+            let msg = "must be at least 1 ms: a store call with no time cannot succeed".into();
+            out.push(invalid(
+                "state_timeout_ms".into(),
+                &["state_timeout_ms:"],
+                msg,
+            ));
+        }
+        if let Some(state) = self.state.as_ref().and_then(|s| s.to_str()) {
+            if state.contains("://") && !state.starts_with("redis://") {
+                // Only the scheme is echoed: the rest may hold a password.
+                let scheme = state.split("://").next().unwrap_or("");
+                let msg = format!(
+                    "`{scheme}://…` is neither a file path nor a redis:// URL (rediss:// is not supported)"
+                );
+                out.push(invalid("state".into(), &["state:"], msg));
+            }
+        }
         // Admission: a contract names a route of some tier or a provider; shares are
         // shares; a degrade tier exists.
         let all = self.route_names();
@@ -538,6 +576,16 @@ impl PoolConfig {
         let dir = self.file.parent().unwrap_or(Path::new(""));
         dir.join(self.state.as_deref().unwrap_or(Path::new(DEFAULT_STATE)))
     }
+
+    /// Where state lives: a `redis://` URL, else the file of [`PoolConfig::state_path`].
+    pub fn state_location(&self) -> StateLocation {
+        match self.state.as_ref().and_then(|s| s.to_str()) {
+            Some(url) if crate::store::redis::is_redis_url(url) => {
+                StateLocation::Redis(url.to_string())
+            }
+            _ => StateLocation::File(self.state_path()),
+        }
+    }
 }
 
 impl ProviderConfig {
@@ -588,6 +636,12 @@ struct RawConfig {
     #[serde(default)]
     state: Option<PathBuf>,
     #[serde(default)]
+    on_store_error: OnStoreError,
+    #[serde(default)]
+    workers: Option<u32>,
+    #[serde(default)]
+    state_timeout_ms: Option<u64>,
+    #[serde(default)]
     limits: BTreeMap<String, crate::admission::Limits>,
     #[serde(default)]
     headroom: Option<f64>,
@@ -607,6 +661,11 @@ impl RawConfig {
             limits: self.limits,
             headroom: self.headroom,
             interactive_floor: self.interactive_floor,
+            on_store_error: self.on_store_error,
+            workers: self.workers.unwrap_or(1),
+            state_timeout_ms: self
+                .state_timeout_ms
+                .unwrap_or(crate::store::redis::DEFAULT_DEADLINE_MS),
         }
     }
 }
@@ -754,5 +813,44 @@ mod tests {
             Path::new("pool.yaml")
         );
         assert_eq!(locate_with(None, None), Path::new("pool.yaml"));
+    }
+
+    const BASE: &str = "providers:\n  a:\n    base_url: http://127.0.0.1:1/v1\n    api_key_env: K\ntiers:\n  t: [a/x]\n";
+
+    fn parse(extra: &str) -> Result<PoolConfig, ConfigError> {
+        PoolConfig::parse(Path::new("/etc/pool.yaml"), &format!("{BASE}{extra}"))
+    }
+
+    #[test]
+    fn shared_state_fields_parse_with_their_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c.on_store_error, OnStoreError::LocalShare);
+        assert_eq!(c.workers, 1);
+        assert_eq!(
+            c.state_location(),
+            StateLocation::File(PathBuf::from("/etc/.poolctl/state.db"))
+        );
+        let c = parse("state: redis://127.0.0.1:6390/2\non_store_error: fail_closed\nworkers: 4\n")
+            .unwrap();
+        assert_eq!(c.on_store_error, OnStoreError::FailClosed);
+        assert_eq!(c.workers, 4);
+        assert_eq!(
+            c.state_location(),
+            StateLocation::Redis("redis://127.0.0.1:6390/2".into())
+        );
+    }
+
+    #[test]
+    fn bad_shared_state_fields_name_the_field_and_never_echo_a_password() {
+        for (extra, field) in [
+            ("workers: 0\n", "workers"),
+            ("on_store_error: fail_open\n", "on_store_error"),
+            ("state: memcache://u:hunter2@h/0\n", "state"),
+            ("state_timeout_ms: 0\n", "state_timeout_ms"),
+        ] {
+            let err = parse(extra).unwrap_err().to_string();
+            assert!(err.contains(field), "{extra}: {err}");
+            assert!(!err.contains("hunter2"), "{err}");
+        }
     }
 }

@@ -10,6 +10,7 @@ pub mod breaker;
 pub mod buckets;
 pub mod budget;
 pub mod capability;
+pub mod capacity;
 pub mod classify;
 pub mod cli;
 pub mod clock;

@@ -1,7 +1,7 @@
 //! Health under concurrency: a transition sees the state it replaces. A request that
 //! will succeed is in flight on a route when an operator (or another request) retires
 //! it: when the success lands, the route stays retired — on the in-memory store and on
-//! the shared SQLite file alike.
+//! the shared SQLite file and the shared Redis alike.
 
 use poolctl::clock::ManualClock;
 use poolctl::dialect::Dialect;
@@ -124,4 +124,12 @@ async fn a_shorter_cooling_never_cuts_a_longer_one_in_sqlite() {
     store.apply(&r, cool(60_000)).await.unwrap();
     let (_, after) = store.apply(&r, cool(5_000)).await.unwrap();
     assert_eq!(after.until(), Some(60_000));
+}
+
+#[tokio::test]
+async fn a_success_in_flight_does_not_unretire_a_route_in_redis() {
+    let server = poolctl::harness::redis_server::RedisServer::must_start();
+    let store =
+        poolctl::store::RedisStore::open(&server.url(), Duration::from_millis(500)).unwrap();
+    retire_while_in_flight(Arc::new(store)).await;
 }

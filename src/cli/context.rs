@@ -2,8 +2,13 @@
 //! health store it names, and reading keys from the environment.
 
 use super::ConfigArg;
-use crate::config::{locate, PoolConfig, CONFIG_ENV};
-use crate::store::SqliteStore;
+use crate::buckets::Buckets;
+use crate::config::{locate, PoolConfig, StateLocation, CONFIG_ENV};
+use crate::router::Router;
+use crate::store::redis_buckets::RedisBuckets;
+use crate::store::shared_buckets::SharedBuckets;
+use crate::store::{FallbackStore, HealthStore, RedisStore, SqliteStore};
+use anyhow::Context;
 use std::sync::Arc;
 
 /// Loads the pool config named by `--config`, `$POOLCTL_CONFIG` or `./pool.yaml`.
@@ -29,14 +34,112 @@ pub fn missing_hint(explicit: bool, env_set: bool) -> String {
     }
 }
 
-/// Opens the health store the config names (default `.poolctl/state.db` beside it).
-/// The store's own errors already name its path.
-pub fn open_store(config: &PoolConfig) -> anyhow::Result<Arc<SqliteStore>> {
-    let path = config.state_path();
-    let store = SqliteStore::open(&path).map_err(|e| {
-        anyhow::anyhow!("{e} (move the file away to start clean: every route is then ready)")
-    })?;
-    Ok(Arc::new(store))
+/// The state store the config names, opened.
+pub struct Opened {
+    pub store: Arc<dyn HealthStore>,
+    /// Where it is (a file, or a Redis URL without credentials).
+    pub name: String,
+}
+
+/// Opens the state store the config names (default `.poolctl/state.db` beside it). Its
+/// errors reach the caller: an operator's `retire` must never claim a change that the
+/// shared store did not take.
+pub fn open_store(config: &PoolConfig) -> anyhow::Result<Opened> {
+    match config.state_location() {
+        StateLocation::File(path) => {
+            // The store's own errors already name its path.
+            let store = SqliteStore::open(&path).map_err(|e| {
+                anyhow::anyhow!(
+                    "{e} (move the file away to start clean: every route is then ready)"
+                )
+            })?;
+            Ok(Opened {
+                store: Arc::new(store),
+                name: path.display().to_string(),
+            })
+        }
+        StateLocation::Redis(url) => {
+            let store = open_redis(config, &url)?;
+            Ok(Opened {
+                name: store.target().to_string(),
+                store: Arc::new(store),
+            })
+        }
+    }
+}
+
+pub fn open_redis(config: &PoolConfig, url: &str) -> anyhow::Result<RedisStore> {
+    let deadline = std::time::Duration::from_millis(config.state_timeout_ms);
+    RedisStore::open(url, deadline).with_context(|| {
+        format!(
+            "{}: cannot use the state store named by `state`",
+            config.file.display()
+        )
+    })
+}
+
+/// A routing store, and the wrapper that counts its degraded decisions (shared stores).
+pub type RoutingStore = (Arc<dyn HealthStore>, Option<Arc<FallbackStore>>);
+
+/// The store a routing command (`walk`) routes on. A shared store is wrapped so that
+/// when it cannot be reached, requests go on with this process's own view; the wrapper
+/// counts every such decision (returned, to be reported).
+pub fn open_routing_store(config: &PoolConfig) -> anyhow::Result<RoutingStore> {
+    match config.state_location() {
+        StateLocation::File(_) => Ok((open_store(config)?.store, None)),
+        StateLocation::Redis(url) => {
+            let shared = open_redis(config, &url)?;
+            let name = shared.target().to_string();
+            let store = Arc::new(FallbackStore::new(Arc::new(shared), name));
+            Ok((store.clone(), Some(store)))
+        }
+    }
+}
+
+/// The buckets a routing command (`walk`, `serve`) spends: this process's own, or with
+/// `state: redis://` the fleet's, in Redis, falling back by `on_store_error`.
+pub enum Admission {
+    Local(Arc<Buckets>),
+    Shared(Arc<SharedBuckets>),
+}
+
+impl Admission {
+    /// Builds them from the config's `limits:` (none: empty local buckets, which admit
+    /// everything at no cost).
+    pub fn open(config: &PoolConfig) -> anyhow::Result<Admission> {
+        let cfg = config.admission();
+        let now = crate::clock::wall_now_ms();
+        match config.state_location() {
+            StateLocation::Redis(url) if !cfg.limits.is_empty() => {
+                let store = open_redis(config, &url)?;
+                let shared = SharedBuckets::new(
+                    RedisBuckets::new(store, &cfg),
+                    &cfg,
+                    config.on_store_error,
+                    config.workers,
+                    now,
+                );
+                Ok(Admission::Shared(Arc::new(shared)))
+            }
+            _ => Ok(Admission::Local(Arc::new(Buckets::new(&cfg, now)))),
+        }
+    }
+
+    /// `router`, spending these buckets.
+    pub fn apply(&self, router: Router) -> Router {
+        match self {
+            Admission::Local(b) => router.with_buckets(b.clone()),
+            Admission::Shared(s) => router.with_shared_buckets(s.clone()),
+        }
+    }
+
+    /// Admission decisions made without the shared store (0 for local buckets).
+    pub fn degraded(&self) -> u64 {
+        match self {
+            Admission::Local(_) => 0,
+            Admission::Shared(s) => s.degraded(),
+        }
+    }
 }
 
 /// Reads a key variable from the process environment.

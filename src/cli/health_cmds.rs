@@ -6,8 +6,8 @@ use super::exit::Exit;
 use super::look::Look;
 use super::{out, render, ConfigArg};
 use crate::clock::wall_now_ms;
+use crate::config::StateLocation;
 use crate::health::{Health, Transition};
-use crate::store::HealthStore;
 use crate::vocab::Route;
 use clap::Args;
 use std::collections::BTreeMap;
@@ -47,7 +47,7 @@ pub struct StatusArgs {
 }
 
 /// `retire --json` and `restore --json`: the route's new state and the one it left.
-fn change_json(route: &Route, now: &Health, before: &Health, store: &std::path::Path) -> String {
+fn change_json(route: &Route, now: &Health, before: &Health, store: &str) -> String {
     let view = |h: &Health| {
         let (state, reason) = match h {
             Health::Ready => ("ready", None),
@@ -71,14 +71,13 @@ pub async fn retire(args: RetireArgs) -> anyhow::Result<Exit> {
     let retire = Transition::Retire {
         reason: args.reason.clone(),
     };
-    let (before, new) = store.apply(&route, retire).await?;
+    let (before, new) = store.store.apply(&route, retire).await?;
     if args.json {
-        out::line(&change_json(&route, &new, &before, store.path()))?;
+        out::line(&change_json(&route, &new, &before, &store.name))?;
     } else {
         out::line(&format!(
             "{route} retired ({}) in {}",
-            args.reason,
-            store.path().display()
+            args.reason, store.name
         ))?;
     }
     Ok(Exit::Ok)
@@ -88,9 +87,9 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let route = config.find_route(&args.route)?;
     let store = open_store(&config)?;
-    let (before, _) = store.apply(&route, Transition::Restore).await?;
+    let (before, _) = store.store.apply(&route, Transition::Restore).await?;
     if args.json {
-        out::line(&change_json(&route, &Health::Ready, &before, store.path()))?;
+        out::line(&change_json(&route, &Health::Ready, &before, &store.name))?;
         return Ok(Exit::Ok);
     }
     let was = match before {
@@ -108,9 +107,17 @@ pub async fn status(args: StatusArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     // A read-only command: with no store yet, every route is ready, and none is created.
     // (A dangling symbolic link counts as there: opening it is refused, loudly.)
-    let present = std::fs::symlink_metadata(config.state_path()).is_ok();
+    let present = match config.state_location() {
+        StateLocation::File(path) => std::fs::symlink_metadata(path).is_ok(),
+        StateLocation::Redis(_) => true,
+    };
     let mut stored: BTreeMap<Route, Health> = if present {
-        open_store(&config)?.list().await?.into_iter().collect()
+        open_store(&config)?
+            .store
+            .list()
+            .await?
+            .into_iter()
+            .collect()
     } else {
         BTreeMap::new()
     };
@@ -124,9 +131,20 @@ pub async fn status(args: StatusArgs, look: &Look) -> anyhow::Result<Exit> {
         .collect();
     rows.extend(stored);
     let now = wall_now_ms();
-    // Admission buckets live in each process (README, "Admission"): a new process's are
-    // full; a gateway's live levels are on its /metrics.
-    let buckets = crate::buckets::Buckets::new(&config.admission(), now).snapshot(now);
+    // With a file store, admission buckets live in each process (README, "Admission"): a
+    // new process's are full, a gateway's live levels are on its /metrics. With
+    // `state: redis://` they are the fleet's, read from Redis (an error if it cannot be:
+    // status never shows levels it did not read).
+    let admission = config.admission();
+    let buckets = match config.state_location() {
+        StateLocation::Redis(url) if !admission.limits.is_empty() => {
+            let store = super::context::open_redis(&config, &url)?;
+            crate::store::redis_buckets::RedisBuckets::new(store, &admission)
+                .snapshot(now)
+                .await?
+        }
+        _ => crate::buckets::Buckets::new(&admission, now).snapshot(now),
+    };
     if args.json {
         out::line(&render::status_json(&rows, now, &buckets).to_string())?;
     } else {

@@ -2,6 +2,7 @@
 //! their arguments into library calls and hand data to `render`; exit codes live in
 //! `exit`.
 
+pub mod capacity;
 pub mod chaos;
 pub mod check;
 pub mod context;
@@ -66,6 +67,11 @@ pub enum Command {
     ///
     /// Exit: 0 valid (warnings allowed); 1 problems found; 2 the file cannot be loaded.
     Check(check::CheckArgs),
+    /// Utilisation of every limited bucket over a window, its trend and sheds, and each
+    /// tier's failover ceiling, from the shared store's usage counters.
+    ///
+    /// Exit: 0 no warning; 1 a warning or a tier whose ceiling fails; 2 usage or config.
+    Capacity(capacity::CapacityArgs),
     /// Serve the router as an OpenAI- and Anthropic-compatible HTTP gateway.
     ///
     /// Exit: 0 on a clean stop (SIGINT / SIGTERM, after draining); 2 config or bind error.
@@ -84,6 +90,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Status(args) => health_cmds::status(args, &look).await,
         Command::Mock(args) => mock::run(args).await,
         Command::Check(args) => check::run(args),
+        Command::Capacity(args) => capacity::run(args).await,
         Command::Serve(args) => serve::run(args).await,
     }
 }

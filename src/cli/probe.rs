@@ -137,9 +137,10 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
         })
         .collect();
 
+    record_provider_limits(&config, &results).await;
     let changes = if args.apply {
         let store = open_store(&config)?;
-        apply(store.as_ref(), &results, wall_now_ms()).await?
+        apply(store.store.as_ref(), &results, wall_now_ms()).await?
     } else {
         Vec::new()
     };
@@ -173,5 +174,33 @@ fn parse_concurrency(s: &str) -> Result<usize, String> {
         _ => Err(format!(
             "must be a whole number from 1 to {MAX_CONCURRENCY}"
         )),
+    }
+}
+
+/// With a shared store, records the limits providers stated (`x-ratelimit-limit-*`,
+/// `anthropic-ratelimit-*-limit`) for `poolctl capacity`. Best effort: a probe's answer
+/// does not depend on it, and a failure is said once.
+async fn record_provider_limits(config: &crate::config::PoolConfig, results: &[ProbeResult]) {
+    use crate::admission::Dimension;
+    let crate::config::StateLocation::Redis(url) = config.state_location() else {
+        return;
+    };
+    let deadline = std::time::Duration::from_millis(config.state_timeout_ms);
+    let Ok(store) = crate::store::RedisStore::open(&url, deadline) else {
+        return;
+    };
+    let b = crate::store::redis_buckets::RedisBuckets::new(store, &config.admission());
+    for r in results {
+        let Some(h) = &r.headroom else { continue };
+        for (dim, limit) in [
+            (Dimension::Rpm, h.requests_limit),
+            (Dimension::Tpm, h.tokens_limit),
+        ] {
+            let Some(limit) = limit else { continue };
+            if let Err(e) = b.record_provider_limit(&r.route, dim, limit).await {
+                eprintln!("poolctl: warning: provider limits not recorded: {e}");
+                return;
+            }
+        }
     }
 }

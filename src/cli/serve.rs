@@ -2,7 +2,7 @@
 //! Parses flags, resolves the pool once, opens the shared health store, and hands the
 //! socket to `serve::listener`. Exit 0 after a clean drain; 2 on config or bind errors.
 
-use super::context::{env_key, load_config, open_store};
+use super::context::{env_key, load_config, open_routing_store, Admission};
 use super::exit::Exit;
 use super::ConfigArg;
 use crate::clock::SystemClock;
@@ -60,14 +60,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     init_logging();
     let config = load_config(&args.config)?;
     let lineup = Lineup::build(&config, &env_key)?;
-    let store = open_store(&config)?;
-    // Admission (the config's `limits`): this process's buckets, as `walk` has.
-    let buckets = Arc::new(crate::buckets::Buckets::new(
-        &config.admission(),
-        crate::clock::wall_now_ms(),
+    // With `state: redis://`, health goes on with this process's own view while Redis
+    // cannot be reached (each such decision counted in /metrics).
+    let (store, shared_health) = open_routing_store(&config)?;
+    // Admission (the config's `limits`): this process's buckets, as `walk` has, or the
+    // fleet's in Redis.
+    let admission = Admission::open(&config)?;
+    let router = admission.apply(crate::router::Router::new(
+        upstream_client(),
+        Arc::new(SystemClock),
+        store,
     ));
-    let router = crate::router::Router::new(upstream_client(), Arc::new(SystemClock), store)
-        .with_buckets(buckets);
     let token = std::env::var(serve::TOKEN_ENV)
         .ok()
         .filter(|t| !t.is_empty())
@@ -87,14 +90,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr()?;
-    let gw = Arc::new(Gateway::new(lineup, router, settings));
+    let state_name = match &shared_health {
+        Some(shared) => shared.target().to_string(),
+        None => config.state_path().display().to_string(),
+    };
+    let mut gw = Gateway::new(lineup, router, settings);
+    gw.shared_health = shared_health;
+    let gw = Arc::new(gw);
     // The address on stdout, alone on its line, so scripts and tests can find the port.
     crate::cli::out::line(&format!("poolctl serve: listening on http://{addr}"))?;
     crate::cli::out::warn(&format!(
         "poolctl serve: {} tiers from {}, health in {}{}",
         gw.lineup.tiers().count(),
         config.file.display(),
-        config.state_path().display(),
+        state_name,
         if gw.settings.token.is_some() {
             format!(", clients must send ${}", serve::TOKEN_ENV)
         } else {

@@ -2,7 +2,7 @@
 //! (seed 002's verification: forcibly retire the primary and watch the chain reach its
 //! end). `--retire` forces routes out for this walk only; the store never sees it.
 
-use super::context::{env_key, load_config, open_store};
+use super::context::{env_key, load_config, open_routing_store, Admission};
 use super::exit::Exit;
 use super::look::Look;
 use super::{out, render, ConfigArg};
@@ -11,7 +11,7 @@ use crate::health::Health;
 use crate::policy::Policy;
 use crate::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
 use crate::router::{CallOptions, Router};
-use crate::store::{HealthStore, OverlayStore};
+use crate::store::OverlayStore;
 use crate::trace::{Report, Step};
 use crate::vocab::{CallPath, Outcome, Route};
 use clap::Args;
@@ -83,13 +83,16 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
             },
         );
     }
-    let base: Arc<dyn HealthStore> = open_store(&config)?;
+    let (base, shared) = open_routing_store(&config)?;
     let store = Arc::new(OverlayStore::new(base, forced));
-    // A walk goes through admission like any request (this process's buckets).
-    let now = crate::clock::wall_now_ms();
-    let buckets = Arc::new(crate::buckets::Buckets::new(&config.admission(), now));
-    let router =
-        Router::new(crate::wire::http_client(), Arc::new(SystemClock), store).with_buckets(buckets);
+    // A walk goes through admission like any request: this process's buckets, or with
+    // `state: redis://` the fleet's.
+    let admission = Admission::open(&config)?;
+    let router = admission.apply(Router::new(
+        crate::wire::http_client(),
+        Arc::new(SystemClock),
+        store,
+    ));
     let degrade = match &policy.degrade_tier {
         Some(name) => Some(config.tier(name, &env_key)?),
         None => None,
@@ -125,6 +128,13 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
         }),
     };
     let report: Report = router.call(&tier, &req, opts).await.report;
+    let degraded = shared.map_or(0, |s| s.degraded()) + admission.degraded();
+    if degraded > 0 {
+        // The episode was logged once as it began; this is the count.
+        out::warn(&format!(
+            "poolctl: state store degraded: {degraded} decisions made without it (health on this process's own view, admission by on_store_error)"
+        ));
+    }
     if args.json {
         out::line_checked(&render::walk_json(&args.tier, &report).to_string())?;
     } else {

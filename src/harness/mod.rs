@@ -4,6 +4,7 @@
 
 pub mod compare;
 pub mod mock;
+pub mod redis_server;
 pub mod runner;
 pub mod scenario;
 pub mod stream_server;

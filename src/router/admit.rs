@@ -8,6 +8,7 @@ use super::{Router, Walk};
 use crate::admission::{Cost, Spent, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::failure::Headers;
 use crate::route::RouteSpec;
+use crate::store::shared_buckets::Hold;
 use crate::trace::{Report, Skip, SkipWhy};
 use crate::vocab::CallPath;
 
@@ -33,12 +34,14 @@ impl Router {
     /// Admits the route at try-order position `pos`, holding its reservation in the
     /// walk; `false` (the skip recorded) when its buckets cannot hold the cost now, or
     /// when a request ahead in the queue waits for the same provider.
-    pub(super) fn admit(&self, walk: &mut Walk<'_>, report: &mut Report, pos: usize) -> bool {
+    pub(super) async fn admit(&self, walk: &mut Walk<'_>, report: &mut Report, pos: usize) -> bool {
         let buckets = &self.inner.buckets;
         if buckets.is_empty() {
             return true;
         }
         let spec = &walk.tier.routes[walk.order[pos]];
+        // With shared buckets, `buckets` is their local share: the same covers, so the
+        // same provider groups for the queue.
         let Some(cover) = buckets.cover(&spec.route) else {
             return true;
         };
@@ -48,13 +51,20 @@ impl Router {
         let place = walk.ticket.as_ref().map(|t| t.place);
         let refused = if self.inner.queue.blocked(place, priority, cover.group()) {
             // Someone ahead waits for this provider: its turn first, then ours.
-            Some(
-                buckets
-                    .wait_ms(&cover, cost, priority, now)
-                    .map(|w| w.max(1)),
-            )
+            let wait = match &self.inner.shared {
+                Some(shared) => Box::pin(shared.wait_ms(&spec.route, cost, priority, now)).await,
+                None => buckets.wait_ms(&cover, cost, priority, now),
+            };
+            Some(wait.map(|w| w.max(1)))
         } else {
-            match buckets.acquire(&cover, cost, priority, now) {
+            let got = match &self.inner.shared {
+                // Boxed: the shared path's future stays out of every walk's state.
+                Some(shared) => Box::pin(shared.acquire(&spec.route, cost, priority, now)).await,
+                None => buckets
+                    .acquire(&cover, cost, priority, now)
+                    .map(Hold::Local),
+            };
+            match got {
                 Ok(r) => {
                     walk.reservation = Some(r);
                     // Admitted: the request leaves the queue now, not when it ends, so
@@ -84,36 +94,67 @@ impl Router {
 
     /// Trues the current reservation up to what the attempt spent, then lowers the
     /// buckets to the provider's own remaining counts in `headers`.
-    pub(super) fn settle_admission(&self, walk: &mut Walk<'_>, spent: Spent, headers: &Headers) {
-        if let Some(r) = walk.reservation.take() {
-            let remaining = crate::admission::remaining_counts(headers);
-            self.inner
-                .buckets
-                .settle(r, spent, &remaining, self.inner.clock.now_ms());
+    pub(super) async fn settle_admission(
+        &self,
+        walk: &mut Walk<'_>,
+        spent: Spent,
+        headers: &Headers,
+    ) {
+        let Some(held) = walk.reservation.take() else {
+            return;
+        };
+        let remaining = crate::admission::remaining_counts(headers);
+        let now = self.inner.clock.now_ms();
+        match (held, &self.inner.shared) {
+            (Hold::Unlimited, _) => {}
+            (Hold::Local(r), None) => self.inner.buckets.settle(r, spent, &remaining, now),
+            (held, Some(shared)) => Box::pin(shared.settle(held, spent, &remaining, now)).await,
+            (Hold::Shared(_), None) => unreachable!("a shared reservation without shared buckets"),
         }
     }
 
     /// Gives back a reservation whose route was not called after all.
-    pub(super) fn release_admission(&self, walk: &mut Walk<'_>) {
-        self.settle_admission(walk, Spent::Nothing, &Headers::default());
+    pub(super) async fn release_admission(&self, walk: &mut Walk<'_>) {
+        self.settle_admission(walk, Spent::Nothing, &Headers::default())
+            .await;
     }
 
     /// How long until the current route's buckets hold one more call (row 4 needs it):
     /// `Some(0)` at once or without limits, `None` never.
-    pub(super) fn retry_admission_ms(&self, walk: &Walk<'_>) -> Option<u64> {
+    pub(super) async fn retry_admission_ms(&self, walk: &Walk<'_>) -> Option<u64> {
         let buckets = &self.inner.buckets;
         if buckets.is_empty() {
             return Some(0);
         }
         let spec = &walk.tier.routes[walk.current()];
-        match buckets.cover(&spec.route) {
-            Some(cover) => buckets.wait_ms(
-                &cover,
-                cost_on(walk, spec),
-                walk.opts.priority,
-                self.inner.clock.now_ms(),
-            ),
-            None => Some(0),
+        let Some(cover) = buckets.cover(&spec.route) else {
+            return Some(0);
+        };
+        let (cost, priority) = (cost_on(walk, spec), walk.opts.priority);
+        let now = self.inner.clock.now_ms();
+        match &self.inner.shared {
+            Some(shared) => Box::pin(shared.wait_ms(&spec.route, cost, priority, now)).await,
+            None => buckets.wait_ms(&cover, cost, priority, now),
+        }
+    }
+
+    /// How long until `route`'s buckets (the fleet's, when shared) would admit `cost` at
+    /// `priority`: `Some(0)` now or without limits, `None` never. For a shed's
+    /// Retry-After.
+    pub async fn admission_wait_ms(
+        &self,
+        route: &crate::vocab::Route,
+        cost: Cost,
+        priority: crate::admission::Priority,
+    ) -> Option<u64> {
+        let buckets = &self.inner.buckets;
+        let Some(cover) = buckets.cover(route) else {
+            return Some(0);
+        };
+        let now = self.inner.clock.now_ms();
+        match &self.inner.shared {
+            Some(shared) => shared.wait_ms(route, cost, priority, now).await,
+            None => buckets.wait_ms(&cover, cost, priority, now),
         }
     }
 

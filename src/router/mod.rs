@@ -4,7 +4,7 @@
 //! [`settlement`] asks `classify`, `decide` and `transition` — pure functions — and
 //! records the attempt. The async loop here only calls the wire and sleeps between
 //! attempts. `Router` is `Send + Sync` and cheap to clone: every request through one
-//! router shares its health, breakers and session affinities.
+//! router shares its store (health and breakers) and session affinities.
 
 mod admit;
 mod selection;
@@ -13,8 +13,7 @@ mod settlement;
 use crate::admission::Priority;
 use crate::admission_queue::{AdmissionQueue, Ticket};
 use crate::answer::{Answer, FinishReason, StreamEvent};
-use crate::breaker;
-use crate::buckets::{Buckets, Reservation};
+use crate::buckets::Buckets;
 use crate::budget::Spent;
 use crate::capability::Needs;
 use crate::classify::{classify, Verdict};
@@ -24,12 +23,13 @@ use crate::failure::UpstreamFailure;
 use crate::outcome::{failure_reason, outcome_of};
 use crate::policy::{Policy, SafeReplay};
 use crate::request::{ChatRequest, Request, Usage};
+use crate::store::shared_buckets::{Hold, SharedBuckets};
 use crate::store::HealthStore;
 use crate::trace::{Report, SkipWhy, Step};
 use crate::vocab::{Action, CallPath, Class, Outcome, Route};
 use crate::wire;
 use selection::Snapshot;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 pub use crate::route::{RouteSpec, Tier};
@@ -90,11 +90,15 @@ struct Inner {
     store: Arc<dyn HealthStore>,
     /// Backoff jitter. Seeded in the harness so a scenario's waits repeat exactly.
     rng: Mutex<fastrand::Rng>,
-    breakers: Mutex<BTreeMap<Route, breaker::State>>,
     /// Session key → the route that last served it.
     sessions: Mutex<HashMap<String, Route>>,
-    /// Admission buckets: this process's budget (empty when no `limits:`).
+    /// Admission buckets: this process's budget (empty when no `limits:`). With shared
+    /// buckets, the local share they fall back on (and the provider groups the queue
+    /// orders by).
     buckets: Arc<Buckets>,
+    /// The fleet's buckets in the shared store (`state: redis://`), when set: admission
+    /// spends these, not `buckets`.
+    shared: Option<Arc<SharedBuckets>>,
     /// Requests waiting for admission, in priority order.
     queue: Arc<AdmissionQueue>,
 }
@@ -250,7 +254,7 @@ struct Walk<'a> {
     /// Health of the routes from `pos` on, read once per selection.
     snapshot: Snapshot,
     /// What the current route's admitted call holds until it is settled.
-    reservation: Option<Reservation>,
+    reservation: Option<Hold>,
     /// Routes this selection skipped for admission: try-order position, the refill
     /// each needs (`None`: never), and its provider group.
     refused: Vec<(usize, Option<u64>, usize)>,
@@ -281,9 +285,9 @@ impl Router {
                 clock,
                 store,
                 rng: Mutex::new(fastrand::Rng::new()),
-                breakers: Mutex::new(BTreeMap::new()),
                 sessions: Mutex::new(HashMap::new()),
                 buckets: Arc::new(Buckets::new(&Default::default(), 0)),
+                shared: None,
                 queue: Arc::default(),
             }),
         }
@@ -292,22 +296,38 @@ impl Router {
     /// The same router, spending `buckets` before every upstream call. Call it on a
     /// router just built: clones made before it keep the old buckets.
     pub fn with_buckets(self, buckets: Arc<Buckets>) -> Self {
+        self.with_admission(buckets, None)
+    }
+
+    /// The same router, spending the fleet's `shared` buckets before every upstream
+    /// call (and, while the shared store fails, its local share, by `on_store_error`).
+    pub fn with_shared_buckets(self, shared: Arc<SharedBuckets>) -> Self {
+        self.with_admission(shared.local().clone(), Some(shared))
+    }
+
+    fn with_admission(self, buckets: Arc<Buckets>, shared: Option<Arc<SharedBuckets>>) -> Self {
         match Arc::try_unwrap(self.inner) {
             Ok(mut inner) => {
                 inner.buckets = buckets;
+                inner.shared = shared;
                 Router {
                     inner: Arc::new(inner),
                 }
             }
-            Err(shared) => {
+            Err(other) => {
                 let r = Router::new(
-                    shared.client.clone(),
-                    shared.clock.clone(),
-                    shared.store.clone(),
+                    other.client.clone(),
+                    other.clock.clone(),
+                    other.store.clone(),
                 );
-                r.with_buckets(buckets)
+                r.with_admission(buckets, shared)
             }
         }
+    }
+
+    /// The fleet's shared buckets, when admission spends them.
+    pub fn shared_buckets(&self) -> Option<&Arc<SharedBuckets>> {
+        self.inner.shared.as_ref()
     }
 
     /// This router's admission buckets (levels, sheds).
@@ -364,7 +384,10 @@ impl Router {
             // Counted per priority class and per route that refused it.
             for skip in &called.report.skipped {
                 if skip.why == SkipWhy::Admission {
-                    self.inner.buckets.record_shed(opts.priority, &skip.route);
+                    match &self.inner.shared {
+                        Some(shared) => shared.record_shed(opts.priority, &skip.route).await,
+                        None => self.inner.buckets.record_shed(opts.priority, &skip.route),
+                    }
                 }
             }
         }
@@ -608,7 +631,7 @@ impl Router {
             loop {
                 let spent = self.spent(&walk, report.attempts.len() as u32);
                 if !spent.allows(walk.opts.policy, 0, 0.0) {
-                    self.release_admission(&mut walk);
+                    self.release_admission(&mut walk).await;
                     walk.last_why = Some(Why::BudgetSpent);
                     break 'chain;
                 }
@@ -632,7 +655,8 @@ impl Router {
                     Ok(reply) => reply.headers(),
                     Err(f) => &f.headers,
                 };
-                self.settle_admission(&mut walk, spent_by(&result), headers);
+                self.settle_admission(&mut walk, spent_by(&result), headers)
+                    .await;
                 let now = clock.now_ms();
                 let dropped = match walk.chat {
                     Some(chat) => wire::dropped(spec.endpoint.wire, chat),
@@ -675,7 +699,7 @@ impl Router {
                         // The retry is an upstream call: it needs admission, checked
                         // after its wait, and never queues.
                         let pos = walk.pos;
-                        if !self.admit(&mut walk, &mut report, pos) {
+                        if !self.admit(&mut walk, &mut report, pos).await {
                             walk.refused.pop();
                             walk.pos += 1;
                             continue 'chain;

@@ -7,9 +7,9 @@ use crate::breaker::{self, Admit};
 use crate::capability::cannot_serve;
 use crate::clock::UnixMs;
 use crate::health::Health;
-use crate::route::Tier;
+use crate::route::{RouteSpec, Tier};
 use crate::trace::{Report, Skip, SkipWhy, Step};
-use crate::vocab::{HealthState, Route};
+use crate::vocab::HealthState;
 
 /// The health of the routes ahead, each read from the store at most once per selection
 /// (positions are try-order positions). Read on demand rather than all at once, so that
@@ -144,31 +144,40 @@ impl Router {
                 continue;
             }
             let pos = walk.pos;
-            if !self.admit(walk, report, pos) {
+            if !self.admit(walk, report, pos).await {
                 walk.pos += 1;
                 continue;
             }
             let route = &walk.tier.routes[idx];
-            if let Some(cfg) = &route.policy.breaker {
+            if let Some(cfg) = route.policy.breaker {
                 let now = self.inner.clock.now_ms();
-                let mut breakers = lock(&self.inner.breakers);
-                let state = breakers.entry(route.route.clone()).or_default();
-                let blocked = match breaker::admit(state, cfg, now) {
-                    Admit::Yes => None,
-                    Admit::Trial => {
+                let admitted = self
+                    .inner
+                    .store
+                    .breaker(&route.route, cfg, breaker::Step::Admit { now })
+                    .await;
+                let blocked = match admitted {
+                    Ok(breaker::Answer::Admit(Admit::Yes)) => None,
+                    Ok(breaker::Answer::Admit(Admit::Trial)) => {
                         walk.trial = true;
                         None
                     }
-                    Admit::Open(until) => Some((
+                    Ok(breaker::Answer::Admit(Admit::Open(until))) => Some((
                         SkipWhy::Open,
                         Some(format!("open for {} ms more", until - now)),
                     )),
-                    Admit::Busy => Some((SkipWhy::HalfOpen, None)),
+                    Ok(breaker::Answer::Admit(Admit::Busy)) => Some((SkipWhy::HalfOpen, None)),
+                    // An unreadable store must not take traffic down: health still
+                    // guards the route.
+                    Ok(breaker::Answer::Recorded(_)) => None,
+                    Err(e) => {
+                        report.notes.push(e.to_string());
+                        None
+                    }
                 };
-                drop(breakers);
                 if let Some((why, cause)) = blocked {
                     // Not called after all: its reservation comes back whole.
-                    self.release_admission(walk);
+                    self.release_admission(walk).await;
                     let skip = Skip {
                         route: route.route.clone(),
                         why,
@@ -262,7 +271,7 @@ impl Router {
             let eligible = (i == 0 || walk.opts.policy.approves_fallback(&spec.route))
                 && cannot_serve(&spec.facts, &needs).is_none()
                 && larger_than.is_none_or(|w| spec.facts.context_window.is_some_and(|c| c > w))
-                && !self.breaker_open(&spec.route, now);
+                && !self.breaker_open(spec, now).await;
             if !eligible {
                 continue;
             }
@@ -274,8 +283,13 @@ impl Router {
         None
     }
 
-    fn breaker_open(&self, route: &Route, now: UnixMs) -> bool {
-        matches!(lock(&self.inner.breakers).get(route), Some(breaker::State::Open { until, .. }) if now < *until)
+    /// Whether the route has a breaker and it is open; an unreadable store says no.
+    async fn breaker_open(&self, spec: &RouteSpec, now: UnixMs) -> bool {
+        if spec.policy.breaker.is_none() {
+            return false;
+        }
+        let open = self.inner.store.breaker_open(&spec.route, now).await;
+        open.unwrap_or(false)
     }
 }
 

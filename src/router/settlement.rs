@@ -74,7 +74,11 @@ impl Router {
         };
         // The breaker first: an attempt that opens it must not be retried on the route it
         // just closed off (issue 9, item 12); the request moves to the fallback instead.
-        let breaker_open_until = self.record_breaker(walk, seen.verdict.class, now);
+        let breaker_open_until = self
+            .record_breaker(walk, report, seen.verdict.class, now)
+            .await;
+        // Row 4 needs it: whether the buckets would hold a retry on this route, and when.
+        let retry_admission_ms = self.retry_admission_ms(walk).await;
         let (decision, cost_usd, target) = self.judge(
             walk,
             report,
@@ -83,6 +87,7 @@ impl Router {
             next_fallback,
             larger.is_some(),
             breaker_open_until.is_some(),
+            retry_admission_ms,
         );
         let health = match target {
             Some(target) => self.store_health(walk, report, target).await,
@@ -100,16 +105,6 @@ impl Router {
         decision
     }
 
-    /// Records the attempt in its route's breaker; when it opened it, until when.
-    fn record_breaker(&self, walk: &Walk<'_>, class: Class, now: UnixMs) -> Option<UnixMs> {
-        let spec = &walk.tier.routes[walk.current()];
-        spec.policy.breaker.as_ref().and_then(|cfg| {
-            let mut breakers = lock(&self.inner.breakers);
-            let state = breakers.entry(spec.route.clone()).or_default();
-            breaker::record(state, cfg, walk.trial, !is_route_fault(class), now)
-        })
-    }
-
     /// The decision for one attempt and the health it asks for. Pure but for the jitter
     /// draw.
     #[allow(clippy::too_many_arguments)]
@@ -122,6 +117,7 @@ impl Router {
         next_fallback: Option<usize>,
         larger_window_available: bool,
         breaker_opened: bool,
+        retry_admission_ms: Option<u64>,
     ) -> (Decision, f64, Option<Health>) {
         let spec = &walk.tier.routes[walk.current()];
         let cost_usd = estimate_cost_usd(&spec.facts, &walk.needs);
@@ -146,7 +142,7 @@ impl Router {
                 .map(|i| estimate_cost_usd(&walk.tier.routes[i].facts, &walk.needs))
                 .unwrap_or(0.0),
             jitter: lock(&self.inner.rng).f64(),
-            retry_admission_ms: self.retry_admission_ms(walk),
+            retry_admission_ms,
         };
         let decision = decide(&situation);
         if decision.action == Action::Fallback && class == Class::ContextOverflow {
@@ -184,6 +180,32 @@ impl Router {
                 change
             }
             // An unwritable store must not take traffic down; the trace says so.
+            Err(e) => {
+                report.notes.push(e.to_string());
+                None
+            }
+        }
+    }
+
+    /// Records the attempt on the route's breaker, in the store; when it opened the
+    /// breaker, until when.
+    async fn record_breaker(
+        &self,
+        walk: &Walk<'_>,
+        report: &mut Report,
+        class: Class,
+        now: UnixMs,
+    ) -> Option<UnixMs> {
+        let spec = &walk.tier.routes[walk.current()];
+        let cfg = spec.policy.breaker?;
+        let op = breaker::Step::Record {
+            trial: walk.trial,
+            ok: !is_route_fault(class),
+            now,
+        };
+        match self.inner.store.breaker(&spec.route, cfg, op).await {
+            Ok(breaker::Answer::Recorded(opened)) => opened,
+            Ok(breaker::Answer::Admit(_)) => None,
             Err(e) => {
                 report.notes.push(e.to_string());
                 None

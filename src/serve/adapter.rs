@@ -263,32 +263,33 @@ pub async fn ready_again_in_ms(router: &Router, tier: &Tier) -> Option<u64> {
 /// the routes that refused it (`None` when no refill ever would). The cost is the
 /// router's output reservation (the model's maximum, else 4 096) without the input
 /// estimate, so this is the earliest instant, never later than the router's own.
-pub fn shed_retry_after_ms(
+pub async fn shed_retry_after_ms(
     router: &Router,
     tier: &Tier,
     report: &Report,
     priority: Priority,
 ) -> Option<u64> {
-    let buckets = router.buckets();
-    let now = router.clock().now_ms();
-    report
+    let mut earliest: Option<u64> = None;
+    let refused = report
         .skipped
         .iter()
-        .filter(|s| s.why == crate::trace::SkipWhy::Admission)
-        .filter_map(|s| {
-            let spec = tier.routes.iter().find(|r| r.route == s.route)?;
-            let cover = buckets.cover(&s.route)?;
-            let cost = crate::admission::Cost {
-                input_tokens: 0,
-                output_tokens: spec
-                    .facts
-                    .max_output_tokens
-                    .unwrap_or(crate::admission::DEFAULT_MAX_OUTPUT_TOKENS),
-            };
-            buckets.wait_ms(&cover, cost, priority, now)
-        })
-        .min()
-        .map(|ms| ms.max(1))
+        .filter(|s| s.why == crate::trace::SkipWhy::Admission);
+    for s in refused {
+        let Some(spec) = tier.routes.iter().find(|r| r.route == s.route) else {
+            continue;
+        };
+        let cost = crate::admission::Cost {
+            input_tokens: 0,
+            output_tokens: spec
+                .facts
+                .max_output_tokens
+                .unwrap_or(crate::admission::DEFAULT_MAX_OUTPUT_TOKENS),
+        };
+        if let Some(ms) = router.admission_wait_ms(&s.route, cost, priority).await {
+            earliest = Some(earliest.map_or(ms, |e| e.min(ms)));
+        }
+    }
+    earliest.map(|ms| ms.max(1))
 }
 
 /// Whether the stored health of every route of `tier` can be read and one is ready

@@ -155,6 +155,27 @@ fn flavor_of(path: &str) -> Flavor {
     }
 }
 
+/// Decisions made without the shared state store (`state: redis://`): health on this
+/// process's own view, admission by `on_store_error`. Zero with a local store.
+fn degraded_metrics(gw: &Gateway) -> String {
+    let health = gw.shared_health.as_ref();
+    let admission = gw.router.shared_buckets();
+    format!(
+        "# HELP poolctl_store_degraded_total Decisions made without the shared state store, by what was decided.\n\
+         # TYPE poolctl_store_degraded_total counter\n\
+         poolctl_store_degraded_total{{decision=\"health\"}} {}\n\
+         poolctl_store_degraded_total{{decision=\"admission\"}} {}\n\
+         # HELP poolctl_store_degraded_episodes_total Times the shared state store stopped answering.\n\
+         # TYPE poolctl_store_degraded_episodes_total counter\n\
+         poolctl_store_degraded_episodes_total{{decision=\"health\"}} {}\n\
+         poolctl_store_degraded_episodes_total{{decision=\"admission\"}} {}\n",
+        health.map_or(0, |h| h.degraded()),
+        admission.map_or(0, |a| a.degraded()),
+        health.map_or(0, |h| h.episodes()),
+        admission.map_or(0, |a| a.episodes()),
+    )
+}
+
 /// Serves one request. Never panics outward: the listener catches what escapes.
 pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
     let sw = Stopwatch::start();
@@ -167,11 +188,13 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         (&Method::GET, "/metrics") => {
             let health = adapter::route_states(&gw.router, &gw.lineup.routes()).await;
             let buckets = gw.router.buckets();
-            let mut body = gw.metrics.render(
-                &health,
-                &buckets.sheds(),
-                &buckets.snapshot(crate::clock::wall_now_ms()),
-            );
+            let now = crate::clock::wall_now_ms();
+            // Levels as admission sees them: the fleet's when the buckets are shared.
+            let levels = match gw.router.shared_buckets() {
+                Some(shared) => shared.snapshot(now).await,
+                None => buckets.snapshot(now),
+            };
+            let mut body = gw.metrics.render(&health, &buckets.sheds(), &levels);
             body.push_str(&format!(
                 "# HELP poolctl_buffered_body_bytes Request-body bytes buffered now, over all requests.\n\
                  # TYPE poolctl_buffered_body_bytes gauge\npoolctl_buffered_body_bytes {}\n\
@@ -180,6 +203,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
                 gw.buffered_body_bytes(),
                 gw.metrics.body_waits()
             ));
+            body.push_str(&degraded_metrics(&gw));
             let mut r = Response::new(full(body));
             r.headers_mut().insert(
                 CONTENT_TYPE,
@@ -460,7 +484,7 @@ impl Ask {
 
     pub(super) async fn failure(&self, choice: &Choice<'_>, report: &Report) -> ApiError {
         let retry_after_ms = if report.outcome == Outcome::Shed {
-            adapter::shed_retry_after_ms(&self.gw.router, choice.tier, report, self.priority)
+            adapter::shed_retry_after_ms(&self.gw.router, choice.tier, report, self.priority).await
         } else {
             adapter::ready_again_in_ms(&self.gw.router, choice.tier).await
         };

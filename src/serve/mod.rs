@@ -72,6 +72,8 @@ pub struct Gateway {
     pub router: Router,
     pub metrics: metrics::Metrics,
     pub settings: Settings,
+    /// The shared health store's wrapper (`state: redis://`), for its degraded counts.
+    pub shared_health: Option<std::sync::Arc<crate::store::FallbackStore>>,
     /// The upstream keys, only to mask them out of upstream messages.
     keys: Vec<Secret>,
     /// One permit per request-body byte buffered now (`max_buffered_body_bytes`).
@@ -103,6 +105,7 @@ impl Gateway {
             router,
             metrics: metrics::Metrics::default(),
             settings,
+            shared_health: None,
             keys,
             next_id: AtomicU64::new(1),
             draining: AtomicBool::new(false),

@@ -1,7 +1,10 @@
 //! In-process health, for the chaos harness and tests: each scenario gets a fresh one.
-//! A transition runs under the map's lock, so it sees exactly the state it replaces.
+//! A transition (or a breaker step) runs under its map's lock, so it sees exactly the
+//! state it replaces.
 
 use super::{ready, HealthStore, StoreFuture};
+use crate::breaker::{self, BreakerConfig};
+use crate::clock::UnixMs;
 use crate::health::{apply, Health, Transition};
 use crate::vocab::Route;
 use std::collections::btree_map::Entry;
@@ -11,6 +14,14 @@ use std::sync::Mutex;
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     routes: Mutex<BTreeMap<Route, Health>>,
+    /// Breaker states other than the fresh closed one.
+    breakers: Mutex<BTreeMap<Route, breaker::State>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere while holding the lock cannot leave a half-written entry
+    // (inserts are single operations), so the poisoned map is still sound.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl MemoryStore {
@@ -19,9 +30,35 @@ impl MemoryStore {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Route, Health>> {
-        // A panic elsewhere while holding the lock cannot leave a half-written Health
-        // (inserts are single operations), so the poisoned map is still sound.
-        self.routes.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.routes)
+    }
+
+    /// Applies a breaker step at once.
+    pub fn breaker_now(
+        &self,
+        route: &Route,
+        cfg: &BreakerConfig,
+        op: breaker::Step,
+    ) -> breaker::Answer {
+        let mut map = lock(&self.breakers);
+        match map.get_mut(route) {
+            Some(state) => {
+                let answer = breaker::step(state, cfg, op);
+                if state.is_fresh() {
+                    map.remove(route);
+                }
+                answer
+            }
+            None => {
+                // Most routes' breakers are closed with no history: no entry, no clone.
+                let mut state = breaker::State::default();
+                let answer = breaker::step(&mut state, cfg, op);
+                if !state.is_fresh() {
+                    map.insert(route.clone(), state);
+                }
+                answer
+            }
+        }
     }
 
     /// Applies `t` at once (the memory store never waits and never fails).
@@ -54,6 +91,31 @@ impl MemoryStore {
     pub fn get_now(&self, route: &Route) -> Health {
         self.lock().get(route).cloned().unwrap_or(Health::Ready)
     }
+
+    /// Sets a route's health as another store answered it (a mirror of a shared store).
+    pub fn put(&self, route: &Route, health: Health) {
+        let mut map = self.lock();
+        if health == Health::Ready {
+            map.remove(route);
+        } else if map.get(route) != Some(&health) {
+            map.insert(route.clone(), health);
+        }
+    }
+
+    /// Every route with a stored state, sorted by route.
+    pub fn list_now(&self) -> Vec<(Route, Health)> {
+        self.lock()
+            .iter()
+            .map(|(r, h)| (r.clone(), h.clone()))
+            .collect()
+    }
+
+    /// Whether the route's breaker is open at `now`.
+    pub fn breaker_open_now(&self, route: &Route, now: UnixMs) -> bool {
+        lock(&self.breakers)
+            .get(route)
+            .is_some_and(|s| s.is_open(now))
+    }
 }
 
 impl HealthStore for MemoryStore {
@@ -76,14 +138,23 @@ impl HealthStore for MemoryStore {
     }
 
     fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>> {
-        ready(Ok(self
-            .lock()
-            .iter()
-            .map(|(r, h)| (r.clone(), h.clone()))
-            .collect()))
+        ready(Ok(self.list_now()))
     }
 
     fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)> {
         ready(Ok(self.apply_now(route, t)))
+    }
+
+    fn breaker<'a>(
+        &'a self,
+        route: &'a Route,
+        cfg: BreakerConfig,
+        op: breaker::Step,
+    ) -> StoreFuture<'a, breaker::Answer> {
+        ready(Ok(self.breaker_now(route, &cfg, op)))
+    }
+
+    fn breaker_open<'a>(&'a self, route: &'a Route, now: UnixMs) -> StoreFuture<'a, bool> {
+        ready(Ok(self.breaker_open_now(route, now)))
     }
 }

@@ -5,15 +5,27 @@
 //! in [`crate::health::apply`]. Concurrent requests and other processes change health at
 //! once, and no update may be lost: a success in flight while a route was retired
 //! leaves it retired.
+//!
+//! Each route's circuit breaker lives beside its health, in the same store, and changes
+//! the same way: a [`breaker::Step`] (data) that the store applies atomically with the
+//! pure [`breaker::step`]. So a fleet that shares a store shares its breakers too.
 
+mod fallback;
 mod memory;
 mod overlay;
+pub mod redis;
+pub mod redis_buckets;
+pub mod shared_buckets;
 mod sqlite;
 
+pub use self::redis::RedisStore;
+pub use fallback::{Degraded, FallbackStore, LogSink};
 pub use memory::MemoryStore;
 pub use overlay::OverlayStore;
 pub use sqlite::SqliteStore;
 
+use crate::breaker::{self, BreakerConfig};
+use crate::clock::UnixMs;
 use crate::health::{Health, Transition};
 use crate::vocab::Route;
 use std::future::Future;
@@ -73,6 +85,27 @@ pub trait HealthStore: Send + Sync {
     fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>>;
     /// Applies `t` atomically to the route's current health; returns (old, new).
     fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)>;
+    /// Applies `op` atomically to the route's breaker state; returns what it answered.
+    fn breaker<'a>(
+        &'a self,
+        route: &'a Route,
+        cfg: BreakerConfig,
+        op: breaker::Step,
+    ) -> StoreFuture<'a, breaker::Answer>;
+    /// Whether the route's breaker is open at `now`: a read, no trial slot taken.
+    fn breaker_open<'a>(&'a self, route: &'a Route, now: UnixMs) -> StoreFuture<'a, bool>;
+}
+
+/// What a process does with admission while the shared store cannot be reached
+/// (`on_store_error`, spec/cli.md v2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnStoreError {
+    /// Each process keeps `1 / workers` of each bucket locally, counted as degraded.
+    #[default]
+    LocalShare,
+    /// Shed, with reason `admission`.
+    FailClosed,
 }
 
 /// A store answer that is ready at once (the in-memory stores).

@@ -3,6 +3,8 @@
 //! real store, which never learns of the forcing.
 
 use super::{HealthStore, StoreFuture};
+use crate::breaker::{self, BreakerConfig};
+use crate::clock::UnixMs;
 use crate::health::{Health, Transition};
 use crate::vocab::Route;
 use std::collections::BTreeMap;
@@ -58,5 +60,19 @@ impl HealthStore for OverlayStore {
             Some(h) => super::ready(Ok((h.clone(), h.clone()))),
             None => self.base.apply(route, t),
         }
+    }
+
+    // Breakers are never forced: a forced route is skipped before its breaker is asked.
+    fn breaker<'a>(
+        &'a self,
+        route: &'a Route,
+        cfg: BreakerConfig,
+        op: breaker::Step,
+    ) -> StoreFuture<'a, breaker::Answer> {
+        self.base.breaker(route, cfg, op)
+    }
+
+    fn breaker_open<'a>(&'a self, route: &'a Route, now: UnixMs) -> StoreFuture<'a, bool> {
+        self.base.breaker_open(route, now)
     }
 }

@@ -7,9 +7,13 @@
 //! wait for a writer, go first to a second connection on the caller's thread with no busy
 //! wait at all, so a request does not pay two thread hops for its health; a read that
 //! would have to wait goes to the thread instead. The file is created 0600; it holds route
-//! states and reasons, never keys.
+//! states and reasons, never keys. Breaker states sit beside the health rows, in their own
+//! table (a route may have a breaker history while it is ready), changed by the same kind
+//! of transaction.
 
 use super::{HealthStore, StoreError, StoreFuture};
+use crate::breaker::{self, BreakerConfig};
+use crate::clock::UnixMs;
 use crate::health::{apply, Health, Transition};
 use crate::vocab::Route;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -83,6 +87,10 @@ impl SqliteStore {
                  state      TEXT NOT NULL CHECK (state IN ('cooling', 'retired')),
                  until_ms   INTEGER,
                  reason     TEXT NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS breaker (
+                 route      TEXT PRIMARY KEY,
+                 state      TEXT NOT NULL
              );",
         )
         .map_err(|e| err(e.to_string()))?;
@@ -291,6 +299,55 @@ impl HealthStore for SqliteStore {
             Ok((old, new))
         })
     }
+
+    fn breaker<'a>(
+        &'a self,
+        route: &'a Route,
+        cfg: BreakerConfig,
+        op: breaker::Step,
+    ) -> StoreFuture<'a, breaker::Answer> {
+        let route = route.as_str().to_string();
+        self.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let old = read_breaker(&tx, &route)?;
+            let mut state = old.clone();
+            let answer = breaker::step(&mut state, &cfg, op);
+            if state != old {
+                if state.is_fresh() {
+                    tx.execute("DELETE FROM breaker WHERE route = ?1", params![route])?;
+                } else {
+                    tx.execute(
+                        "INSERT INTO breaker (route, state) VALUES (?1, ?2)
+                         ON CONFLICT(route) DO UPDATE SET state = ?2",
+                        params![route, state.encode()],
+                    )?;
+                }
+            }
+            tx.commit()?;
+            Ok(answer)
+        })
+    }
+
+    fn breaker_open<'a>(&'a self, route: &'a Route, now: UnixMs) -> StoreFuture<'a, bool> {
+        let route = route.as_str().to_string();
+        self.run(move |conn| Ok(read_breaker(conn, &route)?.is_open(now)))
+    }
+}
+
+fn read_breaker(conn: &Connection, route: &str) -> rusqlite::Result<breaker::State> {
+    let text: Option<String> = conn
+        .query_row(
+            "SELECT state FROM breaker WHERE route = ?1",
+            params![route],
+            |r| r.get(0),
+        )
+        .optional()?;
+    // An unreadable state is a fresh breaker: the breaker is an optimisation, and health
+    // still guards the route.
+    Ok(text
+        .as_deref()
+        .and_then(breaker::State::decode)
+        .unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -336,6 +393,42 @@ mod tests {
         block_on(s.apply(&r, Transition::Restore)).unwrap();
         assert!(block_on(s.list()).unwrap().is_empty());
         assert_eq!(block_on(s.integrity_check()).unwrap(), "ok");
+    }
+
+    #[test]
+    fn breaker_state_is_shared_through_the_file() {
+        use crate::breaker::{Admit, Answer, Step};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let r = Route::parse("a/x").unwrap();
+        let cfg = BreakerConfig {
+            consecutive_failures: 2,
+            open_ms: 1_000,
+            ..BreakerConfig::default()
+        };
+        let fail = Step::Record {
+            trial: false,
+            ok: false,
+            now: 0,
+        };
+        // Two processes' failures add up: each opens the file on its own.
+        block_on(SqliteStore::open(&path).unwrap().breaker(&r, cfg, fail)).unwrap();
+        let other = SqliteStore::open(&path).unwrap();
+        assert_eq!(
+            block_on(other.breaker(&r, cfg, fail)).unwrap(),
+            Answer::Recorded(Some(1_000))
+        );
+        assert!(block_on(other.breaker_open(&r, 500)).unwrap());
+        let third = SqliteStore::open(&path).unwrap();
+        assert_eq!(
+            block_on(third.breaker(&r, cfg, Step::Admit { now: 1_000 })).unwrap(),
+            Answer::Admit(Admit::Trial)
+        );
+        assert_eq!(
+            block_on(other.breaker(&r, cfg, Step::Admit { now: 1_000 })).unwrap(),
+            Answer::Admit(Admit::Busy),
+            "the trial slot taken through another handle is taken"
+        );
     }
 
     #[cfg(unix)]

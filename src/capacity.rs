@@ -1,0 +1,350 @@
+//! `poolctl capacity`, the numbers someone watches (seed 004): for each limited bucket,
+//! its utilisation as a percentage of the contract per minute over a window (p95, now,
+//! trend), its sheds per priority class, the provider's own limit where `probe` saw it;
+//! for each tier, the failover ceiling: if the primary went to zero, could the approved
+//! backups' free capacity absorb its observed p95 per-minute load? Pure: the numbers in,
+//! the report out; the CLI reads the store and prints.
+
+use crate::admission::{Dimension, Priority};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Utilisation at or above this share of the contract, at the p95, is a warning.
+pub const SUSTAINED_PCT: f64 = 70.0;
+
+/// One bucket's recorded use over the window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketUse {
+    pub bucket: String,
+    pub dimension: Dimension,
+    pub contract: u64,
+    pub capacity: f64,
+    /// What was spent in each minute of the window, oldest first (0 for a quiet minute).
+    pub per_minute: Vec<f64>,
+    pub shed: BTreeMap<Priority, u64>,
+    /// The provider's own limit on this dimension, as `probe` recorded it.
+    pub provider_limit: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BucketReport {
+    pub bucket: String,
+    pub dimension: Dimension,
+    pub contract: u64,
+    pub capacity: f64,
+    pub utilisation_pct_p95: f64,
+    pub utilisation_pct_now: f64,
+    pub slope_pct_per_hour: f64,
+    pub shed: BTreeMap<&'static str, u64>,
+    pub provider_limit: Option<u64>,
+    pub warnings: Vec<String>,
+    /// Per-minute utilisation, for the sparkline (not in `--json`).
+    #[serde(skip)]
+    pub series_pct: Vec<f64>,
+}
+
+/// The p95 of `xs` (nearest rank); 0 for none.
+pub fn p95(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    let mut s = xs.to_vec();
+    s.sort_by(f64::total_cmp);
+    let rank = (0.95 * s.len() as f64).ceil() as usize;
+    s[rank.clamp(1, s.len()) - 1]
+}
+
+/// The least-squares slope of `ys` per step (a minute); 0 with fewer than two points.
+pub fn slope_per_step(ys: &[f64]) -> f64 {
+    let n = ys.len() as f64;
+    if ys.len() < 2 {
+        return 0.0;
+    }
+    let mean_x = (n - 1.0) / 2.0;
+    let mean_y = ys.iter().sum::<f64>() / n;
+    let (mut num, mut den) = (0.0, 0.0);
+    for (i, y) in ys.iter().enumerate() {
+        let dx = i as f64 - mean_x;
+        num += dx * (y - mean_y);
+        den += dx * dx;
+    }
+    num / den
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+pub fn bucket_report(u: &BucketUse) -> BucketReport {
+    let contract = u.contract.max(1) as f64;
+    let series: Vec<f64> = u.per_minute.iter().map(|x| x / contract * 100.0).collect();
+    let p = p95(&series);
+    let now = series.last().copied().unwrap_or(0.0);
+    let slope_h = slope_per_step(&series) * 60.0;
+    let mut warnings = Vec::new();
+    let name = format!("{} {}", u.bucket, u.dimension.as_str());
+    if p >= SUSTAINED_PCT {
+        warnings.push(format!(
+            "{name}: p95 utilisation {:.1} % is at or above {SUSTAINED_PCT} % of the contract",
+            p
+        ));
+    }
+    if slope_h > 0.0 && now < 100.0 && now + slope_h * 24.0 >= 100.0 {
+        warnings.push(format!(
+            "{name}: at {:+.1} %/h it reaches 100 % of the contract in {:.1} h",
+            slope_h,
+            (100.0 - now) / slope_h
+        ));
+    }
+    if let Some(limit) = u.provider_limit.filter(|l| *l < u.contract) {
+        warnings.push(format!(
+            "{name}: the configured contract {} is larger than the provider's own limit {limit}",
+            u.contract
+        ));
+    }
+    BucketReport {
+        bucket: u.bucket.clone(),
+        dimension: u.dimension,
+        contract: u.contract,
+        capacity: u.capacity,
+        utilisation_pct_p95: round1(p),
+        utilisation_pct_now: round1(now),
+        slope_pct_per_hour: round1(slope_h),
+        shed: Priority::ALL
+            .iter()
+            .map(|p| (p.as_str(), u.shed.get(p).copied().unwrap_or(0)))
+            .collect(),
+        provider_limit: u.provider_limit,
+        warnings,
+        series_pct: series,
+    }
+}
+
+/// One dimension of a tier's failover ceiling.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CeilingDimension {
+    pub dimension: Dimension,
+    pub primary_load_p95: f64,
+    /// `None`: some backup has no limit on this dimension (nothing bounds it here).
+    pub backups_free: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TierCeiling {
+    pub tier: String,
+    pub primary: String,
+    pub ceiling_holds: bool,
+    pub dimensions: Vec<CeilingDimension>,
+    pub warnings: Vec<String>,
+}
+
+/// The buckets that cover a route, per dimension: what it used per minute (p95) and its
+/// contract. A route covered by no bucket on a dimension is unbounded there.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RouteLoad {
+    /// Per dimension: the covering buckets' names, each with its contract and p95 use.
+    pub buckets: BTreeMap<Dimension, Vec<(String, f64, f64)>>,
+}
+
+/// The failover ceiling of a tier whose primary is `primary` and whose approved
+/// backups are `backups`: per dimension the primary limits, its observed p95 load
+/// against the backups' free capacity (contract − p95 use, each bucket counted once,
+/// the tightest bucket of a route deciding).
+pub fn ceiling(
+    tier: &str,
+    primary: (&str, &RouteLoad),
+    backups: &[(&str, &RouteLoad)],
+) -> TierCeiling {
+    let mut dims = Vec::new();
+    let mut warnings = Vec::new();
+    for (dim, covering) in &primary.1.buckets {
+        // The primary's load: what its own tightest bucket saw.
+        let load = covering
+            .iter()
+            .map(|(_, _, used)| *used)
+            .fold(0.0, f64::max);
+        let mut free = Some(0.0);
+        let mut counted: Vec<&str> = Vec::new();
+        for (_, b) in backups {
+            match b.buckets.get(dim) {
+                None => free = None,
+                Some(bs) => {
+                    // A route's free capacity is its tightest covering bucket's, and a
+                    // bucket shared by two backups is counted once.
+                    let tightest = bs
+                        .iter()
+                        .min_by(|x, y| (x.1 - x.2).total_cmp(&(y.1 - y.2)))
+                        .expect("a covering list is never empty");
+                    if !counted.contains(&tightest.0.as_str()) {
+                        counted.push(&tightest.0);
+                        if let Some(f) = free.as_mut() {
+                            *f += (tightest.1 - tightest.2).max(0.0);
+                        }
+                    }
+                }
+            }
+        }
+        if backups.is_empty() {
+            free = Some(0.0);
+        }
+        if let Some(f) = free.filter(|f| *f < load) {
+            warnings.push(format!(
+                "backups absorb {:.0} of {:.0} {}: {:.0} %",
+                f,
+                load,
+                dim.as_str(),
+                if load > 0.0 { f / load * 100.0 } else { 100.0 }
+            ));
+        }
+        dims.push(CeilingDimension {
+            dimension: *dim,
+            primary_load_p95: round1(load),
+            backups_free: free.map(round1),
+        });
+    }
+    TierCeiling {
+        tier: tier.to_string(),
+        primary: primary.0.to_string(),
+        ceiling_holds: warnings.is_empty(),
+        dimensions: dims,
+        warnings,
+    }
+}
+
+/// A sparkline of percentages (0 to 100, clamped), one character per minute.
+pub fn sparkline(pcts: &[f64]) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    pcts.iter()
+        .map(|p| BARS[((p.clamp(0.0, 100.0) / 100.0) * 7.0).round() as usize])
+        .collect()
+}
+
+/// `30m`, `2h`, `1d`, `90s`: a window in ms.
+pub fn parse_window(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{s}`: give a unit (s, m, h or d), e.g. 30m"))?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("`{s}`: not a duration such as 30m, 2h or 1d"))?;
+    let ms = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (s, m, h or d)")),
+    };
+    match n.checked_mul(ms) {
+        Some(w) if (60_000..=8 * 86_400_000).contains(&w) => Ok(w),
+        _ => Err(format!(
+            "`{s}`: the window must be between 1m and 8d (usage is kept 8 days)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn use_of(per_minute: Vec<f64>) -> BucketUse {
+        BucketUse {
+            bucket: "openai/gpt-4o".into(),
+            dimension: Dimension::Rpm,
+            contract: 100,
+            capacity: 90.0,
+            per_minute,
+            shed: BTreeMap::new(),
+            provider_limit: None,
+        }
+    }
+
+    #[test]
+    fn p95_is_the_nearest_rank() {
+        let xs: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(p95(&xs), 19.0);
+        assert_eq!(p95(&[5.0]), 5.0);
+        assert_eq!(p95(&[]), 0.0);
+    }
+
+    #[test]
+    fn sustained_use_warns_and_a_quiet_bucket_does_not() {
+        let hot = bucket_report(&use_of(vec![72.0; 30]));
+        assert_eq!(hot.utilisation_pct_p95, 72.0);
+        assert_eq!(hot.warnings.len(), 1, "{:?}", hot.warnings);
+        let quiet = bucket_report(&use_of(vec![10.0; 30]));
+        assert!(quiet.warnings.is_empty(), "{:?}", quiet.warnings);
+        assert_eq!(quiet.slope_pct_per_hour, 0.0);
+    }
+
+    #[test]
+    fn a_slope_that_reaches_100_within_a_day_warns() {
+        // +1 % per minute from 0: 60 %/h.
+        let r = bucket_report(&use_of((0..30).map(f64::from).collect()));
+        assert_eq!(r.slope_pct_per_hour, 60.0);
+        assert!(
+            r.warnings.iter().any(|w| w.contains("reaches 100 %")),
+            "{:?}",
+            r.warnings
+        );
+        // +0.01 % per minute from 1 %: 0.6 %/h, not within a day.
+        let r = bucket_report(&use_of(
+            (0..30).map(|i| 1.0 + f64::from(i) * 0.01).collect(),
+        ));
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn a_contract_above_the_providers_limit_warns() {
+        let mut u = use_of(vec![0.0]);
+        u.provider_limit = Some(60);
+        assert!(bucket_report(&u).warnings[0].contains("larger than the provider's own limit 60"));
+    }
+
+    fn load(buckets: &[(Dimension, &str, f64, f64)]) -> RouteLoad {
+        let mut l = RouteLoad::default();
+        for (d, n, c, u) in buckets {
+            l.buckets
+                .entry(*d)
+                .or_default()
+                .push((n.to_string(), *c, *u));
+        }
+        l
+    }
+
+    #[test]
+    fn the_ceiling_counts_a_shared_bucket_once_and_says_no_with_the_numbers() {
+        let primary = load(&[(Dimension::Rpm, "openai/gpt-4o", 500.0, 420.0)]);
+        let b1 = load(&[(Dimension::Rpm, "anthropic", 100.0, 10.0)]);
+        let b2 = load(&[(Dimension::Rpm, "anthropic", 100.0, 10.0)]);
+        let b3 = load(&[(Dimension::Rpm, "groq/x", 120.0, 30.0)]);
+        let c = ceiling(
+            "high",
+            ("openai/gpt-4o", &primary),
+            &[("anthropic/a", &b1), ("anthropic/b", &b2), ("groq/x", &b3)],
+        );
+        assert!(!c.ceiling_holds);
+        assert_eq!(c.dimensions[0].backups_free, Some(180.0));
+        assert_eq!(
+            c.warnings,
+            vec!["backups absorb 180 of 420 rpm: 43 %".to_string()]
+        );
+        let big = load(&[(Dimension::Rpm, "groq/y", 1_000.0, 0.0)]);
+        assert!(ceiling("high", ("p", &primary), &[("groq/y", &big)]).ceiling_holds);
+        assert!(
+            !ceiling("high", ("p", &primary), &[]).ceiling_holds,
+            "no backup absorbs nothing"
+        );
+    }
+
+    #[test]
+    fn windows_and_sparklines() {
+        assert_eq!(parse_window("30m"), Ok(1_800_000));
+        assert_eq!(parse_window("1d"), Ok(86_400_000));
+        assert!(parse_window("10").unwrap_err().contains("unit"));
+        assert!(parse_window("9d").unwrap_err().contains("8d"));
+        assert!(parse_window("5x").unwrap_err().contains("unknown unit"));
+        assert_eq!(sparkline(&[0.0, 50.0, 100.0, 250.0]), "▁▅██");
+    }
+}

@@ -1,0 +1,236 @@
+//! A fleet's admission: the buckets in Redis, and what a process does while Redis
+//! cannot be reached (`on_store_error`). It must neither hang (every call is bounded by
+//! the store's deadline, and during an episode Redis is tried again only every
+//! `fallback::RETRY_MS`) nor silently multiply the limit:
+//!
+//! - `local_share`: each process admits from local buckets of `1 / workers` of each
+//!   contract, so the fleet as a whole stays within one contract (plus what the shared
+//!   buckets had already admitted when Redis went away);
+//! - `fail_closed`: refused (never fits: the router sheds it, reason `admission`).
+//!
+//! Each such decision is counted and logged once per episode.
+
+use super::redis_buckets::{RedisBuckets, RedisReservation};
+use super::{Degraded, OnStoreError};
+use crate::admission::{Cost, Dimension, Limits, Priority, Spent};
+use crate::buckets::{AdmissionConfig, Buckets, Refused, Reservation};
+use crate::clock::UnixMs;
+use crate::vocab::Route;
+use std::sync::Arc;
+
+/// What an admitted call holds until it is settled.
+#[derive(Debug)]
+pub enum Hold {
+    /// No limit covers the route.
+    Unlimited,
+    Shared(RedisReservation),
+    /// Admitted from this process's local share while the shared store failed.
+    Local(Reservation),
+}
+
+pub struct SharedBuckets {
+    shared: RedisBuckets,
+    local: Arc<Buckets>,
+    on_error: OnStoreError,
+    degraded: Degraded,
+}
+
+/// `cfg` with every contract divided by `workers` (rounded down: never more than the
+/// share).
+pub fn local_share(cfg: &AdmissionConfig, workers: u32) -> AdmissionConfig {
+    let w = u64::from(workers.max(1));
+    let share = |c: Option<u64>| c.map(|c| c / w);
+    AdmissionConfig {
+        limits: cfg
+            .limits
+            .iter()
+            .map(|(k, l)| {
+                (
+                    k.clone(),
+                    Limits {
+                        rpm: share(l.rpm),
+                        tpm: share(l.tpm),
+                        itpm: share(l.itpm),
+                        otpm: share(l.otpm),
+                    },
+                )
+            })
+            .collect(),
+        ..cfg.clone()
+    }
+}
+
+impl SharedBuckets {
+    pub fn new(
+        shared: RedisBuckets,
+        cfg: &AdmissionConfig,
+        on_error: OnStoreError,
+        workers: u32,
+        now: UnixMs,
+    ) -> Self {
+        let meanwhile = match on_error {
+            OnStoreError::LocalShare => {
+                "admission uses this process's local share (1 / workers) of each bucket"
+            }
+            OnStoreError::FailClosed => {
+                "admission sheds every limited request (on_store_error: fail_closed)"
+            }
+        };
+        let target = shared.store().target().to_string();
+        SharedBuckets {
+            shared,
+            local: Arc::new(Buckets::new(&local_share(cfg, workers), now)),
+            on_error,
+            degraded: Degraded::new(target, meanwhile),
+        }
+    }
+
+    /// Sends the episode log lines to `log` instead of stderr.
+    pub fn with_log(mut self, log: super::LogSink) -> Self {
+        self.degraded = self.degraded.with_log(log);
+        self
+    }
+
+    /// Decisions made without the shared store, in all.
+    pub fn degraded(&self) -> u64 {
+        self.degraded.decisions()
+    }
+
+    pub fn episodes(&self) -> u64 {
+        self.degraded.episodes()
+    }
+
+    /// The local share's buckets (what a degraded process admits from).
+    pub fn local(&self) -> &Arc<Buckets> {
+        &self.local
+    }
+
+    /// How long until the refill alone would admit `cost` on `route`'s buckets
+    /// (`Some(0)`: now, `None`: never), in Redis; while Redis fails, by
+    /// `on_store_error` (the local share's refill, or never).
+    pub async fn wait_ms(
+        &self,
+        route: &Route,
+        cost: Cost,
+        priority: Priority,
+        now: UnixMs,
+    ) -> Option<u64> {
+        let cover = self.shared.cover(route)?;
+        if let Some(attempt) = self.degraded.try_shared() {
+            match self.shared.wait_ms(&cover, cost, priority, now).await {
+                Ok(wait) => {
+                    self.degraded.answered(attempt);
+                    return wait;
+                }
+                Err(e) => self.degraded.failed(&e),
+            }
+        }
+        match self.on_error {
+            OnStoreError::FailClosed => None,
+            OnStoreError::LocalShare => match self.local.cover(route) {
+                Some(c) => self.local.wait_ms(&c, cost, priority, now),
+                None => Some(0),
+            },
+        }
+    }
+
+    /// Every bucket's level as the fleet shares it; while Redis fails, the local share's
+    /// (what this process admits from meanwhile). Not an admission decision: not counted.
+    pub async fn snapshot(&self, now: UnixMs) -> Vec<crate::buckets::BucketView> {
+        if self.degraded.healthy().is_some() {
+            if let Ok(views) = self.shared.snapshot(now).await {
+                return views;
+            }
+        }
+        self.local.snapshot(now)
+    }
+
+    /// Counts a shed here and in Redis (where `poolctl capacity` reads the fleet's).
+    /// During an episode Redis is not asked (a count is not a decision, so it is not
+    /// counted as degraded); a count Redis does not take opens one.
+    pub async fn record_shed(&self, priority: Priority, route: &Route) {
+        self.local.record_shed(priority, route);
+        if let Some(attempt) = self.degraded.healthy() {
+            match self.shared.record_shed(priority, route).await {
+                Ok(()) => self.degraded.answered(attempt),
+                Err(e) => self.degraded.failed(&e),
+            }
+        }
+    }
+
+    /// Admits `cost` on every bucket that covers `route`, in Redis; while Redis fails,
+    /// by `on_store_error`.
+    pub async fn acquire(
+        &self,
+        route: &Route,
+        cost: Cost,
+        priority: Priority,
+        now: UnixMs,
+    ) -> Result<Hold, Refused> {
+        let Some(cover) = self.shared.cover(route) else {
+            return Ok(Hold::Unlimited);
+        };
+        if let Some(attempt) = self.degraded.try_shared() {
+            match self.shared.acquire(&cover, cost, priority, now).await {
+                Ok(got) => {
+                    self.degraded.answered(attempt);
+                    return got.map(Hold::Shared);
+                }
+                Err(e) => self.degraded.failed(&e),
+            }
+        }
+        match self.on_error {
+            OnStoreError::FailClosed => Err(Refused { wait_ms: None }),
+            OnStoreError::LocalShare => match self.local.cover(route) {
+                Some(c) => self.local.acquire(&c, cost, priority, now).map(Hold::Local),
+                None => Ok(Hold::Unlimited),
+            },
+        }
+    }
+
+    /// Trues a reservation up. A shared one whose settle fails is left to the refill:
+    /// its unused part is not refunded, which can only under-admit.
+    pub async fn settle(
+        &self,
+        held: Hold,
+        spent: Spent,
+        remaining: &[(Dimension, u64)],
+        now: UnixMs,
+    ) {
+        match held {
+            Hold::Unlimited => {}
+            Hold::Local(r) => self.local.settle(r, spent, remaining, now),
+            Hold::Shared(r) => {
+                let attempt = self.degraded.begin();
+                match self.shared.settle(&r, spent, remaining, now).await {
+                    Ok(()) => self.degraded.answered(attempt),
+                    Err(e) => self.degraded.failed(&e),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_local_share_never_rounds_up() {
+        let mut limits = std::collections::BTreeMap::new();
+        limits.insert(
+            "a".to_string(),
+            Limits {
+                rpm: Some(10),
+                tpm: Some(3),
+                ..Limits::default()
+            },
+        );
+        let cfg = AdmissionConfig {
+            limits,
+            ..AdmissionConfig::default()
+        };
+        let l = local_share(&cfg, 4).limits["a"];
+        assert_eq!((l.rpm, l.tpm, l.itpm), (Some(2), Some(0), None));
+    }
+}
