@@ -668,6 +668,17 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_message_beside_a_decisive_code_still_lets_the_code_decide() {
+        // Found by the rewording property: SiliconFlow's empty-balance 403 with "" as its
+        // message was read as auth, which retires the route for good.
+        let body = r#"{"code":30001,"message":"","data":null}"#;
+        assert_eq!(
+            class(Dialect::Siliconflow, 403, body),
+            Class::QuotaExhausted
+        );
+    }
+
+    #[test]
     fn misworded_429_is_a_rate_limit() {
         let body =
             r#"{"error":{"message":"请登录platform进行实名认证以获取更高rpm","type":"requests"}}"#;

@@ -154,6 +154,11 @@ impl ErrorFields {
                     None if is_error_object => {
                         obj.get("message").map(|m| mask_owned(m.to_string()))?
                     }
+                    // An empty message beside a code (SiliconFlow's 403 `30001` with
+                    // `"message": ""`): the code still decides.
+                    None if code.is_some() && obj.get("message").is_some_and(Value::is_string) => {
+                        String::new()
+                    }
                     None => return None,
                 };
                 if code.is_none() && kind.is_none() && !is_error_object {
