@@ -102,6 +102,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         }
     ));
     serve::listener::serve(listener, gw, stop_signal()).await;
+    serve::log::flush();
     crate::cli::out::warn("poolctl serve: stopped");
     Ok(Exit::Ok)
 }
@@ -119,42 +120,11 @@ fn upstream_client() -> reqwest::Client {
         .unwrap_or_else(|_| crate::wire::http_client())
 }
 
-/// One line per event on stderr; `RUST_LOG`-style filtering is left to the operator's
-/// log pipeline, so the default is simply info.
+/// One line per event on stderr (`serve::log`: masked, written by a log thread);
+/// `RUST_LOG`-style filtering is left to the operator's log pipeline, so the default is
+/// simply info.
 fn init_logging() {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(|| MaskedLine(Vec::with_capacity(256)))
-        .with_ansi(false)
-        .with_target(false)
-        .with_max_level(tracing::Level::INFO)
-        .try_init();
-}
-
-/// One log event, written to stderr in one piece when tracing is done with it, with
-/// every registered key masked (`secret::mask`): a value that reached a log field by
-/// any road (a client's model name, a prompt the operator asked for) cannot carry a key.
-struct MaskedLine(Vec<u8>);
-
-impl std::io::Write for MaskedLine {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Drop for MaskedLine {
-    fn drop(&mut self) {
-        use std::io::Write;
-        let text = String::from_utf8_lossy(&self.0);
-        // Nowhere left to report a failed log write.
-        let _ = std::io::stderr()
-            .lock()
-            .write_all(crate::secret::mask(&text).as_bytes());
-    }
+    serve::log::init();
 }
 
 /// Ctrl-C, or SIGTERM where there is one.

@@ -10,6 +10,7 @@ pub mod errors;
 pub mod handler;
 pub mod ingress;
 pub mod listener;
+pub mod log;
 pub mod metrics;
 pub mod respond;
 pub mod status;
