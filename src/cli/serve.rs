@@ -60,7 +60,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     init_logging();
     let config = load_config(&args.config)?;
     let lineup = Lineup::build(&config, &env_key)?;
-    let store = open_store(&config)?;
+    // Cached, and validated by an inotify watch on the file: a request's two health
+    // reads cost no SQLite transaction, and a change by any process is seen at once.
+    let store = serve::health_cache::over(open_store(&config)?, &config.state_path());
     // Admission (the config's `limits`): this process's buckets, as `walk` has.
     let buckets = Arc::new(crate::buckets::Buckets::new(
         &config.admission(),

@@ -8,6 +8,7 @@ pub mod choose;
 pub mod egress;
 pub mod errors;
 pub mod handler;
+pub mod health_cache;
 pub mod ingress;
 pub mod listener;
 pub mod log;
