@@ -17,6 +17,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let cli::Command::Serve(args) = &cli.command {
+        cli::serve::no_huge_pages();
         builder.worker_threads(cli::serve::worker_threads(args));
     }
     let runtime = match builder.enable_all().build() {

@@ -40,34 +40,129 @@ fn to_bytes(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
 
-/// A `chat.completion` body.
+/// A `chat.completion` body, serialized straight from typed fields: no `Value` tree
+/// (maps, strings copied in, all freed again) on every answer. Field order is the
+/// alphabetical one `json!` gives, so the bytes are the same as they always were.
 pub fn openai_completion(id: &str, created: i64, r: &Reply) -> Vec<u8> {
-    let mut message = json!({"role": "assistant", "content": r.text});
-    if !r.tool_calls.is_empty() {
-        if r.text.is_empty() {
-            message["content"] = Value::Null;
+    let tool_calls: Vec<WireToolCall<'_>> = r
+        .tool_calls
+        .iter()
+        .map(|c| WireToolCall {
+            function: WireFunction {
+                arguments: c.arguments.to_string(),
+                name: &c.name,
+            },
+            id: &c.id,
+            kind: "function",
+        })
+        .collect();
+    let content = (r.tool_calls.is_empty() || !r.text.is_empty()).then_some(r.text.as_str());
+    let body = Completion {
+        choices: [CompletionChoice {
+            finish_reason: openai_finish(&r.finish),
+            index: 0,
+            logprobs: (),
+            message: Message {
+                content,
+                role: "assistant",
+                tool_calls,
+            },
+        }],
+        created,
+        id,
+        model: &r.model,
+        object: "chat.completion",
+        usage: r.usage.as_ref().map(WireUsage::of),
+    };
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+// Field names in alphabetical order throughout: the order `serde_json::Value` writes.
+#[derive(serde::Serialize)]
+struct Completion<'a> {
+    choices: [CompletionChoice<'a>; 1],
+    created: i64,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<WireUsage>,
+}
+
+#[derive(serde::Serialize)]
+struct CompletionChoice<'a> {
+    finish_reason: &'a str,
+    index: u32,
+    logprobs: (),
+    message: Message<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct Message<'a> {
+    content: Option<&'a str>,
+    role: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WireToolCall<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct WireToolCall<'a> {
+    function: WireFunction<'a>,
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(serde::Serialize)]
+struct WireFunction<'a> {
+    arguments: String,
+    name: &'a str,
+}
+
+#[derive(serde::Serialize)]
+struct WireUsage {
+    completion_tokens: u64,
+    prompt_tokens: u64,
+    total_tokens: u64,
+}
+
+impl WireUsage {
+    fn of(u: &Usage) -> WireUsage {
+        WireUsage {
+            completion_tokens: u.output_tokens,
+            prompt_tokens: u.input_tokens,
+            total_tokens: u.input_tokens + u.output_tokens,
         }
-        message["tool_calls"] = r
-            .tool_calls
-            .iter()
-            .map(|c| {
-                json!({"id": c.id, "type": "function",
-                       "function": {"name": c.name, "arguments": c.arguments.to_string()}})
-            })
-            .collect();
     }
-    let mut body = json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": created,
-        "model": r.model,
-        "choices": [{"index": 0, "message": message, "logprobs": null,
-                     "finish_reason": openai_finish(&r.finish)}],
-    });
-    if let Some(u) = &r.usage {
-        body["usage"] = openai_usage(u);
-    }
-    to_bytes(&body)
+}
+
+/// One `chat.completion.chunk`, typed like `Completion`; `D` is the delta.
+#[derive(serde::Serialize)]
+struct Chunk<'a, D: serde::Serialize> {
+    choices: [ChunkChoice<'a, D>; 1],
+    created: i64,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+    /// `Some(())` is `"usage": null`; `None` leaves the field out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<()>,
+}
+
+#[derive(serde::Serialize)]
+struct ChunkChoice<'a, D: serde::Serialize> {
+    delta: D,
+    finish_reason: Option<&'a str>,
+    index: u32,
+    logprobs: (),
+}
+
+/// The delta of a text chunk, the one a stream sends hundreds of.
+#[derive(serde::Serialize)]
+struct TextDelta<'a> {
+    content: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
 }
 
 /// An Anthropic `message` body.
@@ -133,22 +228,47 @@ impl OpenAiStream {
             delta["role"] = json!("assistant");
             self.role_sent = true;
         }
-        let mut v = json!({
-            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-        });
-        if self.include_usage {
+        self.typed_chunk(delta, finish)
+    }
+
+    fn typed_chunk<D: serde::Serialize>(&self, delta: D, finish: Option<&str>) -> Vec<u8> {
+        let chunk = Chunk {
+            choices: [ChunkChoice {
+                delta,
+                finish_reason: finish,
+                index: 0,
+                logprobs: (),
+            }],
+            created: self.created,
+            id: &self.id,
+            model: &self.model,
+            object: "chat.completion.chunk",
             // OpenAI sends `usage: null` on every chunk but the last when usage is asked for.
-            v["usage"] = Value::Null;
-        }
-        data_line(&v)
+            usage: self.include_usage.then_some(()),
+        };
+        let mut out = Vec::with_capacity(160 + self.model.len());
+        out.extend_from_slice(b"data: ");
+        // Writing to a Vec cannot fail, and these types always serialize.
+        let _ = serde_json::to_writer(&mut out, &chunk);
+        out.extend_from_slice(b"\n\n");
+        out
+    }
+
+    fn text_chunk(&mut self, text: &str) -> Vec<u8> {
+        let role = (!std::mem::replace(&mut self.role_sent, true)).then_some("assistant");
+        self.typed_chunk(
+            TextDelta {
+                content: text,
+                role,
+            },
+            None,
+        )
     }
 
     /// The bytes for one event; empty for an event the OpenAI shape carries elsewhere.
     pub fn event(&mut self, e: &Event) -> Vec<u8> {
         match e {
-            Event::Text(t) => self.chunk(json!({"content": t}), None),
+            Event::Text(t) => self.text_chunk(t),
             Event::ToolCall {
                 index,
                 id,
@@ -407,6 +527,80 @@ mod tests {
                 output_tokens: 2,
                 cached_tokens: None,
             }),
+        }
+    }
+
+    /// The `Value`-built body the typed one replaced: the reference for its bytes.
+    fn value_completion(id: &str, created: i64, r: &Reply) -> Vec<u8> {
+        let mut message = json!({"role": "assistant", "content": r.text});
+        if !r.tool_calls.is_empty() {
+            if r.text.is_empty() {
+                message["content"] = Value::Null;
+            }
+            message["tool_calls"] = r
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    json!({"id": c.id, "type": "function",
+                           "function": {"name": c.name, "arguments": c.arguments.to_string()}})
+                })
+                .collect();
+        }
+        let mut body = json!({
+            "id": id,
+            "object": "chat.completion",
+            "created": created,
+            "model": r.model,
+            "choices": [{"index": 0, "message": message, "logprobs": null,
+                         "finish_reason": openai_finish(&r.finish)}],
+        });
+        if let Some(u) = &r.usage {
+            body["usage"] = openai_usage(u);
+        }
+        to_bytes(&body)
+    }
+
+    #[test]
+    fn typed_completion_bodies_are_byte_for_byte_the_value_built_ones() {
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            name: "lookup".into(),
+            arguments: json!({"q": "a \"quoted\" ünï", "n": [1, 2.5]}),
+        };
+        let mut no_usage = reply("plain", vec![], Finish::Stop);
+        no_usage.usage = None;
+        for r in [
+            reply("OK", vec![], Finish::Stop),
+            reply("", vec![], Finish::Length),
+            reply("", vec![call("c1"), call("c2")], Finish::ToolCalls),
+            reply(
+                "text and a call",
+                vec![call("c3")],
+                Finish::Other("weird".into()),
+            ),
+            reply("esc \n \u{1b} </script>", vec![], Finish::ContentFilter),
+            no_usage,
+        ] {
+            assert_eq!(
+                String::from_utf8(openai_completion("chatcmpl-poolctl-9", 1_700_000_000, &r))
+                    .unwrap(),
+                String::from_utf8(value_completion("chatcmpl-poolctl-9", 1_700_000_000, &r))
+                    .unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn typed_text_chunks_are_byte_for_byte_the_value_built_ones() {
+        for include_usage in [false, true] {
+            let mut typed = OpenAiStream::new("c-1".into(), 5, "m".into(), include_usage);
+            let mut reference = OpenAiStream::new("c-1".into(), 5, "m".into(), include_usage);
+            for text in ["first", "second \"q\"", ""] {
+                assert_eq!(
+                    String::from_utf8(typed.event(&Event::Text(text.into()))).unwrap(),
+                    String::from_utf8(reference.chunk(json!({"content": text}), None)).unwrap()
+                );
+            }
         }
     }
 

@@ -35,14 +35,16 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-const SERVED_BY: &str = "x-poolctl-served-by";
-const OUTCOME: &str = "x-poolctl-outcome";
-const ATTEMPTS: &str = "x-poolctl-attempts";
-const SHOULD_RETRY: &str = "x-should-retry";
+// Names built at compile time: `from_static` checks its argument, which at run time
+// cost a table look-up per header per response.
+const SERVED_BY: HeaderName = HeaderName::from_static("x-poolctl-served-by");
+const OUTCOME: HeaderName = HeaderName::from_static("x-poolctl-outcome");
+const ATTEMPTS: HeaderName = HeaderName::from_static("x-poolctl-attempts");
+const SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 
-fn set(headers: &mut HeaderMap, name: &'static str, value: &str) {
+fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
-        headers.insert(HeaderName::from_static(name), v);
+        headers.insert(name, v);
     }
 }
 
@@ -58,9 +60,9 @@ fn json_response(status: u16, body: Vec<u8>) -> Response<Body> {
 pub fn error_response(e: &ApiError, flavor: Flavor) -> Response<Body> {
     let mut r = json_response(e.status, e.body(flavor));
     let h = r.headers_mut();
-    set(h, SHOULD_RETRY, "false");
+    h.insert(SHOULD_RETRY, HeaderValue::from_static("false"));
     if let Some(secs) = e.retry_after_secs {
-        set(h, "retry-after", &secs.to_string());
+        h.insert(hyper::header::RETRY_AFTER, HeaderValue::from(secs));
     }
     r
 }
@@ -75,7 +77,7 @@ pub(super) fn trace_headers(
         set(h, SERVED_BY, route.as_str());
     }
     set(h, OUTCOME, outcome);
-    set(h, ATTEMPTS, &attempts.to_string());
+    h.insert(ATTEMPTS, HeaderValue::from(attempts));
 }
 
 /// What one request's log line says. Never a prompt, a completion or a key.
