@@ -66,6 +66,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     // Admission (the config's `limits`): this process's buckets, as `walk` has, or the
     // fleet's in Redis.
     let admission = Admission::open(&config)?;
+    // With a SQLite state, usage reaches the file's counters from a background flush.
+    let usage = super::capacity::UsageRecorder::for_admission(&config, &admission)?.map(Arc::new);
+    let flusher = usage
+        .clone()
+        .map(|u| u.spawn_periodic(super::capacity::FLUSH_EVERY));
     let router = admission.apply(crate::router::Router::new(
         upstream_client(),
         Arc::new(SystemClock),
@@ -111,6 +116,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         }
     ));
     serve::listener::serve(listener, gw, stop_signal()).await;
+    if let Some(f) = flusher {
+        f.abort();
+    }
+    if let Some(u) = &usage {
+        u.flush_or_warn().await;
+    }
     crate::cli::out::warn("poolctl serve: stopped");
     Ok(Exit::Ok)
 }
