@@ -523,7 +523,8 @@ mod tests {
         b.settle(r, Spent::Nothing, &[], 61_000);
         b.record_shed(Priority::Speculative, &route("a/x"));
         let mut d = b.drain_usage();
-        d.spent.sort_by(|p, q| (p.0, &p.1, p.2).cmp(&(q.0, &q.1, q.2)));
+        d.spent
+            .sort_by(|p, q| (p.0, &p.1, p.2).cmp(&(q.0, &q.1, q.2)));
         assert_eq!(
             d.spent,
             vec![
@@ -535,7 +536,11 @@ mod tests {
         );
         assert_eq!(d.sheds, vec![(Priority::Speculative, route("a/x"), 1)]);
         assert!(b.drain_usage().is_empty(), "drained once");
-        assert_eq!(b.sheds().values().sum::<u64>(), 1, "the running count stays");
+        assert_eq!(
+            b.sheds().values().sum::<u64>(),
+            1,
+            "the running count stays"
+        );
         let mut twice = d.clone();
         twice.merge(d);
         assert_eq!(twice.spent[0].3 + twice.spent[1].3, 2.0 * 242.0);

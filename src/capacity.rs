@@ -116,13 +116,14 @@ pub fn bucket_report(u: &BucketUse) -> BucketReport {
     let p = p95(&series);
     let now = series.last().copied().unwrap_or(0.0);
     // The trend is fitted to the complete minutes: the one in progress has only part of
-    // its traffic yet and would bend every line down.
+    // its traffic yet and would bend every line down. Under two of them there is no
+    // trend to speak of.
     let complete = &series[..series.len().saturating_sub(1)];
-    let (slope, fitted) = trend(if complete.len() >= 2 {
-        complete
+    let (slope, fitted) = if complete.len() >= 2 {
+        trend(complete)
     } else {
-        &series
-    });
+        (0.0, now)
+    };
     let slope_h = slope * 60.0;
     let mut warnings = Vec::new();
     let name = format!("{} {}", u.bucket, u.dimension.as_str());
@@ -353,6 +354,9 @@ mod tests {
             (0..30).map(|i| 1.0 + f64::from(i) * 0.01).collect(),
         ));
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        // Two minutes, one of them in progress: no trend from one complete minute.
+        let r = bucket_report(&use_of(vec![0.0, 4.0]));
+        assert_eq!(r.slope_pct_per_hour, 0.0);
     }
 
     #[test]

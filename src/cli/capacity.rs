@@ -69,7 +69,12 @@ fn dimension(s: &str) -> Option<Dimension> {
 
 /// The fleet's counters: settles count usage per provider and minute, sheds and
 /// provider limits per provider.
-async fn read_redis(config: &PoolConfig, url: &str, from: i64, to: i64) -> anyhow::Result<Recorded> {
+async fn read_redis(
+    config: &PoolConfig,
+    url: &str,
+    from: i64,
+    to: i64,
+) -> anyhow::Result<Recorded> {
     let store = RedisStore::open(
         url,
         std::time::Duration::from_millis(config.state_timeout_ms),
@@ -423,7 +428,10 @@ impl UsageRecorder {
     }
 
     /// A recorder for the buckets a routing command spends (`walk`, `serve`).
-    pub fn for_admission(config: &PoolConfig, admission: &Admission) -> anyhow::Result<Option<Self>> {
+    pub fn for_admission(
+        config: &PoolConfig,
+        admission: &Admission,
+    ) -> anyhow::Result<Option<Self>> {
         match admission {
             Admission::Local(b) => Self::open(config, b),
             Admission::Shared(_) => Ok(None),
@@ -467,7 +475,10 @@ impl UsageRecorder {
     }
 
     /// Flushes every `every` until the task is aborted.
-    pub fn spawn_periodic(self: Arc<Self>, every: std::time::Duration) -> tokio::task::JoinHandle<()> {
+    pub fn spawn_periodic(
+        self: Arc<Self>,
+        every: std::time::Duration,
+    ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -511,12 +522,17 @@ mod tests {
         };
         let text = render(&[r], &[tier], &warnings, 8 * 86_400_000, true);
         for line in text.lines() {
-            assert!(table::width(line) <= WIDTH, "{} wide: {line}", table::width(line));
+            assert!(
+                table::width(line) <= WIDTH,
+                "{} wide: {line}",
+                table::width(line)
+            );
         }
         assert!(text.contains("last 8d"), "{text}");
         assert!(text.contains("█"), "{text}");
         assert!(
-            text.replace("\n    ", " ").contains("cannot absorb its load: no"),
+            text.replace("\n    ", " ")
+                .contains("cannot absorb its load: no"),
             "{text}"
         );
         let plain = render(&[], &[], &[], 3_600_000, false);

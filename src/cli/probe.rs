@@ -102,7 +102,7 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
     // background priority. One process's buckets: see the README's "Admission".
     let buckets = std::sync::Arc::new(crate::buckets::Buckets::new(&config.admission(), now));
     let admission = crate::probe::ProbeAdmission {
-        buckets: &*buckets,
+        buckets: &buckets,
         force: args.force,
     };
     let results = probe_all(
@@ -202,19 +202,19 @@ async fn record_provider_limits(config: &crate::config::PoolConfig, results: &[P
         return;
     }
     let failed = |e: &dyn std::fmt::Display| {
-        out::warn(&format!("poolctl: warning: provider limits not recorded: {e}"));
+        out::warn(&format!(
+            "poolctl: warning: provider limits not recorded: {e}"
+        ));
     };
     match config.state_location() {
-        crate::config::StateLocation::File(path) => {
-            match crate::store::SqliteStore::open(&path) {
-                Ok(store) => {
-                    if let Err(e) = store.record_provider_limits(seen, wall_now_ms()).await {
-                        failed(&e);
-                    }
+        crate::config::StateLocation::File(path) => match crate::store::SqliteStore::open(&path) {
+            Ok(store) => {
+                if let Err(e) = store.record_provider_limits(seen, wall_now_ms()).await {
+                    failed(&e);
                 }
-                Err(e) => failed(&e),
             }
-        }
+            Err(e) => failed(&e),
+        },
         crate::config::StateLocation::Redis(url) => {
             let deadline = std::time::Duration::from_millis(config.state_timeout_ms);
             let store = match crate::store::RedisStore::open(&url, deadline) {

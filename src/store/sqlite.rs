@@ -13,8 +13,8 @@
 
 use super::{HealthStore, StoreError, StoreFuture};
 use crate::admission::{Dimension, Priority};
-use crate::buckets::UsageDelta;
 use crate::breaker::{self, BreakerConfig};
+use crate::buckets::UsageDelta;
 use crate::clock::UnixMs;
 use crate::health::{apply, Health, Transition};
 use crate::vocab::Route;
@@ -606,7 +606,12 @@ mod tests {
         let delta = |x: f64| UsageDelta {
             spent: vec![
                 (minute, "a".into(), Dimension::Rpm, x),
-                (minute - USAGE_KEEP_MINUTES - 1, "a".into(), Dimension::Rpm, 7.0),
+                (
+                    minute - USAGE_KEEP_MINUTES - 1,
+                    "a".into(),
+                    Dimension::Rpm,
+                    7.0,
+                ),
             ],
             sheds: vec![(Priority::Background, r.clone(), 2)],
         };
