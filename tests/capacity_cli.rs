@@ -506,3 +506,64 @@ async fn capacity_reports_utilisation_and_a_failing_ceiling_from_redis() {
     );
     assert!(warned(&v, "backups absorb 27 of 80 rpm: 34 %"), "{t}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateways_usage_reaches_the_sqlite_counters_by_its_shutdown() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+    let up = provider().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = pool(
+        dir.path(),
+        "state.db",
+        &up.uri(),
+        "up/m1, up/m2",
+        "  up/m1: { rpm: 100, tpm: 100000 }\n",
+        "",
+    );
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .env(KEY_VAR, "sk-capacity-test")
+        .env_remove("POOLCTL_SERVE_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let stderr = tokio::spawn(async move {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s).await;
+        s
+    });
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("serve prints its address in time")
+        .unwrap()
+        .expect("serve prints its address");
+    let base = line.rsplit(' ').next().unwrap().to_string();
+    let client = reqwest::Client::new();
+    for _ in 0..3 {
+        let r = client
+            .post(format!("{base}/v1/chat/completions"))
+            .json(&json!({"model": "high", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let pid = child.id().unwrap().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("serve stops in time")
+        .unwrap();
+    let stderr = stderr.await.unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let state = dir.path().join("state.db");
+    assert_eq!(counted(&state, "up/m1", "rpm"), 3.0, "{stderr}");
+    assert_eq!(counted(&state, "up/m1", "tpm"), 45.0, "{stderr}");
+}
