@@ -17,6 +17,10 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// Minutes of usage a bucket keeps for a drain that never comes: as long as the state
+/// store keeps them (8 days).
+const MAX_UNDRAINED_MINUTES: usize = 8 * 24 * 60;
+
 /// How a pool's admission is set up (`limits:`, `headroom:`, `interactive_floor:`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdmissionConfig {
@@ -300,7 +304,14 @@ impl Buckets {
                 // The minute the settle happened in, as the shared store's settle counts it.
                 match slot.used.last_mut() {
                     Some((m, x)) if *m == minute => *x += actual,
-                    _ => slot.used.push((minute, actual)),
+                    _ => {
+                        // Never drained (chaos, a library caller): the oldest minute
+                        // goes, as the store would drop it anyway.
+                        if slot.used.len() >= MAX_UNDRAINED_MINUTES {
+                            slot.used.remove(0);
+                        }
+                        slot.used.push((minute, actual))
+                    }
                 }
             }
         }

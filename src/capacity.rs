@@ -203,8 +203,9 @@ pub struct Covering {
 /// backups are `backups`: per dimension the primary is limited on, its observed p95
 /// load (its own entry's, else its provider's: the closest measure of its traffic)
 /// against the backups' free capacity (capacity − p95 use, each bucket counted once,
-/// the tightest bucket of a route deciding). No backup is no capacity: the ceiling
-/// fails wherever the primary carries load.
+/// the tightest bucket of a route deciding; a bucket the primary shares, such as its
+/// provider's entry, gives back the primary's load). No backup is no capacity: the
+/// ceiling fails wherever the primary carries load.
 pub fn ceiling(
     tier: &str,
     primary: (&str, &RouteLoad),
@@ -226,7 +227,17 @@ pub fn ceiling(
                 Some(bs) => {
                     // A route's free capacity is its tightest covering bucket's, and a
                     // bucket shared by two backups is counted once.
-                    let room = |c: &Covering| (c.capacity - c.used_p95).max(0.0);
+                    // A bucket the primary shares (its provider's entry) frees the
+                    // primary's own load when the primary goes to zero.
+                    let room = |c: &Covering| {
+                        let shared = covering.iter().any(|p| p.name == c.name);
+                        let used = if shared {
+                            (c.used_p95 - load).max(0.0)
+                        } else {
+                            c.used_p95
+                        };
+                        (c.capacity - used).max(0.0)
+                    };
                     let Some(tightest) = bs.iter().min_by(|x, y| room(x).total_cmp(&room(y)))
                     else {
                         continue;
@@ -417,6 +428,23 @@ mod tests {
         let backup = load(&[(Dimension::Rpm, "groq/x", 150.0, 0.0)]);
         let c = ceiling("high", ("openai/gpt-4o", &primary), &[("groq/x", &backup)]);
         assert_eq!(c.dimensions[0].primary_load_p95, 100.0);
+        assert!(c.ceiling_holds, "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn a_provider_bucket_the_primary_shares_gives_its_load_back_to_the_backup() {
+        // openai: 100 capacity, 90 used, 60 of it by the primary's own traffic.
+        let primary = load(&[
+            (Dimension::Rpm, "openai/gpt-4o", 100.0, 60.0),
+            (Dimension::Rpm, "openai", 100.0, 90.0),
+        ]);
+        let mini = load(&[(Dimension::Rpm, "openai", 100.0, 90.0)]);
+        let c = ceiling(
+            "high",
+            ("openai/gpt-4o", &primary),
+            &[("openai/mini", &mini)],
+        );
+        assert_eq!(c.dimensions[0].backups_free, Some(70.0), "100 − (90 − 60)");
         assert!(c.ceiling_holds, "{:?}", c.warnings);
     }
 
