@@ -345,7 +345,7 @@ async fn the_failover_ceiling_says_yes_and_no_with_the_numbers_narrowed_by_a_car
     let o = poolctl(&["capacity", "--window", "10m"], &config).await;
     let plain = String::from_utf8_lossy(&o.stdout);
     assert!(
-        plain.contains("the backups cannot absorb its load: no"),
+        plain.contains("tier high: failover ceiling no\n  if up/m1 went to zero, the backups cannot absorb its load\n"),
         "{plain}"
     );
     assert!(

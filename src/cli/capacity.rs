@@ -358,7 +358,7 @@ fn render(
         s.push_str(&format!("  shed: {}\n", sheds.join(", ")));
         if terminal {
             // Two spaces, the line, and the legend: within the width whatever the window.
-            let legend = format!(" per minute, last {}", window_words(window_ms));
+            let legend = format!(" last {}", window_words(window_ms));
             let room = WIDTH - 2 - legend.len();
             s.push_str(&format!(
                 "  {}{legend}\n",
@@ -369,11 +369,17 @@ fn render(
     for t in tiers {
         s.push_str(&wrapped(
             &format!(
-                "tier {}: if {} went to zero, the backups {} absorb its load: {}",
+                "tier {}: failover ceiling {}",
                 t.tier,
-                t.primary,
-                if t.ceiling_holds { "can" } else { "cannot" },
                 if t.ceiling_holds { "yes" } else { "no" }
+            ),
+            "    ",
+        ));
+        s.push_str(&wrapped(
+            &format!(
+                "  if {} went to zero, the backups {} absorb its load",
+                t.primary,
+                if t.ceiling_holds { "can" } else { "cannot" }
             ),
             "    ",
         ));
