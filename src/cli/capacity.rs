@@ -537,8 +537,8 @@ mod tests {
         assert!(text.contains("last 8d"), "{text}");
         assert!(text.contains("█"), "{text}");
         assert!(
-            text.replace("\n    ", " ")
-                .contains("cannot absorb its load: no"),
+            text.contains("tier high: failover ceiling no\n")
+                && text.contains("the backups cannot absorb its load"),
             "{text}"
         );
         let plain = render(&[], &[], &[], 3_600_000, false);
