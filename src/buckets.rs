@@ -17,6 +17,10 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// Minutes of usage a bucket keeps for a drain that never comes: as long as the state
+/// store keeps them (8 days).
+const MAX_UNDRAINED_MINUTES: usize = 8 * 24 * 60;
+
 /// How a pool's admission is set up (`limits:`, `headroom:`, `interactive_floor:`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdmissionConfig {
@@ -67,6 +71,49 @@ struct Slot {
     bucket: Bucket,
     /// Held by calls in flight, for `poolctl_bucket_reserved`.
     reserved: f64,
+    /// What settles spent on it, per minute (`(minute, amount)`, oldest first), not yet
+    /// drained to the state store. One add under the group lock the settle holds anyway.
+    used: Vec<(i64, f64)>,
+}
+
+/// What this process spent and shed since the last drain, for the state store's usage
+/// counters (`poolctl capacity`). Flushed by the CLI, never on a request's path.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UsageDelta {
+    /// `(minute, bucket name, dimension, amount spent)`.
+    pub spent: Vec<(i64, String, Dimension, f64)>,
+    /// `(priority, route, sheds)`.
+    pub sheds: Vec<(Priority, Route, u64)>,
+}
+
+impl UsageDelta {
+    pub fn is_empty(&self) -> bool {
+        self.spent.is_empty() && self.sheds.is_empty()
+    }
+
+    /// Adds `other` to this one (a flush that failed keeps its delta for the next).
+    pub fn merge(&mut self, other: UsageDelta) {
+        for (m, name, dim, x) in other.spent {
+            match self
+                .spent
+                .iter_mut()
+                .find(|(m2, n2, d2, _)| *m2 == m && *n2 == name && *d2 == dim)
+            {
+                Some(row) => row.3 += x,
+                None => self.spent.push((m, name, dim, x)),
+            }
+        }
+        for (p, route, n) in other.sheds {
+            match self
+                .sheds
+                .iter_mut()
+                .find(|(p2, r2, _)| *p2 == p && *r2 == route)
+            {
+                Some(row) => row.2 += n,
+                None => self.sheds.push((p, route, n)),
+            }
+        }
+    }
 }
 
 /// One bucket as `status`, `/metrics` and a scenario's `buckets:` see it.
@@ -88,6 +135,8 @@ pub struct Buckets {
     group_of: HashMap<String, usize>,
     covers: Mutex<HashMap<Route, Option<Cover>>>,
     sheds: Mutex<BTreeMap<(Priority, Route), u64>>,
+    /// Sheds not yet drained to the state store.
+    sheds_undrained: Mutex<BTreeMap<(Priority, Route), u64>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -122,6 +171,7 @@ impl Buckets {
                     contract,
                     bucket: Bucket::full(contract, cfg.headroom, now),
                     reserved: 0.0,
+                    used: Vec::new(),
                 });
             }
         }
@@ -132,6 +182,7 @@ impl Buckets {
             group_of,
             covers: Mutex::new(HashMap::new()),
             sheds: Mutex::new(BTreeMap::new()),
+            sheds_undrained: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -241,12 +292,28 @@ impl Buckets {
         remaining: &[(Dimension, u64)],
         now: UnixMs,
     ) {
+        let minute = now.div_euclid(60_000);
         let mut slots = lock(&self.groups[r.cover.group]);
         for &(i, dim) in r.cover.members.iter() {
             let reserved = r.cost.on(dim);
+            let actual = spent.on(dim, &r.cost);
             let slot = &mut slots[i];
-            slot.bucket.true_up(reserved, spent.on(dim, &r.cost), now);
+            slot.bucket.true_up(reserved, actual, now);
             slot.reserved = (slot.reserved - reserved).max(0.0);
+            if actual > 0.0 {
+                // The minute the settle happened in, as the shared store's settle counts it.
+                match slot.used.last_mut() {
+                    Some((m, x)) if *m == minute => *x += actual,
+                    _ => {
+                        // Never drained (chaos, a library caller): the oldest minute
+                        // goes, as the store would drop it anyway.
+                        if slot.used.len() >= MAX_UNDRAINED_MINUTES {
+                            slot.used.remove(0);
+                        }
+                        slot.used.push((minute, actual))
+                    }
+                }
+            }
         }
         for &(dim, count) in remaining {
             for &(i, d) in r.cover.members.iter() {
@@ -262,6 +329,27 @@ impl Buckets {
         *lock(&self.sheds)
             .entry((priority, route.clone()))
             .or_insert(0) += 1;
+        *lock(&self.sheds_undrained)
+            .entry((priority, route.clone()))
+            .or_insert(0) += 1;
+    }
+
+    /// Takes what was spent and shed since the last drain (for the state store's usage
+    /// counters); the buckets themselves are untouched.
+    pub fn drain_usage(&self) -> UsageDelta {
+        let mut spent = Vec::new();
+        for g in &self.groups {
+            for s in lock(g).iter_mut() {
+                for (m, x) in s.used.drain(..) {
+                    spent.push((m, s.name.to_string(), s.dim, x));
+                }
+            }
+        }
+        let sheds = std::mem::take(&mut *lock(&self.sheds_undrained))
+            .into_iter()
+            .map(|((p, r), n)| (p, r, n))
+            .collect();
+        UsageDelta { spent, sheds }
     }
 
     /// Sheds so far, per priority class and route.
@@ -419,5 +507,54 @@ mod tests {
             .is_ok());
         b.record_shed(Priority::Background, &route("a/x"));
         assert_eq!(b.sheds().values().sum::<u64>(), 1);
+    }
+
+    #[test]
+    fn settles_count_what_was_spent_per_minute_and_a_drain_takes_it_once() {
+        let own = Limits {
+            tpm: Some(10_000),
+            ..Default::default()
+        };
+        let b = Buckets::new(&cfg(&[("a", TEN_RPM), ("a/x", own)]), 0);
+        let x = b.cover(&route("a/x")).unwrap();
+        let cost = Cost {
+            input_tokens: 100,
+            output_tokens: 400,
+        };
+        let spent = Spent::Reported {
+            input_tokens: 100,
+            output_tokens: 20,
+        };
+        for now in [1_000, 59_000, 61_000] {
+            let r = b.acquire(&x, cost, Priority::Interactive, now).unwrap();
+            b.settle(r, spent, &[], now);
+        }
+        // A call that was never made spends nothing and counts nothing.
+        let r = b.acquire(&x, cost, Priority::Interactive, 61_000).unwrap();
+        b.settle(r, Spent::Nothing, &[], 61_000);
+        b.record_shed(Priority::Speculative, &route("a/x"));
+        let mut d = b.drain_usage();
+        d.spent
+            .sort_by(|p, q| (p.0, &p.1, p.2).cmp(&(q.0, &q.1, q.2)));
+        assert_eq!(
+            d.spent,
+            vec![
+                (0, "a".to_string(), Dimension::Rpm, 2.0),
+                (0, "a/x".to_string(), Dimension::Tpm, 240.0),
+                (1, "a".to_string(), Dimension::Rpm, 1.0),
+                (1, "a/x".to_string(), Dimension::Tpm, 120.0),
+            ]
+        );
+        assert_eq!(d.sheds, vec![(Priority::Speculative, route("a/x"), 1)]);
+        assert!(b.drain_usage().is_empty(), "drained once");
+        assert_eq!(
+            b.sheds().values().sum::<u64>(),
+            1,
+            "the running count stays"
+        );
+        let mut twice = d.clone();
+        twice.merge(d);
+        assert_eq!(twice.spent[0].3 + twice.spent[1].3, 2.0 * 242.0);
+        assert_eq!(twice.sheds[0].2, 2);
     }
 }

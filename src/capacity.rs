@@ -19,7 +19,8 @@ pub struct BucketUse {
     pub dimension: Dimension,
     pub contract: u64,
     pub capacity: f64,
-    /// What was spent in each minute of the window, oldest first (0 for a quiet minute).
+    /// What was spent in each minute of the window, oldest first (0 for a quiet minute);
+    /// the last one is the minute in progress.
     pub per_minute: Vec<f64>,
     pub shed: BTreeMap<Priority, u64>,
     /// The provider's own limit on this dimension, as `probe` recorded it.
@@ -35,12 +36,44 @@ pub struct BucketReport {
     pub utilisation_pct_p95: f64,
     pub utilisation_pct_now: f64,
     pub slope_pct_per_hour: f64,
-    pub shed: BTreeMap<&'static str, u64>,
+    pub shed: Sheds,
     pub provider_limit: Option<u64>,
     pub warnings: Vec<String>,
     /// Per-minute utilisation, for the sparkline (not in `--json`).
     #[serde(skip)]
     pub series_pct: Vec<f64>,
+}
+
+/// Sheds per priority class, every class present, in the classes' order (cli.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Sheds {
+    pub interactive: u64,
+    pub retry: u64,
+    pub background: u64,
+    pub speculative: u64,
+}
+
+impl Sheds {
+    pub fn of(counts: &BTreeMap<Priority, u64>) -> Sheds {
+        let n = |p| counts.get(&p).copied().unwrap_or(0);
+        Sheds {
+            interactive: n(Priority::Interactive),
+            retry: n(Priority::Retry),
+            background: n(Priority::Background),
+            speculative: n(Priority::Speculative),
+        }
+    }
+
+    /// `(class, count)` in the classes' order.
+    pub fn by_class(&self) -> impl Iterator<Item = (Priority, u64)> {
+        [
+            (Priority::Interactive, self.interactive),
+            (Priority::Retry, self.retry),
+            (Priority::Background, self.background),
+            (Priority::Speculative, self.speculative),
+        ]
+        .into_iter()
+    }
 }
 
 /// The p95 of `xs` (nearest rank); 0 for none.
@@ -54,11 +87,12 @@ pub fn p95(xs: &[f64]) -> f64 {
     s[rank.clamp(1, s.len()) - 1]
 }
 
-/// The least-squares slope of `ys` per step (a minute); 0 with fewer than two points.
-pub fn slope_per_step(ys: &[f64]) -> f64 {
+/// The least-squares line through `ys` (one point a step, a minute): its slope per
+/// step and its value at the last point; `(0, last)` with fewer than two points.
+pub fn trend(ys: &[f64]) -> (f64, f64) {
     let n = ys.len() as f64;
     if ys.len() < 2 {
-        return 0.0;
+        return (0.0, ys.last().copied().unwrap_or(0.0));
     }
     let mean_x = (n - 1.0) / 2.0;
     let mean_y = ys.iter().sum::<f64>() / n;
@@ -68,7 +102,8 @@ pub fn slope_per_step(ys: &[f64]) -> f64 {
         num += dx * (y - mean_y);
         den += dx * dx;
     }
-    num / den
+    let slope = num / den;
+    (slope, mean_y + slope * (n - 1.0 - mean_x))
 }
 
 fn round1(x: f64) -> f64 {
@@ -80,7 +115,16 @@ pub fn bucket_report(u: &BucketUse) -> BucketReport {
     let series: Vec<f64> = u.per_minute.iter().map(|x| x / contract * 100.0).collect();
     let p = p95(&series);
     let now = series.last().copied().unwrap_or(0.0);
-    let slope_h = slope_per_step(&series) * 60.0;
+    // The trend is fitted to the complete minutes: the one in progress has only part of
+    // its traffic yet and would bend every line down. Under two of them there is no
+    // trend to speak of.
+    let complete = &series[..series.len().saturating_sub(1)];
+    let (slope, fitted) = if complete.len() >= 2 {
+        trend(complete)
+    } else {
+        (0.0, now)
+    };
+    let slope_h = slope * 60.0;
     let mut warnings = Vec::new();
     let name = format!("{} {}", u.bucket, u.dimension.as_str());
     if p >= SUSTAINED_PCT {
@@ -89,11 +133,12 @@ pub fn bucket_report(u: &BucketUse) -> BucketReport {
             p
         ));
     }
-    if slope_h > 0.0 && now < 100.0 && now + slope_h * 24.0 >= 100.0 {
+    // Where the line stands now, projected a day ahead.
+    if slope_h > 0.0 && fitted + slope_h * 24.0 >= 100.0 {
+        let hours = ((100.0 - fitted) / slope_h).max(0.0);
         warnings.push(format!(
             "{name}: at {:+.1} %/h it reaches 100 % of the contract in {:.1} h",
-            slope_h,
-            (100.0 - now) / slope_h
+            slope_h, hours
         ));
     }
     if let Some(limit) = u.provider_limit.filter(|l| *l < u.contract) {
@@ -110,10 +155,7 @@ pub fn bucket_report(u: &BucketUse) -> BucketReport {
         utilisation_pct_p95: round1(p),
         utilisation_pct_now: round1(now),
         slope_pct_per_hour: round1(slope_h),
-        shed: Priority::ALL
-            .iter()
-            .map(|p| (p.as_str(), u.shed.get(p).copied().unwrap_or(0)))
-            .collect(),
+        shed: Sheds::of(&u.shed),
         provider_limit: u.provider_limit,
         warnings,
         series_pct: series,
@@ -138,18 +180,32 @@ pub struct TierCeiling {
     pub warnings: Vec<String>,
 }
 
-/// The buckets that cover a route, per dimension: what it used per minute (p95) and its
-/// contract. A route covered by no bucket on a dimension is unbounded there.
+/// The buckets that cover a route, per dimension: what each used per minute (p95) and
+/// its capacity (contract × headroom: what admission lets through). A route covered by
+/// no bucket on a dimension is unbounded there.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RouteLoad {
-    /// Per dimension: the covering buckets' names, each with its contract and p95 use.
-    pub buckets: BTreeMap<Dimension, Vec<(String, f64, f64)>>,
+    /// Per dimension: the covering buckets, the route's own entry first when it has one.
+    pub buckets: BTreeMap<Dimension, Vec<Covering>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Covering {
+    /// The `limits:` key: the route itself or its provider.
+    pub name: String,
+    /// Whether the entry names the route itself (not its whole provider).
+    pub own: bool,
+    pub capacity: f64,
+    pub used_p95: f64,
 }
 
 /// The failover ceiling of a tier whose primary is `primary` and whose approved
-/// backups are `backups`: per dimension the primary limits, its observed p95 load
-/// against the backups' free capacity (contract − p95 use, each bucket counted once,
-/// the tightest bucket of a route deciding).
+/// backups are `backups`: per dimension the primary is limited on, its observed p95
+/// load (its own entry's, else its provider's: the closest measure of its traffic)
+/// against the backups' free capacity (capacity − p95 use, each bucket counted once,
+/// the tightest bucket of a route deciding; a bucket the primary shares, such as its
+/// provider's entry, gives back the primary's load). No backup is no capacity: the
+/// ceiling fails wherever the primary carries load.
 pub fn ceiling(
     tier: &str,
     primary: (&str, &RouteLoad),
@@ -158,11 +214,11 @@ pub fn ceiling(
     let mut dims = Vec::new();
     let mut warnings = Vec::new();
     for (dim, covering) in &primary.1.buckets {
-        // The primary's load: what its own tightest bucket saw.
         let load = covering
             .iter()
-            .map(|(_, _, used)| *used)
-            .fold(0.0, f64::max);
+            .find(|c| c.own)
+            .or_else(|| covering.first())
+            .map_or(0.0, |c| c.used_p95);
         let mut free = Some(0.0);
         let mut counted: Vec<&str> = Vec::new();
         for (_, b) in backups {
@@ -171,14 +227,25 @@ pub fn ceiling(
                 Some(bs) => {
                     // A route's free capacity is its tightest covering bucket's, and a
                     // bucket shared by two backups is counted once.
-                    let tightest = bs
-                        .iter()
-                        .min_by(|x, y| (x.1 - x.2).total_cmp(&(y.1 - y.2)))
-                        .expect("a covering list is never empty");
-                    if !counted.contains(&tightest.0.as_str()) {
-                        counted.push(&tightest.0);
+                    // A bucket the primary shares (its provider's entry) frees the
+                    // primary's own load when the primary goes to zero.
+                    let room = |c: &Covering| {
+                        let shared = covering.iter().any(|p| p.name == c.name);
+                        let used = if shared {
+                            (c.used_p95 - load).max(0.0)
+                        } else {
+                            c.used_p95
+                        };
+                        (c.capacity - used).max(0.0)
+                    };
+                    let Some(tightest) = bs.iter().min_by(|x, y| room(x).total_cmp(&room(y)))
+                    else {
+                        continue;
+                    };
+                    if !counted.contains(&tightest.name.as_str()) {
+                        counted.push(&tightest.name);
                         if let Some(f) = free.as_mut() {
-                            *f += (tightest.1 - tightest.2).max(0.0);
+                            *f += room(tightest);
                         }
                     }
                 }
@@ -211,10 +278,15 @@ pub fn ceiling(
     }
 }
 
-/// A sparkline of percentages (0 to 100, clamped), one character per minute.
-pub fn sparkline(pcts: &[f64]) -> String {
+/// A sparkline of percentages (0 to 100, clamped), at most `width` characters: one a
+/// minute, or when the window has more minutes, each the highest of its share of them
+/// (a peak must not vanish in an average).
+pub fn sparkline(pcts: &[f64], width: usize) -> String {
     const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
-    pcts.iter()
+    let width = width.max(1);
+    let per = pcts.len().div_ceil(width).max(1);
+    pcts.chunks(per)
+        .map(|c| c.iter().copied().fold(0.0, f64::max))
         .map(|p| BARS[((p.clamp(0.0, 100.0) / 100.0) * 7.0).round() as usize])
         .collect()
 }
@@ -293,6 +365,9 @@ mod tests {
             (0..30).map(|i| 1.0 + f64::from(i) * 0.01).collect(),
         ));
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        // Two minutes, one of them in progress: no trend from one complete minute.
+        let r = bucket_report(&use_of(vec![0.0, 4.0]));
+        assert_eq!(r.slope_pct_per_hour, 0.0);
     }
 
     #[test]
@@ -305,10 +380,12 @@ mod tests {
     fn load(buckets: &[(Dimension, &str, f64, f64)]) -> RouteLoad {
         let mut l = RouteLoad::default();
         for (d, n, c, u) in buckets {
-            l.buckets
-                .entry(*d)
-                .or_default()
-                .push((n.to_string(), *c, *u));
+            l.buckets.entry(*d).or_default().push(Covering {
+                name: n.to_string(),
+                own: n.contains('/'),
+                capacity: *c,
+                used_p95: u.to_owned(),
+            });
         }
         l
     }
@@ -336,6 +413,50 @@ mod tests {
             !ceiling("high", ("p", &primary), &[]).ceiling_holds,
             "no backup absorbs nothing"
         );
+        let unbounded = RouteLoad::default();
+        let c = ceiling("high", ("p", &primary), &[("free/x", &unbounded)]);
+        assert!(c.ceiling_holds);
+        assert_eq!(c.dimensions[0].backups_free, None);
+    }
+
+    #[test]
+    fn the_primarys_load_is_its_own_entrys_not_its_whole_providers() {
+        let primary = load(&[
+            (Dimension::Rpm, "openai", 1_000.0, 900.0),
+            (Dimension::Rpm, "openai/gpt-4o", 500.0, 100.0),
+        ]);
+        let backup = load(&[(Dimension::Rpm, "groq/x", 150.0, 0.0)]);
+        let c = ceiling("high", ("openai/gpt-4o", &primary), &[("groq/x", &backup)]);
+        assert_eq!(c.dimensions[0].primary_load_p95, 100.0);
+        assert!(c.ceiling_holds, "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn a_provider_bucket_the_primary_shares_gives_its_load_back_to_the_backup() {
+        // openai: 100 capacity, 90 used, 60 of it by the primary's own traffic.
+        let primary = load(&[
+            (Dimension::Rpm, "openai/gpt-4o", 100.0, 60.0),
+            (Dimension::Rpm, "openai", 100.0, 90.0),
+        ]);
+        let mini = load(&[(Dimension::Rpm, "openai", 100.0, 90.0)]);
+        let c = ceiling(
+            "high",
+            ("openai/gpt-4o", &primary),
+            &[("openai/mini", &mini)],
+        );
+        assert_eq!(c.dimensions[0].backups_free, Some(70.0), "100 − (90 − 60)");
+        assert!(c.ceiling_holds, "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn the_trend_ignores_the_minute_in_progress() {
+        // 50 % every complete minute, the current one only begun.
+        let mut flat = vec![50.0; 30];
+        flat.push(2.0);
+        let r = bucket_report(&use_of(flat));
+        assert_eq!(r.slope_pct_per_hour, 0.0);
+        assert_eq!(r.utilisation_pct_now, 2.0);
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
     }
 
     #[test]
@@ -345,6 +466,12 @@ mod tests {
         assert!(parse_window("10").unwrap_err().contains("unit"));
         assert!(parse_window("9d").unwrap_err().contains("8d"));
         assert!(parse_window("5x").unwrap_err().contains("unknown unit"));
-        assert_eq!(sparkline(&[0.0, 50.0, 100.0, 250.0]), "▁▅██");
+        assert_eq!(sparkline(&[0.0, 50.0, 100.0, 250.0], 60), "▁▅██");
+        // 1 440 minutes in 60 characters: each the peak of its 24 minutes.
+        let mut day = vec![0.0; 1_440];
+        day[100] = 100.0;
+        let line = sparkline(&day, 60);
+        assert_eq!(line.chars().count(), 60);
+        assert_eq!(line.chars().nth(4), Some('█'));
     }
 }

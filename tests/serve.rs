@@ -1130,7 +1130,9 @@ async fn prompts_reach_the_log_only_when_the_operator_asks() {
             .await
             .unwrap();
         assert_eq!(r.status(), 200);
-        let (_, stderr) = gw.stop().await;
+        let (code, stderr) = gw.stop().await;
+        // A SIGTERM right after the answer drains (exit 0), with the log written out.
+        assert_eq!(code, Some(0), "flags {flags:?}: {stderr}");
         assert_eq!(
             stderr.contains("PROMPT-MARKER-42"),
             logged,

@@ -100,7 +100,7 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
     let now = wall_now_ms();
     // Probes spend the provider's quota like any call: from the same buckets, at
     // background priority. One process's buckets: see the README's "Admission".
-    let buckets = crate::buckets::Buckets::new(&config.admission(), now);
+    let buckets = std::sync::Arc::new(crate::buckets::Buckets::new(&config.admission(), now));
     let admission = crate::probe::ProbeAdmission {
         buckets: &buckets,
         force: args.force,
@@ -138,6 +138,10 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
         .collect();
 
     record_provider_limits(&config, &results).await;
+    // With a SQLite state, what the probes spent reaches the file's usage counters.
+    if let Some(usage) = super::capacity::UsageRecorder::open(&config, &buckets)? {
+        usage.flush_or_warn().await;
+    }
     let changes = if args.apply {
         let store = open_store(&config)?;
         apply(store.store.as_ref(), &results, wall_now_ms()).await?
@@ -177,29 +181,51 @@ fn parse_concurrency(s: &str) -> Result<usize, String> {
     }
 }
 
-/// With a shared store, records the limits providers stated (`x-ratelimit-limit-*`,
-/// `anthropic-ratelimit-*-limit`) for `poolctl capacity`. Best effort: a probe's answer
-/// does not depend on it, and a failure is said once.
+/// Records the limits providers stated (`x-ratelimit-limit-*`,
+/// `anthropic-ratelimit-*-limit`) in the state store, for `poolctl capacity`. Best
+/// effort: a probe's answer does not depend on it, and a failure is said once.
 async fn record_provider_limits(config: &crate::config::PoolConfig, results: &[ProbeResult]) {
     use crate::admission::Dimension;
-    let crate::config::StateLocation::Redis(url) = config.state_location() else {
+    let seen: Vec<(crate::vocab::Route, Dimension, u64)> = results
+        .iter()
+        .filter_map(|r| Some((r, r.headroom.as_ref()?)))
+        .flat_map(|(r, h)| {
+            [
+                (Dimension::Rpm, h.requests_limit),
+                (Dimension::Tpm, h.tokens_limit),
+            ]
+            .into_iter()
+            .filter_map(|(dim, limit)| Some((r.route.clone(), dim, limit?)))
+        })
+        .collect();
+    if seen.is_empty() {
         return;
+    }
+    let failed = |e: &dyn std::fmt::Display| {
+        out::warn(&format!(
+            "poolctl: warning: provider limits not recorded: {e}"
+        ));
     };
-    let deadline = std::time::Duration::from_millis(config.state_timeout_ms);
-    let Ok(store) = crate::store::RedisStore::open(&url, deadline) else {
-        return;
-    };
-    let b = crate::store::redis_buckets::RedisBuckets::new(store, &config.admission());
-    for r in results {
-        let Some(h) = &r.headroom else { continue };
-        for (dim, limit) in [
-            (Dimension::Rpm, h.requests_limit),
-            (Dimension::Tpm, h.tokens_limit),
-        ] {
-            let Some(limit) = limit else { continue };
-            if let Err(e) = b.record_provider_limit(&r.route, dim, limit).await {
-                eprintln!("poolctl: warning: provider limits not recorded: {e}");
-                return;
+    match config.state_location() {
+        crate::config::StateLocation::File(path) => match crate::store::SqliteStore::open(&path) {
+            Ok(store) => {
+                if let Err(e) = store.record_provider_limits(seen, wall_now_ms()).await {
+                    failed(&e);
+                }
+            }
+            Err(e) => failed(&e),
+        },
+        crate::config::StateLocation::Redis(url) => {
+            let deadline = std::time::Duration::from_millis(config.state_timeout_ms);
+            let store = match crate::store::RedisStore::open(&url, deadline) {
+                Ok(s) => s,
+                Err(e) => return failed(&e),
+            };
+            let b = crate::store::redis_buckets::RedisBuckets::new(store, &config.admission());
+            for (route, dim, limit) in seen {
+                if let Err(e) = b.record_provider_limit(&route, dim, limit).await {
+                    return failed(&e);
+                }
             }
         }
     }

@@ -72,6 +72,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     // Admission (the config's `limits`): this process's buckets, as `walk` has, or the
     // fleet's in Redis.
     let admission = Admission::open(&config)?;
+    // With a SQLite state, usage reaches the file's counters from a background flush.
+    let usage = super::capacity::UsageRecorder::for_admission(&config, &admission)?.map(Arc::new);
+    let flusher = usage
+        .clone()
+        .map(|u| u.spawn_periodic(super::capacity::FLUSH_EVERY));
     let router = admission.apply(crate::router::Router::new(
         upstream_client(),
         Arc::new(SystemClock),
@@ -92,6 +97,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         token,
         log_prompts: args.log_prompts,
     };
+    let stop = stop_signal();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
@@ -116,7 +122,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
             String::new()
         }
     ));
-    serve::listener::serve(listener, gw, stop_signal()).await;
+    serve::listener::serve(listener, gw, stop).await;
+    if let Some(f) = flusher {
+        f.abort();
+    }
+    if let Some(u) = &usage {
+        u.flush_or_warn().await;
+    }
     serve::log::flush();
     crate::cli::out::warn("poolctl serve: stopped");
     Ok(Exit::Ok)
@@ -158,18 +170,32 @@ fn init_logging() {
     serve::log::init();
 }
 
-/// Ctrl-C, or SIGTERM where there is one.
-async fn stop_signal() {
+/// Ctrl-C, or SIGTERM where there is one. The handlers are installed here, at the call,
+/// not at the future's first poll: a SIGTERM that arrives once the address is printed
+/// must drain the gateway, never kill it with the default action (and lose the log lines
+/// still in the log thread's batch).
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
-            return;
         }
     }
-    let _ = tokio::signal::ctrl_c().await;
+    #[cfg(not(unix))]
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -128,6 +128,10 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
         }),
     };
     let report: Report = router.call(&tier, &req, opts).await.report;
+    // With a SQLite state, what the walk spent reaches the file's usage counters.
+    if let Some(usage) = super::capacity::UsageRecorder::for_admission(&config, &admission)? {
+        usage.flush_or_warn().await;
+    }
     let degraded = shared.map_or(0, |s| s.degraded()) + admission.degraded();
     if degraded > 0 {
         // The episode was logged once as it began; this is the count.

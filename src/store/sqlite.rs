@@ -12,7 +12,9 @@
 //! of transaction.
 
 use super::{HealthStore, StoreError, StoreFuture};
+use crate::admission::{Dimension, Priority};
 use crate::breaker::{self, BreakerConfig};
+use crate::buckets::UsageDelta;
 use crate::clock::UnixMs;
 use crate::health::{apply, Health, Transition};
 use crate::vocab::Route;
@@ -91,7 +93,28 @@ impl SqliteStore {
              CREATE TABLE IF NOT EXISTS breaker (
                  route      TEXT PRIMARY KEY,
                  state      TEXT NOT NULL
-             );",
+             );
+             CREATE TABLE IF NOT EXISTS usage (
+                 minute     INTEGER NOT NULL,
+                 bucket     TEXT NOT NULL,
+                 dimension  TEXT NOT NULL,
+                 spent      REAL NOT NULL,
+                 PRIMARY KEY (minute, bucket, dimension)
+             ) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS shed (
+                 minute     INTEGER NOT NULL,
+                 priority   TEXT NOT NULL,
+                 route      TEXT NOT NULL,
+                 n          INTEGER NOT NULL,
+                 PRIMARY KEY (minute, priority, route)
+             ) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS provider_limit (
+                 route      TEXT NOT NULL,
+                 dimension  TEXT NOT NULL,
+                 lim        INTEGER NOT NULL,
+                 seen_ms    INTEGER NOT NULL,
+                 PRIMARY KEY (route, dimension)
+             ) WITHOUT ROWID;",
         )
         .map_err(|e| err(e.to_string()))?;
         let reader = Connection::open(path).map_err(|e| err(e.to_string()))?;
@@ -155,13 +178,150 @@ impl SqliteStore {
         })
     }
 
+    /// Adds a process's usage since its last flush to the per-minute counters (sheds
+    /// counted in the minute of `now`), and drops minutes older than
+    /// [`USAGE_KEEP_MINUTES`]: one transaction. Several processes share the file, so
+    /// every counter is an increment (`n = n + excluded.n`), never an overwrite.
+    pub fn add_usage(&self, delta: UsageDelta, now: UnixMs) -> StoreFuture<'_, ()> {
+        let minute = now.div_euclid(60_000);
+        self.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            {
+                let mut add = tx.prepare_cached(
+                    "INSERT INTO usage (minute, bucket, dimension, spent) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT(minute, bucket, dimension) DO UPDATE SET spent = spent + excluded.spent",
+                )?;
+                for (m, bucket, dim, x) in &delta.spent {
+                    add.execute(params![m, bucket, dim.as_str(), x])?;
+                }
+                let mut shed = tx.prepare_cached(
+                    "INSERT INTO shed (minute, priority, route, n) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT(minute, priority, route) DO UPDATE SET n = n + excluded.n",
+                )?;
+                for (p, route, n) in &delta.sheds {
+                    shed.execute(params![minute, p.as_str(), route.as_str(), *n as i64])?;
+                }
+                let oldest = minute - USAGE_KEEP_MINUTES;
+                tx.execute("DELETE FROM usage WHERE minute < ?1", params![oldest])?;
+                tx.execute("DELETE FROM shed WHERE minute < ?1", params![oldest])?;
+            }
+            tx.commit()
+        })
+    }
+
+    /// What was spent per minute from minute `from` to `to` (inclusive):
+    /// `(minute, bucket, dimension, amount)`.
+    pub fn usage(&self, from: i64, to: i64) -> StoreFuture<'_, Vec<(i64, String, Dimension, f64)>> {
+        self.run(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT minute, bucket, dimension, spent FROM usage
+                 WHERE minute BETWEEN ?1 AND ?2 ORDER BY minute",
+            )?;
+            let rows = stmt.query_map(params![from, to], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, f64>(3)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (m, bucket, dim, x) = row?;
+                // A dimension this build does not know is skipped, not fatal.
+                if let Some(dim) = dimension(&dim) {
+                    out.push((m, bucket, dim, x));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Sheds from minute `from` to `to` (inclusive): `(priority, route, count)`.
+    pub fn sheds(&self, from: i64, to: i64) -> StoreFuture<'_, Vec<(Priority, String, u64)>> {
+        self.run(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT priority, route, SUM(n) FROM shed WHERE minute BETWEEN ?1 AND ?2
+                 GROUP BY priority, route",
+            )?;
+            let rows = stmt.query_map(params![from, to], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (p, route, n) = row?;
+                if let Some(p) = Priority::parse(&p) {
+                    out.push((p, route, n.max(0) as u64));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Records the limits providers stated for routes (`probe`), replacing older ones.
+    pub fn record_provider_limits(
+        &self,
+        limits: Vec<(Route, Dimension, u64)>,
+        now: UnixMs,
+    ) -> StoreFuture<'_, ()> {
+        self.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            for (route, dim, limit) in &limits {
+                tx.execute(
+                    "INSERT INTO provider_limit (route, dimension, lim, seen_ms) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT(route, dimension) DO UPDATE SET lim = ?3, seen_ms = ?4",
+                    params![
+                        route.as_str(),
+                        dim.as_str(),
+                        i64::try_from(*limit).unwrap_or(i64::MAX),
+                        now
+                    ],
+                )?;
+            }
+            tx.commit()
+        })
+    }
+
+    /// The limits `probe` recorded: `(route, dimension, limit)`.
+    pub fn provider_limits(&self) -> StoreFuture<'_, Vec<(String, Dimension, u64)>> {
+        self.run(|conn| {
+            let mut stmt = conn.prepare("SELECT route, dimension, lim FROM provider_limit")?;
+            let rows = stmt.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (route, dim, limit) = row?;
+                if let Some(dim) = dimension(&dim) {
+                    out.push((route, dim, limit.max(0) as u64));
+                }
+            }
+            Ok(out)
+        })
+    }
+
     /// Runs SQLite's own consistency check; `Ok("ok")` for a sound file.
     pub fn integrity_check(&self) -> StoreFuture<'_, String> {
         self.run(|conn| conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)))
     }
 }
 
-/// Creates the file with owner-only permissions if it does not exist yet.
+/// Usage minutes older than this are dropped at each flush: `capacity --window` reads
+/// at most 8 days, as the Redis counters' TTL keeps.
+pub const USAGE_KEEP_MINUTES: i64 = 8 * 24 * 60;
+
+fn dimension(s: &str) -> Option<Dimension> {
+    Dimension::ALL.into_iter().find(|d| d.as_str() == s)
+}
+
 /// `state.db-wal` beside `state.db`.
 fn side_file(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_os_string();
@@ -169,6 +329,7 @@ fn side_file(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Creates the file with owner-only permissions if it does not exist yet.
 fn create_private(path: &Path) -> std::io::Result<()> {
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create(true).truncate(false);
@@ -428,6 +589,47 @@ mod tests {
             block_on(other.breaker(&r, cfg, Step::Admit { now: 1_000 })).unwrap(),
             Answer::Admit(Admit::Busy),
             "the trial slot taken through another handle is taken"
+        );
+    }
+
+    #[test]
+    fn two_handles_usage_adds_up_and_old_minutes_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let (a, b) = (
+            SqliteStore::open(&path).unwrap(),
+            SqliteStore::open(&path).unwrap(),
+        );
+        let r = Route::parse("a/x").unwrap();
+        let now = 10 * 24 * 60 * 60_000;
+        let minute = now / 60_000;
+        let delta = |x: f64| UsageDelta {
+            spent: vec![
+                (minute, "a".into(), Dimension::Rpm, x),
+                (
+                    minute - USAGE_KEEP_MINUTES - 1,
+                    "a".into(),
+                    Dimension::Rpm,
+                    7.0,
+                ),
+            ],
+            sheds: vec![(Priority::Background, r.clone(), 2)],
+        };
+        block_on(a.add_usage(delta(3.0), now)).unwrap();
+        block_on(b.add_usage(delta(4.0), now)).unwrap();
+        let used = block_on(a.usage(0, minute)).unwrap();
+        assert_eq!(used, vec![(minute, "a".to_string(), Dimension::Rpm, 7.0)]);
+        assert_eq!(
+            block_on(b.sheds(minute, minute)).unwrap(),
+            vec![(Priority::Background, "a/x".to_string(), 4)]
+        );
+        assert!(block_on(b.sheds(0, minute - 1)).unwrap().is_empty());
+        block_on(a.record_provider_limits(vec![(r.clone(), Dimension::Rpm, 60)], now)).unwrap();
+        block_on(b.record_provider_limits(vec![(r, Dimension::Rpm, 50)], now)).unwrap();
+        assert_eq!(
+            block_on(a.provider_limits()).unwrap(),
+            vec![("a/x".to_string(), Dimension::Rpm, 50)],
+            "the latest limit a provider stated wins"
         );
     }
 
