@@ -125,13 +125,15 @@ pub fn record(
             recent,
         } => {
             *consecutive = if ok { 0 } else { *consecutive + 1 };
-            recent.push_back(ok);
-            while recent.len() > cfg.window.max(1) as usize {
-                recent.pop_front();
-            }
-            let failures = recent.iter().filter(|r| !**r).count() as f64;
             let by_count = cfg.consecutive_failures > 0 && *consecutive >= cfg.consecutive_failures;
+            // The window is kept only for a rate to judge: without one, a route's breaker
+            // never allocates.
             let by_rate = cfg.failure_rate.is_some_and(|rate| {
+                recent.push_back(ok);
+                while recent.len() > cfg.window.max(1) as usize {
+                    recent.pop_front();
+                }
+                let failures = recent.iter().filter(|r| !**r).count() as f64;
                 recent.len() >= cfg.window.max(1) as usize && failures / recent.len() as f64 >= rate
             });
             if by_count || by_rate {

@@ -30,7 +30,7 @@ use crate::vocab::{Action, CallPath, Class, Outcome, Route};
 use crate::wire;
 use selection::Snapshot;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 pub use crate::route::{RouteSpec, Tier};
 pub use settlement::Observed;
@@ -279,6 +279,16 @@ impl Router {
         clock: Arc<dyn Clock>,
         store: Arc<dyn HealthStore>,
     ) -> Self {
+        // Without `limits:` admission passes every call at once and nothing ever waits
+        // in the queue, so every such router shares one empty pair: building and
+        // dropping a router allocates and frees neither.
+        static UNLIMITED: LazyLock<(Arc<Buckets>, Arc<AdmissionQueue>)> = LazyLock::new(|| {
+            (
+                Arc::new(Buckets::new(&Default::default(), 0)),
+                Arc::default(),
+            )
+        });
+        let unlimited = &*UNLIMITED;
         Router {
             inner: Arc::new(Inner {
                 client,
@@ -286,9 +296,9 @@ impl Router {
                 store,
                 rng: Mutex::new(fastrand::Rng::new()),
                 sessions: Mutex::new(HashMap::new()),
-                buckets: Arc::new(Buckets::new(&Default::default(), 0)),
+                buckets: unlimited.0.clone(),
                 shared: None,
-                queue: Arc::default(),
+                queue: unlimited.1.clone(),
             }),
         }
     }
@@ -310,6 +320,8 @@ impl Router {
             Ok(mut inner) => {
                 inner.buckets = buckets;
                 inner.shared = shared;
+                // Its own queue: the one it had may be the one every unlimited router shares.
+                inner.queue = Arc::default();
                 Router {
                     inner: Arc::new(inner),
                 }
@@ -586,9 +598,12 @@ impl Router {
             reason: None,
             served_by: None,
             text: None,
-            // Sized once: records are large, and regrowing moves them all.
-            attempts: Vec::with_capacity(tier.routes.len() + 2),
-            skipped: Vec::with_capacity(tier.routes.len()),
+            // Most requests make one attempt and skip nothing: room for one record, a
+            // small block. Records are large, so the second attempt reserves for the
+            // whole chain at once (`record`) and a walk moves them once, not at every
+            // doubling; the first skip does the same (`emit_skip`).
+            attempts: Vec::with_capacity(1),
+            skipped: Vec::new(),
             waits_ms: Vec::new(),
             queued_ms: 0,
             elapsed_ms: 0,

@@ -43,6 +43,10 @@ impl Snapshot {
         if let Some(i) = pos.checked_sub(self.from).filter(|i| *i < 64) {
             self.read |= 1 << i;
         }
+        if self.held.is_empty() && matches!(health, Health::Ready) {
+            // The common case, every route ahead ready: nothing to search or hold.
+            return;
+        }
         match (self.held.binary_search_by_key(&pos, |(p, _)| *p), health) {
             (Ok(k), Health::Ready) => {
                 self.held.remove(k);
@@ -74,7 +78,7 @@ impl Router {
         };
         if passed.is_none() {
             snap.held.clear();
-        } else {
+        } else if !snap.held.is_empty() {
             let pos = walk.pos;
             snap.held.retain(|(p, _)| *p >= pos);
         }
@@ -93,7 +97,11 @@ impl Router {
             return;
         }
         let route = &walk.tier.routes[walk.order[pos]].route;
-        let health = match self.inner.store.get(route).await {
+        let answer = match self.inner.store.get(route).now() {
+            Ok(answer) => answer,
+            Err(later) => later.await,
+        };
+        let health = match answer {
             Ok(h) => h,
             // An unreadable store must not take traffic down: treat the route as ready.
             Err(e) => {
@@ -215,6 +223,9 @@ impl Router {
             .any(|s| s.route == skip.route && s.why == skip.why)
         {
             return;
+        }
+        if report.skipped.capacity() == 0 {
+            report.skipped.reserve(walk.tier.routes.len());
         }
         report.skipped.push(skip);
         if let Some(observe) = walk.opts.observer {

@@ -62,9 +62,14 @@ impl Router {
         let window = (seen.verdict.class == Class::ContextOverflow)
             .then_some(walk.tier.routes[idx].facts.context_window)
             .flatten();
-        let next_fallback = self
-            .fallback_candidate(walk, now, None, &mut report.notes)
-            .await;
+        // Row 1 ends an answered attempt whatever lies ahead, so no fallback is looked up
+        // for it: a success reads the health of no other route.
+        let next_fallback = if seen.verdict.class == Class::Ok {
+            None
+        } else {
+            self.fallback_candidate(walk, now, None, &mut report.notes)
+                .await
+        };
         let larger = match window {
             Some(w) => {
                 self.fallback_candidate(walk, now, Some(w), &mut report.notes)
@@ -78,7 +83,13 @@ impl Router {
             .record_breaker(walk, report, seen.verdict.class, now)
             .await;
         // Row 4 needs it: whether the buckets would hold a retry on this route, and when.
-        let retry_admission_ms = self.retry_admission_ms(walk).await;
+        // Not for an answered attempt (row 1 ends it): with shared buckets that would be a
+        // round trip to the store on every success.
+        let retry_admission_ms = if seen.verdict.class == Class::Ok {
+            Some(0)
+        } else {
+            self.retry_admission_ms(walk).await
+        };
         let (decision, cost_usd, target) = self.judge(
             walk,
             report,
@@ -168,12 +179,16 @@ impl Router {
         target: Health,
     ) -> Option<HealthChange> {
         let route = &walk.tier.routes[walk.current()].route;
-        match self
+        let answer = match self
             .inner
             .store
             .apply(route, Transition::toward(target))
-            .await
+            .now()
         {
+            Ok(answer) => answer,
+            Err(later) => later.await,
+        };
+        match answer {
             Ok((old, new)) => {
                 let change = (old != new).then(|| HealthChange::from(&new));
                 walk.snapshot.set_at(walk.pos, new);
@@ -232,6 +247,9 @@ impl Router {
             if let Some(session) = walk.opts.session {
                 lock(&self.inner.sessions).insert(session.to_string(), spec.route.clone());
             }
+        }
+        if report.attempts.len() == report.attempts.capacity() {
+            report.attempts.reserve(walk.tier.routes.len() + 2);
         }
         report.attempts.push(AttemptRecord {
             index: report.attempts.len() as u32 + 1,

@@ -51,6 +51,15 @@ impl<'a, T> StoreFuture<'a, T> {
     pub fn waiting(work: impl Future<Output = Result<T, StoreError>> + Send + 'a) -> Self {
         StoreFuture::Waiting(Box::pin(work))
     }
+
+    /// The answer, when the store had it at once; else the future, to await. The hot
+    /// path takes a memory store's answer this way, without polling a future for it.
+    pub fn now(self) -> Result<Result<T, StoreError>, Self> {
+        match self {
+            StoreFuture::Ready(Some(answer)) => Ok(answer),
+            later => Err(later),
+        }
+    }
 }
 
 impl<T: Unpin> Future for StoreFuture<'_, T> {
