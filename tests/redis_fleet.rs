@@ -22,7 +22,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+#[path = "support/gateway.rs"]
+mod gateway;
+use gateway::Gateway;
 
 const KEY_VAR: &str = "POOLCTL_FLEET_TEST_KEY";
 const KEY: &str = "sk-fleet-SENTINEL-never-print-me";
@@ -33,7 +36,7 @@ const RPM: u64 = 40;
 const CLIENTS: usize = 4;
 const PER_CLIENT: usize = 8;
 /// Any one request, or any one wait, longer than this is a hang.
-const DEADLINE: Duration = Duration::from_secs(15);
+const DEADLINE: Duration = gateway::DEADLINE;
 
 fn write_config(dir: &Path, mock: &MockServer, redis: &str, on_error: &str) -> std::path::PathBuf {
     write_config_rpm(dir, mock, redis, on_error, RPM)
@@ -59,73 +62,9 @@ fn write_config_rpm(
     path
 }
 
-struct Gateway {
-    child: tokio::process::Child,
-    base: String,
-    stderr: tokio::task::JoinHandle<String>,
-}
-
+/// A gateway of the fleet: one runtime worker each, as four small pods would run.
 async fn start(config: &Path) -> Gateway {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--workers", "1"])
-        .arg("--config")
-        .arg(config)
-        .env(KEY_VAR, KEY)
-        .env_remove("POOLCTL_SERVE_TOKEN")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("poolctl serve starts");
-    let stdout = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let stderr = tokio::spawn(async move {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s).await;
-        s
-    });
-    let line = tokio::time::timeout(DEADLINE, BufReader::new(stdout).lines().next_line())
-        .await
-        .expect("serve prints its address in time")
-        .unwrap()
-        .expect("serve prints its address");
-    let base = line.rsplit(' ').next().unwrap().to_string();
-    Gateway {
-        child,
-        base,
-        stderr,
-    }
-}
-
-impl Gateway {
-    async fn metric(&self, name_and_labels: &str) -> f64 {
-        let text = tokio::time::timeout(DEADLINE, async {
-            reqwest::get(format!("{}/metrics", self.base))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-        })
-        .await
-        .expect("/metrics answers in time");
-        text.lines()
-            .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("no {name_and_labels} in /metrics:\n{text}"))
-    }
-
-    /// SIGTERM; the exit code and everything it wrote to stderr.
-    async fn stop(mut self) -> (Option<i32>, String) {
-        let pid = self.child.id().unwrap().to_string();
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status();
-        let status = tokio::time::timeout(DEADLINE, self.child.wait())
-            .await
-            .expect("serve stops in time")
-            .unwrap();
-        (status.code(), self.stderr.await.unwrap())
-    }
+    gateway::start(config, &["--workers", "1"], &[(KEY_VAR, KEY)]).await
 }
 
 /// What one burst saw.

@@ -8,14 +8,16 @@ use poolctl::vocab::{CallPath, Route, Wire};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+#[path = "support/gateway.rs"]
+mod gateway;
+use gateway::{Gateway, DEADLINE};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const KEY_VAR: &str = "POOLCTL_SERVE_TEST_KEY";
 /// The gateway's upstream key: it must reach the upstream and nothing else.
 const UPSTREAM_KEY: &str = "sk-upstream-SENTINEL-4b1d";
-/// How long any one wait in these tests may take before the test fails.
-const DEADLINE: Duration = Duration::from_secs(20);
 
 fn route(s: &str) -> Route {
     Route::parse(s).unwrap()
@@ -87,80 +89,11 @@ fn write_config(
     path
 }
 
-/// A running `poolctl serve`; killed when dropped.
-struct Gateway {
-    child: tokio::process::Child,
-    base: String,
-    addr: std::net::SocketAddr,
-    stderr: tokio::task::JoinHandle<String>,
-}
-
+/// `poolctl serve` with the upstream key in its environment.
 async fn start(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Gateway {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"));
-    cmd.arg("serve")
-        .arg("--config")
-        .arg(config)
-        .args(["--listen", "127.0.0.1:0"])
-        .args(extra)
-        .env(KEY_VAR, UPSTREAM_KEY)
-        .env_remove("POOLCTL_SERVE_TOKEN")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("poolctl starts");
-    let stdout = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let stderr = tokio::spawn(async move {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s).await;
-        s
-    });
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(DEADLINE, lines.next_line())
-        .await
-        .expect("serve prints its address in time")
-        .unwrap()
-        .expect("serve prints its address");
-    let base = line.rsplit(' ').next().unwrap().to_string();
-    let addr = base.trim_start_matches("http://").parse().unwrap();
-    Gateway {
-        child,
-        base,
-        addr,
-        stderr,
-    }
-}
-
-impl Gateway {
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    async fn metrics(&self) -> String {
-        reqwest::get(self.url("/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    }
-
-    /// Stops the gateway with SIGTERM and returns its exit code and stderr.
-    async fn stop(mut self) -> (Option<i32>, String) {
-        let pid = self.child.id().unwrap().to_string();
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status();
-        let status = tokio::time::timeout(DEADLINE, self.child.wait())
-            .await
-            .expect("serve stops in time")
-            .unwrap();
-        let stderr = self.stderr.await.unwrap();
-        (status.code(), stderr)
-    }
+    let mut all = vec![(KEY_VAR, UPSTREAM_KEY)];
+    all.extend_from_slice(env);
+    gateway::start(config, extra, &all).await
 }
 
 fn chat_body(model: &str, stream: bool) -> Value {
