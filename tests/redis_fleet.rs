@@ -67,6 +67,25 @@ async fn start(config: &Path) -> Gateway {
     gateway::start(config, &["--workers", "1"], &[(KEY_VAR, KEY)]).await
 }
 
+/// One chat request to tier `t` at `url`: its status, `x-poolctl-outcome` and body. The
+/// client's deadline turns a hang into a failure.
+async fn chat(client: &reqwest::Client, url: &str) -> (u16, String, String) {
+    let r = client
+        .post(url)
+        .json(&json!({"model": "t", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .expect("the gateway answers within the deadline: nothing hangs");
+    let outcome = r
+        .headers()
+        .get("x-poolctl-outcome")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let status = r.status().as_u16();
+    (status, outcome, r.text().await.unwrap())
+}
+
 /// What one burst saw.
 #[derive(Default, Debug)]
 struct Burst {
@@ -115,22 +134,7 @@ async fn burst(gateways: &[Gateway], redis: Option<(&mut RedisServer, usize)>) -
                             .expect("the test is still running");
                         after[g].fetch_add(1, Ordering::SeqCst);
                     }
-                    let body =
-                        json!({"model": "t", "messages": [{"role": "user", "content": "hi"}]});
-                    let r = client
-                        .post(&url)
-                        .json(&body)
-                        .send()
-                        .await
-                        .expect("the gateway answers within the deadline: nothing hangs");
-                    let outcome = r
-                        .headers()
-                        .get("x-poolctl-outcome")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("")
-                        .to_string();
-                    let status = r.status().as_u16();
-                    let text = r.text().await.unwrap();
+                    let (status, outcome, text) = chat(&client, &url).await;
                     assert!(!text.contains(KEY), "the key leaked: {text}");
                     match (status, outcome.as_str()) {
                         (200, "success") => admitted.fetch_add(1, Ordering::SeqCst),
@@ -329,20 +333,7 @@ async fn with_fail_closed_a_redis_that_never_answers_sheds_within_the_deadline_a
     let url = format!("{}/v1/chat/completions", gw.base);
     for i in 0..3 {
         let sw = Stopwatch::start();
-        let r = client
-            .post(&url)
-            .json(&json!({"model": "t", "messages": [{"role": "user", "content": "hi"}]}))
-            .send()
-            .await
-            .expect("answered: a silent store never hangs a request");
-        let outcome = r
-            .headers()
-            .get("x-poolctl-outcome")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        let status = r.status().as_u16();
-        let body = r.text().await.unwrap();
+        let (status, outcome, body) = chat(&client, &url).await;
         println!("request {i}: {status} {outcome} in {:?}", sw.elapsed());
         assert_eq!(outcome, "shed", "{body}");
         assert_eq!(
