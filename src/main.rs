@@ -15,11 +15,16 @@ const CLOSED_PIPE: u8 = 141;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let cli::Command::Serve(args) = &cli.command {
-        cli::serve::no_huge_pages();
-        builder.worker_threads(cli::serve::worker_threads(args));
-    }
+    let mut builder = match &cli.command {
+        // The gateway's requests run on lanes with runtimes of their own
+        // (`serve::listener`); this one only accepts connections, waits for signals and
+        // runs background work.
+        cli::Command::Serve(_) => {
+            cli::serve::no_huge_pages();
+            tokio::runtime::Builder::new_current_thread()
+        }
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

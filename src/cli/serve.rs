@@ -41,16 +41,13 @@ pub struct ServeArgs {
     /// Log the last user message of each chat request (off: no prompt is ever logged).
     #[arg(long)]
     pub log_prompts: bool,
-    /// Runtime worker threads (default: one per core). On a box the gateway shares with
-    /// its load, fewer workers save the cross-thread wake-ups of a request handed
-    /// between them; on 2 cores `--workers 1` measured 45-50 µs of CPU a request against
-    /// 51-67 µs with two, within the noise of a shared machine (scripts/bench-serve
-    /// with SERVE_FLAGS).
+    /// Lanes: threads that each serve their share of the connections, every request
+    /// start to end on one thread (default: one per core).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
 }
 
-/// The runtime worker threads `serve` runs with (see `ServeArgs::workers`).
+/// The lanes `serve` runs (see `ServeArgs::workers`).
 pub fn worker_threads(args: &ServeArgs) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     args.workers.unwrap_or(cores).clamp(1, 1024)
@@ -108,6 +105,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     };
     let mut gw = Gateway::new(lineup, router, settings);
     gw.shared_health = shared_health;
+    // One gateway per lane, each with an upstream pool of its own (see
+    // `serve::listener::serve`).
+    let lanes = (0..worker_threads(&args))
+        .map(|_| gw.lane(upstream_client()))
+        .collect();
     let gw = Arc::new(gw);
     // The address on stdout, alone on its line, so scripts and tests can find the port.
     crate::cli::out::line(&format!("poolctl serve: listening on http://{addr}"))?;
@@ -122,7 +124,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
             String::new()
         }
     ));
-    serve::listener::serve(listener, gw, stop).await;
+    serve::listener::serve(listener, gw, lanes, stop).await;
     if let Some(f) = flusher {
         f.abort();
     }

@@ -82,10 +82,13 @@ pub struct Called {
 #[derive(Clone)]
 pub struct Router {
     inner: Arc<Inner>,
+    /// The HTTP client the wires send through. Beside `inner`, not in it: routers that
+    /// share every piece of state may still send through clients of their own
+    /// (`with_client`), as each of `serve`'s lanes does with its own connection pool.
+    client: reqwest::Client,
 }
 
 struct Inner {
-    client: reqwest::Client,
     clock: Arc<dyn Clock>,
     store: Arc<dyn HealthStore>,
     /// Backoff jitter. Seeded in the harness so a scenario's waits repeat exactly.
@@ -290,8 +293,8 @@ impl Router {
         });
         let unlimited = &*UNLIMITED;
         Router {
+            client,
             inner: Arc::new(Inner {
-                client,
                 clock,
                 store,
                 rng: Mutex::new(fastrand::Rng::new()),
@@ -316,6 +319,7 @@ impl Router {
     }
 
     fn with_admission(self, buckets: Arc<Buckets>, shared: Option<Arc<SharedBuckets>>) -> Self {
+        let client = self.client;
         match Arc::try_unwrap(self.inner) {
             Ok(mut inner) => {
                 inner.buckets = buckets;
@@ -323,17 +327,25 @@ impl Router {
                 // Its own queue: the one it had may be the one every unlimited router shares.
                 inner.queue = Arc::default();
                 Router {
+                    client,
                     inner: Arc::new(inner),
                 }
             }
             Err(other) => {
-                let r = Router::new(
-                    other.client.clone(),
-                    other.clock.clone(),
-                    other.store.clone(),
-                );
+                let r = Router::new(client, other.clock.clone(), other.store.clone());
                 r.with_admission(buckets, shared)
             }
+        }
+    }
+
+    /// The same router (health, breakers, sessions, admission and jitter all shared with
+    /// this one) sending through `client`. A tokio HTTP client runs each connection on
+    /// the runtime that opened it, so a runtime of its own wants a client of its own:
+    /// its requests then never wake another thread.
+    pub fn with_client(&self, client: reqwest::Client) -> Self {
+        Router {
+            inner: self.inner.clone(),
+            client,
         }
     }
 
@@ -408,7 +420,7 @@ impl Router {
 
     /// One request down one tier.
     async fn call_tier(&self, tier: &Tier, req: &Request, opts: CallOptions<'_>) -> Called {
-        let client = &self.inner.client;
+        let client = &self.client;
         match req {
             Request::Chat(chat) => {
                 let schema = chat.json_schema.as_ref();

@@ -10,7 +10,7 @@ use futures_util::FutureExt;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use std::convert::Infallible;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -19,21 +19,53 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 /// How long a refusal may take to write, and to read what the client already sent
 /// (closing with unread bytes would reset the connection before the client reads).
 const REFUSAL_DEADLINE: Duration = Duration::from_millis(500);
 
+/// A connection on its way from the accept loop to the lane that serves it.
+struct Handoff {
+    tcp: std::net::TcpStream,
+    /// Held until the connection closes: the cap on connections served at once.
+    permit: OwnedSemaphorePermit,
+    /// Lets the drain wait for this connection, whichever lane serves it.
+    watcher: Watcher,
+}
+
 /// Serves until `shutdown` resolves, then stops accepting and lets in-flight requests
 /// and streams finish for up to `settings.drain`.
-pub async fn serve(listener: TcpListener, gw: Arc<Gateway>, shutdown: impl Future<Output = ()>) {
+///
+/// Connections are accepted here and each is handed, whole, to one of `lanes`
+/// (round robin): a thread with a single-threaded runtime that serves it from its first
+/// request to its close, and sends its upstream calls through the lane's own HTTP client.
+/// A request is then read, routed, sent upstream, answered and written back on one
+/// thread. On a multi-threaded runtime the same request was handed between threads
+/// (the connection on one, an upstream connection's task on another), and each
+/// hand-off woke a sleeping thread: on 2 cores, a context switch per request and a
+/// third of the gateway's CPU spent in the kernel switching (scripts/bench-serve).
+/// Nginx's workers are built the same way. Without lanes (none given), connections are
+/// served on the caller's runtime.
+pub async fn serve(
+    listener: TcpListener,
+    gw: Arc<Gateway>,
+    lanes: Vec<Gateway>,
+    shutdown: impl Future<Output = ()>,
+) {
     let permits = Arc::new(Semaphore::new(gw.settings.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(gw.settings.header_read_timeout)
-        .keep_alive(true);
+    let http = http_builder(&gw);
+    let mut senders = Vec::new();
+    for (i, lane) in lanes.into_iter().enumerate() {
+        match start_lane(i, Arc::new(lane), http.clone()) {
+            Ok(tx) => senders.push(tx),
+            Err(e) => {
+                tracing::warn!(target: "poolctl::serve", lane = i, error = %e, "cannot start a lane; serving with fewer");
+            }
+        }
+    }
+    let mut next = 0usize;
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -64,46 +96,29 @@ pub async fn serve(listener: TcpListener, gw: Arc<Gateway>, shutdown: impl Futur
             tokio::spawn(refuse(tcp, e));
             continue;
         };
-        // A second handle on the socket, to answer 408 after hyper gives up on a request
-        // head that never finished (hyper itself only closes the connection).
-        let (tcp, spare) = match split_handle(tcp) {
-            Ok(pair) => pair,
+        let watcher = graceful.watcher();
+        if senders.is_empty() {
+            tokio::spawn(connection(gw.clone(), http.clone(), tcp, permit, watcher));
+            continue;
+        }
+        let tcp = match tcp.into_std() {
+            Ok(tcp) => tcp,
             Err(e) => {
                 tracing::warn!(target: "poolctl::serve", error = %e, "cannot set up a connection");
                 continue;
             }
         };
-        let served = Arc::new(AtomicUsize::new(0));
-        let svc = {
-            let (gw, served) = (gw.clone(), served.clone());
-            hyper::service::service_fn(move |req: Request<Incoming>| {
-                served.fetch_add(1, Ordering::Relaxed);
-                let gw = gw.clone();
-                async move { Ok::<_, Infallible>(contained(gw, req).await) }
-            })
-        };
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(tcp), svc));
-        let gw = gw.clone();
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                if e.is_timeout() && served.load(Ordering::Relaxed) == 0 {
-                    gw.metrics.rejected("header_timeout");
-                    let e = ApiError::new(
-                        408,
-                        "invalid_request_error",
-                        "request_timeout",
-                        format!(
-                            "the request head did not arrive within {} ms",
-                            gw.settings.header_read_timeout.as_millis()
-                        ),
-                    );
-                    if let Some(spare) = spare {
-                        refuse(spare, e).await;
-                    }
-                }
-            }
-            drop(permit);
-        });
+        next = (next + 1) % senders.len();
+        if let Err(lost) = senders[next].send(Handoff {
+            tcp,
+            permit,
+            watcher,
+        }) {
+            // A lane whose thread is gone (it cannot panic: each connection is a task of
+            // its own). Closing the connection is the honest answer; the others serve on.
+            drop(lost);
+            tracing::error!(target: "poolctl::serve", lane = next, "a lane has stopped");
+        }
     }
     gw.start_draining();
     drop(listener);
@@ -112,6 +127,99 @@ pub async fn serve(listener: TcpListener, gw: Arc<Gateway>, shutdown: impl Futur
         _ = graceful.shutdown() => tracing::info!(target: "poolctl::serve", "drained"),
         _ = real_sleep(gw.settings.drain) => tracing::warn!(target: "poolctl::serve", "drain deadline reached; closing what is left"),
     }
+    // Each lane ends once its queue is closed; what it still holds is dropped with it.
+    drop(senders);
+}
+
+fn http_builder(gw: &Gateway) -> hyper::server::conn::http1::Builder {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(gw.settings.header_read_timeout)
+        .keep_alive(true);
+    http
+}
+
+/// A lane: a thread of its own running a single-threaded runtime, serving every
+/// connection handed to it until the sender is dropped.
+fn start_lane(
+    i: usize,
+    gw: Arc<Gateway>,
+    http: hyper::server::conn::http1::Builder,
+) -> std::io::Result<mpsc::UnboundedSender<Handoff>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (tx, mut rx) = mpsc::unbounded_channel::<Handoff>();
+    std::thread::Builder::new()
+        .name(format!("poolctl-lane-{i}"))
+        .spawn(move || {
+            runtime.block_on(async move {
+                while let Some(h) = rx.recv().await {
+                    match TcpStream::from_std(h.tcp) {
+                        Ok(tcp) => {
+                            tokio::spawn(connection(
+                                gw.clone(),
+                                http.clone(),
+                                tcp,
+                                h.permit,
+                                h.watcher,
+                            ));
+                        }
+                        Err(e) => {
+                            tracing::warn!(target: "poolctl::serve", error = %e, "cannot set up a connection");
+                        }
+                    }
+                }
+            })
+        })?;
+    Ok(tx)
+}
+
+/// Serves one connection to its close, then gives its permit back.
+async fn connection(
+    gw: Arc<Gateway>,
+    http: hyper::server::conn::http1::Builder,
+    tcp: TcpStream,
+    permit: OwnedSemaphorePermit,
+    watcher: Watcher,
+) {
+    // A second handle on the socket, to answer 408 after hyper gives up on a request
+    // head that never finished (hyper itself only closes the connection).
+    let (tcp, spare) = match split_handle(tcp) {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::warn!(target: "poolctl::serve", error = %e, "cannot set up a connection");
+            return;
+        }
+    };
+    let served = Arc::new(AtomicUsize::new(0));
+    let svc = {
+        let (gw, served) = (gw.clone(), served.clone());
+        hyper::service::service_fn(move |req: Request<Incoming>| {
+            served.fetch_add(1, Ordering::Relaxed);
+            let gw = gw.clone();
+            async move { Ok::<_, Infallible>(contained(gw, req).await) }
+        })
+    };
+    let conn = watcher.watch(http.serve_connection(TokioIo::new(tcp), svc));
+    if let Err(e) = conn.await {
+        if e.is_timeout() && served.load(Ordering::Relaxed) == 0 {
+            gw.metrics.rejected("header_timeout");
+            let e = ApiError::new(
+                408,
+                "invalid_request_error",
+                "request_timeout",
+                format!(
+                    "the request head did not arrive within {} ms",
+                    gw.settings.header_read_timeout.as_millis()
+                ),
+            );
+            if let Some(spare) = spare {
+                refuse(spare, e).await;
+            }
+        }
+    }
+    drop(permit);
 }
 
 fn split_handle(tcp: TcpStream) -> std::io::Result<(TcpStream, Option<TcpStream>)> {

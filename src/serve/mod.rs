@@ -21,6 +21,7 @@ use crate::router::Router;
 use crate::secret::Secret;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The variable whose value, when set, every client must send as its bearer token.
@@ -68,21 +69,22 @@ impl Default for Settings {
     }
 }
 
-/// Everything a request handler shares.
+/// Everything a request handler shares. Each of the listener's lanes has one of its
+/// own (`lane`): the same gateway, its router sending through the lane's HTTP client.
 pub struct Gateway {
-    pub lineup: choose::Lineup,
+    pub lineup: Arc<choose::Lineup>,
     pub router: Router,
-    pub metrics: metrics::Metrics,
+    pub metrics: Arc<metrics::Metrics>,
     pub settings: Settings,
     /// The shared health store's wrapper (`state: redis://`), for its degraded counts.
     pub shared_health: Option<std::sync::Arc<crate::store::FallbackStore>>,
     /// The upstream keys, only to mask them out of upstream messages.
     keys: Vec<Secret>,
     /// One permit per request-body byte buffered now (`max_buffered_body_bytes`).
-    pub(crate) body_budget: std::sync::Arc<tokio::sync::Semaphore>,
+    pub(crate) body_budget: Arc<tokio::sync::Semaphore>,
     body_budget_total: usize,
-    next_id: AtomicU64,
-    draining: AtomicBool,
+    next_id: Arc<AtomicU64>,
+    draining: Arc<AtomicBool>,
 }
 
 impl Gateway {
@@ -101,16 +103,34 @@ impl Gateway {
             .min(tokio::sync::Semaphore::MAX_PERMITS)
             .min(u32::MAX as usize);
         Gateway {
-            body_budget: std::sync::Arc::new(tokio::sync::Semaphore::new(budget)),
+            body_budget: Arc::new(tokio::sync::Semaphore::new(budget)),
             body_budget_total: budget,
-            lineup,
+            lineup: Arc::new(lineup),
             router,
-            metrics: metrics::Metrics::default(),
+            metrics: Arc::default(),
             settings,
             shared_health: None,
             keys,
-            next_id: AtomicU64::new(1),
-            draining: AtomicBool::new(false),
+            next_id: Arc::new(AtomicU64::new(1)),
+            draining: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// This gateway for a lane of its own: every counter, budget, store and bucket
+    /// shared with it, and upstream calls sent through `client`, whose connections run
+    /// on the lane's runtime.
+    pub fn lane(&self, client: reqwest::Client) -> Gateway {
+        Gateway {
+            lineup: self.lineup.clone(),
+            router: self.router.with_client(client),
+            metrics: self.metrics.clone(),
+            settings: self.settings.clone(),
+            shared_health: self.shared_health.clone(),
+            keys: self.keys.clone(),
+            body_budget: self.body_budget.clone(),
+            body_budget_total: self.body_budget_total,
+            next_id: self.next_id.clone(),
+            draining: self.draining.clone(),
         }
     }
 
