@@ -724,6 +724,66 @@ async fn sigterm_lets_an_in_flight_stream_finish_then_exits_zero() {
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+/// Each connection is served on one lane (`serve::listener`); the drain must wait for
+/// the streams of every lane, not only the accepting thread's.
+#[tokio::test]
+async fn sigterm_lets_the_streams_of_every_lane_finish_then_exits_zero() {
+    let slow = || stream(&["a", "b", "c", "d", "e"], StreamEnd::Done, 150);
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![slow(), slow(), slow()],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    // Three lanes, three connections: one each (connections are handed round robin).
+    let gw = start(&config, &["--workers", "3"], &[]).await;
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        // A client each, so each stream has a connection of its own.
+        let mut r = reqwest::Client::new()
+            .post(gw.url("/v1/chat/completions"))
+            .json(&chat_body("high", true))
+            .send()
+            .await
+            .unwrap();
+        let first = tokio::time::timeout(DEADLINE, r.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&first).contains("\"a\""));
+        streams.push(r);
+    }
+    let pid = gw.child.id().unwrap().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    for (i, mut r) in streams.into_iter().enumerate() {
+        let mut rest = Vec::new();
+        while let Some(c) = tokio::time::timeout(DEADLINE, r.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            rest.extend_from_slice(&c);
+        }
+        let rest = String::from_utf8_lossy(&rest);
+        assert!(
+            rest.contains("\"e\"") && rest.ends_with("data: [DONE]\n\n"),
+            "stream {i} finished: {rest}"
+        );
+    }
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("drained"), "{stderr}");
+}
+
 #[tokio::test]
 async fn readyz_reports_a_tier_without_a_ready_route() {
     let mock = openai_mock(vec![mock_route(
