@@ -239,3 +239,58 @@ async fn a_bucket_admits_down_to_exactly_zero_and_not_one_past() {
     // One request refills in 60 000 / 18 ms.
     assert_eq!(got.unwrap_err().wait_ms, Some(3_334));
 }
+
+#[tokio::test]
+async fn redis_sheds_count_per_minute_so_a_window_holds_only_its_own() {
+    let server = RedisServer::must_start();
+    let store = RedisStore::open(&server.url(), Duration::from_millis(500)).unwrap();
+    let shared = RedisBuckets::new(store, &config());
+    let gpt = Route::parse("openai/gpt").unwrap();
+    let minute = 28_333_333_i64;
+    let at = |m: i64| m * 60_000 + 17_000;
+    // Two hours ago, a burst of background sheds; in the last minutes, a few others.
+    for _ in 0..5 {
+        shared
+            .record_shed(Priority::Background, &gpt, at(minute - 120))
+            .await
+            .unwrap();
+    }
+    for m in [minute - 1, minute] {
+        shared
+            .record_shed(Priority::Speculative, &gpt, at(m))
+            .await
+            .unwrap();
+    }
+    shared
+        .record_shed(Priority::Background, &gpt, at(minute))
+        .await
+        .unwrap();
+    let recent = shared.sheds("openai", minute - 29, minute).await.unwrap();
+    assert_eq!(
+        recent,
+        vec![
+            (Priority::Background, "openai/gpt".to_string(), 1),
+            (Priority::Speculative, "openai/gpt".to_string(), 2),
+        ]
+    );
+    let all = shared.sheds("openai", minute - 180, minute).await.unwrap();
+    assert_eq!(
+        all,
+        vec![
+            (Priority::Background, "openai/gpt".to_string(), 6),
+            (Priority::Speculative, "openai/gpt".to_string(), 2),
+        ]
+    );
+    // Each minute's counters expire as usage does: none is kept for ever.
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(format!("poolctl:{{openai}}:shed:{}", minute - 120))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(ttl > 0, "ttl {ttl}");
+}

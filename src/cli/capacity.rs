@@ -67,7 +67,7 @@ fn dimension(s: &str) -> Option<Dimension> {
     Dimension::ALL.into_iter().find(|d| d.as_str() == s)
 }
 
-/// The fleet's counters: settles count usage per provider and minute, sheds and
+/// The fleet's counters: settles count usage, and sheds count, per provider and minute;
 /// provider limits per provider.
 async fn read_redis(
     config: &PoolConfig,
@@ -96,7 +96,7 @@ async fn read_redis(
                 rec.add_spent(minutes, (m - from) as usize, name.to_string(), dim, x);
             }
         }
-        rec.sheds.extend(buckets.sheds(p).await?);
+        rec.sheds.extend(buckets.sheds(p, from, to).await?);
         for (field, limit) in buckets.provider_limits(p).await? {
             if let Some((route, dim)) = field.rsplit_once('|') {
                 if let Some(dim) = dimension(dim) {

@@ -409,7 +409,10 @@ impl Router {
             for skip in &called.report.skipped {
                 if skip.why == SkipWhy::Admission {
                     match &self.inner.shared {
-                        Some(shared) => shared.record_shed(opts.priority, &skip.route).await,
+                        Some(shared) => {
+                            let now = self.inner.clock.now_ms();
+                            shared.record_shed(opts.priority, &skip.route, now).await
+                        }
                         None => self.inner.buckets.record_shed(opts.priority, &skip.route),
                     }
                 }

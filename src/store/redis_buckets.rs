@@ -5,8 +5,8 @@
 //! of that provider (`redis/acquire.lua`, `redis/settle.lua`: `admission::Bucket`'s
 //! arithmetic, transcribed and checked against it on a real server). A settle also adds
 //! what was spent to the provider's usage counter of the minute
-//! (`poolctl:{PROVIDER}:usage:MINUTE`, kept [`USAGE_TTL_S`]), which `poolctl capacity`
-//! reads.
+//! (`poolctl:{PROVIDER}:usage:MINUTE`, kept [`USAGE_TTL_S`]), and a shed counts in
+//! `poolctl:{PROVIDER}:shed:MINUTE`: what `poolctl capacity` reads.
 //!
 //! Every call is bounded by the store's deadline. What a caller does when it fails
 //! (`on_store_error`) is [`SharedBuckets`]'s choice, not this module's.
@@ -60,6 +60,11 @@ pub fn buckets_key(provider: &str) -> String {
 /// The provider's usage hash for the minute that holds `now`.
 pub fn usage_key(provider: &str, minute: i64) -> String {
     format!("{PREFIX}{{{provider}}}:usage:{minute}")
+}
+
+/// The provider's shed counters (`PRIORITY|ROUTE` → count) for one minute.
+pub fn shed_key(provider: &str, minute: i64) -> String {
+    format!("{PREFIX}{{{provider}}}:shed:{minute}")
 }
 
 /// The field prefix of one bucket: its `limits:` name and dimension.
@@ -312,39 +317,62 @@ impl RedisBuckets {
 }
 
 impl RedisBuckets {
-    /// Counts a request shed by `route`'s buckets (one command: atomic on its own).
-    pub async fn record_shed(&self, priority: Priority, route: &Route) -> Result<(), StoreError> {
-        let key = format!("{PREFIX}{{{}}}:shed", route.provider());
+    /// Counts a request shed by `route`'s buckets in the minute that holds `now`
+    /// (kept [`USAGE_TTL_S`], as usage is), so `poolctl capacity --window` counts the
+    /// sheds of its window and no others.
+    pub async fn record_shed(
+        &self,
+        priority: Priority,
+        route: &Route,
+        now: UnixMs,
+    ) -> Result<(), StoreError> {
+        let key = shed_key(route.provider(), now.div_euclid(60_000));
         let field = format!("{}|{}", priority.as_str(), route.as_str());
         self.store
             .within(|mut c| async move {
-                redis::cmd("HINCRBY")
+                // MULTI/EXEC: a counter is never left without its expiry.
+                redis::pipe()
+                    .atomic()
+                    .cmd("HINCRBY")
                     .arg(&key)
                     .arg(&field)
                     .arg(1)
-                    .query_async::<i64>(&mut c)
+                    .ignore()
+                    .cmd("EXPIRE")
+                    .arg(&key)
+                    .arg(USAGE_TTL_S)
+                    .ignore()
+                    .query_async::<()>(&mut c)
                     .await
             })
             .await
-            .map(|_| ())
     }
 
-    /// Sheds so far of `provider`'s routes: `(priority, route, count)`.
-    pub async fn sheds(&self, provider: &str) -> Result<Vec<(Priority, String, u64)>, StoreError> {
-        let key = format!("{PREFIX}{{{provider}}}:shed");
-        let all: HashMap<String, u64> = self
+    /// Sheds of `provider`'s routes from minute `from` to `to` (inclusive), summed:
+    /// `(priority, route, count)`.
+    pub async fn sheds(
+        &self,
+        provider: &str,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(Priority, String, u64)>, StoreError> {
+        let mut pipe = redis::pipe();
+        for m in from..=to {
+            pipe.cmd("HGETALL").arg(shed_key(provider, m));
+        }
+        let rows: Vec<HashMap<String, u64>> = self
             .store
-            .within(
-                |mut c| async move { redis::cmd("HGETALL").arg(&key).query_async(&mut c).await },
-            )
+            .within(|mut c| async move { pipe.query_async(&mut c).await })
             .await?;
-        Ok(all
-            .into_iter()
-            .filter_map(|(f, n)| {
-                let (p, route) = f.split_once('|')?;
-                Some((Priority::parse(p)?, route.to_string(), n))
-            })
-            .collect())
+        let mut sum: BTreeMap<(Priority, String), u64> = BTreeMap::new();
+        for (f, n) in rows.into_iter().flatten() {
+            if let Some((p, route)) = f.split_once('|') {
+                if let Some(p) = Priority::parse(p) {
+                    *sum.entry((p, route.to_string())).or_default() += n;
+                }
+            }
+        }
+        Ok(sum.into_iter().map(|((p, r), n)| (p, r, n)).collect())
     }
 
     /// Records a provider's own limit on a dimension for a route, as `probe` saw it.

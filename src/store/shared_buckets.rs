@@ -148,10 +148,10 @@ impl SharedBuckets {
     /// Counts a shed here and in Redis (where `poolctl capacity` reads the fleet's).
     /// During an episode Redis is not asked (a count is not a decision, so it is not
     /// counted as degraded); a count Redis does not take opens one.
-    pub async fn record_shed(&self, priority: Priority, route: &Route) {
+    pub async fn record_shed(&self, priority: Priority, route: &Route, now: UnixMs) {
         self.local.record_shed(priority, route);
         if let Some(attempt) = self.degraded.healthy() {
-            match self.shared.record_shed(priority, route).await {
+            match self.shared.record_shed(priority, route, now).await {
                 Ok(()) => self.degraded.answered(attempt),
                 Err(e) => self.degraded.failed(&e),
             }
