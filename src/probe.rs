@@ -288,11 +288,61 @@ pub async fn probe_one(
 }
 
 /// How probes spend admission: a probe uses the provider's quota like any call, so it
-/// takes from the same buckets, at `background` priority (it must never eat the
-/// interactive floor). `force` sends a probe the buckets refuse anyway.
+/// takes from the same buckets as `walk` and `serve`, at `background` priority (it must
+/// never eat the interactive floor). `force` sends a probe the buckets refuse anyway.
 pub struct ProbeAdmission<'a> {
-    pub buckets: &'a crate::buckets::Buckets,
+    pub buckets: ProbeBuckets<'a>,
     pub force: bool,
+}
+
+/// The buckets probes spend: this process's own, or the fleet's (`state: redis://`).
+pub enum ProbeBuckets<'a> {
+    Local(&'a crate::buckets::Buckets),
+    Shared(&'a crate::store::shared_buckets::SharedBuckets),
+}
+
+/// What an admitted probe holds until it settles.
+enum Held {
+    Local(crate::buckets::Reservation),
+    Shared(crate::store::shared_buckets::Hold),
+}
+
+impl ProbeAdmission<'_> {
+    /// `None` when no bucket covers the route.
+    async fn acquire(
+        &self,
+        route: &crate::vocab::Route,
+        now: UnixMs,
+    ) -> Result<Option<Held>, crate::buckets::Refused> {
+        let priority = crate::admission::Priority::Background;
+        match self.buckets {
+            ProbeBuckets::Local(b) => match b.cover(route) {
+                Some(cover) => b
+                    .acquire(&cover, PROBE_COST, priority, now)
+                    .map(|r| Some(Held::Local(r))),
+                None => Ok(None),
+            },
+            ProbeBuckets::Shared(s) => s
+                .acquire(route, PROBE_COST, priority, now)
+                .await
+                .map(|h| Some(Held::Shared(h))),
+        }
+    }
+
+    async fn settle(
+        &self,
+        held: Held,
+        spent: crate::admission::Spent,
+        remaining: &[(crate::admission::Dimension, u64)],
+        now: UnixMs,
+    ) {
+        match (&self.buckets, held) {
+            (ProbeBuckets::Local(b), Held::Local(r)) => b.settle(r, spent, remaining, now),
+            (ProbeBuckets::Shared(s), Held::Shared(h)) => s.settle(h, spent, remaining, now).await,
+            // A hold comes from the buckets it is settled on.
+            _ => {}
+        }
+    }
 }
 
 /// What a probe costs: one request, a few input tokens, one output token.
@@ -327,22 +377,14 @@ pub async fn probe_all(
             let _p = provider.acquire_owned().await.expect("never closed");
             let _g = global.acquire_owned().await.expect("never closed");
             let held = match admission {
-                Some(a) => match a.buckets.cover(&t.route) {
-                    Some(cover) => match a.buckets.acquire(
-                        &cover,
-                        PROBE_COST,
-                        crate::admission::Priority::Background,
-                        now,
-                    ) {
-                        Ok(r) => Some(r),
-                        Err(_) if a.force => None,
-                        Err(_) => {
-                            let r = ProbeResult::refused(t);
-                            on_done(&r);
-                            return r;
-                        }
-                    },
-                    None => None,
+                Some(a) => match a.acquire(&t.route, now).await {
+                    Ok(held) => held,
+                    Err(_) if a.force => None,
+                    Err(_) => {
+                        let r = ProbeResult::refused(t);
+                        on_done(&r);
+                        return r;
+                    }
                 },
                 None => None,
             };
@@ -365,7 +407,7 @@ pub async fn probe_all(
                 } else {
                     crate::admission::Spent::Nothing
                 };
-                a.buckets.settle(reservation, spent, &remaining, now);
+                a.settle(reservation, spent, &remaining, now).await;
             }
             on_done(&r);
             r

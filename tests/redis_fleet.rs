@@ -389,3 +389,41 @@ async fn walks_in_separate_processes_spend_one_shared_bucket() {
     assert_eq!(outcomes, ["success", "success", "shed"]);
     assert_eq!(mock.calls(&Route::parse("dash/m").unwrap()), 2);
 }
+
+#[tokio::test]
+async fn probe_spends_the_fleets_shared_bucket_not_a_fresh_one_of_its_own() {
+    // Two walks drain the shared rpm-2 bucket; a probe with buckets of its own would
+    // start full and be sent.
+    let redis = RedisServer::must_start();
+    let mock = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_rpm(dir.path(), &mock, &redis.url(), "local_share", 2);
+    let run = |args: &'static [&'static str]| {
+        let config = config.clone();
+        async move {
+            let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
+                .args(args)
+                .arg("--config")
+                .arg(&config)
+                .env(KEY_VAR, KEY)
+                .output()
+                .await
+                .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&o.stdout)
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))
+        }
+    };
+    for _ in 0..2 {
+        assert_eq!(run(&["walk", "t", "--json"]).await["outcome"], "success");
+    }
+    let v = run(&["probe", "--json"]).await;
+    let r = &v["tiers"][0]["routes"][0];
+    assert_eq!(r["route"], "dash/m", "{v}");
+    assert_eq!(r["skipped"], "admission", "{v}");
+    assert_eq!(r["class"], serde_json::Value::Null, "{v}");
+    assert_eq!(
+        mock.calls(&Route::parse("dash/m").unwrap()),
+        2,
+        "the refused probe is never sent"
+    );
+}

@@ -99,10 +99,16 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
     let client = crate::wire::http_client();
     let now = wall_now_ms();
     // Probes spend the provider's quota like any call: from the same buckets, at
-    // background priority. One process's buckets: see the README's "Admission".
-    let buckets = std::sync::Arc::new(crate::buckets::Buckets::new(&config.admission(), now));
+    // background priority. This process's own, or with `state: redis://` the fleet's.
+    let opened = super::context::Admission::open(&config)?;
+    let (buckets, limited) = match &opened {
+        super::context::Admission::Local(b) => {
+            (crate::probe::ProbeBuckets::Local(b), !b.is_empty())
+        }
+        super::context::Admission::Shared(s) => (crate::probe::ProbeBuckets::Shared(s), true),
+    };
     let admission = crate::probe::ProbeAdmission {
-        buckets: &buckets,
+        buckets,
         force: args.force,
     };
     let results = probe_all(
@@ -112,7 +118,7 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
         PER_PROVIDER,
         args.timeout_ms,
         now,
-        (!buckets.is_empty()).then_some(&admission),
+        limited.then_some(&admission),
         &on_done,
     )
     .await;
@@ -139,7 +145,7 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
 
     record_provider_limits(&config, &results).await;
     // With a SQLite state, what the probes spent reaches the file's usage counters.
-    if let Some(usage) = super::capacity::UsageRecorder::open(&config, &buckets)? {
+    if let Some(usage) = super::capacity::UsageRecorder::for_admission(&config, &opened)? {
         usage.flush_or_warn().await;
     }
     let changes = if args.apply {
