@@ -36,12 +36,54 @@ pub struct Target {
 }
 
 /// Rate-limit room a provider reported in its headers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Headroom {
     pub requests_remaining: Option<u64>,
     pub requests_limit: Option<u64>,
     pub tokens_remaining: Option<u64>,
     pub tokens_limit: Option<u64>,
+    /// Anthropic meters input and output tokens apart
+    /// (`anthropic-ratelimit-{input,output}-tokens-*`): the `itpm` / `otpm` contracts.
+    /// Kept out of `--json`, whose `headroom` object cli.md fixes; they reach the
+    /// recorded provider limits and the buckets' true-up.
+    #[serde(skip)]
+    pub input_tokens_remaining: Option<u64>,
+    #[serde(skip)]
+    pub input_tokens_limit: Option<u64>,
+    #[serde(skip)]
+    pub output_tokens_remaining: Option<u64>,
+    #[serde(skip)]
+    pub output_tokens_limit: Option<u64>,
+}
+
+impl Headroom {
+    /// The provider's limit on each dimension it reported one for.
+    pub fn limits(&self) -> Vec<(crate::admission::Dimension, u64)> {
+        use crate::admission::Dimension;
+        [
+            (Dimension::Rpm, self.requests_limit),
+            (Dimension::Tpm, self.tokens_limit),
+            (Dimension::Itpm, self.input_tokens_limit),
+            (Dimension::Otpm, self.output_tokens_limit),
+        ]
+        .into_iter()
+        .filter_map(|(d, n)| Some((d, n?)))
+        .collect()
+    }
+
+    /// What remains on each dimension it reported a count for.
+    pub fn remaining(&self) -> Vec<(crate::admission::Dimension, u64)> {
+        use crate::admission::Dimension;
+        [
+            (Dimension::Rpm, self.requests_remaining),
+            (Dimension::Tpm, self.tokens_remaining),
+            (Dimension::Itpm, self.input_tokens_remaining),
+            (Dimension::Otpm, self.output_tokens_remaining),
+        ]
+        .into_iter()
+        .filter_map(|(d, n)| Some((d, n?)))
+        .collect()
+    }
 }
 
 /// Reads `x-ratelimit-*` (OpenAI style) or `anthropic-ratelimit-*` headers.
@@ -69,12 +111,20 @@ pub fn headroom(h: &Headers) -> Option<Headroom> {
             "x-ratelimit-limit-tokens",
             "anthropic-ratelimit-tokens-limit",
         ]),
+        input_tokens_remaining: num(&["anthropic-ratelimit-input-tokens-remaining"]),
+        input_tokens_limit: num(&["anthropic-ratelimit-input-tokens-limit"]),
+        output_tokens_remaining: num(&["anthropic-ratelimit-output-tokens-remaining"]),
+        output_tokens_limit: num(&["anthropic-ratelimit-output-tokens-limit"]),
     };
     let any = [
         room.requests_remaining,
         room.requests_limit,
         room.tokens_remaining,
         room.tokens_limit,
+        room.input_tokens_remaining,
+        room.input_tokens_limit,
+        room.output_tokens_remaining,
+        room.output_tokens_limit,
     ]
     .iter()
     .any(Option::is_some);
@@ -390,18 +440,7 @@ pub async fn probe_all(
             };
             let r = probe_one(client, t, timeout_ms, now).await;
             if let (Some(a), Some(reservation)) = (admission, held) {
-                let remaining: Vec<_> = r
-                    .headroom
-                    .iter()
-                    .flat_map(|h| {
-                        use crate::admission::Dimension;
-                        [
-                            h.requests_remaining.map(|n| (Dimension::Rpm, n)),
-                            h.tokens_remaining.map(|n| (Dimension::Tpm, n)),
-                        ]
-                    })
-                    .flatten()
-                    .collect();
+                let remaining = r.headroom.map(|h| h.remaining()).unwrap_or_default();
                 let spent = if r.status.is_some() {
                     crate::admission::Spent::Unreported
                 } else {
@@ -444,5 +483,44 @@ mod tests {
         )]);
         assert_eq!(headroom(&a).unwrap().tokens_remaining, Some(99000));
         assert_eq!(headroom(&Headers::default()), None);
+    }
+
+    #[test]
+    fn anthropics_separate_input_and_output_limits_are_read_as_itpm_and_otpm() {
+        use crate::admission::Dimension;
+        let h = Headers::from_pairs(
+            [
+                ("anthropic-ratelimit-requests-limit", "50"),
+                ("anthropic-ratelimit-requests-remaining", "49"),
+                ("anthropic-ratelimit-input-tokens-limit", "30000"),
+                ("anthropic-ratelimit-input-tokens-remaining", "29990"),
+                ("anthropic-ratelimit-output-tokens-limit", "8000"),
+                ("anthropic-ratelimit-output-tokens-remaining", "7999"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
+        let room = headroom(&h).unwrap();
+        assert_eq!(
+            room.limits(),
+            vec![
+                (Dimension::Rpm, 50),
+                (Dimension::Itpm, 30000),
+                (Dimension::Otpm, 8000)
+            ]
+        );
+        assert_eq!(
+            room.remaining(),
+            vec![
+                (Dimension::Rpm, 49),
+                (Dimension::Itpm, 29990),
+                (Dimension::Otpm, 7999)
+            ]
+        );
+        // Only input/output headers still make a headroom.
+        let only = Headers::from_pairs([(
+            "anthropic-ratelimit-output-tokens-limit".to_string(),
+            "8000".to_string(),
+        )]);
+        assert_eq!(headroom(&only).unwrap().output_tokens_limit, Some(8000));
     }
 }

@@ -288,6 +288,7 @@ fn probe_tiers() -> (TierProbe, TierProbe) {
             requests_limit: Some(60),
             tokens_remaining: Some(99000),
             tokens_limit: Some(100000),
+            ..Headroom::default()
         }),
         detail: None,
         transition: None,

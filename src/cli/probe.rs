@@ -196,12 +196,9 @@ async fn record_provider_limits(config: &crate::config::PoolConfig, results: &[P
         .iter()
         .filter_map(|r| Some((r, r.headroom.as_ref()?)))
         .flat_map(|(r, h)| {
-            [
-                (Dimension::Rpm, h.requests_limit),
-                (Dimension::Tpm, h.tokens_limit),
-            ]
-            .into_iter()
-            .filter_map(|(dim, limit)| Some((r.route.clone(), dim, limit?)))
+            h.limits()
+                .into_iter()
+                .map(|(dim, limit)| (r.route.clone(), dim, limit))
         })
         .collect();
     if seen.is_empty() {
