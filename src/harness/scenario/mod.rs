@@ -4,6 +4,7 @@
 //! replies, health presets) and what must then have happened ([`expect`]).
 
 mod expect;
+mod locate;
 mod script;
 
 pub use expect::{AttemptExpect, Expect, HealthExpect};
@@ -116,16 +117,14 @@ pub use crate::admission::Priority;
 impl Scenario {
     /// Reads, parses and validates one scenario file.
     pub fn load(file: &Path) -> Result<Scenario, YamlError> {
-        let mut s: Scenario = crate::yaml::load(file).map_err(not_a_scenario)?;
-        s.file = file.to_path_buf();
-        s.validate()?;
-        Ok(s)
+        let text = crate::yaml::read_text(file)?;
+        Scenario::parse(file, &text)
     }
 
     pub fn parse(file: &Path, text: &str) -> Result<Scenario, YamlError> {
         let mut s: Scenario = crate::yaml::parse(file, text).map_err(not_a_scenario)?;
         s.file = file.to_path_buf();
-        s.validate()?;
+        s.validate().map_err(|e| at_line(e, text))?;
         Ok(s)
     }
 
@@ -469,19 +468,45 @@ impl Scenario {
     }
 }
 
-/// Every scenario file under `paths`: files as given, directories searched
-/// recursively for `*.yaml` / `*.yml`, sorted for a stable order.
+/// A check made after parsing knows the field, not the line: find the line in `text`,
+/// so that every load error names file, line and what is wrong (scenario-format.md).
+pub fn at_line(mut e: YamlError, text: &str) -> YamlError {
+    if e.line.is_none() && !e.field.is_empty() {
+        if let Some((line, column)) = locate::locate(text, &e.field) {
+            e.line = Some(line);
+            e.column = Some(column);
+        }
+    }
+    e
+}
+
 /// serde's "expected struct Scenario" names a Rust type; say what the file must hold.
+/// So do "expected u64" and "expected struct Policy": a scenario's author wrote YAML.
 fn not_a_scenario(mut e: YamlError) -> YamlError {
     if let Some((found, _)) = e.message.split_once(", expected struct Scenario") {
         e.message = format!(
             "{found}: a scenario file is a YAML mapping with `name`, `chain` (the routes and \
              their replies) and `expect` (or `requests`); see scenario-format.md"
         );
+        return e;
+    }
+    if let Some((found, rust)) = e.message.rsplit_once(", expected ") {
+        let plain = match rust {
+            "u8" | "u16" | "u32" | "u64" | "usize" => Some("a whole number, 0 or more"),
+            "i64" => Some("a whole number"),
+            "f64" => Some("a number"),
+            t if t.starts_with("struct ") => Some("a mapping of fields"),
+            _ => None,
+        };
+        if let Some(plain) = plain {
+            e.message = format!("{found}, expected {plain}");
+        }
     }
     e
 }
 
+/// Every scenario file under `paths`: files as given, directories searched
+/// recursively for `*.yaml` / `*.yml`, sorted for a stable order.
 pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, YamlError> {
     let mut out = Vec::new();
     for p in paths {
