@@ -229,6 +229,36 @@ requests:
     assert!(stderr.contains("b.yaml:2:7: field `name`"), "{stderr}");
 }
 
+/// A hostile or mistyped burst is a load error naming the field, never an allocation
+/// that aborts the process (`repeat: 4000000000` asked for a terabyte) or a clock that
+/// silently stops (`after_ms` past what the virtual clock can hold).
+#[test]
+fn a_huge_repeat_or_after_ms_is_a_load_error_not_an_abort() {
+    let base = "name: burst\nchain:\n  - route: a/one\n    replies: [ { ok: \"A\" } ]\nrequests:\n";
+    let cases = [
+        (
+            "  - repeat: 4000000000\n    expect: { outcome: success }\n",
+            "burst.yaml:6:13: field `requests[0].repeat`: a scenario sends at most 100000",
+        ),
+        (
+            "  - repeat: 60000\n    expect: { outcome: success }\n  - repeat: 60000\n    expect: { outcome: success }\n",
+            "field `requests[1].repeat`",
+        ),
+        (
+            "  - after_ms: 18446744073709551615\n    expect: { outcome: success }\n",
+            "field `requests[0].after_ms`",
+        ),
+    ];
+    for (requests, needle) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), "burst.yaml", &format!("{base}{requests}"));
+        let out = poolctl(&["chaos", p.to_str().unwrap()]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(needle), "wanted `{needle}` in: {stderr}");
+    }
+}
+
 const QUEUED: &str = r#"name: queued
 chain:
   - route: a/one

@@ -23,6 +23,15 @@ use std::path::{Path, PathBuf};
 /// The virtual clock's start when a scenario names none.
 pub const DEFAULT_NOW: &str = "2026-01-01T00:00:00Z";
 
+/// The most copies a scenario may send, over all its `repeat`s: a burst large enough for
+/// any bucket a test states, small enough that a typo (`repeat: 4000000000`) is an
+/// error, not an allocation that aborts the process.
+pub const MAX_COPIES: u64 = 100_000;
+
+/// The longest one `after_ms` may be (100 years): beyond it the virtual clock would
+/// saturate and time would silently stop passing.
+pub const MAX_AFTER_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
@@ -382,6 +391,7 @@ impl Scenario {
             }
             _ => self.request_specs(),
         };
+        let mut copies: u64 = 0;
         for (i, spec) in specs.iter().enumerate() {
             let req = format!("requests[{i}]");
             let at = if self.requests.is_some() {
@@ -393,6 +403,22 @@ impl Scenario {
                 return err(
                     &format!("{req}.repeat"),
                     "`repeat` must be at least 1".into(),
+                );
+            }
+            copies += u64::from(spec.copies());
+            if copies > MAX_COPIES {
+                return err(
+                    &format!("{req}.repeat"),
+                    format!("a scenario sends at most {MAX_COPIES} requests in all (the limit)"),
+                );
+            }
+            if spec.after_ms > MAX_AFTER_MS {
+                return err(
+                    &format!("{req}.after_ms"),
+                    format!(
+                        "{} is more than {MAX_AFTER_MS} ms (100 years, the limit)",
+                        spec.after_ms
+                    ),
                 );
             }
             let e = match (&spec.expect, &spec.expect_counts) {
