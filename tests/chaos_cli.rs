@@ -161,6 +161,159 @@ fn load_errors_name_what_is_wrong() {
     }
 }
 
+/// A mistake found after the YAML parsed (a reference to a route that is not in the
+/// chain, a tier that does not exist, a duplicate name) still names the line it is on:
+/// scenario-format.md asks for "file, line and what is wrong" on every load error.
+#[test]
+fn errors_found_after_parsing_name_file_and_line() {
+    let many = r#"name: many
+chain:
+  - route: a/one
+    replies: [ { ok: "A" } ]
+  - route: g/gemini-2.5-flash
+    replies: [ { ok: "G" } ]
+limits:
+  g/gemini-2.5-flahs: { rpm: 1 }
+requests:
+  - expect: { outcome: success }
+"#;
+    let cases = [
+        (
+            "route.yaml",
+            PASSING.replace("served_by: backup/model-b", "served_by: backup/model-c"),
+            "route.yaml:13:14: field `expect.served_by`",
+        ),
+        (
+            "state.yaml",
+            PASSING.replace("expect:", "state: { backup/model-c: retired }\nexpect:"),
+            "state.yaml:11:26: field `state.backup/model-c`",
+        ),
+        (
+            "limits.yaml",
+            many.to_string(),
+            "limits.yaml:8:23: field `limits.g/gemini-2.5-flahs`",
+        ),
+        (
+            "later.yaml",
+            many.replace("gemini-2.5-flahs", "gemini-2.5-flash")
+                + "  - after_ms: 5\n    expect: { outcome: success, served_by: b/two }\n",
+            "later.yaml:12:44: field `requests[1].expect.served_by`",
+        ),
+        (
+            "tier.yaml",
+            PASSING.replace("expect:", "policy: { degrade_tier: small }\nexpect:"),
+            "tier.yaml:11:25: field `policy.degrade_tier`",
+        ),
+        (
+            "type.yaml",
+            PASSING.replace("expect:", "policy: { max_total_attempts: four }\nexpect:"),
+            "expected a whole number, 0 or more",
+        ),
+    ];
+    for (file, body, needle) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), file, &body);
+        let out = poolctl(&["chaos", p.to_str().unwrap()]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{file}: {stderr}");
+        assert!(
+            stderr.contains(needle),
+            "{file}: wanted `{needle}` in: {stderr}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.yaml", PASSING);
+    write(dir.path(), "b.yaml", PASSING);
+    let out = poolctl(&["chaos", dir.path().to_str().unwrap()]);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("b.yaml:2:7: field `name`"), "{stderr}");
+}
+
+/// A hostile or mistyped burst is a load error naming the field, never an allocation
+/// that aborts the process (`repeat: 4000000000` asked for a terabyte) or a clock that
+/// silently stops (`after_ms` past what the virtual clock can hold).
+#[test]
+fn a_huge_repeat_or_after_ms_is_a_load_error_not_an_abort() {
+    let base = "name: burst\nchain:\n  - route: a/one\n    replies: [ { ok: \"A\" } ]\nrequests:\n";
+    let cases = [
+        (
+            "  - repeat: 4000000000\n    expect: { outcome: success }\n",
+            "burst.yaml:6:13: field `requests[0].repeat`: a scenario sends at most 100000",
+        ),
+        (
+            "  - repeat: 60000\n    expect: { outcome: success }\n  - repeat: 60000\n    expect: { outcome: success }\n",
+            "field `requests[1].repeat`",
+        ),
+        (
+            "  - after_ms: 18446744073709551615\n    expect: { outcome: success }\n",
+            "field `requests[0].after_ms`",
+        ),
+    ];
+    for (requests, needle) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), "burst.yaml", &format!("{base}{requests}"));
+        let out = poolctl(&["chaos", p.to_str().unwrap()]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(needle), "wanted `{needle}` in: {stderr}");
+    }
+}
+
+const QUEUED: &str = r#"name: queued
+chain:
+  - route: a/one
+    replies: [ { ok: "OK" } ]
+limits: { a/one: { rpm: 1 } }
+headroom: 1.0
+policy: { max_queue_ms: 60000, max_elapsed_ms: 120000 }
+requests:
+  - repeat: 2
+    expect: { outcome: success }
+  - expect: { outcome: success }
+"#;
+
+/// scenario-format.md, Admission: "The `--json` object of a scenario carries, per
+/// request, `queued_ms` and `buckets`."
+#[test]
+fn json_carries_queued_ms_and_buckets_per_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "q.yaml", QUEUED);
+    let out = poolctl(&["chaos", "--json", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let v: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    let queued: Vec<u64> = v["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["queued_ms"].as_u64().expect("queued_ms on every request"))
+        .collect();
+    assert_eq!(queued, [0, 60000, 60000]);
+    for r in v["requests"].as_array().unwrap() {
+        assert_eq!(r["buckets"]["a/one"]["requests"], 0, "{r}");
+    }
+    assert_eq!(v["queued_ms"], 60000);
+}
+
+/// With `repeat`, the copies of one entry are several runs: a mismatch must name the
+/// `requests:` entry it belongs to, not the run's place among all copies.
+#[test]
+fn a_mismatch_names_its_requests_entry_not_its_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = QUEUED.replace(
+        "  - expect: { outcome: success }\n",
+        "  - expect: { outcome: shed }\n",
+    );
+    let p = write(dir.path(), "q.yaml", &wrong);
+    let out = poolctl(&["chaos", p.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("requests[1].outcome"), "{stdout}");
+    assert!(!stdout.contains("requests[2]"), "{stdout}");
+    let out = poolctl(&["chaos", "--json", p.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(v["mismatches"][0]["field"], "requests[1].outcome", "{v}");
+}
+
 #[test]
 fn duplicate_names_and_missing_paths_exit_2() {
     let dir = tempfile::tempdir().unwrap();

@@ -65,15 +65,11 @@ pub fn chaos_failures(runs: &[ScenarioRun], look: &Look) -> String {
         if let Some(e) = &r.error {
             out.push_str(&hang("  error: ", e, look.width));
         }
-        let many = r.requests.len() > 1;
-        for (i, req) in r.requests.iter().enumerate() {
+        // Each field already names its `requests:` entry (the harness knows which
+        // copies of a `repeat` belong to which entry; a flat index would not).
+        for req in &r.requests {
             for m in &req.mismatches {
-                let at = if many {
-                    format!("requests[{i}].")
-                } else {
-                    String::new()
-                };
-                out.push_str(&format!("  {at}{}\n", m.field));
+                out.push_str(&format!("  {}\n", m.field));
                 out.push_str(&hang("    expected: ", &m.expected, look.width));
                 out.push_str(&hang("    got:      ", &m.got, look.width));
             }
@@ -143,6 +139,9 @@ fn request_json(req: &RequestRun) -> Value {
         "health": req.health,
         "upstream_calls": req.upstream_calls,
         "waits_ms": req.report.waits_ms,
+        // scenario-format.md v2: every request carries its admission wait and levels.
+        "queued_ms": req.report.queued_ms,
+        "buckets": req.buckets,
         "mismatches": req.mismatches,
     })
 }
@@ -152,21 +151,16 @@ fn request_json(req: &RequestRun) -> Value {
 pub fn chaos_json(r: &ScenarioRun) -> String {
     let mut obj = r.requests.last().map(request_json).unwrap_or_else(|| {
         json!({"outcome": null, "reason": null, "served_by": null, "attempts": [], "skipped": [],
-               "health": {}, "upstream_calls": {}, "waits_ms": [], "mismatches": []})
+               "health": {}, "upstream_calls": {}, "waits_ms": [], "queued_ms": null, "buckets": {},
+               "mismatches": []})
     });
     let all_mismatches: Vec<Value> = r
         .requests
         .iter()
-        .enumerate()
-        .flat_map(|(i, req)| {
-            req.mismatches.iter().map(move |m| {
-                let field = if r.requests.len() > 1 {
-                    format!("requests[{i}].{}", m.field)
-                } else {
-                    m.field.clone()
-                };
-                json!({"field": field, "expected": m.expected, "got": m.got})
-            })
+        .flat_map(|req| {
+            req.mismatches
+                .iter()
+                .map(|m| json!({"field": m.field, "expected": m.expected, "got": m.got}))
         })
         .collect();
     let map = obj.as_object_mut().expect("built as an object");

@@ -203,7 +203,7 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
         (health, calls, bucket_levels(&buckets, now))
     };
 
-    for spec in scenario.request_specs() {
+    for (entry, spec) in scenario.request_specs().iter().enumerate() {
         clock.advance(spec.after_ms);
         let copies = spec.copies() as usize;
         let mut runs: Vec<RequestRun> = Vec::with_capacity(copies);
@@ -211,7 +211,7 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
             // Every copy is admitted or refused before any is settled: each reaches its
             // upstream call (or its shed) on the first poll, before any answer is read.
             let reports =
-                futures_util::future::join_all((0..copies).map(|_| call.send(&spec))).await;
+                futures_util::future::join_all((0..copies).map(|_| call.send(spec))).await;
             let (health, upstream_calls, levels) = observe();
             for report in reports {
                 runs.push(RequestRun {
@@ -224,7 +224,7 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
             }
         } else {
             for _ in 0..copies {
-                let report = call.send(&spec).await;
+                let report = call.send(spec).await;
                 let (health, upstream_calls, buckets) = observe();
                 runs.push(RequestRun {
                     report,
@@ -235,7 +235,10 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
                 });
             }
         }
-        judge(&spec, &mut runs);
+        // A mismatch names the `requests:` entry it belongs to (not the copy's place
+        // among all copies, which `repeat` shifts); a top-level `expect` needs no name.
+        let at = scenario.requests.as_ref().map(|_| entry);
+        judge(spec, at, &mut runs);
         run.requests.extend(runs);
     }
     run.passed = run.error.is_none() && run.requests.iter().all(|r| r.mismatches.is_empty());
@@ -264,8 +267,9 @@ pub fn scenario_rerank_request() -> RerankRequest {
 }
 
 /// Compares each copy of a request entry with its `expect`, or the copies' outcomes
-/// with `expect_counts` (the difference is reported on the last copy).
-fn judge(spec: &RequestSpec, runs: &mut [RequestRun]) {
+/// with `expect_counts` (the difference is reported on the last copy). Each mismatch's
+/// field is prefixed with `requests[entry].` when the entry is one of `requests:`.
+fn judge(spec: &RequestSpec, entry: Option<usize>, runs: &mut [RequestRun]) {
     if let Some(expect) = &spec.expect {
         let copies = runs.len();
         for (i, r) in runs.iter_mut().enumerate() {
@@ -298,6 +302,11 @@ fn judge(spec: &RequestSpec, runs: &mut [RequestRun]) {
                 expected: want_s,
                 got: got_s,
             });
+        }
+    }
+    if let Some(i) = entry {
+        for m in runs.iter_mut().flat_map(|r| r.mismatches.iter_mut()) {
+            m.field = format!("requests[{i}].{}", m.field);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! the chaos benchmark both run scenarios through here.
 
 use super::runner::{run_scenario, ScenarioRun};
-use super::scenario::{discover, Scenario};
+use super::scenario::{at_line, discover, Scenario};
 use crate::yaml::YamlError;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,17 +29,21 @@ pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Scenario>, Vec<YamlError>> {
         match Scenario::load(&file) {
             Ok(s) => {
                 if let Some(first) = names.insert(s.name.clone(), file.clone()) {
-                    errors.push(
-                        YamlError::new(
-                            &file,
-                            format!(
-                                "scenario name `{}` is already used by {}",
-                                s.name,
-                                first.display()
-                            ),
-                        )
-                        .at_field("name"),
-                    );
+                    let e = YamlError::new(
+                        &file,
+                        format!(
+                            "scenario name `{}` is already used by {}",
+                            s.name,
+                            first.display()
+                        ),
+                    )
+                    .at_field("name");
+                    // The file was just read whole; reading it again only finds the line.
+                    let e = match crate::yaml::read_text(&file) {
+                        Ok(text) => at_line(e, &text),
+                        Err(_) => e,
+                    };
+                    errors.push(e);
                 } else {
                     scenarios.push(s);
                 }

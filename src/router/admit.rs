@@ -162,7 +162,8 @@ impl Router {
     /// for the earliest of them, when the refill alone admits it within the card's
     /// `max_queue_ms` and before `max_elapsed_ms`, then points the walk back at them.
     /// `false` when the request must not wait (it is then shed, or degraded).
-    pub(super) async fn queue_for_admission(&self, walk: &mut Walk<'_>) -> bool {
+    /// `attempts`: the upstream calls this request already made.
+    pub(super) async fn queue_for_admission(&self, walk: &mut Walk<'_>, attempts: u32) -> bool {
         let Some(earliest) = walk.refused.iter().filter_map(|(_, w, _)| *w).min() else {
             return false;
         };
@@ -172,12 +173,12 @@ impl Router {
         let since = now - walk.queued_ms as i64;
         let queue_deadline = since.saturating_add(policy.max_queue_ms as i64);
         let at = now.saturating_add(earliest as i64);
-        // Never past the card's max_elapsed_ms (real socket time included).
-        let elapsed_then = self.spent(walk, 0).elapsed_ms.saturating_add(earliest);
-        if !walk.opts.priority.may_wait()
-            || at > queue_deadline
-            || elapsed_then > policy.max_elapsed_ms
-        {
+        // Never past the card's max_elapsed_ms (real socket time included), and only
+        // when the budget still holds the call the wait is for: the same strict rule as
+        // every other attempt's, else a request would wait out its whole budget and then
+        // fail for `budget` without a call, instead of being shed at once.
+        let call_fits = self.spent(walk, attempts).allows(policy, earliest, 0.0);
+        if !walk.opts.priority.may_wait() || at > queue_deadline || !call_fits {
             return false;
         }
         let groups: Vec<usize> = walk.refused.iter().map(|(_, _, g)| *g).collect();

@@ -653,7 +653,8 @@ impl Router {
             if !self.next_route(&mut walk, &mut report).await {
                 // Nothing left to call. When admission refused some route, the request
                 // may wait in the local queue for it; else the chain is done.
-                if !walk.refused.is_empty() && self.queue_for_admission(&mut walk).await {
+                let made = report.attempts.len() as u32;
+                if !walk.refused.is_empty() && self.queue_for_admission(&mut walk, made).await {
                     continue 'chain;
                 }
                 break 'chain;

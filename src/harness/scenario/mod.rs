@@ -4,6 +4,7 @@
 //! replies, health presets) and what must then have happened ([`expect`]).
 
 mod expect;
+mod locate;
 mod script;
 
 pub use expect::{AttemptExpect, Expect, HealthExpect};
@@ -21,6 +22,15 @@ use std::path::{Path, PathBuf};
 
 /// The virtual clock's start when a scenario names none.
 pub const DEFAULT_NOW: &str = "2026-01-01T00:00:00Z";
+
+/// The most copies a scenario may send, over all its `repeat`s: a burst large enough for
+/// any bucket a test states, small enough that a typo (`repeat: 4000000000`) is an
+/// error, not an allocation that aborts the process.
+pub const MAX_COPIES: u64 = 100_000;
+
+/// The longest one `after_ms` may be (100 years): beyond it the virtual clock would
+/// saturate and time would silently stop passing.
+pub const MAX_AFTER_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -116,16 +126,14 @@ pub use crate::admission::Priority;
 impl Scenario {
     /// Reads, parses and validates one scenario file.
     pub fn load(file: &Path) -> Result<Scenario, YamlError> {
-        let mut s: Scenario = crate::yaml::load(file).map_err(not_a_scenario)?;
-        s.file = file.to_path_buf();
-        s.validate()?;
-        Ok(s)
+        let text = crate::yaml::read_text(file)?;
+        Scenario::parse(file, &text)
     }
 
     pub fn parse(file: &Path, text: &str) -> Result<Scenario, YamlError> {
         let mut s: Scenario = crate::yaml::parse(file, text).map_err(not_a_scenario)?;
         s.file = file.to_path_buf();
-        s.validate()?;
+        s.validate().map_err(|e| at_line(e, text))?;
         Ok(s)
     }
 
@@ -383,6 +391,7 @@ impl Scenario {
             }
             _ => self.request_specs(),
         };
+        let mut copies: u64 = 0;
         for (i, spec) in specs.iter().enumerate() {
             let req = format!("requests[{i}]");
             let at = if self.requests.is_some() {
@@ -394,6 +403,22 @@ impl Scenario {
                 return err(
                     &format!("{req}.repeat"),
                     "`repeat` must be at least 1".into(),
+                );
+            }
+            copies += u64::from(spec.copies());
+            if copies > MAX_COPIES {
+                return err(
+                    &format!("{req}.repeat"),
+                    format!("a scenario sends at most {MAX_COPIES} requests in all (the limit)"),
+                );
+            }
+            if spec.after_ms > MAX_AFTER_MS {
+                return err(
+                    &format!("{req}.after_ms"),
+                    format!(
+                        "{} is more than {MAX_AFTER_MS} ms (100 years, the limit)",
+                        spec.after_ms
+                    ),
                 );
             }
             let e = match (&spec.expect, &spec.expect_counts) {
@@ -469,19 +494,45 @@ impl Scenario {
     }
 }
 
-/// Every scenario file under `paths`: files as given, directories searched
-/// recursively for `*.yaml` / `*.yml`, sorted for a stable order.
+/// A check made after parsing knows the field, not the line: find the line in `text`,
+/// so that every load error names file, line and what is wrong (scenario-format.md).
+pub fn at_line(mut e: YamlError, text: &str) -> YamlError {
+    if e.line.is_none() && !e.field.is_empty() {
+        if let Some((line, column)) = locate::locate(text, &e.field) {
+            e.line = Some(line);
+            e.column = Some(column);
+        }
+    }
+    e
+}
+
 /// serde's "expected struct Scenario" names a Rust type; say what the file must hold.
+/// So do "expected u64" and "expected struct Policy": a scenario's author wrote YAML.
 fn not_a_scenario(mut e: YamlError) -> YamlError {
     if let Some((found, _)) = e.message.split_once(", expected struct Scenario") {
         e.message = format!(
             "{found}: a scenario file is a YAML mapping with `name`, `chain` (the routes and \
              their replies) and `expect` (or `requests`); see scenario-format.md"
         );
+        return e;
+    }
+    if let Some((found, rust)) = e.message.rsplit_once(", expected ") {
+        let plain = match rust {
+            "u8" | "u16" | "u32" | "u64" | "usize" => Some("a whole number, 0 or more"),
+            "i64" => Some("a whole number"),
+            "f64" => Some("a number"),
+            t if t.starts_with("struct ") => Some("a mapping of fields"),
+            _ => None,
+        };
+        if let Some(plain) = plain {
+            e.message = format!("{found}, expected {plain}");
+        }
     }
     e
 }
 
+/// Every scenario file under `paths`: files as given, directories searched
+/// recursively for `*.yaml` / `*.yml`, sorted for a stable order.
 pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, YamlError> {
     let mut out = Vec::new();
     for p in paths {
