@@ -294,3 +294,84 @@ async fn redis_sheds_count_per_minute_so_a_window_holds_only_its_own() {
         .unwrap();
     assert!(ttl > 0, "ttl {ttl}");
 }
+
+/// While Redis cannot answer, the local share admits; once it answers again, what was
+/// spent and shed meanwhile reaches its per-minute counters (capacity reads the fleet's
+/// real use, not only what went through Redis).
+#[tokio::test]
+async fn what_the_local_share_spent_and_shed_during_an_outage_reaches_redis_once_it_answers() {
+    use poolctl::store::shared_buckets::SharedBuckets;
+    use poolctl::store::OnStoreError;
+    let server = RedisServer::must_start();
+    let store = RedisStore::open(&server.url(), Duration::from_millis(150)).unwrap();
+    let cfg = config();
+    let now = 1_700_000_030_000_i64;
+    let minute = now / 60_000;
+    let shared = SharedBuckets::new(
+        RedisBuckets::new(store, &cfg),
+        &cfg,
+        OnStoreError::LocalShare,
+        2,
+        now,
+    )
+    .with_log(std::sync::Arc::new(|_: &str| {}));
+    let gpt = Route::parse("openai/gpt").unwrap();
+    let cost = Cost {
+        input_tokens: 100,
+        output_tokens: 50,
+    };
+    let spent = Spent::Reported {
+        input_tokens: 100,
+        output_tokens: 7,
+    };
+    // Admitted through Redis before the outage; settled after it.
+    let before = shared
+        .acquire(&gpt, cost, Priority::Interactive, now)
+        .await
+        .unwrap();
+    server.signal("STOP").unwrap();
+    // Redis is silent: the local share (1/2 of each contract) admits one, and a shed is
+    // counted here only.
+    let during = shared
+        .acquire(&gpt, cost, Priority::Interactive, now)
+        .await
+        .unwrap();
+    assert!(
+        matches!(during, poolctl::store::shared_buckets::Hold::Local(_)),
+        "{during:?}"
+    );
+    assert_eq!(shared.degraded(), 1);
+    shared.settle(during, spent, &[], now).await;
+    shared.record_shed(Priority::Background, &gpt, now).await;
+    server.signal("CONT").unwrap();
+    // The first call Redis answers ends the episode and carries the counts over.
+    shared.settle(before, spent, &[], now).await;
+    let store = RedisStore::open(&server.url(), Duration::from_millis(500)).unwrap();
+    let reader = RedisBuckets::new(store, &cfg);
+    let mut usage = reader.usage("openai", minute, minute).await.unwrap();
+    usage.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(
+        usage,
+        vec![
+            (minute, field("openai/gpt", Dimension::Rpm), 2.0),
+            (minute, field("openai/gpt", Dimension::Tpm), 214.0),
+        ],
+        "one request through Redis, one on the local share"
+    );
+    assert_eq!(
+        reader.sheds("openai", minute, minute).await.unwrap(),
+        vec![(Priority::Background, "openai/gpt".to_string(), 1)]
+    );
+    // Carried over once: a later healthy call adds nothing more.
+    let again = shared
+        .acquire(&gpt, cost, Priority::Interactive, now)
+        .await
+        .unwrap();
+    shared.settle(again, spent, &[], now).await;
+    let usage = reader.usage("openai", minute, minute).await.unwrap();
+    let rpm = usage
+        .iter()
+        .find(|u| u.1 == field("openai/gpt", Dimension::Rpm))
+        .unwrap();
+    assert_eq!(rpm.2, 3.0);
+}

@@ -115,17 +115,21 @@ impl Degraded {
 
     /// The shared store answered the call `a`: an open episode ends (logged once),
     /// unless it opened after `a` began — a reply already on its way when the store
-    /// went down says nothing about the store now.
-    pub fn answered(&self, a: Attempt) {
+    /// went down says nothing about the store now. True when this ended an episode.
+    pub fn answered(&self, a: Attempt) -> bool {
         let mut ep = self.lock();
         if ep.is_some() && self.episodes.load(Ordering::Relaxed) != a.0 {
-            return;
+            return false;
         }
-        if let Some(e) = ep.take() {
-            (self.log)(&format!(
-                "poolctl: state store {} answers again; {} decisions were made without it meanwhile",
-                self.target, e.decisions
-            ));
+        match ep.take() {
+            Some(e) => {
+                (self.log)(&format!(
+                    "poolctl: state store {} answers again; {} decisions were made without it meanwhile",
+                    self.target, e.decisions
+                ));
+                true
+            }
+            None => false,
         }
     }
 

@@ -375,6 +375,38 @@ impl RedisBuckets {
         Ok(sum.into_iter().map(|((p, r), n)| (p, r, n)).collect())
     }
 
+    /// Adds counts made elsewhere (a process's local share while Redis failed) to the
+    /// per-minute usage and shed counters, in one round trip.
+    pub async fn add_counts(
+        &self,
+        spent: &[(i64, String, Dimension, f64)],
+        sheds: &BTreeMap<(i64, Priority, Route), u64>,
+    ) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
+        for (minute, bucket, dim, x) in spent {
+            let provider = bucket.split('/').next().unwrap_or(bucket);
+            let key = usage_key(provider, *minute);
+            pipe.cmd("HINCRBYFLOAT")
+                .arg(&key)
+                .arg(field(bucket, *dim))
+                .arg(*x)
+                .ignore();
+            pipe.cmd("EXPIRE").arg(&key).arg(USAGE_TTL_S).ignore();
+        }
+        for ((minute, priority, route), n) in sheds {
+            let key = shed_key(route.provider(), *minute);
+            pipe.cmd("HINCRBY")
+                .arg(&key)
+                .arg(format!("{}|{}", priority.as_str(), route.as_str()))
+                .arg(*n)
+                .ignore();
+            pipe.cmd("EXPIRE").arg(&key).arg(USAGE_TTL_S).ignore();
+        }
+        self.store
+            .within(|mut c| async move { pipe.query_async::<()>(&mut c).await })
+            .await
+    }
+
     /// Records a provider's own limit on a dimension for a route, as `probe` saw it.
     pub async fn record_provider_limit(
         &self,

@@ -8,7 +8,10 @@
 //!   buckets had already admitted when Redis went away);
 //! - `fail_closed`: refused (never fits: the router sheds it, reason `admission`).
 //!
-//! Each such decision is counted and logged once per episode.
+//! Each such decision is counted and logged once per episode. What the local share
+//! admitted meanwhile, and the sheds Redis could not count, are added to Redis's
+//! per-minute counters once it answers again, so `poolctl capacity` sees what the fleet
+//! really spent and shed.
 
 use super::redis_buckets::{RedisBuckets, RedisReservation};
 use super::{Degraded, OnStoreError};
@@ -16,7 +19,8 @@ use crate::admission::{Cost, Dimension, Limits, Priority, Spent};
 use crate::buckets::{AdmissionConfig, Buckets, Refused, Reservation};
 use crate::clock::UnixMs;
 use crate::vocab::Route;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 /// What an admitted call holds until it is settled.
 #[derive(Debug)]
@@ -33,6 +37,17 @@ pub struct SharedBuckets {
     local: Arc<Buckets>,
     on_error: OnStoreError,
     degraded: Degraded,
+    /// Counts Redis has not taken yet (see [`Missed`]).
+    missed: Mutex<Missed>,
+}
+
+/// What happened while Redis could not count it: spent on the local share
+/// (`(minute, bucket, dimension, amount)`) and shed (`(minute, priority, route)` →
+/// count). Kept until a write of it to Redis succeeds.
+#[derive(Default)]
+struct Missed {
+    spent: Vec<(i64, String, Dimension, f64)>,
+    sheds: BTreeMap<(i64, Priority, Route), u64>,
 }
 
 /// `cfg` with every contract divided by `workers` (rounded down: never more than the
@@ -82,6 +97,41 @@ impl SharedBuckets {
             local: Arc::new(Buckets::new(&local_share(cfg, workers), now)),
             on_error,
             degraded: Degraded::new(target, meanwhile),
+            missed: Mutex::default(),
+        }
+    }
+
+    fn missed(&self) -> std::sync::MutexGuard<'_, Missed> {
+        // Only whole pushes and takes happen under it: a poisoned lock is still sound.
+        self.missed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The shared store answered `attempt`; when that ended an episode, what was
+    /// admitted and shed meanwhile is added to Redis's counters.
+    async fn answered(&self, attempt: super::fallback::Attempt) {
+        if self.degraded.answered(attempt) {
+            self.catch_up().await;
+        }
+    }
+
+    /// Adds to Redis's per-minute counters what the local share spent and what was shed
+    /// while Redis could not count it. A write that fails keeps it for the next time
+    /// Redis answers.
+    async fn catch_up(&self) {
+        let (spent, sheds) = {
+            let mut m = self.missed();
+            m.spent.extend(self.local.drain_usage().spent);
+            (std::mem::take(&mut m.spent), std::mem::take(&mut m.sheds))
+        };
+        if spent.is_empty() && sheds.is_empty() {
+            return;
+        }
+        if self.shared.add_counts(&spent, &sheds).await.is_err() {
+            let mut m = self.missed();
+            m.spent.extend(spent);
+            for (k, n) in sheds {
+                *m.sheds.entry(k).or_default() += n;
+            }
         }
     }
 
@@ -119,7 +169,7 @@ impl SharedBuckets {
         if let Some(attempt) = self.degraded.try_shared() {
             match self.shared.wait_ms(&cover, cost, priority, now).await {
                 Ok(wait) => {
-                    self.degraded.answered(attempt);
+                    self.answered(attempt).await;
                     return wait;
                 }
                 Err(e) => self.degraded.failed(&e),
@@ -152,10 +202,16 @@ impl SharedBuckets {
         self.local.record_shed(priority, route);
         if let Some(attempt) = self.degraded.healthy() {
             match self.shared.record_shed(priority, route, now).await {
-                Ok(()) => self.degraded.answered(attempt),
+                Ok(()) => return self.answered(attempt).await,
                 Err(e) => self.degraded.failed(&e),
             }
         }
+        let minute = now.div_euclid(60_000);
+        *self
+            .missed()
+            .sheds
+            .entry((minute, priority, route.clone()))
+            .or_default() += 1;
     }
 
     /// Admits `cost` on every bucket that covers `route`, in Redis; while Redis fails,
@@ -173,7 +229,7 @@ impl SharedBuckets {
         if let Some(attempt) = self.degraded.try_shared() {
             match self.shared.acquire(&cover, cost, priority, now).await {
                 Ok(got) => {
-                    self.degraded.answered(attempt);
+                    self.answered(attempt).await;
                     return got.map(Hold::Shared);
                 }
                 Err(e) => self.degraded.failed(&e),
@@ -199,11 +255,18 @@ impl SharedBuckets {
     ) {
         match held {
             Hold::Unlimited => {}
-            Hold::Local(r) => self.local.settle(r, spent, remaining, now),
+            Hold::Local(r) => {
+                self.local.settle(r, spent, remaining, now);
+                // Admitted during an episode that has ended since: its spend goes to
+                // Redis now, not at the next episode's end.
+                if self.degraded.healthy().is_some() {
+                    self.catch_up().await;
+                }
+            }
             Hold::Shared(r) => {
                 let attempt = self.degraded.begin();
                 match self.shared.settle(&r, spent, remaining, now).await {
-                    Ok(()) => self.degraded.answered(attempt),
+                    Ok(()) => self.answered(attempt).await,
                     Err(e) => self.degraded.failed(&e),
                 }
             }
