@@ -353,3 +353,34 @@ fn piped_output_uses_columns_or_the_default_width_never_the_widest_cell() {
         );
     }
 }
+
+#[test]
+fn help_of_every_command_fits_80_columns_even_when_columns_is_wider() {
+    let commands = [
+        "", "chaos", "probe", "walk", "retire", "restore", "status", "mock", "check", "capacity",
+        "serve",
+    ];
+    for columns in [None, Some("200")] {
+        for command in commands {
+            for flag in ["-h", "--help"] {
+                let mut cmd = Command::new(env!("CARGO_BIN_EXE_poolctl"));
+                cmd.args([command, flag].iter().filter(|a| !a.is_empty()));
+                match columns {
+                    Some(c) => cmd.env("COLUMNS", c),
+                    None => cmd.env_remove("COLUMNS"),
+                };
+                let o = cmd.output().unwrap();
+                assert_eq!(o.status.code(), Some(0), "{command} {flag}");
+                let out = stdout(&o);
+                assert!(out.contains("Usage:"), "{command} {flag}: {out}");
+                for line in out.lines() {
+                    assert!(
+                        line.chars().count() <= 80,
+                        "`poolctl {command} {flag}` (COLUMNS={columns:?}) has a line of {}: {line}",
+                        line.chars().count()
+                    );
+                }
+            }
+        }
+    }
+}

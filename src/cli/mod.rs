@@ -26,6 +26,8 @@ use std::path::PathBuf;
 #[command(
     name = "poolctl",
     version,
+    // Help wraps to the terminal, never wider than 80 columns (a file or a pipe gets 80).
+    max_term_width = 80,
     about = "One router for chains of fallback LLM routes, and the tools to prove it works.",
     long_about = "poolctl classifies every upstream failure from protocol fields, answers it with exactly one \
 action (retry, fallback, interrupt, degrade, queue, shed, fail_closed) and moves routes through \
