@@ -1425,3 +1425,48 @@ async fn a_request_admission_sheds_is_one_429_with_retry_after_and_counted_in_me
         "nothing is held once both requests ended: {m}"
     );
 }
+
+#[tokio::test]
+async fn a_backup_that_serves_while_the_primary_cools_counts_as_a_fallback_recovery() {
+    let mock = openai_mock(vec![
+        mock_route("prim/model-a", Wire::OpenAi, vec![rate_limited()]),
+        mock_route("back/model-b", Wire::OpenAi, vec![ok("from the backup")]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    // The first request falls back after the 429; the second finds the primary cooling
+    // and is served by the backup in one attempt, without calling the primary.
+    for _ in 0..2 {
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .json(&chat_body("high", false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "x-poolctl-served-by"), "back/model-b");
+    }
+    assert_eq!(mock.calls(&route("prim/model-a")), 1);
+    let m = gw.metrics().await;
+    // Seed 001: a success served by a backup is a fallback recovery, never a retry or a
+    // primary success, or the broken primary hides behind the success rate.
+    for (kind, want) in [("fallback", 2.0), ("retry", 0.0), ("primary", 0.0)] {
+        assert_eq!(
+            metric(&m, &format!(r#"poolctl_recoveries_total{{kind="{kind}"}}"#)),
+            Some(want),
+            "{kind}: {m}"
+        );
+    }
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
