@@ -1470,3 +1470,52 @@ async fn a_backup_that_serves_while_the_primary_cools_counts_as_a_fallback_recov
     let (code, stderr) = gw.stop().await;
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+#[tokio::test]
+async fn every_gateway_answer_carries_served_by_outcome_and_attempts_even_a_failure() {
+    let mock = openai_mock(vec![
+        mock_route("prim/model-a", Wire::OpenAi, vec![rate_limited()]),
+        mock_route("back/model-b", Wire::OpenAi, vec![rate_limited()]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    let bodies: [(&str, Value, u16, &str); 4] = [
+        // Routed and failed: both routes called, neither served.
+        ("/v1/chat/completions", chat_body("high", false), 429, "2"),
+        // Refused before routing: no route called.
+        ("/v1/chat/completions", chat_body("hihg", false), 404, "0"),
+        (
+            "/v1/messages",
+            json!({"model": "nope", "max_tokens": 5,
+            "messages": [{"role": "user", "content": "hi"}]}),
+            404,
+            "0",
+        ),
+        ("/v1/chat/completions", json!({"messages": []}), 400, "0"),
+    ];
+    for (path, body, status, attempts) in bodies {
+        let r = client.post(gw.url(path)).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), status, "{path} {body}");
+        let h = r.headers();
+        assert_eq!(
+            h.get("x-poolctl-served-by").map(|v| v.as_bytes()),
+            Some(&b""[..]),
+            "{path} {body}: present, empty when nothing served"
+        );
+        assert_eq!(header(&r, "x-poolctl-outcome"), "failed", "{path} {body}");
+        assert_eq!(header(&r, "x-poolctl-attempts"), attempts, "{path} {body}");
+        assert_eq!(header(&r, "x-should-retry"), "false", "{path} {body}");
+    }
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
