@@ -97,8 +97,18 @@ pub enum ConfigError {
     /// Unreadable, malformed or invalid file: file, line, field and message.
     #[error(transparent)]
     Yaml(#[from] YamlError),
-    #[error("provider `{provider}`: environment variable `{var}` is not set or is empty")]
-    MissingKey { provider: String, var: String },
+    /// Names the file, line and field like any config error, and the variable; never
+    /// a value.
+    #[error(
+        "{}: field `providers.{provider}.api_key_env`: environment variable `{var}` is not set or is empty (provider `{provider}`)",
+        at(.file, *.line)
+    )]
+    MissingKey {
+        file: PathBuf,
+        line: Option<usize>,
+        provider: String,
+        var: String,
+    },
     #[error("unknown provider `{name}`{}", did_you_mean(.nearest))]
     UnknownProvider {
         name: String,
@@ -117,6 +127,14 @@ pub enum ConfigError {
         nearest: Option<String>,
         known: Vec<String>,
     },
+}
+
+/// `file:line`, or `file` when the line is not known.
+fn at(file: &Path, line: Option<usize>) -> String {
+    match line {
+        Some(n) => format!("{}:{n}", file.display()),
+        None => file.display().to_string(),
+    }
 }
 
 /// The nearest name when there is one, else the names to choose from (the first ten).
@@ -162,7 +180,8 @@ impl PoolConfig {
 
     /// Parses and validates `text`, the contents of `file`.
     pub fn parse(file: &Path, text: &str) -> Result<PoolConfig, ConfigError> {
-        let raw: RawConfig = yaml::parse(file, text)?;
+        let raw: RawConfig =
+            yaml::parse(file, text).map_err(|e| not_yaml(file, text).unwrap_or(e))?;
         let config = raw.into_config(file);
         config.validate(text)?;
         Ok(config)
@@ -450,6 +469,11 @@ impl PoolConfig {
         let key = env(&p.api_key_env)
             .filter(|k| !k.is_empty())
             .ok_or_else(|| ConfigError::MissingKey {
+                file: self.file.clone(),
+                // The text is not kept once parsed; an error is rare enough to read it again.
+                line: yaml::read_text(&self.file).ok().and_then(|t| {
+                    line_of(&t, &["providers:", &format!("{provider}:"), "api_key_env:"])
+                }),
                 provider: provider.to_string(),
                 var: p.api_key_env.clone(),
             })?;
@@ -668,6 +692,27 @@ impl RawConfig {
                 .unwrap_or(crate::store::redis::DEFAULT_DEADLINE_MS),
         }
     }
+}
+
+/// The syntax error of `text` when it is not YAML at all, as `check` reports it. Typed
+/// parsing can stop at a type error inside a broken flow collection first (`unknown
+/// variant \`openai q\``), which would hide that the file itself is malformed; asked
+/// only once typed parsing has failed, so a valid file is parsed once.
+fn not_yaml(file: &Path, text: &str) -> Option<YamlError> {
+    // The size and depth limits are checked before any parsing, and their errors stand.
+    if text.len() as u64 > yaml::max_file_bytes() || yaml::too_deep(text, yaml::MAX_DEPTH).is_some()
+    {
+        return None;
+    }
+    let e = serde_yaml::from_str::<serde_yaml::Value>(text).err()?;
+    let loc = e.location();
+    Some(YamlError {
+        file: file.to_path_buf(),
+        line: loc.as_ref().map(|l| l.line()),
+        column: loc.as_ref().map(|l| l.column()),
+        field: String::new(),
+        message: format!("not valid YAML: {}", yaml::strip_location(&e.to_string())),
+    })
 }
 
 /// A tier entry is a plain route string (path `chat`) or `{ route, path }`. Written by
