@@ -366,9 +366,20 @@ impl PoolConfig {
                 // Only the scheme is echoed: the rest may hold a password.
                 let scheme = state.split("://").next().unwrap_or("");
                 let msg = format!(
-                    "`{scheme}://…` is neither a file path nor a redis:// URL (rediss:// is not supported)"
+                    "`{scheme}://…` is neither a file path nor a redis:// URL (rediss:// and other schemes are not supported)"
                 );
                 out.push(invalid("state".into(), &["state:"], msg));
+            } else if state.starts_with("redis://") {
+                // Parsed here, not first at the store's opening, so `check` finds it and
+                // the error has its line. `Client::open` parses only: it never connects.
+                if let Err(e) = redis::Client::open(state) {
+                    // The URL may hold a password: name only what is wrong.
+                    let msg = format!(
+                        "`state` is not a usable redis:// URL ({}): expected redis://[:password@]host[:port][/db]",
+                        e.detail().unwrap_or("cannot be parsed")
+                    );
+                    out.push(invalid("state".into(), &["state:"], msg));
+                }
             }
         }
         // Admission: a contract names a route of some tier or a provider; shares are
@@ -897,5 +908,24 @@ mod tests {
             assert!(err.contains(field), "{extra}: {err}");
             assert!(!err.contains("hunter2"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_redis_url_that_cannot_be_parsed_is_a_located_config_error_not_a_store_failure() {
+        for extra in [
+            "state: \"redis://:hunter2@127.0.0.1:notaport/0\"\n",
+            "state: \"redis://:hunter2@127.0.0.1:6379/x\"\n",
+        ] {
+            let err = parse(extra).unwrap_err();
+            let ConfigError::Yaml(e) = &err else {
+                panic!("{extra}: {err:?}");
+            };
+            assert_eq!(e.field, "state", "{err}");
+            assert!(e.line.is_some(), "{err}");
+            let shown = err.to_string();
+            assert!(shown.contains("redis://"), "{shown}");
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+        assert!(parse("state: redis://127.0.0.1:6379/0\n").is_ok());
     }
 }
