@@ -67,7 +67,7 @@ crate::provider_settings! {
     /// defaults of spec/decisions.md, applied by `route::ProviderSettings` so this stays
     /// a plain copy of the file.
     #[derive(Debug, Clone, PartialEq, Deserialize)]
-    #[serde(deny_unknown_fields)]
+    #[serde(deny_unknown_fields, expecting = "a provider: a map with `wire`, `base_url` and `api_key_env`")]
     pub struct ProviderConfig {
         pub base_url: String,
         pub api_key_env: String,

@@ -605,3 +605,21 @@ models:
 "#;
     load(text).expect("every model names a route of the tier");
 }
+
+#[test]
+fn a_wrong_type_says_what_was_expected_in_plain_words_not_rust_type_names() {
+    for (from, to, want) in [
+        ("timeout_ms: 30000", "timeout_ms: fast", "expected a whole number, 0 or more"),
+        ("max_total_attempts: 3", "max_total_attempts: -1", "expected a whole number from 0 to 4294967295"),
+        ("  dashscope:\n    wire: openai\n    dialect: dashscope               # optional: whose error conventions apply; inferred from the host when absent\n    base_url: https://dashscope.aliyuncs.com/compatible-mode/v1\n    api_key_env: DASHSCOPE_API_KEY\n", "  dashscope: [1, 2]\n", "expected a provider: a map with `wire`, `base_url` and `api_key_env`"),
+    ] {
+        let text = CLI_MD_EXAMPLE.replace(from, to);
+        assert_ne!(text, CLI_MD_EXAMPLE, "{from}");
+        let (shown, line, _) = yaml_err(&text);
+        assert!(shown.contains(want), "{shown}");
+        assert!(line.is_some(), "{shown}");
+        for rust in ["u64", "u32", "struct"] {
+            assert!(!shown.contains(&format!("expected {rust}")), "{shown}");
+        }
+    }
+}
