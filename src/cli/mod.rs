@@ -58,12 +58,21 @@ pub enum Command {
     /// Exit: 0 the request succeeded; 1 any other outcome; 2 usage or config error.
     Walk(walk::WalkArgs),
     /// Retire a route in the persisted health store until it is restored.
+    ///
+    /// Exit: 0 retired; 2 unknown route (the nearest is named), usage, config or store error.
     Retire(health_cmds::RetireArgs),
     /// Bring a retired or cooling route back to ready.
+    ///
+    /// Exit: 0 restored; 2 unknown route (the nearest is named), usage, config or store error.
     Restore(health_cmds::RestoreArgs),
     /// Show the persisted health of every route.
+    ///
+    /// Exit: 0 shown; 2 usage, config or store error.
     Status(health_cmds::StatusArgs),
     /// Serve a scenario's chain as live mock providers and print a pool config for them.
+    ///
+    /// Exit: 0 on a clean stop (Ctrl-C / SIGTERM); 2 the scenario cannot be loaded or the
+    /// address cannot be listened on.
     Mock(mock::MockArgs),
     /// Validate a pool config: fields, routes, providers, key variables, dialects.
     ///
