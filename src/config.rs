@@ -180,8 +180,10 @@ impl PoolConfig {
 
     /// Parses and validates `text`, the contents of `file`.
     pub fn parse(file: &Path, text: &str) -> Result<PoolConfig, ConfigError> {
-        let raw: RawConfig =
-            yaml::parse(file, text).map_err(|e| not_yaml(file, text).unwrap_or(e))?;
+        if let Some(e) = not_yaml(file, text) {
+            return Err(e.into());
+        }
+        let raw: RawConfig = yaml::parse(file, text)?;
         let config = raw.into_config(file);
         config.validate(text)?;
         Ok(config)
@@ -705,10 +707,12 @@ impl RawConfig {
     }
 }
 
-/// The syntax error of `text` when it is not YAML at all, as `check` reports it. Typed
-/// parsing can stop at a type error inside a broken flow collection first (`unknown
-/// variant \`openai q\``), which would hide that the file itself is malformed; asked
-/// only once typed parsing has failed, so a valid file is parsed once.
+/// The syntax error of `text` when it is not YAML at all, as `check` reports it, before
+/// any typed parsing: that can stop at a type error inside a broken flow collection first
+/// (`unknown variant \`openai q\``), hiding that the file itself is malformed, and it
+/// silently keeps the last of two duplicate keys (a second `openai:` provider or `high:`
+/// tier would shadow the first). A config is read once per process: parsing it twice
+/// costs microseconds.
 fn not_yaml(file: &Path, text: &str) -> Option<YamlError> {
     // The size and depth limits are checked before any parsing, and their errors stand.
     if text.len() as u64 > yaml::max_file_bytes() || yaml::too_deep(text, yaml::MAX_DEPTH).is_some()

@@ -623,3 +623,22 @@ fn a_wrong_type_says_what_was_expected_in_plain_words_not_rust_type_names() {
         }
     }
 }
+
+#[test]
+fn a_duplicate_provider_or_tier_is_an_error_never_a_silent_shadow() {
+    for (what, text) in [
+        (
+            "provider",
+            CLI_MD_EXAMPLE.replace(
+                "  dashscope:\n    wire: openai\n",
+                "  openai:\n    wire: openai\n",
+            ),
+        ),
+        ("tier", CLI_MD_EXAMPLE.replace("  embed:\n", "  high:\n")),
+    ] {
+        let (shown, line, _) = yaml_err(&text);
+        assert!(shown.contains("not valid YAML"), "{what}: {shown}");
+        assert!(shown.contains("duplicate"), "{what}: {shown}");
+        assert!(line.is_some(), "{what}: {shown}");
+    }
+}
