@@ -384,3 +384,32 @@ fn help_of_every_command_fits_80_columns_even_when_columns_is_wider() {
         }
     }
 }
+
+#[test]
+fn probe_lists_a_tier_named_twice_once_in_the_order_first_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = two_tiers(dir.path());
+    let cfg = cfg.to_str().unwrap();
+    let o = poolctl(&[
+        "probe",
+        "--json",
+        "--timeout-ms",
+        "2000",
+        "--config",
+        cfg,
+        "--tier",
+        "high",
+        "--tier",
+        "fast",
+        "--tier",
+        "high",
+    ]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let tiers: Vec<&str> = v["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tier"].as_str().unwrap())
+        .collect();
+    assert_eq!(tiers, ["high", "fast"], "{v}");
+}
