@@ -210,10 +210,20 @@ impl PoolConfig {
                         || p.field.starts_with(&format!("{field}."))
                 })
             };
+            // A provider whose own entry is broken (`p: [1]`) is dropped from the parsed
+            // config, and already reported: a route naming it is not "not under providers".
+            let broken: Vec<String> = problems
+                .iter()
+                .filter_map(|p| p.field.strip_prefix("providers."))
+                .map(|rest| rest.split('.').next().unwrap_or(rest))
+                .filter(|name| !config.providers.contains_key(*name))
+                .map(|name| format!("names provider `{name}`, which is not under"))
+                .collect();
+            let names_broken = |p: &YamlError| broken.iter().any(|b| p.message.contains(b));
             let semantic: Vec<YamlError> = config
                 .problems(text)
                 .into_iter()
-                .filter(|p| !stood_in(&p.field) && !inside(&p.field))
+                .filter(|p| !stood_in(&p.field) && !inside(&p.field) && !names_broken(p))
                 .collect();
             problems.extend(semantic);
         }
