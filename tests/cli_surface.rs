@@ -413,3 +413,31 @@ fn probe_lists_a_tier_named_twice_once_in_the_order_first_named() {
         .collect();
     assert_eq!(tiers, ["high", "fast"], "{v}");
 }
+
+#[test]
+fn serve_listens_on_a_host_name_and_port_and_refuses_an_address_without_a_port() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = two_tiers(dir.path());
+    let cfg = cfg.to_str().unwrap();
+    let o = poolctl(&["serve", "--config", cfg, "--listen", "localhost"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("HOST:PORT"), "{}", stderr(&o));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_poolctl"))
+        .args(["serve", "--config", cfg, "--listen", "localhost:0"])
+        .env(KEY_VAR, "sk-test")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        first.starts_with("poolctl serve: listening on http://127.0.0.1:"),
+        "{first}"
+    );
+}
