@@ -1519,3 +1519,47 @@ async fn every_gateway_answer_carries_served_by_outcome_and_attempts_even_a_fail
     let (code, stderr) = gw.stop().await;
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_model_is_retrieved_by_id_routes_with_their_slash_and_an_unknown_id_names_the_nearest() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("hi")],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    for (id, kind) in [
+        ("high", "tier"),
+        ("prim/model-a", "route"),
+        ("prim%2Fmodel-a", "route"),
+    ] {
+        let r = client
+            .get(gw.url(&format!("/v1/models/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{id}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["id"], id.replace("%2F", "/"), "{v}");
+        assert_eq!(v["object"], "model", "{v}");
+        assert_eq!(v["poolctl"]["kind"], kind, "{v}");
+    }
+    let r = client.get(gw.url("/v1/models/hihg")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "model_not_found", "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("`high`"),
+        "{v}"
+    );
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -238,6 +238,16 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
     }
     let wants = match (&method, path.as_str()) {
         (&Method::GET, "/v1/models") => return json_response(200, gw.lineup.models_json()),
+        // A route's id holds a `/`: everything after the prefix is the id.
+        (&Method::GET, p) if p.starts_with("/v1/models/") => {
+            let id = p["/v1/models/".len()..]
+                .replace("%2F", "/")
+                .replace("%2f", "/");
+            return match gw.lineup.model_json(&id) {
+                Ok(body) => json_response(200, body),
+                Err(e) => refusal(&e, flavor),
+            };
+        }
         (&Method::POST, "/v1/chat/completions" | "/v1/messages") => Wants::Chat,
         (&Method::POST, "/v1/embeddings") => Wants::Embed,
         (&Method::POST, "/v1/rerank") => Wants::Rerank,
