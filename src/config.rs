@@ -67,7 +67,7 @@ crate::provider_settings! {
     /// defaults of spec/decisions.md, applied by `route::ProviderSettings` so this stays
     /// a plain copy of the file.
     #[derive(Debug, Clone, PartialEq, Deserialize)]
-    #[serde(deny_unknown_fields)]
+    #[serde(deny_unknown_fields, expecting = "a provider: a map with `wire`, `base_url` and `api_key_env`")]
     pub struct ProviderConfig {
         pub base_url: String,
         pub api_key_env: String,
@@ -97,8 +97,18 @@ pub enum ConfigError {
     /// Unreadable, malformed or invalid file: file, line, field and message.
     #[error(transparent)]
     Yaml(#[from] YamlError),
-    #[error("provider `{provider}`: environment variable `{var}` is not set or is empty")]
-    MissingKey { provider: String, var: String },
+    /// Names the file, line and field like any config error, and the variable; never
+    /// a value.
+    #[error(
+        "{}: field `providers.{provider}.api_key_env`: environment variable `{var}` is not set or is empty (provider `{provider}`)",
+        at(.file, *.line)
+    )]
+    MissingKey {
+        file: PathBuf,
+        line: Option<usize>,
+        provider: String,
+        var: String,
+    },
     #[error("unknown provider `{name}`{}", did_you_mean(.nearest))]
     UnknownProvider {
         name: String,
@@ -117,6 +127,14 @@ pub enum ConfigError {
         nearest: Option<String>,
         known: Vec<String>,
     },
+}
+
+/// `file:line`, or `file` when the line is not known.
+fn at(file: &Path, line: Option<usize>) -> String {
+    match line {
+        Some(n) => format!("{}:{n}", file.display()),
+        None => file.display().to_string(),
+    }
 }
 
 /// The nearest name when there is one, else the names to choose from (the first ten).
@@ -162,6 +180,9 @@ impl PoolConfig {
 
     /// Parses and validates `text`, the contents of `file`.
     pub fn parse(file: &Path, text: &str) -> Result<PoolConfig, ConfigError> {
+        if let Some(e) = not_yaml(file, text) {
+            return Err(e.into());
+        }
         let raw: RawConfig = yaml::parse(file, text)?;
         let config = raw.into_config(file);
         config.validate(text)?;
@@ -189,10 +210,20 @@ impl PoolConfig {
                         || p.field.starts_with(&format!("{field}."))
                 })
             };
+            // A provider whose own entry is broken (`p: [1]`) is dropped from the parsed
+            // config, and already reported: a route naming it is not "not under providers".
+            let broken: Vec<String> = problems
+                .iter()
+                .filter_map(|p| p.field.strip_prefix("providers."))
+                .map(|rest| rest.split('.').next().unwrap_or(rest))
+                .filter(|name| !config.providers.contains_key(*name))
+                .map(|name| format!("names provider `{name}`, which is not under"))
+                .collect();
+            let names_broken = |p: &YamlError| broken.iter().any(|b| p.message.contains(b));
             let semantic: Vec<YamlError> = config
                 .problems(text)
                 .into_iter()
-                .filter(|p| !stood_in(&p.field) && !inside(&p.field))
+                .filter(|p| !stood_in(&p.field) && !inside(&p.field) && !names_broken(p))
                 .collect();
             problems.extend(semantic);
         }
@@ -347,9 +378,20 @@ impl PoolConfig {
                 // Only the scheme is echoed: the rest may hold a password.
                 let scheme = state.split("://").next().unwrap_or("");
                 let msg = format!(
-                    "`{scheme}://…` is neither a file path nor a redis:// URL (rediss:// is not supported)"
+                    "`{scheme}://…` is neither a file path nor a redis:// URL (rediss:// and other schemes are not supported)"
                 );
                 out.push(invalid("state".into(), &["state:"], msg));
+            } else if state.starts_with("redis://") {
+                // Parsed here, not first at the store's opening, so `check` finds it and
+                // the error has its line. `Client::open` parses only: it never connects.
+                if let Err(e) = redis::Client::open(state) {
+                    // The URL may hold a password: name only what is wrong.
+                    let msg = format!(
+                        "`state` is not a usable redis:// URL ({}): expected redis://[:password@]host[:port][/db]",
+                        e.detail().unwrap_or("cannot be parsed")
+                    );
+                    out.push(invalid("state".into(), &["state:"], msg));
+                }
             }
         }
         // Admission: a contract names a route of some tier or a provider; shares are
@@ -450,6 +492,11 @@ impl PoolConfig {
         let key = env(&p.api_key_env)
             .filter(|k| !k.is_empty())
             .ok_or_else(|| ConfigError::MissingKey {
+                file: self.file.clone(),
+                // The text is not kept once parsed; an error is rare enough to read it again.
+                line: yaml::read_text(&self.file).ok().and_then(|t| {
+                    line_of(&t, &["providers:", &format!("{provider}:"), "api_key_env:"])
+                }),
                 provider: provider.to_string(),
                 var: p.api_key_env.clone(),
             })?;
@@ -670,6 +717,29 @@ impl RawConfig {
     }
 }
 
+/// The syntax error of `text` when it is not YAML at all, as `check` reports it, before
+/// any typed parsing: that can stop at a type error inside a broken flow collection first
+/// (`unknown variant \`openai q\``), hiding that the file itself is malformed, and it
+/// silently keeps the last of two duplicate keys (a second `openai:` provider or `high:`
+/// tier would shadow the first). A config is read once per process: parsing it twice
+/// costs microseconds.
+fn not_yaml(file: &Path, text: &str) -> Option<YamlError> {
+    // The size and depth limits are checked before any parsing, and their errors stand.
+    if text.len() as u64 > yaml::max_file_bytes() || yaml::too_deep(text, yaml::MAX_DEPTH).is_some()
+    {
+        return None;
+    }
+    let e = serde_yaml::from_str::<serde_yaml::Value>(text).err()?;
+    let loc = e.location();
+    Some(YamlError {
+        file: file.to_path_buf(),
+        line: loc.as_ref().map(|l| l.line()),
+        column: loc.as_ref().map(|l| l.column()),
+        field: String::new(),
+        message: format!("not valid YAML: {}", yaml::strip_location(&e.to_string())),
+    })
+}
+
 /// A tier entry is a plain route string (path `chat`) or `{ route, path }`. Written by
 /// hand rather than `#[serde(untagged)]`, which would swallow the real error of a bad map
 /// (an unknown field, a bad path) behind "did not match any variant".
@@ -852,5 +922,24 @@ mod tests {
             assert!(err.contains(field), "{extra}: {err}");
             assert!(!err.contains("hunter2"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_redis_url_that_cannot_be_parsed_is_a_located_config_error_not_a_store_failure() {
+        for extra in [
+            "state: \"redis://:hunter2@127.0.0.1:notaport/0\"\n",
+            "state: \"redis://:hunter2@127.0.0.1:6379/x\"\n",
+        ] {
+            let err = parse(extra).unwrap_err();
+            let ConfigError::Yaml(e) = &err else {
+                panic!("{extra}: {err:?}");
+            };
+            assert_eq!(e.field, "state", "{err}");
+            assert!(e.line.is_some(), "{err}");
+            let shown = err.to_string();
+            assert!(shown.contains("redis://"), "{shown}");
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+        assert!(parse("state: redis://127.0.0.1:6379/0\n").is_ok());
     }
 }

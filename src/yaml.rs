@@ -251,12 +251,33 @@ pub fn too_deep(text: &str, max: usize) -> Option<usize> {
     None
 }
 
-/// serde_yaml appends " at line L column C"; we print the location ourselves.
+/// serde_yaml appends " at line L column C"; we print the location ourselves. Rust's
+/// number types ("expected u64") become what a config author would call them.
 pub(crate) fn strip_location(msg: &str) -> String {
-    match msg.find(" at line ") {
-        Some(i) => msg[..i].to_string(),
-        None => msg.to_string(),
+    let msg = match msg.find(" at line ") {
+        Some(i) => &msg[..i],
+        None => msg,
+    };
+    let mut out = msg.to_string();
+    for (rust, plain) in [
+        ("expected u8", "expected a whole number from 0 to 255"),
+        ("expected u16", "expected a whole number from 0 to 65535"),
+        (
+            "expected u32",
+            "expected a whole number from 0 to 4294967295",
+        ),
+        ("expected u64", "expected a whole number, 0 or more"),
+        ("expected usize", "expected a whole number, 0 or more"),
+        ("expected i64", "expected a whole number"),
+        ("expected f32", "expected a number"),
+        ("expected f64", "expected a number"),
+    ] {
+        if let Some(rest) = out.strip_suffix(rust) {
+            out = format!("{rest}{plain}");
+            break;
+        }
     }
+    out
 }
 
 /// For "unknown field `x`, expected one of `a`, `b`" (or `unknown variant`), the

@@ -357,3 +357,91 @@ fn piped_output_uses_columns_or_the_default_width_never_the_widest_cell() {
         );
     }
 }
+
+#[test]
+fn help_of_every_command_fits_80_columns_even_when_columns_is_wider() {
+    let commands = [
+        "", "chaos", "probe", "walk", "retire", "restore", "status", "mock", "check", "capacity",
+        "serve",
+    ];
+    for columns in [None, Some("200")] {
+        for command in commands {
+            for flag in ["-h", "--help"] {
+                let mut cmd = Command::new(env!("CARGO_BIN_EXE_poolctl"));
+                cmd.args([command, flag].iter().filter(|a| !a.is_empty()));
+                match columns {
+                    Some(c) => cmd.env("COLUMNS", c),
+                    None => cmd.env_remove("COLUMNS"),
+                };
+                let o = cmd.output().unwrap();
+                assert_eq!(o.status.code(), Some(0), "{command} {flag}");
+                let out = stdout(&o);
+                assert!(out.contains("Usage:"), "{command} {flag}: {out}");
+                for line in out.lines() {
+                    assert!(
+                        line.chars().count() <= 80,
+                        "`poolctl {command} {flag}` (COLUMNS={columns:?}) has a line of {}: {line}",
+                        line.chars().count()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn probe_lists_a_tier_named_twice_once_in_the_order_first_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = two_tiers(dir.path());
+    let cfg = cfg.to_str().unwrap();
+    let o = poolctl(&[
+        "probe",
+        "--json",
+        "--timeout-ms",
+        "2000",
+        "--config",
+        cfg,
+        "--tier",
+        "high",
+        "--tier",
+        "fast",
+        "--tier",
+        "high",
+    ]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let tiers: Vec<&str> = v["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tier"].as_str().unwrap())
+        .collect();
+    assert_eq!(tiers, ["high", "fast"], "{v}");
+}
+
+#[test]
+fn serve_listens_on_a_host_name_and_port_and_refuses_an_address_without_a_port() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = two_tiers(dir.path());
+    let cfg = cfg.to_str().unwrap();
+    let o = poolctl(&["serve", "--config", cfg, "--listen", "localhost"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("HOST:PORT"), "{}", stderr(&o));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_poolctl"))
+        .args(["serve", "--config", cfg, "--listen", "localhost:0"])
+        .env(KEY_VAR, "sk-test")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        first.starts_with("poolctl serve: listening on http://127.0.0.1:"),
+        "{first}"
+    );
+}

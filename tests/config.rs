@@ -248,15 +248,45 @@ fn policy_fallback_routes_must_be_routes_of_its_tier() {
 }
 
 #[test]
+fn a_missing_key_variable_names_the_file_line_and_field_like_any_config_error() {
+    let dir = TempDir::new().unwrap();
+    let file = write(&dir, "pool.yaml", CLI_MD_EXAMPLE);
+    let c = PoolConfig::load(&file).unwrap();
+    let err = c.endpoint("dashscope", &|_| None).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::MissingKey { line: Some(14), .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}:14: field `providers.dashscope.api_key_env`: environment variable `DASHSCOPE_API_KEY` is not set or is empty (provider `dashscope`)",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn malformed_yaml_is_reported_as_not_yaml_with_its_line_not_as_a_field_error() {
+    // A flow map left open: typed parsing alone reports "unknown variant `openai q`".
+    let text = "providers:\n  p: {wire: openai\n  q: \"unterminated\ntiers: x\n";
+    let (shown, line, field) = yaml_err(text);
+    assert!(shown.contains("not valid YAML"), "{shown}");
+    assert!(line.is_some(), "{shown}");
+    assert_eq!(field, "", "{shown}");
+}
+
+#[test]
 fn missing_key_names_the_variable_and_no_key_is_ever_shown() {
     let c = load(CLI_MD_EXAMPLE).unwrap();
     let only_openai = |var: &str| (var == "OPENAI_API_KEY").then(|| keys(var).unwrap());
 
     let err = c.endpoint("dashscope", &only_openai).unwrap_err();
     assert!(matches!(&err, ConfigError::MissingKey { var, .. } if var == "DASHSCOPE_API_KEY"));
-    assert_eq!(
-        err.to_string(),
-        "provider `dashscope`: environment variable `DASHSCOPE_API_KEY` is not set or is empty"
+    let shown = err.to_string();
+    assert!(
+        shown.ends_with(": field `providers.dashscope.api_key_env`: environment variable `DASHSCOPE_API_KEY` is not set or is empty (provider `dashscope`)"),
+        "{shown}"
     );
     let empty = |_: &str| Some(String::new());
     assert!(matches!(
@@ -574,4 +604,41 @@ models:
   c/z: { context_window: 1000 }
 "#;
     load(text).expect("every model names a route of the tier");
+}
+
+#[test]
+fn a_wrong_type_says_what_was_expected_in_plain_words_not_rust_type_names() {
+    for (from, to, want) in [
+        ("timeout_ms: 30000", "timeout_ms: fast", "expected a whole number, 0 or more"),
+        ("max_total_attempts: 3", "max_total_attempts: -1", "expected a whole number from 0 to 4294967295"),
+        ("  dashscope:\n    wire: openai\n    dialect: dashscope               # optional: whose error conventions apply; inferred from the host when absent\n    base_url: https://dashscope.aliyuncs.com/compatible-mode/v1\n    api_key_env: DASHSCOPE_API_KEY\n", "  dashscope: [1, 2]\n", "expected a provider: a map with `wire`, `base_url` and `api_key_env`"),
+    ] {
+        let text = CLI_MD_EXAMPLE.replace(from, to);
+        assert_ne!(text, CLI_MD_EXAMPLE, "{from}");
+        let (shown, line, _) = yaml_err(&text);
+        assert!(shown.contains(want), "{shown}");
+        assert!(line.is_some(), "{shown}");
+        for rust in ["u64", "u32", "struct"] {
+            assert!(!shown.contains(&format!("expected {rust}")), "{shown}");
+        }
+    }
+}
+
+#[test]
+fn a_duplicate_provider_or_tier_is_an_error_never_a_silent_shadow() {
+    for (what, text) in [
+        (
+            "provider",
+            CLI_MD_EXAMPLE.replace(
+                "  dashscope:\n    wire: openai\n",
+                "  openai:\n    wire: openai\n",
+            ),
+        ),
+        ("tier", CLI_MD_EXAMPLE.replace("  embed:\n", "  high:\n")),
+    ] {
+        let (shown, line, _) = yaml_err(&text);
+        assert!(shown.contains("not valid YAML"), "{what}: {shown}");
+        assert!(shown.contains("duplicate"), "{what}: {shown}");
+        assert!(line.is_some(), "{what}: {shown}");
+    }
 }

@@ -1425,3 +1425,141 @@ async fn a_request_admission_sheds_is_one_429_with_retry_after_and_counted_in_me
         "nothing is held once both requests ended: {m}"
     );
 }
+
+#[tokio::test]
+async fn a_backup_that_serves_while_the_primary_cools_counts_as_a_fallback_recovery() {
+    let mock = openai_mock(vec![
+        mock_route("prim/model-a", Wire::OpenAi, vec![rate_limited()]),
+        mock_route("back/model-b", Wire::OpenAi, vec![ok("from the backup")]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    // The first request falls back after the 429; the second finds the primary cooling
+    // and is served by the backup in one attempt, without calling the primary.
+    for _ in 0..2 {
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .json(&chat_body("high", false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "x-poolctl-served-by"), "back/model-b");
+    }
+    assert_eq!(mock.calls(&route("prim/model-a")), 1);
+    let m = gw.metrics().await;
+    // Seed 001: a success served by a backup is a fallback recovery, never a retry or a
+    // primary success, or the broken primary hides behind the success rate.
+    for (kind, want) in [("fallback", 2.0), ("retry", 0.0), ("primary", 0.0)] {
+        assert_eq!(
+            metric(&m, &format!(r#"poolctl_recoveries_total{{kind="{kind}"}}"#)),
+            Some(want),
+            "{kind}: {m}"
+        );
+    }
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[tokio::test]
+async fn every_gateway_answer_carries_served_by_outcome_and_attempts_even_a_failure() {
+    let mock = openai_mock(vec![
+        mock_route("prim/model-a", Wire::OpenAi, vec![rate_limited()]),
+        mock_route("back/model-b", Wire::OpenAi, vec![rate_limited()]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
+        ],
+        &[("high", &["prim/model-a", "back/model-b"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    let bodies: [(&str, Value, u16, &str); 4] = [
+        // Routed and failed: both routes called, neither served.
+        ("/v1/chat/completions", chat_body("high", false), 429, "2"),
+        // Refused before routing: no route called.
+        ("/v1/chat/completions", chat_body("hihg", false), 404, "0"),
+        (
+            "/v1/messages",
+            json!({"model": "nope", "max_tokens": 5,
+            "messages": [{"role": "user", "content": "hi"}]}),
+            404,
+            "0",
+        ),
+        ("/v1/chat/completions", json!({"messages": []}), 400, "0"),
+    ];
+    for (path, body, status, attempts) in bodies {
+        let r = client.post(gw.url(path)).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), status, "{path} {body}");
+        let h = r.headers();
+        assert_eq!(
+            h.get("x-poolctl-served-by").map(|v| v.as_bytes()),
+            Some(&b""[..]),
+            "{path} {body}: present, empty when nothing served"
+        );
+        assert_eq!(header(&r, "x-poolctl-outcome"), "failed", "{path} {body}");
+        assert_eq!(header(&r, "x-poolctl-attempts"), attempts, "{path} {body}");
+        assert_eq!(header(&r, "x-should-retry"), "false", "{path} {body}");
+    }
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_model_is_retrieved_by_id_routes_with_their_slash_and_an_unknown_id_names_the_nearest() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("hi")],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    for (id, kind) in [
+        ("high", "tier"),
+        ("prim/model-a", "route"),
+        ("prim%2Fmodel-a", "route"),
+    ] {
+        let r = client
+            .get(gw.url(&format!("/v1/models/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{id}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["id"], id.replace("%2F", "/"), "{v}");
+        assert_eq!(v["object"], "model", "{v}");
+        assert_eq!(v["poolctl"]["kind"], kind, "{v}");
+    }
+    let r = client.get(gw.url("/v1/models/hihg")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "model_not_found", "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("`high`"),
+        "{v}"
+    );
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -26,6 +26,8 @@ use std::path::PathBuf;
 #[command(
     name = "poolctl",
     version,
+    // Help wraps to the terminal, never wider than 80 columns (a file or a pipe gets 80).
+    max_term_width = 80,
     about = "One router for chains of fallback LLM routes, and the tools to prove it works.",
     long_about = "poolctl classifies every upstream failure from protocol fields, answers it with exactly one \
 action (retry, fallback, interrupt, degrade, queue, shed, fail_closed) and moves routes through \
@@ -56,12 +58,21 @@ pub enum Command {
     /// Exit: 0 the request succeeded; 1 any other outcome; 2 usage or config error.
     Walk(walk::WalkArgs),
     /// Retire a route in the persisted health store until it is restored.
+    ///
+    /// Exit: 0 retired; 2 unknown route (the nearest is named), usage, config or store error.
     Retire(health_cmds::RetireArgs),
     /// Bring a retired or cooling route back to ready.
+    ///
+    /// Exit: 0 restored; 2 unknown route (the nearest is named), usage, config or store error.
     Restore(health_cmds::RestoreArgs),
     /// Show the persisted health of every route.
+    ///
+    /// Exit: 0 shown; 2 usage, config or store error.
     Status(health_cmds::StatusArgs),
     /// Serve a scenario's chain as live mock providers and print a pool config for them.
+    ///
+    /// Exit: 0 on a clean stop (Ctrl-C / SIGTERM); 2 the scenario cannot be loaded or the
+    /// address cannot be listened on.
     Mock(mock::MockArgs),
     /// Validate a pool config: fields, routes, providers, key variables, dialects.
     ///
@@ -113,5 +124,59 @@ pub fn positive<const MAX: usize>(s: &str) -> Result<usize, String> {
         Ok(n)
     } else {
         Err(format!("must be between 1 and {MAX}"))
+    }
+}
+
+/// `--listen ADDR`: an IP address and port (`127.0.0.1:8700`, `[::1]:8700`), or a host
+/// name and port (`localhost:8700`), resolved once here to its first IPv4 address (else
+/// its first address), so a name that cannot be listened on fails as a usage error.
+pub fn listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    let hint = "expected HOST:PORT, e.g. 127.0.0.1:8700 or localhost:8700";
+    if !s
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+    {
+        return Err(format!("`{s}` is not an address to listen on: {hint}"));
+    }
+    let addrs: Vec<std::net::SocketAddr> = s
+        .to_socket_addrs()
+        .map_err(|e| format!("`{s}` cannot be resolved ({e}): {hint}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("`{s}` resolves to no address: {hint}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_takes_an_ip_and_port_or_a_host_name_and_port() {
+        assert_eq!(
+            listen_addr("127.0.0.1:8700").unwrap(),
+            "127.0.0.1:8700".parse().unwrap()
+        );
+        assert_eq!(listen_addr("[::1]:0").unwrap(), "[::1]:0".parse().unwrap());
+        let local = listen_addr("localhost:8701").unwrap();
+        assert!(local.ip().is_loopback(), "{local}");
+        assert_eq!(local.port(), 8701);
+        for bad in [
+            "notanaddr",
+            "localhost",
+            ":8700",
+            "localhost:99999",
+            "127.0.0.1:x",
+        ] {
+            let e = listen_addr(bad).unwrap_err();
+            assert!(e.contains("HOST:PORT"), "{bad}: {e}");
+        }
     }
 }

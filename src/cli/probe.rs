@@ -47,7 +47,13 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
     let tier_names: Vec<String> = if args.tiers.is_empty() {
         config.tiers.keys().cloned().collect()
     } else {
-        args.tiers.clone()
+        // `--tier high --tier high` is one tier: the report lists each tier once.
+        let mut seen = std::collections::HashSet::new();
+        args.tiers
+            .iter()
+            .filter(|t| seen.insert(t.as_str()))
+            .cloned()
+            .collect()
     };
     // Resolve everything first, so a missing key or unknown tier fails before any traffic.
     let mut plan: Vec<(String, Vec<Target>)> = Vec::new();

@@ -17,8 +17,8 @@ use std::time::Duration;
 pub struct ServeArgs {
     #[command(flatten)]
     pub config: ConfigArg,
-    /// Address to listen on (loopback by default; expose it deliberately).
-    #[arg(long, value_name = "ADDR", default_value = serve::DEFAULT_LISTEN)]
+    /// Address to listen on, HOST:PORT (loopback by default; expose it deliberately).
+    #[arg(long, value_name = "ADDR", default_value = serve::DEFAULT_LISTEN, value_parser = super::listen_addr)]
     pub listen: SocketAddr,
     /// Largest request body accepted, in bytes (413 past it).
     #[arg(long, value_name = "BYTES", default_value_t = serve::DEFAULT_MAX_BODY_BYTES)]

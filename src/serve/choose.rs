@@ -208,6 +208,27 @@ impl Lineup {
 
     /// `GET /v1/models`: workflows, tiers and routes, in lookup order.
     pub fn models_json(&self) -> Vec<u8> {
+        serde_json::to_vec(&json!({"object": "list", "data": self.model_entries()}))
+            .unwrap_or_default()
+    }
+
+    /// `GET /v1/models/{id}` (the SDKs' `models.retrieve`): the entry `GET /v1/models`
+    /// lists for `id`, or a 404 naming the nearest, as an unknown `model` gets.
+    pub fn model_json(&self, id: &str) -> Result<Vec<u8>, ApiError> {
+        self.model_entries()
+            .into_iter()
+            .find(|e| e["id"] == id)
+            .map(|e| serde_json::to_vec(&e).unwrap_or_default())
+            .ok_or_else(|| {
+                let hint = nearest(id, self.names())
+                    .map(|n| format!("; the nearest is `{n}`"))
+                    .unwrap_or_default();
+                ApiError::new(404, "invalid_request_error", "model_not_found",
+                    format!("model `{id}` is no workflow, tier or route of this gateway{hint} (GET /v1/models lists them)"))
+            })
+    }
+
+    fn model_entries(&self) -> Vec<Value> {
         let entry = |id: &str, kind: Kind, tier: &str, path: CallPath| {
             json!({"id": id, "object": "model", "created": 0, "owned_by": "poolctl",
                    "poolctl": {"kind": kind.as_str(), "tier": tier, "path": path.as_str()}})
@@ -224,7 +245,7 @@ impl Lineup {
         for (name, chain) in &self.routes {
             data.push(entry(name, Kind::Route, name, chain.path));
         }
-        serde_json::to_vec(&json!({"object": "list", "data": data})).unwrap_or_default()
+        data
     }
 }
 

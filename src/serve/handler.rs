@@ -73,11 +73,24 @@ pub(super) fn trace_headers(
     outcome: &str,
     attempts: usize,
 ) {
-    if let Some(route) = served_by {
-        set(h, SERVED_BY, route.as_str());
+    // Every answer carries all three (spec/cli.md): empty when no route served it, so a
+    // client can read the header without first asking whether it is there.
+    match served_by {
+        Some(route) => set(h, SERVED_BY, route.as_str()),
+        None => {
+            h.insert(SERVED_BY, HeaderValue::from_static(""));
+        }
     }
     set(h, OUTCOME, outcome);
     h.insert(ATTEMPTS, HeaderValue::from(attempts));
+}
+
+/// An error response for a request the gateway refused before any route was called:
+/// outcome `failed`, no route, no attempt.
+pub(super) fn refusal(e: &ApiError, flavor: Flavor) -> Response<Body> {
+    let mut r = error_response(e, flavor);
+    trace_headers(r.headers_mut(), None, Outcome::Failed.as_str(), 0);
+    r
 }
 
 /// What one request's log line says. Never a prompt, a completion or a key.
@@ -220,11 +233,21 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
             gw.metrics.rejected("unauthorized");
             let e = ApiError::new(401, "authentication_error", "invalid_api_key",
                 format!("this gateway requires the token in ${} as `Authorization: Bearer` (or `x-api-key`)", super::TOKEN_ENV));
-            return error_response(&e, flavor);
+            return refusal(&e, flavor);
         }
     }
     let wants = match (&method, path.as_str()) {
         (&Method::GET, "/v1/models") => return json_response(200, gw.lineup.models_json()),
+        // A route's id holds a `/`: everything after the prefix is the id.
+        (&Method::GET, p) if p.starts_with("/v1/models/") => {
+            let id = p["/v1/models/".len()..]
+                .replace("%2F", "/")
+                .replace("%2f", "/");
+            return match gw.lineup.model_json(&id) {
+                Ok(body) => json_response(200, body),
+                Err(e) => refusal(&e, flavor),
+            };
+        }
         (&Method::POST, "/v1/chat/completions" | "/v1/messages") => Wants::Chat,
         (&Method::POST, "/v1/embeddings") => Wants::Embed,
         (&Method::POST, "/v1/rerank") => Wants::Rerank,
@@ -237,7 +260,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
             | "/v1/rerank",
         ) => {
             gw.metrics.rejected("bad_method");
-            return error_response(
+            return refusal(
                 &ApiError::new(
                     405,
                     "invalid_request_error",
@@ -249,12 +272,12 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         }
         _ => {
             gw.metrics.rejected("unknown_path");
-            return error_response(&ApiError::new(404, "invalid_request_error", "unknown_url",
+            return refusal(&ApiError::new(404, "invalid_request_error", "unknown_url",
                 format!("no such endpoint: {method} {path} (this gateway serves /v1/chat/completions, /v1/messages, /v1/embeddings, /v1/rerank, /v1/models)")), flavor);
         }
     };
     if gw.draining() {
-        return error_response(
+        return refusal(
             &ApiError::new(
                 503,
                 "unavailable",
@@ -267,7 +290,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
     let (parts, body) = req.into_parts();
     let (body, _body_permit) = match read_body(&gw, &parts.headers, body).await {
         Ok(b) => b,
-        Err(e) => return error_response(&e, flavor),
+        Err(e) => return refusal(&e, flavor),
     };
     let priority = match parts
         .headers
@@ -278,7 +301,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         Some(Some(p)) => p,
         Some(None) => {
             gw.metrics.rejected("bad_request");
-            return error_response(
+            return refusal(
                 &ApiError::bad_request(
                     "`x-poolctl-priority` must be interactive, retry, background or speculative",
                 ),
@@ -481,7 +504,7 @@ impl Ask {
             ..Line::default()
         };
         log(&self.method, &self.path, &line, self.sw.elapsed());
-        error_response(&e, self.flavor)
+        refusal(&e, self.flavor)
     }
 
     pub(super) async fn failure(&self, choice: &Choice<'_>, report: &Report) -> ApiError {

@@ -15,26 +15,21 @@ pub const OVERHEAD_BUCKETS: [f64; 12] = [
     0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
 ];
 
-/// Seed 001's split: how a request was answered, or that it was not.
+/// Seed 001's split: how a request was answered, or that it was not. `primary`: the
+/// head of the chain answered at once; `retry`: it answered after retries of itself;
+/// `fallback`: another route answered, whether the head failed or was passed over
+/// (cooling, retired, admission), since a success served by a backup is exactly what
+/// would hide a broken primary if it were counted as a primary success.
 pub fn recovery_kind(report: &Report) -> Option<&'static str> {
     match report.outcome {
         Outcome::Success => {
-            let first = report.attempts.first().map(|a| &a.route);
-            let primary = first.is_some() && first == report.attempts.last().map(|a| &a.route);
-            Some(
-                if report.attempts.len() <= 1
-                    && report
-                        .attempts
-                        .first()
-                        .is_none_or(|a| a.chosen == crate::trace::Chosen::Primary)
-                {
-                    "primary"
-                } else if primary && report.served_by.as_ref() == first {
-                    "retry"
-                } else {
-                    "fallback"
-                },
-            )
+            // Every attempt records the head of its chain as the route it asked for.
+            let head = report.attempts.first().map(|a| &a.requested_route);
+            Some(match (head, report.served_by.as_ref()) {
+                (Some(head), Some(served)) if head != served => "fallback",
+                _ if report.attempts.len() > 1 => "retry",
+                _ => "primary",
+            })
         }
         Outcome::Degraded => Some("degraded"),
         Outcome::Failed | Outcome::Interrupted => Some("failed_closed"),
@@ -299,5 +294,115 @@ impl Metrics {
         let _ = writeln!(s, "poolctl_gateway_overhead_seconds_sum {sum}");
         let _ = writeln!(s, "poolctl_gateway_overhead_seconds_count {count}");
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{AttemptRecord, Chosen, Skip, SkipWhy};
+    use crate::vocab::{Action, CallPath, Class, Route};
+
+    fn route(s: &str) -> Route {
+        Route::parse(s).unwrap()
+    }
+
+    fn attempt(
+        at: &str,
+        head: &str,
+        class: Class,
+        action: Action,
+        chosen: Chosen,
+    ) -> AttemptRecord {
+        AttemptRecord {
+            index: 1,
+            route: route(at),
+            status: Some(200),
+            class,
+            action,
+            wait_ms: None,
+            health: None,
+            latency_ms: 1,
+            request_id: None,
+            hint_ms: None,
+            row: 1,
+            detail: None,
+            code: None,
+            workflow: None,
+            requested_route: route(head),
+            chosen,
+            dropped: vec![],
+            tokens: None,
+            cost_usd: 0.0,
+            breaker_open_until: None,
+        }
+    }
+
+    fn success(served: &str, attempts: Vec<AttemptRecord>, skipped: Vec<Skip>) -> Report {
+        Report {
+            path: CallPath::Chat,
+            outcome: Outcome::Success,
+            reason: None,
+            served_by: Some(route(served)),
+            text: Some("ok".into()),
+            attempts,
+            skipped,
+            waits_ms: vec![],
+            queued_ms: 0,
+            elapsed_ms: 1,
+            notes: vec![],
+        }
+    }
+
+    #[test]
+    fn a_backup_that_serves_while_the_primary_cools_is_a_fallback_not_a_retry() {
+        // One attempt, on the second route: the head was passed over without a call.
+        let r = success(
+            "b/two",
+            vec![attempt(
+                "b/two",
+                "a/one",
+                Class::Ok,
+                Action::Done,
+                Chosen::Fallback,
+            )],
+            vec![Skip {
+                route: route("a/one"),
+                why: SkipWhy::Cooling,
+                cause: None,
+            }],
+        );
+        assert_eq!(recovery_kind(&r), Some("fallback"));
+    }
+
+    #[test]
+    fn recovery_kinds_split_primary_retry_and_fallback() {
+        let ok = |at: &str, chosen| attempt(at, "a/one", Class::Ok, Action::Done, chosen);
+        let failed =
+            |at: &str, action| attempt(at, "a/one", Class::ServerError, action, Chosen::Primary);
+        let primary = success("a/one", vec![ok("a/one", Chosen::Primary)], vec![]);
+        assert_eq!(recovery_kind(&primary), Some("primary"));
+        let retry = success(
+            "a/one",
+            vec![failed("a/one", Action::Retry), ok("a/one", Chosen::Retry)],
+            vec![],
+        );
+        assert_eq!(recovery_kind(&retry), Some("retry"));
+        let fallback = success(
+            "b/two",
+            vec![
+                failed("a/one", Action::Fallback),
+                ok("b/two", Chosen::Fallback),
+            ],
+            vec![],
+        );
+        assert_eq!(recovery_kind(&fallback), Some("fallback"));
+        let mut degraded = primary.clone();
+        degraded.outcome = Outcome::Degraded;
+        assert_eq!(recovery_kind(&degraded), Some("degraded"));
+        let mut failed_closed = fallback.clone();
+        failed_closed.outcome = Outcome::Failed;
+        failed_closed.served_by = None;
+        assert_eq!(recovery_kind(&failed_closed), Some("failed_closed"));
     }
 }

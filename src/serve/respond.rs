@@ -90,10 +90,13 @@ pub fn failure(report: &Report, ctx: Context, mask: &dyn Fn(&str) -> String) -> 
     let status = http_status(report.outcome, reason, facts);
     // A request error keeps the upstream's own code; a wire that sent none gets the
     // code OpenAI clients know for its class.
+    // Gemini's `error.code` is only the HTTP status again (its own word is `status`,
+    // INVALID_ARGUMENT): "400" tells a client nothing, so it gets the class's code.
     let code = match request_attempt {
         Some(a) => a
             .code
             .clone()
+            .filter(|c| a.status.is_none_or(|s| *c != s.to_string()))
             .unwrap_or_else(|| request_code(a.class).to_string()),
         None => word.clone(),
     };
@@ -180,6 +183,29 @@ mod tests {
             (400, "request", "context_length_exceeded")
         );
         assert!(e.message.starts_with("This model's maximum context length"));
+    }
+
+    #[test]
+    fn a_request_error_code_that_only_repeats_the_http_status_gives_way_to_the_class_code() {
+        // Gemini: {"error": {"code": 400, "status": "INVALID_ARGUMENT", ...}}.
+        let mut a = attempt(
+            "gemini/gemini-pro",
+            Some(400),
+            Class::ContextOverflow,
+            "The input token count (1200000) exceeds the maximum number of tokens allowed.",
+        );
+        a.code = Some("400".into());
+        let r = report(Outcome::Failed, Some(Reason::Request), vec![a.clone()]);
+        let e = failure(&r, Context::default(), &|s| s.to_string());
+        assert_eq!(
+            (e.status, e.code.as_str()),
+            (400, "context_length_exceeded")
+        );
+        // A vendor's own numeric code (Zhipu's 1261) is its code, and is kept.
+        a.code = Some("1261".into());
+        let r = report(Outcome::Failed, Some(Reason::Request), vec![a]);
+        let e = failure(&r, Context::default(), &|s| s.to_string());
+        assert_eq!(e.code, "1261");
     }
 
     #[test]

@@ -7,7 +7,9 @@ use super::adapter::{self, Called, Event, Finish, Progress};
 use super::choose::Wants;
 use super::egress::{self, AnthropicStream, OpenAiStream};
 use super::errors::{ApiError, Flavor};
-use super::handler::{error_response, full, last_user_text, lock, trace_headers, Ask, Body};
+use super::handler::{
+    error_response, full, last_user_text, lock, refusal, trace_headers, Ask, Body,
+};
 use super::ingress::ChatIn;
 use super::respond::{self, Context};
 use super::Gateway;
@@ -351,7 +353,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
         // The routing ended without a word: it panicked.
         Some(Msg::Bytes(_)) | None => {
             driver.routing = None;
-            error_response(
+            refusal(
                 &ApiError::new(
                     500,
                     "error",
