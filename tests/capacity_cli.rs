@@ -208,6 +208,45 @@ async fn walks_in_four_processes_at_once_add_up_in_one_sqlite_file() {
     assert_eq!(code, Some(0), "{t}");
 }
 
+/// Guards two races on one state file. Each walk opens the file twice (health, then
+/// usage); the second open used to open and close the file itself, which dropped the
+/// first connection's POSIX locks, so another process could check the WAL in and
+/// remove it under this one: an increment lost without an error. And processes that
+/// set up a new file together could get "database is locked" at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn eight_walks_at_once_lose_no_increment_on_a_new_or_an_existing_state_file() {
+    let up = provider().await;
+    for existing in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = pool(
+            dir.path(),
+            "state.db",
+            &up.uri(),
+            "up/m1, up/m2",
+            "  up/m1: { rpm: 100, tpm: 100000 }\n",
+            "",
+        );
+        if existing {
+            walk(&config).await;
+        }
+        let walks: Vec<_> = (0..8)
+            .map(|_| {
+                let config = config.clone();
+                tokio::spawn(async move { walk(&config).await })
+            })
+            .collect();
+        for w in walks {
+            w.await.unwrap();
+        }
+        let want = if existing { 9.0 } else { 8.0 };
+        assert_eq!(
+            counted(&dir.path().join("state.db"), "up/m1", "rpm"),
+            want,
+            "existing file: {existing}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_walk_lands_in_the_redis_counters_and_capacity_shows_it() {
     let server = RedisServer::must_start();

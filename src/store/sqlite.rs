@@ -74,49 +74,29 @@ impl SqliteStore {
         let conn = Connection::open(path).map_err(|e| err(e.to_string()))?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| err(e.to_string()))?;
-        // WAL lets readers and one writer work at once across processes; NORMAL sync is
-        // durable against a killed process (the WAL is replayed), which is the threat here.
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .map_err(|e| err(e.to_string()))?;
+        // Processes that open a new file together can deadlock on its first locks, and
+        // SQLite then answers one of them "database is locked" at once instead of waiting
+        // out its busy timeout: the set-up is tried again, a few ms apart, until it is
+        // done or that timeout has passed.
+        let started = crate::clock::Stopwatch::start();
+        let mut pause_ms = 2;
+        let mode = loop {
+            match set_up(&conn) {
+                Ok(mode) => break mode,
+                Err(e) if is_busy(&e) && started.elapsed() < BUSY_TIMEOUT => {
+                    // A set-up cut short may have left its transaction open.
+                    let _ = conn.execute_batch("ROLLBACK");
+                    std::thread::sleep(Duration::from_millis(
+                        pause_ms + fastrand::u64(0..=pause_ms),
+                    ));
+                    pause_ms = (pause_ms * 2).min(50);
+                }
+                Err(e) => return Err(err(e.to_string())),
+            }
+        };
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(err(format!("cannot switch to WAL mode (got `{mode}`)")));
         }
-        conn.execute_batch(
-            "PRAGMA synchronous=NORMAL;
-             CREATE TABLE IF NOT EXISTS health (
-                 route      TEXT PRIMARY KEY,
-                 state      TEXT NOT NULL CHECK (state IN ('cooling', 'retired')),
-                 until_ms   INTEGER,
-                 reason     TEXT NOT NULL
-             );
-             CREATE TABLE IF NOT EXISTS breaker (
-                 route      TEXT PRIMARY KEY,
-                 state      TEXT NOT NULL
-             );
-             CREATE TABLE IF NOT EXISTS usage (
-                 minute     INTEGER NOT NULL,
-                 bucket     TEXT NOT NULL,
-                 dimension  TEXT NOT NULL,
-                 spent      REAL NOT NULL,
-                 PRIMARY KEY (minute, bucket, dimension)
-             ) WITHOUT ROWID;
-             CREATE TABLE IF NOT EXISTS shed (
-                 minute     INTEGER NOT NULL,
-                 priority   TEXT NOT NULL,
-                 route      TEXT NOT NULL,
-                 n          INTEGER NOT NULL,
-                 PRIMARY KEY (minute, priority, route)
-             ) WITHOUT ROWID;
-             CREATE TABLE IF NOT EXISTS provider_limit (
-                 route      TEXT NOT NULL,
-                 dimension  TEXT NOT NULL,
-                 lim        INTEGER NOT NULL,
-                 seen_ms    INTEGER NOT NULL,
-                 PRIMARY KEY (route, dimension)
-             ) WITHOUT ROWID;",
-        )
-        .map_err(|e| err(e.to_string()))?;
         let reader = Connection::open(path).map_err(|e| err(e.to_string()))?;
         reader
             .busy_timeout(Duration::ZERO)
@@ -330,15 +310,84 @@ fn side_file(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Creates the file with owner-only permissions if it does not exist yet.
+/// WAL mode and the schema. WAL lets readers and one writer work at once across
+/// processes; NORMAL sync is durable against a killed process (the WAL is replayed),
+/// which is the threat here. The schema is one IMMEDIATE transaction: its write lock is
+/// taken up front, where the busy timeout waits for it (as deferred statements, each
+/// began as a read and then upgraded, and in WAL mode an upgrade after another
+/// process's commit fails at once, whatever the timeout).
+/// Answers the journal mode it got: anything but WAL is left without a schema.
+fn set_up(conn: &Connection) -> rusqlite::Result<String> {
+    let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Ok(mode);
+    }
+    conn.execute_batch(
+        "PRAGMA synchronous=NORMAL;
+             BEGIN IMMEDIATE;
+             CREATE TABLE IF NOT EXISTS health (
+                 route      TEXT PRIMARY KEY,
+                 state      TEXT NOT NULL CHECK (state IN ('cooling', 'retired')),
+                 until_ms   INTEGER,
+                 reason     TEXT NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS breaker (
+                 route      TEXT PRIMARY KEY,
+                 state      TEXT NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS usage (
+                 minute     INTEGER NOT NULL,
+                 bucket     TEXT NOT NULL,
+                 dimension  TEXT NOT NULL,
+                 spent      REAL NOT NULL,
+                 PRIMARY KEY (minute, bucket, dimension)
+             ) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS shed (
+                 minute     INTEGER NOT NULL,
+                 priority   TEXT NOT NULL,
+                 route      TEXT NOT NULL,
+                 n          INTEGER NOT NULL,
+                 PRIMARY KEY (minute, priority, route)
+             ) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS provider_limit (
+                 route      TEXT NOT NULL,
+                 dimension  TEXT NOT NULL,
+                 lim        INTEGER NOT NULL,
+                 seen_ms    INTEGER NOT NULL,
+                 PRIMARY KEY (route, dimension)
+             ) WITHOUT ROWID;
+             COMMIT;",
+    )?;
+    Ok(mode)
+}
+
+/// Another connection's lock was in the way (`SQLITE_BUSY`, `SQLITE_LOCKED`).
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Creates the file 0600 when it does not exist yet, and never opens one that does.
+/// Closing any descriptor of a file drops every POSIX lock this process holds on it,
+/// SQLite's included: opening and closing an existing state file here, while another
+/// store in this process had it open (`walk` opens a second one for its usage counters),
+/// let another process check the WAL into the file and remove it under this one, and a
+/// committed increment was lost without an error.
 fn create_private(path: &Path) -> std::io::Result<()> {
     let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(false);
+    opts.write(true).create_new(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
         opts.mode(0o600);
     }
-    opts.open(path).map(|_| ())
+    match opts.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 fn row_to_health(state: String, until: Option<i64>, reason: String) -> Health {
