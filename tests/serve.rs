@@ -493,6 +493,10 @@ async fn headers_that_never_finish_get_408_after_the_header_timeout() {
         text.contains("\"code\":\"request_timeout\"") && text.contains("x-should-retry: false"),
         "{text}"
     );
+    assert!(
+        text.contains("x-poolctl-outcome: failed\r\nx-poolctl-attempts: 0\r\n"),
+        "every answer carries the x-poolctl headers, a refusal too: {text}"
+    );
 }
 
 #[tokio::test]
@@ -532,6 +536,10 @@ async fn connections_past_the_cap_get_429_and_are_closed() {
     let text = String::from_utf8_lossy(&got);
     assert!(text.starts_with("HTTP/1.1 429"), "{text}");
     assert!(text.contains("too_many_connections"), "{text}");
+    assert!(
+        text.contains("x-poolctl-served-by: \r\nx-poolctl-outcome: failed\r\n"),
+        "{text}"
+    );
     drop(held);
 }
 

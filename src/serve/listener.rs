@@ -240,7 +240,7 @@ async fn contained(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
         Ok(r) => r,
         Err(_) => {
             tracing::error!(target: "poolctl::serve", "a request handler panicked");
-            handler::error_response(
+            let mut r = handler::error_response(
                 &ApiError::new(
                     500,
                     "error",
@@ -248,7 +248,10 @@ async fn contained(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
                     "the gateway failed on this request",
                 ),
                 Flavor::OpenAi,
-            )
+            );
+            // What the router did is lost with the handler: nothing is claimed.
+            handler::trace_headers(r.headers_mut(), None, "failed", 0);
+            r
         }
     }
 }
@@ -262,7 +265,9 @@ async fn refuse(mut tcp: TcpStream, e: ApiError) {
         _ => "Error",
     };
     let mut head = format!(
-        "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\nx-should-retry: false\r\nconnection: close\r\ncontent-length: {}\r\n",
+        "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\nx-should-retry: false\r\n\
+         x-poolctl-served-by: \r\nx-poolctl-outcome: failed\r\nx-poolctl-attempts: 0\r\n\
+         connection: close\r\ncontent-length: {}\r\n",
         e.status,
         body.len()
     );
