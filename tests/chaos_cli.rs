@@ -207,7 +207,7 @@ requests:
         (
             "type.yaml",
             PASSING.replace("expect:", "policy: { max_total_attempts: four }\nexpect:"),
-            "expected a whole number, 0 or more",
+            "type.yaml:11:31: field `policy.max_total_attempts`: invalid type: string \"four\", expected a whole number",
         ),
     ];
     for (file, body, needle) in cases {

@@ -507,7 +507,8 @@ pub fn at_line(mut e: YamlError, text: &str) -> YamlError {
 }
 
 /// serde's "expected struct Scenario" names a Rust type; say what the file must hold.
-/// So do "expected u64" and "expected struct Policy": a scenario's author wrote YAML.
+/// So does "expected struct Policy": a scenario's author wrote YAML. (Number types are
+/// put in words for every file by `yaml::strip_location`.)
 fn not_a_scenario(mut e: YamlError) -> YamlError {
     if let Some((found, _)) = e.message.split_once(", expected struct Scenario") {
         e.message = format!(
@@ -517,15 +518,8 @@ fn not_a_scenario(mut e: YamlError) -> YamlError {
         return e;
     }
     if let Some((found, rust)) = e.message.rsplit_once(", expected ") {
-        let plain = match rust {
-            "u8" | "u16" | "u32" | "u64" | "usize" => Some("a whole number, 0 or more"),
-            "i64" => Some("a whole number"),
-            "f64" => Some("a number"),
-            t if t.starts_with("struct ") => Some("a mapping of fields"),
-            _ => None,
-        };
-        if let Some(plain) = plain {
-            e.message = format!("{found}, expected {plain}");
+        if rust.starts_with("struct ") {
+            e.message = format!("{found}, expected a mapping of fields");
         }
     }
     e
