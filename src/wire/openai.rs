@@ -96,6 +96,12 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
             .unwrap_or_default();
         return Err(BadSuccess::Failed(Box::new(fields)));
     }
+    // `finish_reason: "error"`: the model stopped on a failure (OpenRouter's
+    // chat-completion schema, copied by LiteLLM and vLLM front ends). Whatever text came
+    // with it is a cut-off answer, never a complete one.
+    if choice.get("finish_reason").and_then(Value::as_str) == Some("error") {
+        return Err(BadSuccess::Failed(Box::new(finished_on_error())));
+    }
     let message = choice.get("message");
     let content = message.and_then(|m| m.get("content"));
     let text = match content {
@@ -134,6 +140,15 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         usage: usage(v.get("usage")),
         id: v.get("id").and_then(Value::as_str).map(str::to_string),
     })
+}
+
+/// The error fields of a choice that ended with `finish_reason: "error"` and no error
+/// object: no code, so the classifier reads it as the provider's fault (`server_error`).
+pub fn finished_on_error() -> crate::failure::ErrorFields {
+    crate::failure::ErrorFields {
+        message: Some("the model finished with finish_reason \"error\"".into()),
+        ..Default::default()
+    }
 }
 
 /// `POST {base}/embeddings` with a batch `input`.
@@ -203,5 +218,23 @@ mod tests {
         let filtered =
             json!({"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]});
         assert!(matches!(parse_chat(&filtered), Err(BadSuccess::Refused(_))));
+    }
+
+    /// Guards OpenRouter's 200 whose choice ends with `finish_reason: "error"`: it was
+    /// served as a (cut-off or empty) success.
+    #[test]
+    fn a_choice_that_finished_on_error_is_no_answer() {
+        for content in ["", "Half an ans"] {
+            let v = json!({"id":"gen-1","choices":[{"index":0,"message":{"role":"assistant","content":content},"finish_reason":"error","native_finish_reason":"error"}]});
+            assert!(
+                matches!(parse_chat(&v), Err(BadSuccess::Failed(_))),
+                "{content:?}"
+            );
+        }
+        let choice_error = json!({"choices":[{"message":{"content":""},"finish_reason":"error","error":{"code":502,"message":"Upstream error"}}]});
+        match parse_chat(&choice_error) {
+            Err(BadSuccess::Failed(f)) => assert_eq!(f.code.as_deref(), Some("502")),
+            other => panic!("{:?}", other.is_ok()),
+        }
     }
 }

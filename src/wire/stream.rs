@@ -126,7 +126,21 @@ fn openai_event(v: &Value) -> Vec<WireEvent> {
                 arguments: str_at("/function/arguments").unwrap_or_default(),
             });
         }
+        // A failure mid-generation inside the choice (OpenRouter: `choices[0].error`, or
+        // `finish_reason: "error"` alone) ends the stream as that error, never as a finish.
+        if let Some(err) = choice.get("error").filter(|e| e.is_object()) {
+            let fields = ErrorFields::from_value(&serde_json::json!({ "error": err }))
+                .unwrap_or_default();
+            out.push(WireEvent::Error(Box::new(fields)));
+            return out;
+        }
         if let Some(reason) = choice.get("finish_reason").filter(|f| !f.is_null()) {
+            if reason.as_str() == Some("error") {
+                out.push(WireEvent::Error(Box::new(
+                    super::openai::finished_on_error(),
+                )));
+                return out;
+            }
             let reason = reason.as_str().map(super::openai::finish_reason);
             out.push(WireEvent::Finish(reason, None));
         }
@@ -627,6 +641,26 @@ mod tests {
             parse_event(Wire::OpenAi, "", e, 0)[0],
             WireEvent::Error(_)
         ));
+    }
+
+    /// Guards OpenRouter's mid-generation failure inside the choice of a chunk
+    /// (`choices[0].error`, or `finish_reason: "error"` alone): it was read as a finish,
+    /// so an empty or cut-off stream ended as a success.
+    #[test]
+    fn an_openai_chunk_that_finishes_on_error_is_an_error_event() {
+        let with_error = r#"{"id":"gen-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":""},"finish_reason":"error","error":{"code":502,"message":"Upstream error"}}]}"#;
+        match &parse_event(Wire::OpenAi, "", with_error, 0)[..] {
+            [WireEvent::Error(f)] => assert_eq!(f.code.as_deref(), Some("502")),
+            other => panic!("{other:?}"),
+        }
+        let bare = r#"{"id":"gen-1","choices":[{"index":0,"delta":{"content":"tail"},"finish_reason":"error"}]}"#;
+        match &parse_event(Wire::OpenAi, "", bare, 0)[..] {
+            [WireEvent::Delta(t), WireEvent::Error(f)] => {
+                assert_eq!(t, "tail");
+                assert_eq!(f.code, None);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
