@@ -104,7 +104,19 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
     }
     let message = choice.get("message");
     let content = message.and_then(|m| m.get("content"));
+    let filtered = choice.get("finish_reason").and_then(Value::as_str) == Some("content_filter");
     let text = match content {
+        // Azure answers a filtered completion with empty content beside
+        // `finish_reason: "content_filter"`: a refusal, not an empty answer.
+        Some(Value::String(s))
+            if s.is_empty()
+                && filtered
+                && !message
+                    .and_then(|m| m.get("tool_calls"))
+                    .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty())) =>
+        {
+            return Err(BadSuccess::Refused("finish_reason content_filter".into()));
+        }
         Some(Value::String(s)) => s.clone(),
         // Tool-call-only answers carry `content: null`; they are still answers.
         Some(Value::Null) | None
@@ -115,7 +127,7 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
             String::new()
         }
         _ => {
-            if choice.get("finish_reason").and_then(Value::as_str) == Some("content_filter") {
+            if filtered {
                 return Err(BadSuccess::Refused("finish_reason content_filter".into()));
             }
             return Err(BadSuccess::Malformed(
@@ -218,6 +230,17 @@ mod tests {
         let filtered =
             json!({"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]});
         assert!(matches!(parse_chat(&filtered), Err(BadSuccess::Refused(_))));
+    }
+
+    /// Guards Azure's filtered completion with `content: ""`: it was served as an empty
+    /// answer, where `content: null` was already a refusal.
+    #[test]
+    fn empty_content_stopped_by_a_content_filter_is_a_refusal() {
+        let v = json!({"choices":[{"message":{"role":"assistant","content":""},"finish_reason":"content_filter"}]});
+        assert!(matches!(parse_chat(&v), Err(BadSuccess::Refused(_))));
+        // Text that made it out before the filter is still an answer.
+        let partial = json!({"choices":[{"message":{"content":"Part"},"finish_reason":"content_filter"}]});
+        assert_eq!(parse_chat(&partial).ok().map(|p| p.text), Some("Part".into()));
     }
 
     /// Guards OpenRouter's 200 whose choice ends with `finish_reason: "error"`: it was

@@ -215,6 +215,15 @@ fn anthropic_event(event: &str, v: &Value) -> Vec<WireEvent> {
 }
 
 fn gemini_event(v: &Value, calls_so_far: u32) -> Vec<WireEvent> {
+    // A blocked prompt streams one chunk with `promptFeedback.blockReason` and no
+    // candidates: the same refusal as unstreamed (`gemini::parse_chat`).
+    if let Some(reason) = v.pointer("/promptFeedback/blockReason").and_then(Value::as_str) {
+        return vec![WireEvent::Error(Box::new(ErrorFields {
+            code: Some("content_filter".into()),
+            message: Some(format!("prompt blocked: {reason}")),
+            ..Default::default()
+        }))];
+    }
     let mut out = Vec::new();
     if let Some(model) = v.get("modelVersion").and_then(Value::as_str) {
         out.push(WireEvent::Model(model.to_string()));
@@ -549,6 +558,12 @@ async fn drive(
         // A busy peer must not starve the runtime's other tasks (and timers).
         tokio::task::yield_now().await;
     }
+    // Nothing shown and a safety stop: a refusal, as the same answer unstreamed is
+    // (`BadSuccess::Refused`), not an empty success.
+    if !seen.visible && finish_reason == Some(FinishReason::ContentFilter) {
+        let why = super::BadSuccess::Refused("the stream stopped on a content filter".into());
+        return Err(super::bad_success(status, headers, &[], why));
+    }
     let tool_calls =
         finish_calls(std::mem::take(&mut seen.calls)).map_err(|why| broke(&headers, why))?;
     Ok(StreamSuccess {
@@ -778,6 +793,17 @@ mod tests {
                 Some(usage(2, 1))
             )]
         );
+    }
+
+    /// Guards Gemini's streamed prompt block (`promptFeedback.blockReason`, no
+    /// candidates): it was skipped as malformed, and the stream then read as broken.
+    #[test]
+    fn a_gemini_blocked_prompt_chunk_is_a_content_filter_error() {
+        let d = r#"{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},"usageMetadata":{"promptTokenCount":8}}"#;
+        match &parse_event(Wire::Gemini, "", d, 0)[..] {
+            [WireEvent::Error(f)] => assert_eq!(f.code.as_deref(), Some("content_filter")),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
