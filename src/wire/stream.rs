@@ -85,6 +85,13 @@ pub fn parse_event(wire: Wire, event: &str, data: &str, calls_so_far: u32) -> Ve
             ErrorFields::from_value(&v).unwrap_or_default(),
         ))];
     }
+    // MiniMax reports a failure mid-stream as a chunk with a non-zero
+    // `base_resp.status_code` (1027 "output new_sensitive" after the first deltas, then
+    // `[DONE]`: seen in public client code, find_string `"base_resp":{"status_code":1027`).
+    // Read as a chunk with no choices, the cut-off answer ended as a success.
+    if let Some(fields) = crate::in_band::embedded_error(&v) {
+        return vec![WireEvent::Error(Box::new(fields))];
+    }
     match wire {
         Wire::OpenAi => openai_event(&v),
         Wire::Anthropic => anthropic_event(event, &v),
@@ -676,6 +683,22 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Guards MiniMax's in-stream `base_resp` error chunk, followed by `[DONE]`: it was
+    /// skipped, so the cut-off stream ended as a complete success.
+    #[test]
+    fn a_minimax_base_resp_chunk_is_an_error_event() {
+        let d = r#"{"id":"b","choices":[],"model":"MiniMax-M1","base_resp":{"status_code":1027,"status_msg":"output new_sensitive"}}"#;
+        match &parse_event(Wire::OpenAi, "", d, 0)[..] {
+            [WireEvent::Error(f)] => assert_eq!(f.code.as_deref(), Some("1027")),
+            other => panic!("{other:?}"),
+        }
+        let fine = r#"{"id":"b","choices":[{"index":0,"delta":{"content":"hi"}}],"base_resp":{"status_code":0,"status_msg":""}}"#;
+        assert_eq!(
+            parse_event(Wire::OpenAi, "", fine, 0),
+            vec![WireEvent::Delta("hi".into())]
+        );
     }
 
     #[test]
