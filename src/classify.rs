@@ -383,7 +383,11 @@ fn anthropic(status: u16, e: &ErrorFields) -> Option<Class> {
     match e.kind.as_deref()? {
         "invalid_request_error" => {
             let m = e.message_lower();
-            Some(if m.contains("prompt is too long") {
+            // Two wordings of an overflow: "prompt is too long: 208656 tokens > 200000
+            // maximum", and, when the prompt fits but not with the output reserved,
+            // "input length and `max_tokens` exceed context limit: 188059 + 20000 >
+            // 200000" (quoted by many public clients: find_string "exceed context limit: ").
+            Some(if m.contains("prompt is too long") || mentions_context_overflow(&m) {
                 Class::ContextOverflow
             } else if m.contains("credit balance") || m.contains("usage limits") {
                 // A reached spend limit or empty balance arrives as 400.
@@ -624,6 +628,7 @@ fn mentions_context_overflow(m: &str) -> bool {
         "exceeded model token limit",
         "input token length too long",
         "range of input length",
+        "exceed context limit",
         "上下文长度",
     ]
     .iter()
@@ -723,6 +728,19 @@ mod tests {
         // A decisive code wins over text that says otherwise.
         let policy = r#"{"error":{"message":"maximum context length exceeded","type":"invalid_request_error","code":"content_policy_violation"}}"#;
         assert_eq!(class(Dialect::Openai, 400, policy), Class::ContentPolicy);
+    }
+
+    /// Guards Anthropic's second overflow wording, which was read as invalid_request
+    /// (fail closed) where an approved route with a larger window could answer.
+    #[test]
+    fn anthropic_input_plus_max_tokens_over_the_context_limit_is_context_overflow() {
+        let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000, decrease input length or `max_tokens` and try again"},"request_id":"req_1"}"#;
+        assert_eq!(
+            class(Dialect::Anthropic, 400, body),
+            Class::ContextOverflow
+        );
+        let other = r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}"#;
+        assert_eq!(class(Dialect::Anthropic, 400, other), Class::InvalidRequest);
     }
 
     #[test]
