@@ -134,7 +134,8 @@ fn openai_event(v: &Value) -> Vec<WireEvent> {
             });
         }
         // A failure mid-generation inside the choice (OpenRouter: `choices[0].error`, or
-        // `finish_reason: "error"` alone) ends the stream as that error, never as a finish.
+        // `finish_reason: "error"` alone; Zhipu: `network_error`) ends the stream as that
+        // error, never as a finish.
         if let Some(err) = choice.get("error").filter(|e| e.is_object()) {
             let fields = ErrorFields::from_value(&serde_json::json!({ "error": err }))
                 .unwrap_or_default();
@@ -142,10 +143,8 @@ fn openai_event(v: &Value) -> Vec<WireEvent> {
             return out;
         }
         if let Some(reason) = choice.get("finish_reason").filter(|f| !f.is_null()) {
-            if reason.as_str() == Some("error") {
-                out.push(WireEvent::Error(Box::new(
-                    super::openai::finished_on_error(),
-                )));
+            if let Some(r) = reason.as_str().filter(|r| super::openai::is_failure_finish(r)) {
+                out.push(WireEvent::Error(Box::new(super::openai::finished_on_error(r))));
                 return out;
             }
             let reason = reason.as_str().map(super::openai::finish_reason);
@@ -683,6 +682,11 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        let glm = r#"{"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"network_error"}]}"#;
+        assert!(matches!(
+            &parse_event(Wire::OpenAi, "", glm, 0)[..],
+            [WireEvent::Error(_)]
+        ));
     }
 
     /// Guards MiniMax's in-stream `base_resp` error chunk, followed by `[DONE]`: it was
