@@ -354,17 +354,7 @@ fn gemini(status: u16, e: &ErrorFields) -> Option<Class> {
         return Some(Class::Auth);
     }
     match canon {
-        "RESOURCE_EXHAUSTED" => {
-            // A spent daily quota is not fixed by waiting a minute, and a quota of 0 (a model
-            // this tier does not include) never is.
-            let per_day = e.quota_ids.iter().any(|q| q.contains("PerDay"));
-            let none_at_all = e.quota_values.iter().any(|v| v == "0");
-            Some(if per_day || none_at_all {
-                Class::QuotaExhausted
-            } else {
-                Class::RateLimited
-            })
-        }
+        "RESOURCE_EXHAUSTED" => Some(resource_exhausted(e)),
         "PERMISSION_DENIED" | "UNAUTHENTICATED" => Some(Class::Auth),
         "NOT_FOUND" => Some(Class::ModelUnavailable),
         "UNAVAILABLE" => Some(Class::Overloaded),
@@ -373,6 +363,20 @@ fn gemini(status: u16, e: &ErrorFields) -> Option<Class> {
         // provider may — retire it and move on rather than fail the request as `auth`.
         "FAILED_PRECONDITION" if status == 400 => Some(Class::ModelUnavailable),
         _ => None,
+    }
+}
+
+/// Google's `RESOURCE_EXHAUSTED`, split by its `QuotaFailure` details. A spent daily
+/// quota is not fixed by waiting a minute, and a quota of 0 (a model this tier does not
+/// include) never is. Shared, not only Gemini's: the same details come back through
+/// Google's OpenAI-compatible endpoint and through gateways in front of it.
+fn resource_exhausted(e: &ErrorFields) -> Class {
+    let per_day = e.quota_ids.iter().any(|q| q.contains("PerDay"));
+    let none_at_all = e.quota_values.iter().any(|v| v == "0");
+    if per_day || none_at_all {
+        Class::QuotaExhausted
+    } else {
+        Class::RateLimited
     }
 }
 
@@ -513,6 +517,10 @@ fn openrouter(status: u16, e: &ErrorFields) -> Option<Class> {
 /// Codes whose meaning every provider shares (OpenAI, Anthropic and Gemini conventions,
 /// which most compatible APIs copy).
 fn shared_rule(status: u16, e: &ErrorFields) -> Option<Class> {
+    // Google's ErrorInfo reason for a bad key, on any dialect (see `resource_exhausted`).
+    if e.reasons.iter().any(|r| r == "API_KEY_INVALID") {
+        return Some(Class::Auth);
+    }
     for code in e.codes().chain(e.status.as_deref()) {
         let class = match code {
             "insufficient_quota"
@@ -523,7 +531,8 @@ fn shared_rule(status: u16, e: &ErrorFields) -> Option<Class> {
             | "billing_not_active"
             | "billing_error"
             | "insufficient_balance" => Class::QuotaExhausted,
-            "rate_limit_exceeded" | "rate_limit_error" | "RESOURCE_EXHAUSTED" => Class::RateLimited,
+            "RESOURCE_EXHAUSTED" => resource_exhausted(e),
+            "rate_limit_exceeded" | "rate_limit_error" => Class::RateLimited,
             "invalid_api_key"
             | "authentication_error"
             | "permission_error"
@@ -728,6 +737,21 @@ mod tests {
         // A decisive code wins over text that says otherwise.
         let policy = r#"{"error":{"message":"maximum context length exceeded","type":"invalid_request_error","code":"content_policy_violation"}}"#;
         assert_eq!(class(Dialect::Openai, 400, policy), Class::ContentPolicy);
+    }
+
+    /// Guards Google's quota details read through a non-Gemini dialect (Google's
+    /// OpenAI-compatible endpoint wraps the same error in an array): a per-day quota was
+    /// a rate limit there, and a bad key a bad request.
+    #[test]
+    fn google_quota_details_decide_on_every_dialect() {
+        let per_day = r#"[{"error":{"code":429,"message":"You exceeded your current quota","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier","quotaValue":"20"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"38s"}]}}]"#;
+        let per_minute = per_day.replace("PerDay", "PerMinute");
+        let bad_key = r#"[{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}]"#;
+        for d in [Dialect::Openai, Dialect::Gemini, Dialect::Openrouter] {
+            assert_eq!(class(d, 429, per_day), Class::QuotaExhausted, "{d}");
+            assert_eq!(class(d, 429, &per_minute), Class::RateLimited, "{d}");
+            assert_eq!(class(d, 400, bad_key), Class::Auth, "{d}");
+        }
     }
 
     /// Guards Anthropic's second overflow wording, which was read as invalid_request
