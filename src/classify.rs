@@ -9,7 +9,7 @@
 use crate::clock::UnixMs;
 use crate::dialect::Dialect;
 use crate::failure::{ErrorFields, Transport, UpstreamFailure};
-use crate::hint::{retry_hint, Hint};
+use crate::hint::{retry_hint, stated_reset, Hint};
 use crate::vocab::Class;
 
 /// What the classifier concluded about one attempt.
@@ -23,9 +23,10 @@ pub struct Verdict {
 /// date-valued hints.
 pub fn classify(dialect: Dialect, f: &UpstreamFailure, now: UnixMs) -> Verdict {
     let retry_delay = f.error.as_ref().and_then(|e| e.retry_delay.as_deref());
+    let resets_at = f.error.as_ref().and_then(|e| e.resets_at.as_deref());
     Verdict {
         class: class_of(dialect, f),
-        hint: retry_hint(&f.headers, retry_delay, now),
+        hint: retry_hint(&f.headers, retry_delay, now).or_else(|| stated_reset(resets_at, now)),
     }
 }
 

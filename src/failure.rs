@@ -96,6 +96,9 @@ pub struct ErrorFields {
     pub retry_delay: Option<String>,
     /// OpenRouter `metadata.limit_source` / `metadata.reason` / `metadata.error_type`.
     pub metadata: Vec<String>,
+    /// OpenRouter `metadata.resets_at`: when a spent key, workspace or guardrail budget
+    /// comes back (an RFC 3339 instant).
+    pub resets_at: Option<String>,
 }
 
 impl ErrorFields {
@@ -129,6 +132,7 @@ impl ErrorFields {
                     for key in ["limit_source", "reason", "error_type"] {
                         f.metadata.extend(text(meta.get(key)));
                     }
+                    f.resets_at = text(meta.get("resets_at"));
                 }
             }
             Some(Value::String(s)) => {

@@ -22,6 +22,8 @@ pub enum HintSource {
     RetryInfo,
     RatelimitReset,
     AnthropicReset,
+    /// A body that says when a spent budget comes back (OpenRouter `metadata.resets_at`).
+    StatedReset,
 }
 
 impl HintSource {
@@ -29,7 +31,10 @@ impl HintSource {
     pub fn is_explicit(self) -> bool {
         matches!(
             self,
-            HintSource::RetryAfterMs | HintSource::RetryAfter | HintSource::RetryInfo
+            HintSource::RetryAfterMs
+                | HintSource::RetryAfter
+                | HintSource::RetryInfo
+                | HintSource::StatedReset
         )
     }
 }
@@ -43,7 +48,10 @@ impl HintSource {
     /// no reset instant: cooling for it would spend a call every few seconds on a key
     /// that cannot answer until tomorrow.
     pub fn states_a_reset(self) -> bool {
-        matches!(self, HintSource::RetryAfterMs | HintSource::RetryAfter)
+        matches!(
+            self,
+            HintSource::RetryAfterMs | HintSource::RetryAfter | HintSource::StatedReset
+        )
     }
 }
 
@@ -91,6 +99,19 @@ pub fn retry_hint(headers: &Headers, retry_delay: Option<&str>, now: UnixMs) -> 
         return hint(ms, HintSource::AnthropicReset);
     }
     None
+}
+
+/// The instant a body says a spent budget comes back, after every header hint (so
+/// `Retry-After` still wins): OpenRouter's key, workspace and guardrail budgets answer
+/// 403 with `metadata.resets_at` and no Retry-After ("wait for the budget window to
+/// reset (see metadata.resets_at)", developersdigest.tech's OpenRouter 403 reference).
+/// A reset already past is 0; garbage is ignored.
+pub fn stated_reset(resets_at: Option<&str>, now: UnixMs) -> Option<Hint> {
+    let at = parse_instant(resets_at?)?;
+    Some(Hint {
+        ms: until(at, now),
+        source: HintSource::StatedReset,
+    })
 }
 
 /// `retry-after-ms`: a non-negative number of milliseconds (fractions allowed).
@@ -268,6 +289,17 @@ mod tests {
         ]);
         let got = retry_hint(&hs, None, NOW).unwrap();
         assert_eq!((got.ms, got.source), (40_000, HintSource::AnthropicReset));
+    }
+
+    #[test]
+    fn a_stated_budget_reset_is_a_clamped_instant() {
+        let got = stated_reset(Some("2025-11-30T18:00:00Z"), NOW).unwrap();
+        assert_eq!((got.ms, got.source), (6 * 3_600_000, HintSource::StatedReset));
+        assert!(got.source.states_a_reset());
+        assert_eq!(stated_reset(Some("2025-12-31T00:00:00Z"), NOW).unwrap().ms, MAX_HINT_MS);
+        assert_eq!(stated_reset(Some("2025-11-01T00:00:00Z"), NOW).unwrap().ms, 0);
+        assert_eq!(stated_reset(Some("next month"), NOW), None);
+        assert_eq!(stated_reset(None, NOW), None);
     }
 
     #[test]
