@@ -570,6 +570,14 @@ async fn drive(
         let why = super::BadSuccess::Refused("the stream stopped on a content filter".into());
         return Err(super::bad_success(status, headers, &[], why));
     }
+    // Nothing shown and a failed generation (Gemini MALFORMED_FUNCTION_CALL, ...): no
+    // answer, the provider's fault, as unstreamed (`gemini::parse_chat`).
+    if let Some(FinishReason::Other(r)) = &finish_reason {
+        if !seen.visible && super::gemini::is_failed_finish(r) {
+            let why = super::BadSuccess::Malformed(format!("finishReason {r} with no answer"));
+            return Err(super::bad_success(status, headers, &[], why));
+        }
+    }
     let tool_calls =
         finish_calls(std::mem::take(&mut seen.calls)).map_err(|why| broke(&headers, why))?;
     Ok(StreamSuccess {
