@@ -392,7 +392,8 @@ fn anthropic(status: u16, e: &ErrorFields) -> Option<Class> {
             // maximum", and, when the prompt fits but not with the output reserved,
             // "input length and `max_tokens` exceed context limit: 188059 + 20000 >
             // 200000" (quoted by many public clients: find_string "exceed context limit: ").
-            Some(if m.contains("prompt is too long") || mentions_context_overflow(&m) {
+            let overflow = m.contains("prompt is too long") || mentions_context_overflow(&m);
+            Some(if overflow {
                 Class::ContextOverflow
             } else if m.contains("credit balance") || m.contains("usage limits") {
                 // A reached spend limit or empty balance arrives as 400.
@@ -760,10 +761,7 @@ mod tests {
     #[test]
     fn anthropic_input_plus_max_tokens_over_the_context_limit_is_context_overflow() {
         let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000, decrease input length or `max_tokens` and try again"},"request_id":"req_1"}"#;
-        assert_eq!(
-            class(Dialect::Anthropic, 400, body),
-            Class::ContextOverflow
-        );
+        assert_eq!(class(Dialect::Anthropic, 400, body), Class::ContextOverflow);
         let other = r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}"#;
         assert_eq!(class(Dialect::Anthropic, 400, other), Class::InvalidRequest);
     }

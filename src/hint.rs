@@ -294,10 +294,19 @@ mod tests {
     #[test]
     fn a_stated_budget_reset_is_a_clamped_instant() {
         let got = stated_reset(Some("2025-11-30T18:00:00Z"), NOW).unwrap();
-        assert_eq!((got.ms, got.source), (6 * 3_600_000, HintSource::StatedReset));
+        assert_eq!(
+            (got.ms, got.source),
+            (6 * 3_600_000, HintSource::StatedReset)
+        );
         assert!(got.source.states_a_reset());
-        assert_eq!(stated_reset(Some("2025-12-31T00:00:00Z"), NOW).unwrap().ms, MAX_HINT_MS);
-        assert_eq!(stated_reset(Some("2025-11-01T00:00:00Z"), NOW).unwrap().ms, 0);
+        assert_eq!(
+            stated_reset(Some("2025-12-31T00:00:00Z"), NOW).unwrap().ms,
+            MAX_HINT_MS
+        );
+        assert_eq!(
+            stated_reset(Some("2025-11-01T00:00:00Z"), NOW).unwrap().ms,
+            0
+        );
         assert_eq!(stated_reset(Some("next month"), NOW), None);
         assert_eq!(stated_reset(None, NOW), None);
     }

@@ -239,7 +239,11 @@ mod tests {
     fn a_failed_finish_with_no_answer_is_malformed() {
         let bad = json!({"candidates":[{"content":{"role":"model"},"finishReason":"MALFORMED_FUNCTION_CALL","index":0}]});
         assert!(matches!(parse_chat(&bad), Err(BadSuccess::Malformed(_))));
-        let other_with_text = json!({"candidates":[{"content":{"parts":[{"text":"fine"}]},"finishReason":"OTHER"}]});
-        assert_eq!(parse_chat(&other_with_text).ok().map(|p| p.text), Some("fine".into()));
+        let other_with_text =
+            json!({"candidates":[{"content":{"parts":[{"text":"fine"}]},"finishReason":"OTHER"}]});
+        assert_eq!(
+            parse_chat(&other_with_text).ok().map(|p| p.text),
+            Some("fine".into())
+        );
     }
 }

@@ -112,16 +112,14 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         .get("finish_reason")
         .and_then(Value::as_str)
         .is_some_and(|r| finish_reason(r) == FinishReason::ContentFilter);
+    let calls_something = message
+        .and_then(|m| m.get("tool_calls"))
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
     let text = match content {
         // Azure answers a filtered completion with empty content beside
         // `finish_reason: "content_filter"`: a refusal, not an empty answer.
-        Some(Value::String(s))
-            if s.is_empty()
-                && filtered
-                && !message
-                    .and_then(|m| m.get("tool_calls"))
-                    .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty())) =>
-        {
+        Some(Value::String(s)) if s.is_empty() && filtered && !calls_something => {
             return Err(BadSuccess::Refused("finish_reason content_filter".into()));
         }
         Some(Value::String(s)) => s.clone(),
@@ -254,11 +252,16 @@ mod tests {
         let v = json!({"choices":[{"message":{"role":"assistant","content":""},"finish_reason":"content_filter"}]});
         assert!(matches!(parse_chat(&v), Err(BadSuccess::Refused(_))));
         // Zhipu GLM's safety audit says `sensitive`.
-        let glm = json!({"choices":[{"index":0,"finish_reason":"sensitive","message":{"content":""}}]});
+        let glm =
+            json!({"choices":[{"index":0,"finish_reason":"sensitive","message":{"content":""}}]});
         assert!(matches!(parse_chat(&glm), Err(BadSuccess::Refused(_))));
         // Text that made it out before the filter is still an answer.
-        let partial = json!({"choices":[{"message":{"content":"Part"},"finish_reason":"content_filter"}]});
-        assert_eq!(parse_chat(&partial).ok().map(|p| p.text), Some("Part".into()));
+        let partial =
+            json!({"choices":[{"message":{"content":"Part"},"finish_reason":"content_filter"}]});
+        assert_eq!(
+            parse_chat(&partial).ok().map(|p| p.text),
+            Some("Part".into())
+        );
     }
 
     /// Guards OpenRouter's 200 whose choice ends with `finish_reason: "error"`: it was

@@ -137,14 +137,19 @@ fn openai_event(v: &Value) -> Vec<WireEvent> {
         // `finish_reason: "error"` alone; Zhipu: `network_error`) ends the stream as that
         // error, never as a finish.
         if let Some(err) = choice.get("error").filter(|e| e.is_object()) {
-            let fields = ErrorFields::from_value(&serde_json::json!({ "error": err }))
-                .unwrap_or_default();
+            let fields =
+                ErrorFields::from_value(&serde_json::json!({ "error": err })).unwrap_or_default();
             out.push(WireEvent::Error(Box::new(fields)));
             return out;
         }
         if let Some(reason) = choice.get("finish_reason").filter(|f| !f.is_null()) {
-            if let Some(r) = reason.as_str().filter(|r| super::openai::is_failure_finish(r)) {
-                out.push(WireEvent::Error(Box::new(super::openai::finished_on_error(r))));
+            if let Some(r) = reason
+                .as_str()
+                .filter(|r| super::openai::is_failure_finish(r))
+            {
+                out.push(WireEvent::Error(Box::new(
+                    super::openai::finished_on_error(r),
+                )));
                 return out;
             }
             let reason = reason.as_str().map(super::openai::finish_reason);
@@ -223,7 +228,10 @@ fn anthropic_event(event: &str, v: &Value) -> Vec<WireEvent> {
 fn gemini_event(v: &Value, calls_so_far: u32) -> Vec<WireEvent> {
     // A blocked prompt streams one chunk with `promptFeedback.blockReason` and no
     // candidates: the same refusal as unstreamed (`gemini::parse_chat`).
-    if let Some(reason) = v.pointer("/promptFeedback/blockReason").and_then(Value::as_str) {
+    if let Some(reason) = v
+        .pointer("/promptFeedback/blockReason")
+        .and_then(Value::as_str)
+    {
         return vec![WireEvent::Error(Box::new(ErrorFields {
             code: Some("content_filter".into()),
             message: Some(format!("prompt blocked: {reason}")),
@@ -690,7 +698,8 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let glm = r#"{"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"network_error"}]}"#;
+        let glm =
+            r#"{"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"network_error"}]}"#;
         assert!(matches!(
             &parse_event(Wire::OpenAi, "", glm, 0)[..],
             [WireEvent::Error(_)]
