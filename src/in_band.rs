@@ -35,7 +35,13 @@ fn top_level_error(body: &Value) -> Option<ErrorFields> {
     if err.is_empty() {
         return None;
     }
-    ErrorFields::from_value(body)
+    let f = ErrorFields::from_value(body)?;
+    // An object that names no failure (no code, type, status or message), or one that
+    // says "no error" by its code alone, is no error.
+    let says_nothing =
+        f.kind.is_none() && f.status.is_none() && f.message.is_none() && f.code.is_none();
+    let says_ok = f.kind.is_none() && matches!(f.code.as_deref(), Some("0" | "200"));
+    (!says_nothing && !says_ok).then_some(f)
 }
 
 /// The same error shapes anywhere (a non-2xx body carries them too): the failure
@@ -125,6 +131,8 @@ mod tests {
             json!({"choices":[{"message":{"content":"hi"}}],"error":null}),
             json!({"choices":[{"message":{"content":"hi"}}],"error":{}}),
             json!({"choices":[{"message":{"content":"hi"}}],"error":"none"}),
+            json!({"choices":[{"message":{"content":"hi"}}],"error":{"code":0,"message":"success"}}),
+            json!({"choices":[{"message":{"content":"hi"}}],"error":{"code":null,"message":null}}),
         ] {
             assert_eq!(error_in_success(Dialect::Openrouter, &fine), None, "{fine}");
         }
