@@ -9,7 +9,7 @@
 use crate::clock::UnixMs;
 use crate::dialect::Dialect;
 use crate::failure::{ErrorFields, Transport, UpstreamFailure};
-use crate::hint::{retry_hint, Hint};
+use crate::hint::{retry_hint, stated_reset, Hint};
 use crate::vocab::Class;
 
 /// What the classifier concluded about one attempt.
@@ -23,9 +23,10 @@ pub struct Verdict {
 /// date-valued hints.
 pub fn classify(dialect: Dialect, f: &UpstreamFailure, now: UnixMs) -> Verdict {
     let retry_delay = f.error.as_ref().and_then(|e| e.retry_delay.as_deref());
+    let resets_at = f.error.as_ref().and_then(|e| e.resets_at.as_deref());
     Verdict {
         class: class_of(dialect, f),
-        hint: retry_hint(&f.headers, retry_delay, now),
+        hint: retry_hint(&f.headers, retry_delay, now).or_else(|| stated_reset(resets_at, now)),
     }
 }
 
@@ -354,17 +355,7 @@ fn gemini(status: u16, e: &ErrorFields) -> Option<Class> {
         return Some(Class::Auth);
     }
     match canon {
-        "RESOURCE_EXHAUSTED" => {
-            // A spent daily quota is not fixed by waiting a minute, and a quota of 0 (a model
-            // this tier does not include) never is.
-            let per_day = e.quota_ids.iter().any(|q| q.contains("PerDay"));
-            let none_at_all = e.quota_values.iter().any(|v| v == "0");
-            Some(if per_day || none_at_all {
-                Class::QuotaExhausted
-            } else {
-                Class::RateLimited
-            })
-        }
+        "RESOURCE_EXHAUSTED" => Some(resource_exhausted(e)),
         "PERMISSION_DENIED" | "UNAUTHENTICATED" => Some(Class::Auth),
         "NOT_FOUND" => Some(Class::ModelUnavailable),
         "UNAVAILABLE" => Some(Class::Overloaded),
@@ -376,6 +367,20 @@ fn gemini(status: u16, e: &ErrorFields) -> Option<Class> {
     }
 }
 
+/// Google's `RESOURCE_EXHAUSTED`, split by its `QuotaFailure` details. A spent daily
+/// quota is not fixed by waiting a minute, and a quota of 0 (a model this tier does not
+/// include) never is. Shared, not only Gemini's: the same details come back through
+/// Google's OpenAI-compatible endpoint and through gateways in front of it.
+fn resource_exhausted(e: &ErrorFields) -> Class {
+    let per_day = e.quota_ids.iter().any(|q| q.contains("PerDay"));
+    let none_at_all = e.quota_values.iter().any(|v| v == "0");
+    if per_day || none_at_all {
+        Class::QuotaExhausted
+    } else {
+        Class::RateLimited
+    }
+}
+
 /// Anthropic Messages: `error.type` decides, with two documented ties inside
 /// `invalid_request_error`. (`request_too_large` 413 is `context_overflow`, as
 /// decisions.md lists it, via the shared table.)
@@ -383,7 +388,12 @@ fn anthropic(status: u16, e: &ErrorFields) -> Option<Class> {
     match e.kind.as_deref()? {
         "invalid_request_error" => {
             let m = e.message_lower();
-            Some(if m.contains("prompt is too long") {
+            // Two wordings of an overflow: "prompt is too long: 208656 tokens > 200000
+            // maximum", and, when the prompt fits but not with the output reserved,
+            // "input length and `max_tokens` exceed context limit: 188059 + 20000 >
+            // 200000" (quoted by many public clients: find_string "exceed context limit: ").
+            let overflow = m.contains("prompt is too long") || mentions_context_overflow(&m);
+            Some(if overflow {
                 Class::ContextOverflow
             } else if m.contains("credit balance") || m.contains("usage limits") {
                 // A reached spend limit or empty balance arrives as 400.
@@ -509,6 +519,10 @@ fn openrouter(status: u16, e: &ErrorFields) -> Option<Class> {
 /// Codes whose meaning every provider shares (OpenAI, Anthropic and Gemini conventions,
 /// which most compatible APIs copy).
 fn shared_rule(status: u16, e: &ErrorFields) -> Option<Class> {
+    // Google's ErrorInfo reason for a bad key, on any dialect (see `resource_exhausted`).
+    if e.reasons.iter().any(|r| r == "API_KEY_INVALID") {
+        return Some(Class::Auth);
+    }
     for code in e.codes().chain(e.status.as_deref()) {
         let class = match code {
             "insufficient_quota"
@@ -519,7 +533,8 @@ fn shared_rule(status: u16, e: &ErrorFields) -> Option<Class> {
             | "billing_not_active"
             | "billing_error"
             | "insufficient_balance" => Class::QuotaExhausted,
-            "rate_limit_exceeded" | "rate_limit_error" | "RESOURCE_EXHAUSTED" => Class::RateLimited,
+            "RESOURCE_EXHAUSTED" => resource_exhausted(e),
+            "rate_limit_exceeded" | "rate_limit_error" => Class::RateLimited,
             "invalid_api_key"
             | "authentication_error"
             | "permission_error"
@@ -624,6 +639,7 @@ fn mentions_context_overflow(m: &str) -> bool {
         "exceeded model token limit",
         "input token length too long",
         "range of input length",
+        "exceed context limit",
         "上下文长度",
     ]
     .iter()
@@ -723,6 +739,31 @@ mod tests {
         // A decisive code wins over text that says otherwise.
         let policy = r#"{"error":{"message":"maximum context length exceeded","type":"invalid_request_error","code":"content_policy_violation"}}"#;
         assert_eq!(class(Dialect::Openai, 400, policy), Class::ContentPolicy);
+    }
+
+    /// Guards Google's quota details read through a non-Gemini dialect (Google's
+    /// OpenAI-compatible endpoint wraps the same error in an array): a per-day quota was
+    /// a rate limit there, and a bad key a bad request.
+    #[test]
+    fn google_quota_details_decide_on_every_dialect() {
+        let per_day = r#"[{"error":{"code":429,"message":"You exceeded your current quota","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier","quotaValue":"20"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"38s"}]}}]"#;
+        let per_minute = per_day.replace("PerDay", "PerMinute");
+        let bad_key = r#"[{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}]"#;
+        for d in [Dialect::Openai, Dialect::Gemini, Dialect::Openrouter] {
+            assert_eq!(class(d, 429, per_day), Class::QuotaExhausted, "{d}");
+            assert_eq!(class(d, 429, &per_minute), Class::RateLimited, "{d}");
+            assert_eq!(class(d, 400, bad_key), Class::Auth, "{d}");
+        }
+    }
+
+    /// Guards Anthropic's second overflow wording, which was read as invalid_request
+    /// (fail closed) where an approved route with a larger window could answer.
+    #[test]
+    fn anthropic_input_plus_max_tokens_over_the_context_limit_is_context_overflow() {
+        let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000, decrease input length or `max_tokens` and try again"},"request_id":"req_1"}"#;
+        assert_eq!(class(Dialect::Anthropic, 400, body), Class::ContextOverflow);
+        let other = r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}"#;
+        assert_eq!(class(Dialect::Anthropic, 400, other), Class::InvalidRequest);
     }
 
     #[test]

@@ -96,6 +96,11 @@ pub struct ErrorFields {
     pub retry_delay: Option<String>,
     /// OpenRouter `metadata.limit_source` / `metadata.reason` / `metadata.error_type`.
     pub metadata: Vec<String>,
+    /// When the body says the limit or budget comes back: OpenRouter `metadata.resets_at`
+    /// (an RFC 3339 instant, on spent key / workspace / guardrail budgets), else its
+    /// `metadata.headers.X-RateLimit-Reset` (epoch milliseconds, on the 429s of its own
+    /// free-model limits).
+    pub resets_at: Option<String>,
 }
 
 impl ErrorFields {
@@ -129,6 +134,15 @@ impl ErrorFields {
                     for key in ["limit_source", "reason", "error_type"] {
                         f.metadata.extend(text(meta.get(key)));
                     }
+                    let echoed_reset = meta
+                        .get("headers")
+                        .and_then(Value::as_object)
+                        .and_then(|h| {
+                            h.iter()
+                                .find(|(k, _)| k.eq_ignore_ascii_case("x-ratelimit-reset"))
+                        })
+                        .and_then(|(_, v)| text(Some(v)));
+                    f.resets_at = text(meta.get("resets_at")).or(echoed_reset);
                 }
             }
             Some(Value::String(s)) => {

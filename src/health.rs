@@ -116,8 +116,9 @@ pub fn transition(
             cool(cooldowns.transient_cooldown_ms)
         }
         // Out of money stays until someone acts — unless the provider states when it
-        // resets. Bucket refills (x-ratelimit-reset-*) are not such a statement.
-        Class::QuotaExhausted => match hint.filter(|h| h.source.is_explicit()) {
+        // resets. Bucket refills (x-ratelimit-reset-*) and Gemini's RetryInfo are not
+        // such a statement (`HintSource::states_a_reset`).
+        Class::QuotaExhausted => match hint.filter(|h| h.source.states_a_reset()) {
             Some(h) => cool(h.ms),
             None => retire("quota"),
         },
@@ -278,6 +279,17 @@ mod tests {
         });
         assert_eq!(
             t(Class::QuotaExhausted, refill),
+            Some(Health::Retired {
+                reason: "quota".into()
+            })
+        );
+        // Gemini's per-day / zero quota carries a RetryInfo of seconds: no reset instant.
+        let retry_info = Some(Hint {
+            ms: 38_000,
+            source: HintSource::RetryInfo,
+        });
+        assert_eq!(
+            t(Class::QuotaExhausted, retry_info),
             Some(Health::Retired {
                 reason: "quota".into()
             })

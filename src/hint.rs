@@ -22,6 +22,8 @@ pub enum HintSource {
     RetryInfo,
     RatelimitReset,
     AnthropicReset,
+    /// A body that says when a spent budget comes back (OpenRouter `metadata.resets_at`).
+    StatedReset,
 }
 
 impl HintSource {
@@ -29,7 +31,26 @@ impl HintSource {
     pub fn is_explicit(self) -> bool {
         matches!(
             self,
-            HintSource::RetryAfterMs | HintSource::RetryAfter | HintSource::RetryInfo
+            HintSource::RetryAfterMs
+                | HintSource::RetryAfter
+                | HintSource::RetryInfo
+                | HintSource::StatedReset
+        )
+    }
+}
+
+impl HintSource {
+    /// True for hints that can say when a spent quota comes back: only the HTTP
+    /// `Retry-After` headers. Gemini attaches a `RetryInfo` of seconds to every
+    /// `RESOURCE_EXHAUSTED`, a per-day or zero quota included ("38s" on a daily free tier
+    /// of 20 requests, reported in public repos: find_string
+    /// `GenerateRequestsPerDayPerProjectPerModel-FreeTier`), so on a quota failure it is
+    /// no reset instant: cooling for it would spend a call every few seconds on a key
+    /// that cannot answer until tomorrow.
+    pub fn states_a_reset(self) -> bool {
+        matches!(
+            self,
+            HintSource::RetryAfterMs | HintSource::RetryAfter | HintSource::StatedReset
         )
     }
 }
@@ -78,6 +99,38 @@ pub fn retry_hint(headers: &Headers, retry_delay: Option<&str>, now: UnixMs) -> 
         return hint(ms, HintSource::AnthropicReset);
     }
     None
+}
+
+/// The instant a body says a limit or spent budget comes back, after every header hint
+/// (so `Retry-After` still wins). OpenRouter's key, workspace and guardrail budgets
+/// answer 403 with `metadata.resets_at` (RFC 3339) and no Retry-After ("wait for the
+/// budget window to reset (see metadata.resets_at)", developersdigest.tech's OpenRouter
+/// 403 reference); its free-model limits answer 429 with the upstream headers echoed in
+/// `metadata.headers`, `X-RateLimit-Reset` in epoch milliseconds ("Rate limit exceeded:
+/// free-models-per-day", quoted by many public clients: find_string
+/// `free-models-per-day","metadata":{"headers"`). A reset already past is 0; garbage
+/// is ignored.
+pub fn stated_reset(resets_at: Option<&str>, now: UnixMs) -> Option<Hint> {
+    let v = resets_at?.trim();
+    let at = parse_instant(v).or_else(|| parse_epoch(v))?;
+    Some(Hint {
+        ms: until(at, now),
+        source: HintSource::StatedReset,
+    })
+}
+
+/// A Unix time in milliseconds (13 digits, OpenRouter's form) or, when too small to be
+/// one, in seconds (10 digits). Anything shorter is no instant at all.
+fn parse_epoch(v: &str) -> Option<UnixMs> {
+    if v.is_empty() || v.len() > 16 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: i64 = v.parse().ok()?;
+    match n {
+        1_000_000_000_000.. => Some(n),
+        1_000_000_000.. => n.checked_mul(1000),
+        _ => None,
+    }
 }
 
 /// `retry-after-ms`: a non-negative number of milliseconds (fractions allowed).
@@ -255,6 +308,34 @@ mod tests {
         ]);
         let got = retry_hint(&hs, None, NOW).unwrap();
         assert_eq!((got.ms, got.source), (40_000, HintSource::AnthropicReset));
+    }
+
+    #[test]
+    fn a_stated_budget_reset_is_a_clamped_instant() {
+        let got = stated_reset(Some("2025-11-30T18:00:00Z"), NOW).unwrap();
+        assert_eq!(
+            (got.ms, got.source),
+            (6 * 3_600_000, HintSource::StatedReset)
+        );
+        assert!(got.source.states_a_reset());
+        assert_eq!(
+            stated_reset(Some("2025-12-31T00:00:00Z"), NOW).unwrap().ms,
+            MAX_HINT_MS
+        );
+        assert_eq!(
+            stated_reset(Some("2025-11-01T00:00:00Z"), NOW).unwrap().ms,
+            0
+        );
+        assert_eq!(stated_reset(Some("next month"), NOW), None);
+        assert_eq!(stated_reset(None, NOW), None);
+        // OpenRouter's echoed X-RateLimit-Reset: epoch milliseconds, or seconds.
+        let ms = (NOW + 90_000).to_string();
+        assert_eq!(stated_reset(Some(&ms), NOW).unwrap().ms, 90_000);
+        let secs = ((NOW + 90_000) / 1000).to_string();
+        assert_eq!(stated_reset(Some(&secs), NOW).unwrap().ms, 90_000);
+        for garbage in ["60", "-1764504090000", "1764504090000000000", "1.5e12"] {
+            assert_eq!(stated_reset(Some(garbage), NOW), None, "{garbage}");
+        }
     }
 
     #[test]

@@ -112,7 +112,21 @@ const BLOCKED: &[&str] = &[
     "BLOCKLIST",
     "SPII",
     "RECITATION",
+    "IMAGE_SAFETY",
+    "IMAGE_PROHIBITED_CONTENT",
+    "MODEL_ARMOR",
 ];
+
+/// Finish reasons of a generation that failed on the provider's side
+/// (ai.google.dev `FinishReason`): a function call the model could not form, a tool
+/// call it was not given, or an unstated reason. With no text and no call they leave no
+/// answer, and another attempt may well produce one.
+pub fn is_failed_finish(reason: &str) -> bool {
+    matches!(
+        reason,
+        "MALFORMED_FUNCTION_CALL" | "UNEXPECTED_TOOL_CALL" | "OTHER" | "FINISH_REASON_UNSPECIFIED"
+    )
+}
 
 /// The text and function-call parts of the first candidate, `finishReason`,
 /// `modelVersion`, `usageMetadata`, and `responseId`.
@@ -143,6 +157,13 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         })?,
         None => Vec::new(),
     };
+    if let Some(f) = finish.filter(|f| is_failed_finish(f)) {
+        if text.is_empty() && tool_calls.is_empty() {
+            return Err(BadSuccess::Malformed(format!(
+                "finishReason {f} with no answer"
+            )));
+        }
+    }
     Ok(ChatParsed {
         finish_reason: finish.map(|f| finish_reason(f, !tool_calls.is_empty())),
         text,
@@ -210,5 +231,19 @@ mod tests {
         assert!(matches!(parse_chat(&blocked), Err(BadSuccess::Refused(_))));
         let prompt = json!({"promptFeedback":{"blockReason":"SAFETY"}});
         assert!(matches!(parse_chat(&prompt), Err(BadSuccess::Refused(_))));
+    }
+
+    /// Guards Gemini's MALFORMED_FUNCTION_CALL with no parts: it was served as an empty
+    /// success, where another attempt may answer.
+    #[test]
+    fn a_failed_finish_with_no_answer_is_malformed() {
+        let bad = json!({"candidates":[{"content":{"role":"model"},"finishReason":"MALFORMED_FUNCTION_CALL","index":0}]});
+        assert!(matches!(parse_chat(&bad), Err(BadSuccess::Malformed(_))));
+        let other_with_text =
+            json!({"candidates":[{"content":{"parts":[{"text":"fine"}]},"finishReason":"OTHER"}]});
+        assert_eq!(
+            parse_chat(&other_with_text).ok().map(|p| p.text),
+            Some("fine".into())
+        );
     }
 }

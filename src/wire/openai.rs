@@ -66,7 +66,8 @@ pub fn finish_reason(s: &str) -> FinishReason {
         "stop" => FinishReason::Stop,
         "length" => FinishReason::Length,
         "tool_calls" | "function_call" => FinishReason::ToolCalls,
-        "content_filter" => FinishReason::ContentFilter,
+        // Zhipu GLM: `sensitive` is its safety audit stopping the answer.
+        "content_filter" | "sensitive" => FinishReason::ContentFilter,
         other => FinishReason::Other(other.to_string()),
     }
 }
@@ -96,9 +97,31 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
             .unwrap_or_default();
         return Err(BadSuccess::Failed(Box::new(fields)));
     }
+    // The model stopped on a failure: whatever text came with it is a cut-off answer,
+    // never a complete one.
+    if let Some(reason) = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .filter(|r| is_failure_finish(r))
+    {
+        return Err(BadSuccess::Failed(Box::new(finished_on_error(reason))));
+    }
     let message = choice.get("message");
     let content = message.and_then(|m| m.get("content"));
+    let filtered = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .is_some_and(|r| finish_reason(r) == FinishReason::ContentFilter);
+    let calls_something = message
+        .and_then(|m| m.get("tool_calls"))
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
     let text = match content {
+        // Azure answers a filtered completion with empty content beside
+        // `finish_reason: "content_filter"`: a refusal, not an empty answer.
+        Some(Value::String(s)) if s.is_empty() && filtered && !calls_something => {
+            return Err(BadSuccess::Refused("finish_reason content_filter".into()));
+        }
         Some(Value::String(s)) => s.clone(),
         // Tool-call-only answers carry `content: null`; they are still answers.
         Some(Value::Null) | None
@@ -109,7 +132,7 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
             String::new()
         }
         _ => {
-            if choice.get("finish_reason").and_then(Value::as_str) == Some("content_filter") {
+            if filtered {
                 return Err(BadSuccess::Refused("finish_reason content_filter".into()));
             }
             return Err(BadSuccess::Malformed(
@@ -134,6 +157,23 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         usage: usage(v.get("usage")),
         id: v.get("id").and_then(Value::as_str).map(str::to_string),
     })
+}
+
+/// Finish reasons that report a failure, not an end: `error` (OpenRouter's
+/// chat-completion schema, copied by LiteLLM and vLLM front ends) and `network_error`
+/// (Zhipu GLM: the inference failed; public clients map it to a provider error, find_string
+/// `"finish_reason":"network_error"`).
+pub fn is_failure_finish(reason: &str) -> bool {
+    matches!(reason, "error" | "network_error")
+}
+
+/// The error fields of a choice that ended on a failure finish reason and no error
+/// object: no code, so the classifier reads it as the provider's fault (`server_error`).
+pub fn finished_on_error(reason: &str) -> crate::failure::ErrorFields {
+    crate::failure::ErrorFields {
+        message: Some(format!("the model finished with finish_reason {reason:?}")),
+        ..Default::default()
+    }
 }
 
 /// `POST {base}/embeddings` with a batch `input`.
@@ -203,5 +243,45 @@ mod tests {
         let filtered =
             json!({"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]});
         assert!(matches!(parse_chat(&filtered), Err(BadSuccess::Refused(_))));
+    }
+
+    /// Guards Azure's filtered completion with `content: ""`: it was served as an empty
+    /// answer, where `content: null` was already a refusal.
+    #[test]
+    fn empty_content_stopped_by_a_content_filter_is_a_refusal() {
+        let v = json!({"choices":[{"message":{"role":"assistant","content":""},"finish_reason":"content_filter"}]});
+        assert!(matches!(parse_chat(&v), Err(BadSuccess::Refused(_))));
+        // Zhipu GLM's safety audit says `sensitive`.
+        let glm =
+            json!({"choices":[{"index":0,"finish_reason":"sensitive","message":{"content":""}}]});
+        assert!(matches!(parse_chat(&glm), Err(BadSuccess::Refused(_))));
+        // Text that made it out before the filter is still an answer.
+        let partial =
+            json!({"choices":[{"message":{"content":"Part"},"finish_reason":"content_filter"}]});
+        assert_eq!(
+            parse_chat(&partial).ok().map(|p| p.text),
+            Some("Part".into())
+        );
+    }
+
+    /// Guards OpenRouter's 200 whose choice ends with `finish_reason: "error"`: it was
+    /// served as a (cut-off or empty) success.
+    #[test]
+    fn a_choice_that_finished_on_error_is_no_answer() {
+        for content in ["", "Half an ans"] {
+            let v = json!({"id":"gen-1","choices":[{"index":0,"message":{"role":"assistant","content":content},"finish_reason":"error","native_finish_reason":"error"}]});
+            assert!(
+                matches!(parse_chat(&v), Err(BadSuccess::Failed(_))),
+                "{content:?}"
+            );
+        }
+        // Zhipu GLM's failed inference.
+        let glm = json!({"choices":[{"index":0,"finish_reason":"network_error","message":{"content":""}}]});
+        assert!(matches!(parse_chat(&glm), Err(BadSuccess::Failed(_))));
+        let choice_error = json!({"choices":[{"message":{"content":""},"finish_reason":"error","error":{"code":502,"message":"Upstream error"}}]});
+        match parse_chat(&choice_error) {
+            Err(BadSuccess::Failed(f)) => assert_eq!(f.code.as_deref(), Some("502")),
+            other => panic!("{:?}", other.is_ok()),
+        }
     }
 }

@@ -85,6 +85,13 @@ pub fn parse_event(wire: Wire, event: &str, data: &str, calls_so_far: u32) -> Ve
             ErrorFields::from_value(&v).unwrap_or_default(),
         ))];
     }
+    // MiniMax reports a failure mid-stream as a chunk with a non-zero
+    // `base_resp.status_code` (1027 "output new_sensitive" after the first deltas, then
+    // `[DONE]`: seen in public client code, find_string `"base_resp":{"status_code":1027`).
+    // Read as a chunk with no choices, the cut-off answer ended as a success.
+    if let Some(fields) = crate::in_band::embedded_error(&v) {
+        return vec![WireEvent::Error(Box::new(fields))];
+    }
     match wire {
         Wire::OpenAi => openai_event(&v),
         Wire::Anthropic => anthropic_event(event, &v),
@@ -126,7 +133,25 @@ fn openai_event(v: &Value) -> Vec<WireEvent> {
                 arguments: str_at("/function/arguments").unwrap_or_default(),
             });
         }
+        // A failure mid-generation inside the choice (OpenRouter: `choices[0].error`, or
+        // `finish_reason: "error"` alone; Zhipu: `network_error`) ends the stream as that
+        // error, never as a finish.
+        if let Some(err) = choice.get("error").filter(|e| e.is_object()) {
+            let fields =
+                ErrorFields::from_value(&serde_json::json!({ "error": err })).unwrap_or_default();
+            out.push(WireEvent::Error(Box::new(fields)));
+            return out;
+        }
         if let Some(reason) = choice.get("finish_reason").filter(|f| !f.is_null()) {
+            if let Some(r) = reason
+                .as_str()
+                .filter(|r| super::openai::is_failure_finish(r))
+            {
+                out.push(WireEvent::Error(Box::new(
+                    super::openai::finished_on_error(r),
+                )));
+                return out;
+            }
             let reason = reason.as_str().map(super::openai::finish_reason);
             out.push(WireEvent::Finish(reason, None));
         }
@@ -201,6 +226,18 @@ fn anthropic_event(event: &str, v: &Value) -> Vec<WireEvent> {
 }
 
 fn gemini_event(v: &Value, calls_so_far: u32) -> Vec<WireEvent> {
+    // A blocked prompt streams one chunk with `promptFeedback.blockReason` and no
+    // candidates: the same refusal as unstreamed (`gemini::parse_chat`).
+    if let Some(reason) = v
+        .pointer("/promptFeedback/blockReason")
+        .and_then(Value::as_str)
+    {
+        return vec![WireEvent::Error(Box::new(ErrorFields {
+            code: Some("content_filter".into()),
+            message: Some(format!("prompt blocked: {reason}")),
+            ..Default::default()
+        }))];
+    }
     let mut out = Vec::new();
     if let Some(model) = v.get("modelVersion").and_then(Value::as_str) {
         out.push(WireEvent::Model(model.to_string()));
@@ -535,6 +572,20 @@ async fn drive(
         // A busy peer must not starve the runtime's other tasks (and timers).
         tokio::task::yield_now().await;
     }
+    // Nothing shown and a safety stop: a refusal, as the same answer unstreamed is
+    // (`BadSuccess::Refused`), not an empty success.
+    if !seen.visible && finish_reason == Some(FinishReason::ContentFilter) {
+        let why = super::BadSuccess::Refused("the stream stopped on a content filter".into());
+        return Err(super::bad_success(status, headers, &[], why));
+    }
+    // Nothing shown and a failed generation (Gemini MALFORMED_FUNCTION_CALL, ...): no
+    // answer, the provider's fault, as unstreamed (`gemini::parse_chat`).
+    if let Some(FinishReason::Other(r)) = &finish_reason {
+        if !seen.visible && super::gemini::is_failed_finish(r) {
+            let why = super::BadSuccess::Malformed(format!("finishReason {r} with no answer"));
+            return Err(super::bad_success(status, headers, &[], why));
+        }
+    }
     let tool_calls =
         finish_calls(std::mem::take(&mut seen.calls)).map_err(|why| broke(&headers, why))?;
     Ok(StreamSuccess {
@@ -627,6 +678,48 @@ mod tests {
             parse_event(Wire::OpenAi, "", e, 0)[0],
             WireEvent::Error(_)
         ));
+    }
+
+    /// Guards OpenRouter's mid-generation failure inside the choice of a chunk
+    /// (`choices[0].error`, or `finish_reason: "error"` alone): it was read as a finish,
+    /// so an empty or cut-off stream ended as a success.
+    #[test]
+    fn an_openai_chunk_that_finishes_on_error_is_an_error_event() {
+        let with_error = r#"{"id":"gen-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":""},"finish_reason":"error","error":{"code":502,"message":"Upstream error"}}]}"#;
+        match &parse_event(Wire::OpenAi, "", with_error, 0)[..] {
+            [WireEvent::Error(f)] => assert_eq!(f.code.as_deref(), Some("502")),
+            other => panic!("{other:?}"),
+        }
+        let bare = r#"{"id":"gen-1","choices":[{"index":0,"delta":{"content":"tail"},"finish_reason":"error"}]}"#;
+        match &parse_event(Wire::OpenAi, "", bare, 0)[..] {
+            [WireEvent::Delta(t), WireEvent::Error(f)] => {
+                assert_eq!(t, "tail");
+                assert_eq!(f.code, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        let glm =
+            r#"{"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"network_error"}]}"#;
+        assert!(matches!(
+            &parse_event(Wire::OpenAi, "", glm, 0)[..],
+            [WireEvent::Error(_)]
+        ));
+    }
+
+    /// Guards MiniMax's in-stream `base_resp` error chunk, followed by `[DONE]`: it was
+    /// skipped, so the cut-off stream ended as a complete success.
+    #[test]
+    fn a_minimax_base_resp_chunk_is_an_error_event() {
+        let d = r#"{"id":"b","choices":[],"model":"MiniMax-M1","base_resp":{"status_code":1027,"status_msg":"output new_sensitive"}}"#;
+        match &parse_event(Wire::OpenAi, "", d, 0)[..] {
+            [WireEvent::Error(f)] => assert_eq!(f.code.as_deref(), Some("1027")),
+            other => panic!("{other:?}"),
+        }
+        let fine = r#"{"id":"b","choices":[{"index":0,"delta":{"content":"hi"}}],"base_resp":{"status_code":0,"status_msg":""}}"#;
+        assert_eq!(
+            parse_event(Wire::OpenAi, "", fine, 0),
+            vec![WireEvent::Delta("hi".into())]
+        );
     }
 
     #[test]
@@ -744,6 +837,17 @@ mod tests {
                 Some(usage(2, 1))
             )]
         );
+    }
+
+    /// Guards Gemini's streamed prompt block (`promptFeedback.blockReason`, no
+    /// candidates): it was skipped as malformed, and the stream then read as broken.
+    #[test]
+    fn a_gemini_blocked_prompt_chunk_is_a_content_filter_error() {
+        let d = r#"{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},"usageMetadata":{"promptTokenCount":8}}"#;
+        match &parse_event(Wire::Gemini, "", d, 0)[..] {
+            [WireEvent::Error(f)] => assert_eq!(f.code.as_deref(), Some("content_filter")),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
