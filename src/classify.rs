@@ -22,7 +22,16 @@ pub struct Verdict {
 /// Classifies one failed (or suspicious) attempt. Pure: `now` only resolves
 /// date-valued hints.
 pub fn classify(dialect: Dialect, f: &UpstreamFailure, now: UnixMs) -> Verdict {
-    let retry_delay = f.error.as_ref().and_then(|e| e.retry_delay.as_deref());
+    // Google attaches a RetryInfo of seconds to every RESOURCE_EXHAUSTED, a quota of 0
+    // included (a model this key's tier does not have: "limit: 0"). No wait brings that
+    // one back, so its delay is no hint, and the route retires instead of being called
+    // again every 20 s. A spent daily quota keeps its RetryInfo: decisions.md reads it as
+    // the stated reset, and the route comes back by itself.
+    let retry_delay = f
+        .error
+        .as_ref()
+        .filter(|e| !e.quota_values.iter().any(|v| v == "0"))
+        .and_then(|e| e.retry_delay.as_deref());
     let resets_at = f.error.as_ref().and_then(|e| e.resets_at.as_deref());
     Verdict {
         class: class_of(dialect, f),
@@ -754,6 +763,27 @@ mod tests {
             assert_eq!(class(d, 429, &per_minute), Class::RateLimited, "{d}");
             assert_eq!(class(d, 400, bad_key), Class::Auth, "{d}");
         }
+    }
+
+    /// A spent daily quota's RetryInfo is its stated reset; a quota of 0 has none, so the
+    /// delay Google attaches to it is no hint (the route retires, never cools for it).
+    #[test]
+    fn a_zero_quotas_retry_delay_is_no_hint_and_a_daily_quotas_is() {
+        let per_day = r#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier","quotaValue":"20"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"38s"}]}}"#;
+        let zero = per_day
+            .replace("\"20\"", "\"0\"")
+            .replace("PerDay", "PerMinute");
+        let day = classify(Dialect::Gemini, &fail(429, per_day), 0);
+        assert_eq!(day.class, Class::QuotaExhausted);
+        assert_eq!(
+            day.hint,
+            Some(Hint {
+                ms: 38_000,
+                source: crate::hint::HintSource::RetryInfo
+            })
+        );
+        let none = classify(Dialect::Gemini, &fail(429, &zero), 0);
+        assert_eq!((none.class, none.hint), (Class::QuotaExhausted, None));
     }
 
     /// Guards Anthropic's second overflow wording, which was read as invalid_request

@@ -116,9 +116,10 @@ pub fn transition(
             cool(cooldowns.transient_cooldown_ms)
         }
         // Out of money stays until someone acts — unless the provider states when it
-        // resets. Bucket refills (x-ratelimit-reset-*) and Gemini's RetryInfo are not
-        // such a statement (`HintSource::states_a_reset`).
-        Class::QuotaExhausted => match hint.filter(|h| h.source.states_a_reset()) {
+        // resets (decisions.md: Retry-After, RetryInfo, a stated reset in the body).
+        // Bucket refills (x-ratelimit-reset-*) are not such a statement, and neither is
+        // the RetryInfo Google attaches to a quota of 0 (the classifier drops it).
+        Class::QuotaExhausted => match hint.filter(|h| h.source.is_explicit()) {
             Some(h) => cool(h.ms),
             None => retire("quota"),
         },
@@ -283,17 +284,16 @@ mod tests {
                 reason: "quota".into()
             })
         );
-        // Gemini's per-day / zero quota carries a RetryInfo of seconds: no reset instant.
+        // A spent daily quota's RetryInfo states when to come back: cooling, so the route
+        // returns by itself once the quota does (retired, it would wait for an operator).
         let retry_info = Some(Hint {
             ms: 38_000,
             source: HintSource::RetryInfo,
         });
-        assert_eq!(
+        assert!(matches!(
             t(Class::QuotaExhausted, retry_info),
-            Some(Health::Retired {
-                reason: "quota".into()
-            })
-        );
+            Some(Health::Cooling { .. })
+        ));
         assert_eq!(
             t(Class::ModelUnavailable, None),
             Some(Health::Retired {

@@ -39,22 +39,6 @@ impl HintSource {
     }
 }
 
-impl HintSource {
-    /// True for hints that can say when a spent quota comes back: only the HTTP
-    /// `Retry-After` headers. Gemini attaches a `RetryInfo` of seconds to every
-    /// `RESOURCE_EXHAUSTED`, a per-day or zero quota included ("38s" on a daily free tier
-    /// of 20 requests, reported in public repos: find_string
-    /// `GenerateRequestsPerDayPerProjectPerModel-FreeTier`), so on a quota failure it is
-    /// no reset instant: cooling for it would spend a call every few seconds on a key
-    /// that cannot answer until tomorrow.
-    pub fn states_a_reset(self) -> bool {
-        matches!(
-            self,
-            HintSource::RetryAfterMs | HintSource::RetryAfter | HintSource::StatedReset
-        )
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Hint {
     pub ms: u64,
@@ -317,7 +301,7 @@ mod tests {
             (got.ms, got.source),
             (6 * 3_600_000, HintSource::StatedReset)
         );
-        assert!(got.source.states_a_reset());
+        assert!(got.source.is_explicit());
         assert_eq!(
             stated_reset(Some("2025-12-31T00:00:00Z"), NOW).unwrap().ms,
             MAX_HINT_MS
