@@ -74,6 +74,48 @@ pub fn mask(text: &str) -> Cow<'_, str> {
     out
 }
 
+/// `text` with anything shaped like a bearer key (`sk-...`, `sk-ant-...`, `key-...`
+/// with 8 or more key characters) cut to its prefix and `***`, whoever's key it is: an
+/// upstream's message may quote a key, or part of one, that was never registered here
+/// (the one it refused), and a partial key is still a key.
+pub fn mask_key_shaped(text: &str) -> Cow<'_, str> {
+    if find_key_start(text).is_none() {
+        return Cow::Borrowed(text);
+    }
+    let mut masked = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = find_key_start(rest) {
+        let (before, from) = rest.split_at(at);
+        masked.push_str(before);
+        let len = from
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '*'))
+            .unwrap_or(from.len());
+        let token = &from[..len];
+        let prefix_len = if token.starts_with("key-") { 4 } else { 3 };
+        if token.len() >= prefix_len + 8 {
+            masked.push_str(&token[..prefix_len]);
+            masked.push_str("***");
+        } else {
+            masked.push_str(token);
+        }
+        rest = &from[len..];
+    }
+    masked.push_str(rest);
+    Cow::Owned(masked)
+}
+
+/// Where the first key-shaped token starts. Compares bytes, never slices the text: an
+/// index inside a multi-byte character (a Chinese error message) is no place to cut a
+/// `str`, and the ASCII prefixes can only match at a character's start anyway.
+fn find_key_start(s: &str) -> Option<usize> {
+    let bytes = s.as_bytes();
+    (0..bytes.len()).find(|&i| {
+        let at_word_start =
+            i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'-');
+        at_word_start && (bytes[i..].starts_with(b"sk-") || bytes[i..].starts_with(b"key-"))
+    })
+}
+
 /// `mask` for an owned string, reusing it when nothing matched.
 pub fn mask_owned(text: String) -> String {
     match mask(&text) {
@@ -128,6 +170,34 @@ pub fn register_url_query(url: &str) {
 
 #[cfg(test)]
 mod tests {
+    /// Guards a panic: the search sliced the text at every byte, and a slice inside a
+    /// multi-byte character (any Chinese or accented upstream message) panicked, which
+    /// turned a DashScope 429 through the gateway into a 500.
+    #[test]
+    fn key_shaped_masking_takes_any_text_and_masks_only_keys() {
+        let zh = "请登录platform进行实名认证以获取更高rpm sk-abcdefgh12345678 é";
+        assert_eq!(
+            mask_key_shaped(zh),
+            "请登录platform进行实名认证以获取更高rpm sk-*** é"
+        );
+        assert!(matches!(mask_key_shaped("日本語のみ"), Cow::Borrowed(_)));
+        assert_eq!(
+            mask_key_shaped("ask-me task-force sk-1"),
+            "ask-me task-force sk-1"
+        );
+        assert_eq!(mask_key_shaped("(key-0123456789ab)"), "(key-***)");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn key_shaped_masking_never_panics_and_leaves_no_long_key(s in "\\PC{0,80}") {
+            let out = mask_key_shaped(&s);
+            let with_key = format!("{s} sk-{}", "a".repeat(20));
+            proptest::prop_assert!(!mask_key_shaped(&with_key).contains(&"a".repeat(20)));
+            proptest::prop_assert!(out.len() <= s.len() + 3);
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -240,6 +240,41 @@ async fn failing_primary_is_served_by_the_backup_with_headers_and_metrics() {
     );
 }
 
+/// Guards a panic: masking keys in an upstream's message sliced it at every byte, so
+/// any non-ASCII message (DashScope's Chinese 429, an accented French one) panicked the
+/// handler, and the client got a 500 instead of the 429 the router decided.
+#[tokio::test]
+async fn a_chinese_worded_429_reaches_the_client_as_a_429_not_a_500() {
+    let zh = Reply::Status {
+        status: 429,
+        headers: vec![],
+        body: Body::Json(json!({"error": {
+            "message": "请登录platform进行实名认证以获取更高rpm",
+            "type": "requests", "code": "rate_limit_exceeded"}})),
+    };
+    let mock = openai_mock(vec![mock_route("prim/model-a", Wire::OpenAi, vec![zh])]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
+        &[("high", &["prim/model-a"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(header(&r, "x-poolctl-outcome"), "failed");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "capacity", "{body}");
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 #[tokio::test]
 async fn every_route_rate_limited_is_one_429_with_retry_after_and_no_retry_hint() {
     let mock = openai_mock(vec![

@@ -77,37 +77,7 @@ pub fn mask_keys(text: &str, keys: &[&str]) -> String {
     for key in keys.iter().filter(|k| k.len() >= 4) {
         out = out.replace(key, "***");
     }
-    // `sk-...`, `sk-ant-...`, `key-...` tokens of 8 or more key characters: masked
-    // whatever they are, since a partial key is still a key.
-    let mut masked = String::with_capacity(out.len());
-    let mut rest = out.as_str();
-    while let Some(at) = find_key_start(rest) {
-        let (before, from) = rest.split_at(at);
-        masked.push_str(before);
-        let len = from
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '*'))
-            .unwrap_or(from.len());
-        let token = &from[..len];
-        let prefix_len = if token.starts_with("key-") { 4 } else { 3 };
-        if token.len() >= prefix_len + 8 {
-            masked.push_str(&token[..prefix_len]);
-            masked.push_str("***");
-        } else {
-            masked.push_str(token);
-        }
-        rest = &from[len..];
-    }
-    masked.push_str(rest);
-    masked
-}
-
-fn find_key_start(s: &str) -> Option<usize> {
-    let bytes = s.as_bytes();
-    (0..bytes.len()).find(|&i| {
-        let at_word_start =
-            i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'-');
-        at_word_start && (s[i..].starts_with("sk-") || s[i..].starts_with("key-"))
-    })
+    crate::secret::mask_key_shaped(&out).into_owned()
 }
 
 #[cfg(test)]
