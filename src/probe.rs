@@ -322,7 +322,13 @@ pub async fn probe_one(
                 retry_after_ms: verdict.hint.map(|h| h.ms),
                 request_id: f.headers.request_id().map(str::to_string),
                 headroom: headroom(&f.headers),
-                detail: Some(detail.chars().take(160).collect()).filter(|d: &String| !d.is_empty()),
+                detail: Some(
+                    crate::secret::mask_key_shaped(&detail)
+                        .chars()
+                        .take(160)
+                        .collect(),
+                )
+                .filter(|d: &String| !d.is_empty()),
                 // As if the router left the route after this attempt (no retry).
                 transition: transition(
                     verdict.class,

@@ -336,6 +336,10 @@ pub(super) fn detail_of(f: &UpstreamFailure) -> Option<String> {
     if text.is_empty() {
         return None;
     }
+    // Masked before it is cut, so no part of a key survives as a fragment: a message may
+    // quote a key that is not one of ours (the one it refused), and the trace reaches
+    // walk, probe and chaos output.
+    let text = crate::secret::mask_key_shaped(text);
     // At most 200 bytes is at most 200 characters: no need to walk them (the hot path
     // of a failing walk notes every failure).
     let cut = if text.len() <= 200 {
@@ -349,6 +353,16 @@ pub(super) fn detail_of(f: &UpstreamFailure) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards a key in a trace: an upstream that quotes the key it refused (not one the
+    /// config registered) reached walk, probe and chaos output whole.
+    #[test]
+    fn a_key_quoted_in_an_upstream_message_is_masked_in_the_trace() {
+        let body = br#"{"error":{"message":"Incorrect API key provided: sk-proj-abcdEFGH1234ijkl. You can find your API key at https://platform.openai.com.","type":"invalid_request_error","code":"invalid_api_key"}}"#;
+        let f = UpstreamFailure::from_response(401, crate::failure::Headers::default(), body);
+        let d = detail_of(&f).unwrap();
+        assert!(d.contains("sk-***") && !d.contains("abcdEFGH"), "{d}");
+    }
 
     #[test]
     fn chosen_names_why_the_route_was_tried() {
