@@ -63,6 +63,18 @@ fn pool(dir: &Path, state: &str, base: &str, tier: &str, limits: &str, extra: &s
     path
 }
 
+/// A SQLite-state pool whose tier `high` is `up/m1, up/m2`, with `up/m1` limited.
+fn m1_limited(dir: &Path, up: &MockServer) -> PathBuf {
+    pool(
+        dir,
+        "state.db",
+        &up.uri(),
+        "up/m1, up/m2",
+        "  up/m1: { rpm: 100, tpm: 100000 }\n",
+        "",
+    )
+}
+
 async fn poolctl(args: &[&str], config: &Path) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
         .args(args)
@@ -124,6 +136,19 @@ async fn walk(config: &Path) {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
+/// `n` walks in `n` processes at once, each of which must exit 0.
+async fn walks_at_once(config: &Path, n: usize) {
+    let walks: Vec<_> = (0..n)
+        .map(|_| {
+            let config = config.to_path_buf();
+            tokio::spawn(async move { walk(&config).await })
+        })
+        .collect();
+    for w in walks {
+        w.await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_walk_lands_in_the_sqlite_counters_and_capacity_shows_it() {
     let up = provider().await;
@@ -177,23 +202,8 @@ async fn a_real_walk_lands_in_the_sqlite_counters_and_capacity_shows_it() {
 async fn walks_in_four_processes_at_once_add_up_in_one_sqlite_file() {
     let up = provider().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = pool(
-        dir.path(),
-        "state.db",
-        &up.uri(),
-        "up/m1, up/m2",
-        "  up/m1: { rpm: 100, tpm: 100000 }\n",
-        "",
-    );
-    let walks: Vec<_> = (0..4)
-        .map(|_| {
-            let config = config.clone();
-            tokio::spawn(async move { walk(&config).await })
-        })
-        .collect();
-    for w in walks {
-        w.await.unwrap();
-    }
+    let config = m1_limited(dir.path(), &up);
+    walks_at_once(&config, 4).await;
     let state = dir.path().join("state.db");
     assert_eq!(counted(&state, "up/m1", "rpm"), 4.0, "no increment lost");
     assert_eq!(counted(&state, "up/m1", "tpm"), 60.0);
@@ -218,26 +228,11 @@ async fn eight_walks_at_once_lose_no_increment_on_a_new_or_an_existing_state_fil
     let up = provider().await;
     for existing in [false, true] {
         let dir = tempfile::tempdir().unwrap();
-        let config = pool(
-            dir.path(),
-            "state.db",
-            &up.uri(),
-            "up/m1, up/m2",
-            "  up/m1: { rpm: 100, tpm: 100000 }\n",
-            "",
-        );
+        let config = m1_limited(dir.path(), &up);
         if existing {
             walk(&config).await;
         }
-        let walks: Vec<_> = (0..8)
-            .map(|_| {
-                let config = config.clone();
-                tokio::spawn(async move { walk(&config).await })
-            })
-            .collect();
-        for w in walks {
-            w.await.unwrap();
-        }
+        walks_at_once(&config, 8).await;
         let want = if existing { 9.0 } else { 8.0 };
         assert_eq!(
             counted(&dir.path().join("state.db"), "up/m1", "rpm"),
@@ -551,14 +546,7 @@ async fn a_gateways_usage_reaches_the_sqlite_counters_by_its_shutdown() {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
     let up = provider().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = pool(
-        dir.path(),
-        "state.db",
-        &up.uri(),
-        "up/m1, up/m2",
-        "  up/m1: { rpm: 100, tpm: 100000 }\n",
-        "",
-    );
+    let config = m1_limited(dir.path(), &up);
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&config)
