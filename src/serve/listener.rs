@@ -109,15 +109,24 @@ pub async fn serve(
             }
         };
         next = (next + 1) % senders.len();
-        if let Err(lost) = senders[next].send(Handoff {
+        if let Err(mpsc::error::SendError(h)) = senders[next].send(Handoff {
             tcp,
             permit,
             watcher,
         }) {
-            // A lane whose thread is gone (it cannot panic: each connection is a task of
-            // its own). Closing the connection is the honest answer; the others serve on.
-            drop(lost);
-            tracing::error!(target: "poolctl::serve", lane = next, "a lane has stopped");
+            // A lane whose thread is gone (it should not be: each connection is a task of
+            // its own). It gets no more connections, and this one is served here.
+            senders.remove(next);
+            tracing::error!(target: "poolctl::serve", lanes_left = senders.len(), "a lane has stopped");
+            if let Ok(tcp) = TcpStream::from_std(h.tcp) {
+                tokio::spawn(connection(
+                    gw.clone(),
+                    http.clone(),
+                    tcp,
+                    h.permit,
+                    h.watcher,
+                ));
+            }
         }
     }
     gw.start_draining();
