@@ -89,6 +89,19 @@ fn write_config(
     path
 }
 
+/// A pool config whose tier `high` is `routes`, each of an OpenAI-wire provider (named
+/// as the route names it) served by `mock`.
+fn openai_high(dir: &Path, mock: &MockServer, routes: &[&str]) -> std::path::PathBuf {
+    let providers: Vec<(&str, Wire, String)> = routes
+        .iter()
+        .map(|r| {
+            let p = r.split('/').next().unwrap();
+            (p, Wire::OpenAi, mock.base_url(p, Wire::OpenAi))
+        })
+        .collect();
+    write_config(dir, &providers, &[("high", routes)])
+}
+
 /// `poolctl serve` with the upstream key in its environment.
 async fn start(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Gateway {
     let mut all = vec![(KEY_VAR, UPSTREAM_KEY)];
@@ -133,14 +146,7 @@ async fn failing_primary_is_served_by_the_backup_with_headers_and_metrics() {
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[
-            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
-            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
-        ],
-        &[("high", &["prim/model-a", "back/model-b"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a", "back/model-b"]);
     let gw = start(&config, &[], &[]).await;
     let client = reqwest::Client::new();
     let r = client
@@ -254,11 +260,7 @@ async fn a_chinese_worded_429_reaches_the_client_as_a_429_not_a_500() {
     };
     let mock = openai_mock(vec![mock_route("prim/model-a", Wire::OpenAi, vec![zh])]).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
-        &[("high", &["prim/model-a"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     let gw = start(&config, &[], &[]).await;
     let r = reqwest::Client::new()
         .post(gw.url("/v1/chat/completions"))
@@ -283,14 +285,7 @@ async fn every_route_rate_limited_is_one_429_with_retry_after_and_no_retry_hint(
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[
-            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
-            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
-        ],
-        &[("high", &["prim/model-a", "back/model-b"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a", "back/model-b"]);
     let gw = start(&config, &[], &[]).await;
     let client = reqwest::Client::new();
     for round in 0..2 {
@@ -343,11 +338,7 @@ async fn a_stream_that_fails_after_its_first_token_ends_with_an_error_event_and_
     )])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
-        &[("high", &["prim/model-a"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     let gw = start(&config, &[], &[]).await;
     let r = reqwest::Client::new()
         .post(gw.url("/v1/chat/completions"))
@@ -390,14 +381,7 @@ async fn a_stream_that_fails_before_its_first_token_moves_unseen_to_the_backup()
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[
-            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
-            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
-        ],
-        &[("high", &["prim/model-a", "back/model-b"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a", "back/model-b"]);
     let gw = start(&config, &[], &[]).await;
     let r = reqwest::Client::new()
         .post(gw.url("/v1/chat/completions"))
@@ -428,11 +412,7 @@ async fn hostile_requests_get_clear_openai_shaped_4xx() {
     )])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
-        &[("high", &["prim/model-a"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     let gw = start(&config, &["--max-body-bytes", "2048"], &[]).await;
     let client = reqwest::Client::new();
     let post = |body: String| {
@@ -669,11 +649,7 @@ async fn the_serve_token_is_required_when_set() {
     )])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
-        &[("high", &["prim/model-a"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     let gw = start(&config, &[], &[("POOLCTL_SERVE_TOKEN", "gw-token-123")]).await;
     let client = reqwest::Client::new();
     let r = client
@@ -732,11 +708,7 @@ async fn sigterm_lets_an_in_flight_stream_finish_then_exits_zero() {
     )])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
-        &[("high", &["prim/model-a"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     let gw = start(&config, &[], &[]).await;
     let mut r = reqwest::Client::new()
         .post(gw.url("/v1/chat/completions"))
@@ -779,11 +751,7 @@ async fn sigterm_lets_the_streams_of_every_lane_finish_then_exits_zero() {
     )])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
-        &[("high", &["prim/model-a"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     // Three lanes, three connections: one each (connections are handed round robin).
     let gw = start(&config, &["--workers", "3"], &[]).await;
     let mut streams = Vec::new();
@@ -836,11 +804,7 @@ async fn readyz_reports_a_tier_without_a_ready_route() {
     )])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
-        &[("high", &["prim/model-a"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     let gw = start(&config, &[], &[]).await;
     let client = reqwest::Client::new();
     assert_eq!(
@@ -1024,14 +988,7 @@ async fn a_route_retired_by_another_process_is_skipped_by_the_running_gateway() 
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[
-            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
-            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
-        ],
-        &[("high", &["prim/model-a", "back/model-b"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a", "back/model-b"]);
     let gw = start(&config, &[], &[]).await;
     let client = reqwest::Client::new();
     let served = |r: &reqwest::Response| header(r, "x-poolctl-served-by").to_string();
@@ -1096,14 +1053,7 @@ async fn a_request_error_keeps_the_upstreams_status_code_and_message_and_moves_n
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[
-            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
-            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
-        ],
-        &[("high", &["prim/model-a", "back/model-b"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a", "back/model-b"]);
     let gw = start(&config, &[], &[]).await;
     let r = reqwest::Client::new()
         .post(gw.url("/v1/chat/completions"))
@@ -1150,11 +1100,7 @@ async fn prompts_reach_the_log_only_when_the_operator_asks() {
     )])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
-        &[("high", &["prim/model-a"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     for (flags, logged) in [(&[][..], false), (&["--log-prompts"][..], true)] {
         let gw = start(&config, flags, &[]).await;
         let body =
@@ -1197,14 +1143,7 @@ async fn a_buffered_workflow_moves_a_stream_cut_mid_way_to_the_backup_unseen() {
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[
-            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
-            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
-        ],
-        &[("high", &["prim/model-a", "back/model-b"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a", "back/model-b"]);
     let mut yaml = std::fs::read_to_string(&config).unwrap();
     yaml.push_str(
         "policies:\n  careful-answer:\n    tier: high\n    safe_replay_until: buffered\n",
@@ -1261,11 +1200,7 @@ async fn an_upstream_that_echoes_its_key_never_leaks_it_through_the_gateway() {
     )])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
-        &[("high", &["prim/model-a"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     let gw = start(&config, &["--log-prompts"], &[]).await;
     let client = reqwest::Client::new();
     let mut seen = Vec::new();
@@ -1313,11 +1248,7 @@ async fn buffered_request_bodies_are_bounded_in_total_across_connections() {
     )])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
-        &[("high", &["prim/model-a"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     let flags = [
         "--max-body-bytes",
         "1000",
@@ -1378,11 +1309,7 @@ async fn a_single_worker_gateway_serves_chat_and_streams() {
     )])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
-        &[("high", &["prim/model-a"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     let gw = start(&config, &["--workers", "1"], &[]).await;
     let client = reqwest::Client::new();
     let r = client
@@ -1412,11 +1339,7 @@ async fn a_request_admission_sheds_is_one_429_with_retry_after_and_counted_in_me
     )])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
-        &[("high", &["prim/model-a"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     // 2 requests a minute at 0.9 headroom: room for one request now, not two.
     let mut yaml = std::fs::read_to_string(&config).unwrap();
     yaml.push_str("limits:\n  prim/model-a: { rpm: 2 }\n");
@@ -1477,14 +1400,7 @@ async fn a_backup_that_serves_while_the_primary_cools_counts_as_a_fallback_recov
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[
-            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
-            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
-        ],
-        &[("high", &["prim/model-a", "back/model-b"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a", "back/model-b"]);
     let gw = start(&config, &[], &[]).await;
     let client = reqwest::Client::new();
     // The first request falls back after the 429; the second finds the primary cooling
@@ -1522,14 +1438,7 @@ async fn every_gateway_answer_carries_served_by_outcome_and_attempts_even_a_fail
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[
-            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
-            ("back", Wire::OpenAi, mock.base_url("back", Wire::OpenAi)),
-        ],
-        &[("high", &["prim/model-a", "back/model-b"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a", "back/model-b"]);
     let gw = start(&config, &[], &[]).await;
     let client = reqwest::Client::new();
     let bodies: [(&str, Value, u16, &str); 4] = [
@@ -1572,11 +1481,7 @@ async fn a_model_is_retrieved_by_id_routes_with_their_slash_and_an_unknown_id_na
     )])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &[("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi))],
-        &[("high", &["prim/model-a"])],
-    );
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     let gw = start(&config, &[], &[]).await;
     let client = reqwest::Client::new();
     for (id, kind) in [
