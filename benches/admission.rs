@@ -5,13 +5,13 @@
 //! `cargo bench --bench admission`
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use poolctl::admission::{Cost, Limits, Priority, Spent};
-use poolctl::buckets::{AdmissionConfig, Buckets};
-use poolctl::vocab::Route;
+use poolctl::admission::bucket::{Cost, Limits, Priority, Spent};
+use poolctl::admission::buckets::{AdmissionConfig, Buckets};
+use poolctl::core::vocab::Route;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-fn buckets() -> (Buckets, poolctl::buckets::Cover) {
+fn buckets() -> (Buckets, poolctl::admission::buckets::Cover) {
     let mut limits = std::collections::BTreeMap::new();
     // Contracts large enough that the bench never runs a bucket dry: what is measured
     // is the admission path, not refusals.
@@ -48,7 +48,7 @@ const USED: Spent = Spent::Reported {
     output_tokens: 20,
 };
 
-fn pair(b: &Buckets, cover: &poolctl::buckets::Cover, now: i64) {
+fn pair(b: &Buckets, cover: &poolctl::admission::buckets::Cover, now: i64) {
     let r = b
         .acquire(cover, COST, Priority::Interactive, now)
         .expect("the bench buckets never run dry");

@@ -5,7 +5,7 @@
 //!
 //! `cargo bench --bench chaos_suite [-- RUNS [JOBS]]`
 
-use poolctl::clock::Stopwatch;
+use poolctl::core::clock::Stopwatch;
 use poolctl::harness::suite::{load_all, run_all};
 use std::path::PathBuf;
 

@@ -8,14 +8,14 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use poolctl::clock::{Stopwatch, SystemClock};
-use poolctl::health::Transition;
-use poolctl::policy::Policy;
-use poolctl::request::{ChatRequest, Request};
+use poolctl::core::clock::{Stopwatch, SystemClock};
+use poolctl::policy::health::Transition;
+use poolctl::policy::card::Policy;
+use poolctl::core::request::{ChatRequest, Request};
 use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
-use poolctl::secret::Secret;
+use poolctl::core::secret::Secret;
 use poolctl::store::MemoryStore;
-use poolctl::vocab::{CallPath, Route, Wire};
+use poolctl::core::vocab::{CallPath, Route, Wire};
 use poolctl::wire::sse::SseFramer;
 use poolctl::wire::Endpoint;
 use std::sync::Arc;
@@ -32,15 +32,15 @@ fn endpoint(base_url: String) -> Endpoint {
     Endpoint {
         provider: "p".into(),
         wire: Wire::OpenAi,
-        dialect: poolctl::dialect::Dialect::Openai,
+        dialect: poolctl::classify::dialect::Dialect::Openai,
         base_url,
         api_key: Secret::new("sk-bench"),
         timeout_ms: 30_000,
         first_token_timeout_ms: 15_000,
         stream_idle_ms: 20_000,
-        stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
-        max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
-        max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
+        stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
+        max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
+        max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
     }
 }
 
@@ -136,7 +136,7 @@ fn main() {
                     .await
                     .report;
                 let ms = sw.elapsed().as_secs_f64() * 1000.0;
-                assert_ne!(report.outcome, poolctl::vocab::Outcome::Success);
+                assert_ne!(report.outcome, poolctl::core::vocab::Outcome::Success);
                 over.push(ms - DEADLINE_MS as f64);
                 // The route cools after its failure; the next run must call it again.
                 router

@@ -5,12 +5,12 @@
 //!
 //! `cargo bench --bench probe_fanout`
 
-use poolctl::clock::{wall_now_ms, Stopwatch};
+use poolctl::core::clock::{wall_now_ms, Stopwatch};
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::scenario::Reply;
-use poolctl::probe::{probe_all, Target, DEFAULT_CONCURRENCY, PER_PROVIDER};
-use poolctl::secret::Secret;
-use poolctl::vocab::{CallPath, Route, Wire};
+use poolctl::router::probe::{probe_all, Target, DEFAULT_CONCURRENCY, PER_PROVIDER};
+use poolctl::core::secret::Secret;
+use poolctl::core::vocab::{CallPath, Route, Wire};
 use poolctl::wire::Endpoint;
 use std::sync::Arc;
 
@@ -48,15 +48,15 @@ fn main() {
                 endpoint: Arc::new(Endpoint {
                     provider: r.provider().to_string(),
                     wire: Wire::OpenAi,
-                    dialect: poolctl::dialect::Dialect::Openai,
+                    dialect: poolctl::classify::dialect::Dialect::Openai,
                     base_url: mock.base_url(r.provider(), Wire::OpenAi),
                     api_key: Secret::new("sk-bench"),
                     timeout_ms: 5_000,
                     first_token_timeout_ms: 5_000,
                     stream_idle_ms: 5_000,
-                    stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
-                    max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
-                    max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
+                    stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
+                    max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
+                    max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
                 }),
                 policy: Default::default(),
             })

@@ -9,18 +9,18 @@
 #![allow(clippy::result_large_err)]
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use poolctl::admission::Limits;
-use poolctl::breaker::BreakerConfig;
-use poolctl::buckets::{AdmissionConfig, Buckets};
-use poolctl::capability::ModelFacts;
-use poolctl::clock::ManualClock;
-use poolctl::failure::{Headers, UpstreamFailure};
-use poolctl::policy::Policy;
-use poolctl::route::RoutePolicy;
+use poolctl::admission::bucket::Limits;
+use poolctl::policy::breaker::BreakerConfig;
+use poolctl::admission::buckets::{AdmissionConfig, Buckets};
+use poolctl::policy::capability::ModelFacts;
+use poolctl::core::clock::ManualClock;
+use poolctl::classify::failure::{Headers, UpstreamFailure};
+use poolctl::policy::card::Policy;
+use poolctl::config::route::RoutePolicy;
 use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
-use poolctl::secret::Secret;
+use poolctl::core::secret::Secret;
 use poolctl::store::MemoryStore;
-use poolctl::vocab::{CallPath, Outcome, Route, Wire};
+use poolctl::core::vocab::{CallPath, Outcome, Route, Wire};
 use poolctl::wire::Endpoint;
 use std::sync::Arc;
 
@@ -31,15 +31,15 @@ fn tier() -> Tier {
             let endpoint = Endpoint {
                 provider: route.provider().to_string(),
                 wire: Wire::OpenAi,
-                dialect: poolctl::dialect::Dialect::Dashscope,
+                dialect: poolctl::classify::dialect::Dialect::Dashscope,
                 base_url: "http://127.0.0.1:9/v1".into(),
                 api_key: Secret::new("sk-bench"),
                 timeout_ms: 30_000,
                 first_token_timeout_ms: 15_000,
                 stream_idle_ms: 20_000,
-                stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
-                max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
-                max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
+                stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
+                max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
+                max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
             };
             let facts = ModelFacts {
                 context_window: Some(128_000),

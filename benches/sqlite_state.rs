@@ -11,13 +11,13 @@
 // Canned results mirror what a wire returns: `Result<_, UpstreamFailure>`, large by nature.
 #![allow(clippy::result_large_err)]
 
-use poolctl::clock::{ManualClock, Stopwatch};
-use poolctl::failure::{Headers, UpstreamFailure};
-use poolctl::policy::Policy;
+use poolctl::core::clock::{ManualClock, Stopwatch};
+use poolctl::classify::failure::{Headers, UpstreamFailure};
+use poolctl::policy::card::Policy;
 use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
-use poolctl::secret::Secret;
+use poolctl::core::secret::Secret;
 use poolctl::store::{HealthStore, MemoryStore, SqliteStore};
-use poolctl::vocab::{CallPath, Outcome, Route, Wire};
+use poolctl::core::vocab::{CallPath, Outcome, Route, Wire};
 use poolctl::wire::Endpoint;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,15 +29,15 @@ fn tier() -> Tier {
     let endpoint = Endpoint {
         provider: "p".into(),
         wire: Wire::OpenAi,
-        dialect: poolctl::dialect::Dialect::Openai,
+        dialect: poolctl::classify::dialect::Dialect::Openai,
         base_url: "http://127.0.0.1:9/v1".into(),
         api_key: Secret::new("sk-bench"),
         timeout_ms: 30_000,
         first_token_timeout_ms: 15_000,
         stream_idle_ms: 20_000,
-        stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
-        max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
-        max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
+        stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
+        max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
+        max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
     };
     Tier {
         name: "bench".into(),

@@ -5,16 +5,16 @@
 //!
 //! `cargo bench --bench stream_passthrough`
 
-use poolctl::answer::StreamEvent;
-use poolctl::clock::{ManualClock, Stopwatch};
+use poolctl::core::answer::StreamEvent;
+use poolctl::core::clock::{ManualClock, Stopwatch};
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::scenario::{Reply, StreamEnd, StreamItem, StreamReply};
-use poolctl::policy::Policy;
-use poolctl::request::{ChatRequest, Request};
+use poolctl::policy::card::Policy;
+use poolctl::core::request::{ChatRequest, Request};
 use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
-use poolctl::secret::Secret;
+use poolctl::core::secret::Secret;
 use poolctl::store::MemoryStore;
-use poolctl::vocab::{CallPath, Route, Wire};
+use poolctl::core::vocab::{CallPath, Route, Wire};
 use poolctl::wire::Endpoint;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -52,19 +52,19 @@ async fn serve(route: &str, reply: Reply) -> (MockServer, Tier) {
     let endpoint = Endpoint {
         provider: route.provider().to_string(),
         wire: Wire::OpenAi,
-        dialect: poolctl::dialect::Dialect::Openai,
+        dialect: poolctl::classify::dialect::Dialect::Openai,
         base_url: mock.base_url(route.provider(), Wire::OpenAi),
         api_key: Secret::new("sk-bench"),
         timeout_ms: 30_000,
         first_token_timeout_ms: 15_000,
         stream_idle_ms: 20_000,
-        stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
-        max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
-        max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
+        stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
+        max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
+        max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
     };
     let tier = Tier {
         name: "bench".into(),
-        path: poolctl::vocab::CallPath::Chat,
+        path: poolctl::core::vocab::CallPath::Chat,
         routes: vec![RouteSpec {
             route,
             endpoint: Arc::new(endpoint),
@@ -117,7 +117,7 @@ fn main() {
             };
             let opts = CallOptions { on_event: Some(&sink), ..CallOptions::new(&policy) };
             let report = router.call(&tier, &req, opts).await.report;
-            assert_eq!(report.outcome, poolctl::vocab::Outcome::Success);
+            assert_eq!(report.outcome, poolctl::core::vocab::Outcome::Success);
             routed.push(first.into_inner().unwrap().unwrap().as_secs_f64() * 1000.0);
         }
         let (raw_ms, routed_ms) = (median(raw), median(routed));
@@ -140,7 +140,7 @@ fn main() {
         let opts = CallOptions { on_event: Some(&sink), ..CallOptions::new(&policy) };
         let report = router.call(&tier, &req, opts).await.report;
         let secs = sw.elapsed().max(Duration::from_micros(1)).as_secs_f64();
-        assert_eq!(report.outcome, poolctl::vocab::Outcome::Success);
+        assert_eq!(report.outcome, poolctl::core::vocab::Outcome::Success);
         let total = bytes.load(Ordering::Relaxed);
         assert_eq!(total, CHUNK * CHUNKS);
         println!("  throughput                    {:.0} MB/s of SSE text ({} MiB in {:.3} s)   (target >= 50 MB/s)",

@@ -2,17 +2,17 @@
 //! chaos harness's virtual clock: what a scenario file cannot say, because its
 //! concurrent copies share one priority.
 
-use poolctl::admission::Priority;
-use poolctl::buckets::Buckets;
-use poolctl::clock::{Clock, ManualClock};
+use poolctl::admission::bucket::Priority;
+use poolctl::admission::buckets::Buckets;
+use poolctl::core::clock::{Clock, ManualClock};
 use poolctl::harness::mock::MockServer;
 use poolctl::harness::runner::{mock_routes, scenario_chat_request, tier_for};
 use poolctl::harness::scenario::Scenario;
-use poolctl::policy::Policy;
-use poolctl::request::Request;
+use poolctl::policy::card::Policy;
+use poolctl::core::request::Request;
 use poolctl::router::{CallOptions, Router};
 use poolctl::store::MemoryStore;
-use poolctl::vocab::Outcome;
+use poolctl::core::vocab::Outcome;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -113,12 +113,12 @@ async fn a_shed_is_counted_per_priority_and_route() {
         router.call(&tier, &req, opts).await;
     }
     let sheds = router.buckets().sheds();
-    let route = poolctl::vocab::Route::parse("a/one").unwrap();
+    let route = poolctl::core::vocab::Route::parse("a/one").unwrap();
     // 6 admitted (i = 0..5), then i = 6 (interactive) and i = 7 (speculative) shed.
     assert_eq!(sheds.get(&(Priority::Interactive, route.clone())), Some(&1));
     assert_eq!(sheds.get(&(Priority::Speculative, route)), Some(&1));
     assert_eq!(
-        mock.calls(&poolctl::vocab::Route::parse("a/one").unwrap()),
+        mock.calls(&poolctl::core::vocab::Route::parse("a/one").unwrap()),
         6
     );
 }

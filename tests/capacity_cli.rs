@@ -5,13 +5,13 @@
 //! the library's store API (as a process's flush or a fleet's settles write them), then
 //! read by the real binary.
 
-use poolctl::admission::{Cost, Dimension, Priority, Spent};
-use poolctl::buckets::UsageDelta;
-use poolctl::clock::wall_now_ms;
+use poolctl::admission::bucket::{Cost, Dimension, Priority, Spent};
+use poolctl::admission::buckets::UsageDelta;
+use poolctl::core::clock::wall_now_ms;
 use poolctl::harness::redis_server::RedisServer;
 use poolctl::store::redis_buckets::RedisBuckets;
 use poolctl::store::{RedisStore, SqliteStore};
-use poolctl::vocab::Route;
+use poolctl::core::vocab::Route;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -511,7 +511,7 @@ async fn capacity_reports_utilisation_and_a_failing_ceiling_from_redis() {
     // 80 requests a minute on up/m1 for the whole window: 80 % at the p95; b has 27 of
     // capacity free, which cannot absorb 80.
     let store = RedisStore::open(&server.url(), Duration::from_millis(500)).unwrap();
-    let cfg = poolctl::config::PoolConfig::load(&config)
+    let cfg = poolctl::config::pool::PoolConfig::load(&config)
         .unwrap()
         .admission();
     let b = RedisBuckets::new(store, &cfg);

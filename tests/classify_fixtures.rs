@@ -2,10 +2,10 @@
 //! (sources in fixtures/README.md). Every case states its dialect, status, headers,
 //! raw body, the class it must get, and the retry hint where it carries one.
 
-use poolctl::classify::classify;
-use poolctl::dialect::Dialect;
-use poolctl::failure::{Headers, UpstreamFailure};
-use poolctl::vocab::{Class, Wire};
+use poolctl::classify::classifier::classify;
+use poolctl::classify::dialect::Dialect;
+use poolctl::classify::failure::{Headers, UpstreamFailure};
+use poolctl::core::vocab::{Class, Wire};
 use poolctl::wire::{bad_success, BadSuccess};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -45,9 +45,9 @@ fn failure_of(dialect: Dialect, wire: Wire, case: &Case) -> Option<UpstreamFailu
     }
     let parsed = match serde_json::from_slice::<serde_json::Value>(raw) {
         Err(e) => Err(BadSuccess::Malformed(e.to_string())),
-        Ok(v) if poolctl::in_band::error_in_success(dialect, &v).is_some() => {
+        Ok(v) if poolctl::classify::in_band::error_in_success(dialect, &v).is_some() => {
             Err(BadSuccess::Failed(Box::new(
-                poolctl::in_band::error_in_success(dialect, &v).unwrap(),
+                poolctl::classify::in_band::error_in_success(dialect, &v).unwrap(),
             )))
         }
         Ok(v) => match wire {

@@ -2,15 +2,15 @@
 //! panic and stay in bounds; a reworded or translated message never changes a class
 //! that status plus code decide; a 2xx is never retried; retirement never ends by time.
 
-use poolctl::budget::Spent;
-use poolctl::classify::classify;
-use poolctl::decide::{decide, Situation};
-use poolctl::dialect::Dialect;
-use poolctl::failure::{Headers, UpstreamFailure};
-use poolctl::health::Health;
-use poolctl::hint::{parse_duration, parse_retry_after, retry_hint, MAX_HINT_MS};
-use poolctl::policy::Policy;
-use poolctl::vocab::{Action, CallPath, Class, HealthState};
+use poolctl::policy::budget::Spent;
+use poolctl::classify::classifier::classify;
+use poolctl::policy::decide::{decide, Situation};
+use poolctl::classify::dialect::Dialect;
+use poolctl::classify::failure::{Headers, UpstreamFailure};
+use poolctl::policy::health::Health;
+use poolctl::classify::hint::{parse_duration, parse_retry_after, retry_hint, MAX_HINT_MS};
+use poolctl::policy::card::Policy;
+use poolctl::core::vocab::{Action, CallPath, Class, HealthState};
 use proptest::prelude::*;
 
 fn dialect() -> impl Strategy<Value = Dialect> {
@@ -154,7 +154,7 @@ proptest! {
         let (d, template, want) = case;
         let body = template.replace("MSG", &serde_json::to_string(&message).unwrap());
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let fields = poolctl::in_band::error_in_success(d, &v);
+        let fields = poolctl::classify::in_band::error_in_success(d, &v);
         prop_assert!(fields.is_some(), "{} {}", d, body);
         let bad = poolctl::wire::BadSuccess::Failed(Box::new(fields.unwrap()));
         let f = poolctl::wire::bad_success(200, Headers::default(), body.as_bytes(), bad);
@@ -190,7 +190,7 @@ proptest! {
         jitter in 0.0f64..1.0,
     ) {
         let p = Policy { max_retry_wait_ms: max_wait, max_retries_per_route: 2, ..Policy::default() };
-        let hint = hint_ms.map(|ms| poolctl::hint::Hint { ms, source: poolctl::hint::HintSource::RetryAfter });
+        let hint = hint_ms.map(|ms| poolctl::classify::hint::Hint { ms, source: poolctl::classify::hint::HintSource::RetryAfter });
         let s = Situation {
             class, path: CallPath::Chat, hint, policy: &p, spent: Spent::default(),
             retries_on_route: retries, visible_token: false, fallback_available: true,

@@ -1,9 +1,9 @@
 //! The pool config as users write it: real files, the errors they get for mistakes, and
 //! the resolution the CLI and router rely on.
 
-use poolctl::config::{locate, locate_with, ConfigError, DialectSource, PoolConfig};
-use poolctl::dialect::Dialect;
-use poolctl::vocab::{CallPath, Route, Wire};
+use poolctl::config::pool::{locate, locate_with, ConfigError, DialectSource, PoolConfig};
+use poolctl::classify::dialect::Dialect;
+use poolctl::core::vocab::{CallPath, Route, Wire};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -334,7 +334,7 @@ fn endpoint_applies_the_file_and_the_defaults() {
     assert_eq!(b.stream_idle_ms, poolctl::wire::DEFAULT_STREAM_IDLE_MS);
     assert_eq!(
         tier.routes[1].policy.cooldowns,
-        poolctl::health::Cooldowns::default()
+        poolctl::policy::health::Cooldowns::default()
     );
 }
 

@@ -3,7 +3,7 @@
 //! across all three comes back the same; each rendering has the exact shape its API
 //! expects; bad input is an error that names the field, never a panic.
 
-use poolctl::conversation::*;
+use poolctl::core::conversation::*;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::collections::HashMap;

@@ -3,15 +3,15 @@
 //! it: when the success lands, the route stays retired — on the in-memory store and on
 //! the shared SQLite file and the shared Redis alike.
 
-use poolctl::clock::ManualClock;
-use poolctl::dialect::Dialect;
-use poolctl::health::{Health, Transition};
-use poolctl::policy::Policy;
-use poolctl::request::{ChatRequest, Request};
+use poolctl::core::clock::ManualClock;
+use poolctl::classify::dialect::Dialect;
+use poolctl::policy::health::{Health, Transition};
+use poolctl::policy::card::Policy;
+use poolctl::core::request::{ChatRequest, Request};
 use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
-use poolctl::secret::Secret;
+use poolctl::core::secret::Secret;
 use poolctl::store::{HealthStore, MemoryStore, SqliteStore};
-use poolctl::vocab::{Outcome, Route, Wire};
+use poolctl::core::vocab::{Outcome, Route, Wire};
 use poolctl::wire::Endpoint;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
@@ -52,7 +52,7 @@ async fn retire_while_in_flight(store: Arc<dyn HealthStore>) {
     let route = Route::parse("a/m").unwrap();
     let tier = Tier {
         name: "t".into(),
-        path: poolctl::vocab::CallPath::Chat,
+        path: poolctl::core::vocab::CallPath::Chat,
         routes: vec![RouteSpec {
             route: route.clone(),
             endpoint: Arc::new(Endpoint {
@@ -64,9 +64,9 @@ async fn retire_while_in_flight(store: Arc<dyn HealthStore>) {
                 timeout_ms: 5_000,
                 first_token_timeout_ms: 5_000,
                 stream_idle_ms: 5_000,
-                stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
-                max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
-                max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
+                stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
+                max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
+                max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
             }),
             facts: Default::default(),
             policy: Default::default(),

@@ -347,7 +347,7 @@ async fn mock_at_the_descriptor_limit_backs_off_instead_of_spinning() {
     let (before, _) = proc_stat(pid(&child));
     // A real second of wall time: the only way to see a spin is to give it time to spin.
     // The bound is generous (half a core): a spinning accept loop uses a whole one.
-    poolctl::clock::real_sleep(std::time::Duration::from_millis(1000)).await;
+    poolctl::core::clock::real_sleep(std::time::Duration::from_millis(1000)).await;
     let (after, _) = proc_stat(pid(&child));
     let ticks_per_sec = 100; // USER_HZ on Linux
     assert!(
@@ -660,7 +660,7 @@ async fn hostile_stream(head: Head, mut s: TcpStream) {
                 support::chunk(&mut s, e.as_bytes()).await?;
                 // Paced a little, as a real keep-alive would be: never idle long enough
                 // for the idle deadline, never ending.
-                poolctl::clock::real_sleep(std::time::Duration::from_millis(5)).await;
+                poolctl::core::clock::real_sleep(std::time::Duration::from_millis(5)).await;
             }
         } else {
             support::chunk(&mut s, proper_stream(wire).as_bytes()).await?;
@@ -698,7 +698,7 @@ async fn walk_stream(
     yaml.push_str(extra_yaml);
     let config = dir.path().join("pool.yaml");
     std::fs::write(&config, yaml).unwrap();
-    let sw = poolctl::clock::Stopwatch::start();
+    let sw = poolctl::core::clock::Stopwatch::start();
     let mut all_args = vec!["walk", "t", "--json"];
     all_args.extend_from_slice(args);
     let o = run_bounded(bin().args(&all_args).arg("--config").arg(&config)).await;
@@ -873,9 +873,9 @@ async fn out_of_range_durations_in_a_scenario_are_refused_naming_the_range() {
 
 mod arbitrary_sse {
     use super::support;
-    use poolctl::request::ChatRequest;
-    use poolctl::secret::Secret;
-    use poolctl::vocab::Wire;
+    use poolctl::core::request::ChatRequest;
+    use poolctl::core::secret::Secret;
+    use poolctl::core::vocab::Wire;
     use poolctl::wire::Endpoint;
     use proptest::prelude::*;
     use std::sync::{Arc, Mutex};
@@ -889,7 +889,7 @@ mod arbitrary_sse {
         Endpoint {
             provider: "p".into(),
             wire,
-            dialect: poolctl::dialect::Dialect::of_wire(wire),
+            dialect: poolctl::classify::dialect::Dialect::of_wire(wire),
             base_url,
             api_key: Secret::new("sk-prop"),
             timeout_ms: 2_000,
@@ -955,9 +955,9 @@ mod arbitrary_sse {
                 for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini] {
                     let ep = endpoint(wire, up.url("/p"));
                     let seen = Mutex::new(0usize);
-                    let on_delta = |ev: poolctl::answer::StreamEvent<'_>| match ev {
-                        poolctl::answer::StreamEvent::Text(t) => *seen.lock().unwrap() += t.len(),
-                        poolctl::answer::StreamEvent::ToolCall { arguments, name, .. } => {
+                    let on_delta = |ev: poolctl::core::answer::StreamEvent<'_>| match ev {
+                        poolctl::core::answer::StreamEvent::Text(t) => *seen.lock().unwrap() += t.len(),
+                        poolctl::core::answer::StreamEvent::ToolCall { arguments, name, .. } => {
                             *seen.lock().unwrap() += arguments.len() + name.map_or(0, str::len)
                         }
                         _ => {}
@@ -981,13 +981,13 @@ mod arbitrary_sse {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn status_json_prints_an_rfc3339_until_whatever_the_state_file_holds() {
-    use poolctl::health::Transition;
+    use poolctl::policy::health::Transition;
     use poolctl::store::{HealthStore, SqliteStore};
     let dir = tempfile::tempdir().unwrap();
     let config = plain_config(dir.path());
     // A state file written by an older build, before durations were range-checked.
     let store = SqliteStore::open(&dir.path().join(".poolctl/state.db")).unwrap();
-    let route = poolctl::vocab::Route::parse("a/m").unwrap();
+    let route = poolctl::core::vocab::Route::parse("a/m").unwrap();
     store
         .apply(
             &route,
@@ -1016,19 +1016,19 @@ async fn status_json_prints_an_rfc3339_until_whatever_the_state_file_holds() {
 async fn a_cooldown_of_2_pow_64_minus_1_never_leaves_a_429_route_ready() {
     // The arithmetic itself: were the range check bypassed, the instant still saturates.
     let now = 1_764_504_000_000;
-    let cooled = poolctl::health::transition(
-        poolctl::vocab::Class::RateLimited,
-        poolctl::vocab::Action::Fallback,
+    let cooled = poolctl::policy::health::transition(
+        poolctl::core::vocab::Class::RateLimited,
+        poolctl::core::vocab::Action::Fallback,
         None,
         None,
-        poolctl::health::Cooldowns {
+        poolctl::policy::health::Cooldowns {
             cooldown_ms: Some(u64::MAX),
             transient_cooldown_ms: 5_000,
         },
         now,
     );
     match cooled {
-        Some(poolctl::health::Health::Cooling { until, .. }) => assert!(until > now),
+        Some(poolctl::policy::health::Health::Cooling { until, .. }) => assert!(until > now),
         other => panic!("{other:?}"),
     }
 }

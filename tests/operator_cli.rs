@@ -3,9 +3,9 @@
 
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::scenario::{Body, Reply};
-use poolctl::health::{Health, Transition};
+use poolctl::policy::health::{Health, Transition};
 use poolctl::store::{HealthStore, SqliteStore};
-use poolctl::vocab::{CallPath, Route, Wire};
+use poolctl::core::vocab::{CallPath, Route, Wire};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -2,20 +2,20 @@
 //! text over as it arrives and never splice; a stall ends on its deadline; embedding
 //! batches queue and come back; rerank degrades to the recall order.
 
-use poolctl::answer::StreamEvent;
-use poolctl::clock::{Clock, ManualClock, Stopwatch};
-use poolctl::embed_queue::{EmbedQueue, Offered};
+use poolctl::core::answer::StreamEvent;
+use poolctl::core::clock::{Clock, ManualClock, Stopwatch};
+use poolctl::router::embed_queue::{EmbedQueue, Offered};
 use poolctl::harness::mock::MockServer;
 use poolctl::harness::runner::{
     mock_routes, scenario_chat_request, scenario_rerank_request, tier_for,
 };
 use poolctl::harness::scenario::Scenario;
-use poolctl::policy::Policy;
-use poolctl::request::{EmbedRequest, Request};
+use poolctl::policy::card::Policy;
+use poolctl::core::request::{EmbedRequest, Request};
 use poolctl::router::{CallOptions, Called, Router, Tier};
 use poolctl::store::MemoryStore;
-use poolctl::trace::Report;
-use poolctl::vocab::{Action, Class, Outcome, Route};
+use poolctl::core::trace::Report;
+use poolctl::core::vocab::{Action, Class, Outcome, Route};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -3,12 +3,12 @@
 //! same levels, bit for bit), each touches only its provider's keys, and a settle counts
 //! the minute's usage.
 
-use poolctl::admission::{Cost, Dimension, Limits, Priority, Spent};
-use poolctl::buckets::{AdmissionConfig, Buckets};
+use poolctl::admission::bucket::{Cost, Dimension, Limits, Priority, Spent};
+use poolctl::admission::buckets::{AdmissionConfig, Buckets};
 use poolctl::harness::redis_server::RedisServer;
 use poolctl::store::redis_buckets::{field, RedisBuckets};
 use poolctl::store::RedisStore;
-use poolctl::vocab::Route;
+use poolctl::core::vocab::Route;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -133,7 +133,7 @@ async fn acquire_and_settle_scripts_follow_the_in_process_buckets_exactly() {
                     .find(|v| v.bucket == name && v.dimension == dim)
                     .unwrap()
                     .capacity;
-                let b = poolctl::admission::Bucket {
+                let b = poolctl::admission::bucket::Bucket {
                     capacity: cap,
                     level,
                     at,

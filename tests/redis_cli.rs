@@ -6,7 +6,7 @@
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::redis_server::RedisServer;
 use poolctl::harness::scenario::{Body, Reply};
-use poolctl::vocab::{CallPath, Route, Wire};
+use poolctl::core::vocab::{CallPath, Route, Wire};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Output;

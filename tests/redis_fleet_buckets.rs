@@ -5,14 +5,14 @@
 //! over-admission stays within the local_share bound (each worker's 1 / workers share),
 //! computed and asserted. With `fail_closed`, nothing is admitted without Redis.
 
-use poolctl::admission::{Cost, Limits, Priority, Spent};
-use poolctl::buckets::AdmissionConfig;
-use poolctl::clock::Stopwatch;
+use poolctl::admission::bucket::{Cost, Limits, Priority, Spent};
+use poolctl::admission::buckets::AdmissionConfig;
+use poolctl::core::clock::Stopwatch;
 use poolctl::harness::redis_server::RedisServer;
 use poolctl::store::redis_buckets::RedisBuckets;
 use poolctl::store::shared_buckets::{Hold, SharedBuckets};
 use poolctl::store::{OnStoreError, RedisStore};
-use poolctl::vocab::Route;
+use poolctl::core::vocab::Route;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -5,16 +5,16 @@
 //! `dropped`. Answers, plain and streamed, carry tool calls, finish reason, the
 //! answering model and usage.
 
-use poolctl::answer::{FinishReason, StreamEvent};
-use poolctl::clock::ManualClock;
-use poolctl::conversation::ToolSpec;
-use poolctl::dialect::Dialect;
-use poolctl::policy::Policy;
-use poolctl::request::{ChatRequest, Request, Sampling, ToolChoice};
+use poolctl::core::answer::{FinishReason, StreamEvent};
+use poolctl::core::clock::ManualClock;
+use poolctl::core::conversation::ToolSpec;
+use poolctl::classify::dialect::Dialect;
+use poolctl::policy::card::Policy;
+use poolctl::core::request::{ChatRequest, Request, Sampling, ToolChoice};
 use poolctl::router::{CallOptions, Called, RouteSpec, Router, Tier};
-use poolctl::secret::Secret;
+use poolctl::core::secret::Secret;
 use poolctl::store::MemoryStore;
-use poolctl::vocab::{Outcome, Route, Wire};
+use poolctl::core::vocab::{Outcome, Route, Wire};
 use poolctl::wire::Endpoint;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -37,7 +37,7 @@ fn tier(server: &MockServer, route: &str, wire: Wire) -> Tier {
     let route = Route::parse(route).unwrap();
     Tier {
         name: "t".into(),
-        path: poolctl::vocab::CallPath::Chat,
+        path: poolctl::core::vocab::CallPath::Chat,
         routes: vec![RouteSpec {
             endpoint: Arc::new(Endpoint {
                 provider: route.provider().to_string(),
@@ -48,9 +48,9 @@ fn tier(server: &MockServer, route: &str, wire: Wire) -> Tier {
                 timeout_ms: 5_000,
                 first_token_timeout_ms: 5_000,
                 stream_idle_ms: 5_000,
-                stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
-                max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
-                max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
+                stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
+                max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
+                max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
             }),
             route,
             facts: Default::default(),
@@ -99,7 +99,7 @@ async fn call(server: &MockServer, wire: Wire, req: Request) -> (Called, Vec<Str
     (called, events.into_inner().unwrap())
 }
 
-fn weather_call(answer: &poolctl::answer::Answer) -> (&str, &Value) {
+fn weather_call(answer: &poolctl::core::answer::Answer) -> (&str, &Value) {
     assert_eq!(answer.tool_calls.len(), 1, "{answer:?}");
     (
         answer.tool_calls[0].name.as_str(),

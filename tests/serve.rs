@@ -4,7 +4,7 @@
 
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::scenario::{Body, Reply, StreamEnd, StreamItem, StreamReply};
-use poolctl::vocab::{CallPath, Route, Wire};
+use poolctl::core::vocab::{CallPath, Route, Wire};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;

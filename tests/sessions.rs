@@ -3,17 +3,17 @@
 //! canonical history — tool calls and results included — is re-sent in the new
 //! provider's own format. Checked against an independent HTTP mock (wiremock).
 
-use poolctl::clock::ManualClock;
-use poolctl::conversation::{Conversation, ToolCall, ToolSpec, Turn};
-use poolctl::dialect::Dialect;
-use poolctl::policy::Policy;
-use poolctl::request::ChatRequest;
-use poolctl::request::Request;
+use poolctl::core::clock::ManualClock;
+use poolctl::core::conversation::{Conversation, ToolCall, ToolSpec, Turn};
+use poolctl::classify::dialect::Dialect;
+use poolctl::policy::card::Policy;
+use poolctl::core::request::ChatRequest;
+use poolctl::core::request::Request;
 use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
-use poolctl::secret::Secret;
+use poolctl::core::secret::Secret;
 use poolctl::store::MemoryStore;
-use poolctl::trace::Chosen;
-use poolctl::vocab::{Outcome, Route, Wire};
+use poolctl::core::trace::Chosen;
+use poolctl::core::vocab::{Outcome, Route, Wire};
 use poolctl::wire::Endpoint;
 use serde_json::json;
 use std::sync::Arc;
@@ -32,9 +32,9 @@ fn spec(server: &MockServer, route: &str, wire: Wire, base: &str) -> RouteSpec {
             timeout_ms: 5_000,
             first_token_timeout_ms: 5_000,
             stream_idle_ms: 5_000,
-            stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
-            max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
-            max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
+            stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
+            max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
+            max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
         }),
         route,
         facts: Default::default(),
@@ -131,7 +131,7 @@ async fn a_session_sticks_and_moves_with_its_whole_history() {
 
     let tier = Tier {
         name: "t".into(),
-        path: poolctl::vocab::CallPath::Chat,
+        path: poolctl::core::vocab::CallPath::Chat,
         routes: vec![
             spec(&server, "a/gpt", Wire::OpenAi, "/a/v1"),
             spec(&server, "b/claude", Wire::Anthropic, "/b"),

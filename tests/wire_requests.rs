@@ -1,10 +1,10 @@
 //! Each wire builds the request its provider documents — URL, auth headers, body
 //! fields — checked by an independent HTTP mock (wiremock), not by poolctl's own mocks.
 
-use poolctl::dialect::Dialect;
-use poolctl::request::{ChatRequest, EmbedRequest, RerankRequest};
-use poolctl::secret::Secret;
-use poolctl::vocab::Wire;
+use poolctl::classify::dialect::Dialect;
+use poolctl::core::request::{ChatRequest, EmbedRequest, RerankRequest};
+use poolctl::core::secret::Secret;
+use poolctl::core::vocab::Wire;
 use poolctl::wire::{self, Endpoint};
 use serde_json::json;
 use wiremock::matchers::{body_partial_json, header, method, path, query_param};
@@ -20,9 +20,9 @@ fn endpoint(server: &MockServer, wire: Wire, base_suffix: &str) -> Endpoint {
         timeout_ms: 5_000,
         first_token_timeout_ms: 5_000,
         stream_idle_ms: 5_000,
-        stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
-        max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
-        max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
+        stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
+        max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
+        max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
     }
 }
 

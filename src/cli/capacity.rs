@@ -2,7 +2,7 @@
 //! over the window from the per-minute usage counters in the state store (the SQLite
 //! file or the fleet's Redis), sheds per class, the provider's own limits where `probe`
 //! recorded them, warnings, and each tier's failover ceiling. The numbers are
-//! `crate::capacity`'s; this file reads the store and prints. Exit 1 on any warning, so
+//! `crate::admission::capacity`'s; this file reads the store and prints. Exit 1 on any warning, so
 //! that it can gate a deploy next to `probe`.
 //!
 //! Also [`UsageRecorder`]: with a SQLite state, what a process's buckets spent and shed
@@ -12,14 +12,14 @@
 use super::context::{load_config, Admission};
 use super::exit::Exit;
 use super::{out, table, ConfigArg};
-use crate::admission::{Dimension, Priority};
-use crate::buckets::{Buckets, UsageDelta};
-use crate::capacity::{self, BucketReport, BucketUse, Covering, RouteLoad, TierCeiling};
-use crate::clock::wall_now_ms;
-use crate::config::{PoolConfig, StateLocation};
+use crate::admission::bucket::{Dimension, Priority};
+use crate::admission::buckets::{Buckets, UsageDelta};
+use crate::admission::capacity::{self, BucketReport, BucketUse, Covering, RouteLoad, TierCeiling};
+use crate::core::clock::wall_now_ms;
+use crate::config::pool::{PoolConfig, StateLocation};
 use crate::store::redis_buckets::RedisBuckets;
 use crate::store::{RedisStore, SqliteStore, StoreError};
-use crate::vocab::Route;
+use crate::core::vocab::Route;
 use clap::Args;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::IsTerminal;
@@ -267,7 +267,7 @@ fn ceilings(config: &PoolConfig, p95: &HashMap<(String, Dimension), f64>) -> Vec
         if primary_load.buckets.is_empty() {
             continue;
         }
-        let cards: Vec<&crate::policy::Policy> = config
+        let cards: Vec<&crate::policy::card::Policy> = config
             .policies
             .values()
             .filter(|p| p.tier.as_deref() == Some(tier.as_str()))

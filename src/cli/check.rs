@@ -11,9 +11,9 @@
 use super::context::{env_key, missing_hint};
 use super::exit::Exit;
 use super::{out, ConfigArg};
-use crate::config::{locate, DialectSource, PoolConfig, CONFIG_ENV};
-use crate::problems;
-use crate::yaml::YamlError;
+use crate::config::pool::{locate, DialectSource, PoolConfig, CONFIG_ENV};
+use crate::config::problems;
+use crate::config::yaml::YamlError;
 use clap::Args;
 use serde::Serialize;
 use serde_path_to_error::Segment;
@@ -157,7 +157,7 @@ pub fn check_file(file: &Path, env: &dyn Fn(&str) -> Option<String>) -> Report {
         config: None,
     };
     // The same bounded read as every load: no more than the size limit in memory.
-    let text = match crate::yaml::read_text(file) {
+    let text = match crate::config::yaml::read_text(file) {
         Ok(t) => t,
         Err(e) => return unloadable(e.message),
     };
@@ -256,12 +256,12 @@ pub fn findings_of(
     for (name, p) in &config.providers {
         // An anthropic or gemini wire speaks its own vendor's error conventions; only an
         // OpenAI-compatible wire can be any vendor behind it.
-        if p.dialect().1 == DialectSource::WireDefault && p.wire == crate::vocab::Wire::OpenAi {
+        if p.dialect().1 == DialectSource::WireDefault && p.wire == crate::core::vocab::Wire::OpenAi {
             f.warnings.push(finding(
                 &["providers", name, "base_url"],
                 format!(
                     "provider `{name}`: the dialect cannot be inferred from {}; assuming `{}` error conventions (set `dialect:` to be sure)",
-                    crate::secret::display_url(&p.base_url),
+                    crate::core::secret::display_url(&p.base_url),
                     p.dialect().0
                 ),
             ));
@@ -273,10 +273,10 @@ pub fn findings_of(
         let Some(primary) = entries.first() else {
             continue;
         };
-        let facts = |r: &crate::vocab::Route| config.models.get(r).copied().unwrap_or_default();
+        let facts = |r: &crate::core::vocab::Route| config.models.get(r).copied().unwrap_or_default();
         for backup in &entries[1..] {
             let gaps =
-                crate::capability::backup_gaps(&facts(&primary.route), &facts(&backup.route));
+                crate::policy::capability::backup_gaps(&facts(&primary.route), &facts(&backup.route));
             if !gaps.is_empty() {
                 f.warnings.push(finding(
                     &["tiers", tier],

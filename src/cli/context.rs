@@ -2,8 +2,8 @@
 //! health store it names, and reading keys from the environment.
 
 use super::ConfigArg;
-use crate::buckets::Buckets;
-use crate::config::{locate, PoolConfig, StateLocation, CONFIG_ENV};
+use crate::admission::buckets::Buckets;
+use crate::config::pool::{locate, PoolConfig, StateLocation, CONFIG_ENV};
 use crate::router::Router;
 use crate::store::redis_buckets::RedisBuckets;
 use crate::store::shared_buckets::SharedBuckets;
@@ -108,7 +108,7 @@ impl Admission {
     /// everything at no cost).
     pub fn open(config: &PoolConfig) -> anyhow::Result<Admission> {
         let cfg = config.admission();
-        let now = crate::clock::wall_now_ms();
+        let now = crate::core::clock::wall_now_ms();
         match config.state_location() {
             StateLocation::Redis(url) if !cfg.limits.is_empty() => {
                 let store = open_redis(config, &url)?;

@@ -5,10 +5,10 @@ use super::context::{load_config, open_store};
 use super::exit::Exit;
 use super::look::Look;
 use super::{out, render, ConfigArg};
-use crate::clock::wall_now_ms;
-use crate::config::StateLocation;
-use crate::health::{Health, Transition};
-use crate::vocab::Route;
+use crate::core::clock::wall_now_ms;
+use crate::config::pool::StateLocation;
+use crate::policy::health::{Health, Transition};
+use crate::core::vocab::Route;
 use clap::Args;
 use std::collections::BTreeMap;
 
@@ -143,7 +143,7 @@ pub async fn status(args: StatusArgs, look: &Look) -> anyhow::Result<Exit> {
                 .snapshot(now)
                 .await?
         }
-        _ => crate::buckets::Buckets::new(&admission, now).snapshot(now),
+        _ => crate::admission::buckets::Buckets::new(&admission, now).snapshot(now),
     };
     if args.json {
         out::line(&render::status_json(&rows, now, &buckets).to_string())?;

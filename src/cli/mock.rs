@@ -6,7 +6,7 @@ use super::exit::Exit;
 use crate::harness::mock::MockServer;
 use crate::harness::runner::mock_routes;
 use crate::harness::scenario::Scenario;
-use crate::vocab::CallPath;
+use crate::core::vocab::CallPath;
 use clap::Args;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -48,9 +48,9 @@ pub async fn run(args: MockArgs) -> anyhow::Result<Exit> {
     }
     let scenario = Scenario::load(&args.scenario)?;
     // Outages run on the wall clock here, from the moment the server starts.
-    let clock: std::sync::Arc<dyn crate::clock::Clock> =
-        std::sync::Arc::new(crate::clock::SystemClock);
-    let routes = mock_routes(&scenario, &clock, crate::clock::wall_now_ms());
+    let clock: std::sync::Arc<dyn crate::core::clock::Clock> =
+        std::sync::Arc::new(crate::core::clock::SystemClock);
+    let routes = mock_routes(&scenario, &clock, crate::core::clock::wall_now_ms());
     let server = MockServer::start(args.listen, routes)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;

@@ -5,7 +5,7 @@
 //!   pipe (exit 101). Here a failed stdout write becomes `OutputError`, which `main`
 //!   turns into a quiet exit (closed pipe) or one clear line and exit 2 (anything else).
 
-use crate::secret::mask;
+use crate::core::secret::mask;
 use std::io::{self, Write};
 use std::sync::Mutex;
 

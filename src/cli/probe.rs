@@ -6,8 +6,8 @@ use super::exit::Exit;
 use super::look::Look;
 use super::out;
 use super::{render, ConfigArg};
-use crate::clock::wall_now_ms;
-use crate::probe::{
+use crate::core::clock::wall_now_ms;
+use crate::router::probe::{
     apply, probe_all, ProbeResult, Target, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, PER_PROVIDER,
 };
 use clap::Args;
@@ -40,7 +40,7 @@ pub struct ProbeArgs {
     pub force: bool,
 }
 
-pub use crate::probe::TierProbe;
+pub use crate::router::probe::TierProbe;
 
 pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
@@ -109,11 +109,11 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
     let opened = super::context::Admission::open(&config)?;
     let (buckets, limited) = match &opened {
         super::context::Admission::Local(b) => {
-            (crate::probe::ProbeBuckets::Local(b), !b.is_empty())
+            (crate::router::probe::ProbeBuckets::Local(b), !b.is_empty())
         }
-        super::context::Admission::Shared(s) => (crate::probe::ProbeBuckets::Shared(s), true),
+        super::context::Admission::Shared(s) => (crate::router::probe::ProbeBuckets::Shared(s), true),
     };
-    let admission = crate::probe::ProbeAdmission {
+    let admission = crate::router::probe::ProbeAdmission {
         buckets,
         force: args.force,
     };
@@ -196,9 +196,9 @@ fn parse_concurrency(s: &str) -> Result<usize, String> {
 /// Records the limits providers stated (`x-ratelimit-limit-*`,
 /// `anthropic-ratelimit-*-limit`) in the state store, for `poolctl capacity`. Best
 /// effort: a probe's answer does not depend on it, and a failure is said once.
-async fn record_provider_limits(config: &crate::config::PoolConfig, results: &[ProbeResult]) {
-    use crate::admission::Dimension;
-    let seen: Vec<(crate::vocab::Route, Dimension, u64)> = results
+async fn record_provider_limits(config: &crate::config::pool::PoolConfig, results: &[ProbeResult]) {
+    use crate::admission::bucket::Dimension;
+    let seen: Vec<(crate::core::vocab::Route, Dimension, u64)> = results
         .iter()
         .filter_map(|r| Some((r, r.headroom.as_ref()?)))
         .flat_map(|(r, h)| {
@@ -216,7 +216,7 @@ async fn record_provider_limits(config: &crate::config::PoolConfig, results: &[P
         ));
     };
     match config.state_location() {
-        crate::config::StateLocation::File(path) => match crate::store::SqliteStore::open(&path) {
+        crate::config::pool::StateLocation::File(path) => match crate::store::SqliteStore::open(&path) {
             Ok(store) => {
                 if let Err(e) = store.record_provider_limits(seen, wall_now_ms()).await {
                     failed(&e);
@@ -224,7 +224,7 @@ async fn record_provider_limits(config: &crate::config::PoolConfig, results: &[P
             }
             Err(e) => failed(&e),
         },
-        crate::config::StateLocation::Redis(url) => {
+        crate::config::pool::StateLocation::Redis(url) => {
             let deadline = std::time::Duration::from_millis(config.state_timeout_ms);
             let store = match crate::store::RedisStore::open(&url, deadline) {
                 Ok(s) => s,

@@ -213,7 +213,7 @@ pub fn chaos_junit(runs: &[ScenarioRun]) -> String {
 /// An instant as RFC 3339 (UTC, seconds).
 /// RFC 3339 has four-digit years: an instant past 9999 (a state file written by hand,
 /// or by an older build) prints as the last second of 9999, never as a bare number.
-pub fn rfc3339(ms: crate::clock::UnixMs) -> String {
+pub fn rfc3339(ms: crate::core::clock::UnixMs) -> String {
     const LAST_RFC3339_MS: i64 = 253_402_300_799_000; // 9999-12-31T23:59:59Z
     chrono::DateTime::from_timestamp_millis(ms.clamp(0, LAST_RFC3339_MS))
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
@@ -231,8 +231,8 @@ const PROBE_COLUMNS: [Column; 8] = [
     Column::text("detail", 3),
 ];
 
-fn class_tone(class: crate::vocab::Class) -> Tone {
-    if class == crate::vocab::Class::Ok {
+fn class_tone(class: crate::core::vocab::Class) -> Tone {
+    if class == crate::core::vocab::Class::Ok {
         Tone::Good
     } else {
         Tone::Fail
@@ -378,17 +378,17 @@ fn flow(head: Pieces, extras: Vec<Pieces>, indent: usize, look: &Look) -> String
         .join("\n")
 }
 
-fn health_tone(state: crate::vocab::HealthState) -> Option<Tone> {
+fn health_tone(state: crate::core::vocab::HealthState) -> Option<Tone> {
     match state {
-        crate::vocab::HealthState::Retired => Some(Tone::Warn),
-        crate::vocab::HealthState::Cooling => Some(Tone::Mild),
-        crate::vocab::HealthState::Ready => None,
+        crate::core::vocab::HealthState::Retired => Some(Tone::Warn),
+        crate::core::vocab::HealthState::Cooling => Some(Tone::Mild),
+        crate::core::vocab::HealthState::Ready => None,
     }
 }
 
 /// The width `walk` pads route names to: the tier's longest, so columns line up
 /// without padding every line to a fixed 40.
-pub fn walk_route_width<'a>(routes: impl IntoIterator<Item = &'a crate::vocab::Route>) -> usize {
+pub fn walk_route_width<'a>(routes: impl IntoIterator<Item = &'a crate::core::vocab::Route>) -> usize {
     routes
         .into_iter()
         .map(|r| width(r.as_str()))
@@ -398,8 +398,8 @@ pub fn walk_route_width<'a>(routes: impl IntoIterator<Item = &'a crate::vocab::R
 
 /// One step of `walk`, as seed 002's log prints it; what does not fit the width goes on
 /// continuation lines, never broken mid-word.
-pub fn walk_step(step: crate::trace::Step<'_>, route_width: usize, look: &Look) -> String {
-    use crate::trace::Step;
+pub fn walk_step(step: crate::core::trace::Step<'_>, route_width: usize, look: &Look) -> String {
+    use crate::core::trace::Step;
     match step {
         Step::Skipped(s) => {
             let head: Pieces = vec![
@@ -470,8 +470,8 @@ pub fn walk_step(step: crate::trace::Step<'_>, route_width: usize, look: &Look) 
 
 /// The end of `walk`: outcome, reason and who served; when nothing was called, a line
 /// that says so and why.
-pub fn walk_outcome(r: &crate::trace::Report, look: &Look) -> String {
-    let tone = if r.outcome == crate::vocab::Outcome::Success {
+pub fn walk_outcome(r: &crate::core::trace::Report, look: &Look) -> String {
+    let tone = if r.outcome == crate::core::vocab::Outcome::Success {
         Tone::Good
     } else {
         Tone::Fail
@@ -490,7 +490,7 @@ pub fn walk_outcome(r: &crate::trace::Report, look: &Look) -> String {
         line.push((format!(": {}", ellipsis(&format!("{short:?}"), room)), None));
     }
     let mut out = paint_pieces(&line, look);
-    if r.attempts.is_empty() && r.outcome != crate::vocab::Outcome::Success {
+    if r.attempts.is_empty() && r.outcome != crate::core::vocab::Outcome::Success {
         out.push('\n');
         out.push_str(hang("", &nothing_called(&r.skipped), look.width).trim_end());
     }
@@ -499,8 +499,8 @@ pub fn walk_outcome(r: &crate::trace::Report, look: &Look) -> String {
 
 /// Why a request made no upstream call: the skips, grouped by why and cause in chain
 /// order, and what would bring a route back.
-pub fn nothing_called(skipped: &[crate::trace::Skip]) -> String {
-    use crate::trace::SkipWhy;
+pub fn nothing_called(skipped: &[crate::core::trace::Skip]) -> String {
+    use crate::core::trace::SkipWhy;
     if skipped.is_empty() {
         return "no route was called: the tier has no route this request can use".into();
     }
@@ -560,7 +560,7 @@ pub fn nothing_called(skipped: &[crate::trace::Skip]) -> String {
 pub const FORCED_BY_WALK: &str = "forced by walk --retire";
 
 /// `walk --json` (spec/cli.md).
-pub fn walk_json(tier: &str, r: &crate::trace::Report) -> String {
+pub fn walk_json(tier: &str, r: &crate::core::trace::Report) -> String {
     let attempts = json!(r.attempts);
     let skipped = json!(r.skipped);
     json!({"tier": tier, "outcome": r.outcome, "reason": r.reason, "served_by": r.served_by,
@@ -569,15 +569,15 @@ pub fn walk_json(tier: &str, r: &crate::trace::Report) -> String {
 }
 
 fn status_row(
-    route: &crate::vocab::Route,
-    h: &crate::health::Health,
-    now: crate::clock::UnixMs,
+    route: &crate::core::vocab::Route,
+    h: &crate::policy::health::Health,
+    now: crate::core::clock::UnixMs,
 ) -> (String, String, Option<String>, Option<String>) {
     let state = h.state_at(now);
-    let until = (state == crate::vocab::HealthState::Cooling)
+    let until = (state == crate::core::vocab::HealthState::Cooling)
         .then(|| h.until().map(rfc3339))
         .flatten();
-    let reason = (state != crate::vocab::HealthState::Ready)
+    let reason = (state != crate::core::vocab::HealthState::Ready)
         .then(|| h.reason().map(str::to_string))
         .flatten();
     (route.to_string(), state.to_string(), until, reason)
@@ -585,9 +585,9 @@ fn status_row(
 
 /// `status --json` (spec/cli.md): `{routes:[{route, state, until, reason}]}`.
 pub fn status_json(
-    rows: &[(crate::vocab::Route, crate::health::Health)],
-    now: crate::clock::UnixMs,
-    buckets: &[crate::buckets::BucketView],
+    rows: &[(crate::core::vocab::Route, crate::policy::health::Health)],
+    now: crate::core::clock::UnixMs,
+    buckets: &[crate::admission::buckets::BucketView],
 ) -> String {
     let routes: Vec<Value> = rows
         .iter()
@@ -615,16 +615,16 @@ pub fn status_json(
 
 /// The buckets that cover `route`: its own entry and its provider's.
 fn covering<'a>(
-    buckets: &'a [crate::buckets::BucketView],
-    route: &'a crate::vocab::Route,
-) -> impl Iterator<Item = &'a crate::buckets::BucketView> {
+    buckets: &'a [crate::admission::buckets::BucketView],
+    route: &'a crate::core::vocab::Route,
+) -> impl Iterator<Item = &'a crate::admission::buckets::BucketView> {
     buckets
         .iter()
         .filter(move |b| b.bucket == route.as_str() || b.bucket == route.provider())
 }
 
 /// `rpm 450/450` for each bucket covering the route, named when it is the provider's.
-fn bucket_levels(buckets: &[crate::buckets::BucketView], route: &crate::vocab::Route) -> String {
+fn bucket_levels(buckets: &[crate::admission::buckets::BucketView], route: &crate::core::vocab::Route) -> String {
     covering(buckets, route)
         .map(|b| {
             let owner = if b.bucket == route.as_str() {
@@ -659,9 +659,9 @@ const STATUS_COLUMNS_WITH_BUCKETS: [Column; 5] = [
 ];
 
 pub fn status_table(
-    rows: &[(crate::vocab::Route, crate::health::Health)],
-    now: crate::clock::UnixMs,
-    buckets: &[crate::buckets::BucketView],
+    rows: &[(crate::core::vocab::Route, crate::policy::health::Health)],
+    now: crate::core::clock::UnixMs,
+    buckets: &[crate::admission::buckets::BucketView],
     look: &Look,
 ) -> String {
     let cells: Vec<Vec<Cell>> = rows

@@ -5,8 +5,8 @@
 use super::context::{env_key, load_config, open_routing_store, Admission};
 use super::exit::Exit;
 use super::ConfigArg;
-use crate::clock::SystemClock;
-use crate::secret::Secret;
+use crate::core::clock::SystemClock;
+use crate::core::secret::Secret;
 use crate::serve::{self, choose::Lineup, Gateway, Settings};
 use clap::Args;
 use std::net::SocketAddr;
@@ -63,8 +63,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     // A SQLite file is cached, and validated by an inotify watch on it: a request's two
     // health reads cost no SQLite transaction, and a change by any process is seen at once.
     let store = match config.state_location() {
-        crate::config::StateLocation::File(path) => serve::health_cache::over(store, &path),
-        crate::config::StateLocation::Redis(_) => store,
+        crate::config::pool::StateLocation::File(path) => serve::health_cache::over(store, &path),
+        crate::config::pool::StateLocation::Redis(_) => store,
     };
     // Admission (the config's `limits`): this process's buckets, as `walk` has, or the
     // fleet's in Redis.

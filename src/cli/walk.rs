@@ -6,14 +6,14 @@ use super::context::{env_key, load_config, open_routing_store, Admission};
 use super::exit::Exit;
 use super::look::Look;
 use super::{out, render, ConfigArg};
-use crate::clock::SystemClock;
-use crate::health::Health;
-use crate::policy::Policy;
-use crate::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
+use crate::core::clock::SystemClock;
+use crate::policy::health::Health;
+use crate::policy::card::Policy;
+use crate::core::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
 use crate::router::{CallOptions, Router};
 use crate::store::OverlayStore;
-use crate::trace::{Report, Step};
-use crate::vocab::{CallPath, Outcome, Route};
+use crate::core::trace::{Report, Step};
+use crate::core::vocab::{CallPath, Outcome, Route};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,8 +54,8 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
             let hint = if known.is_empty() {
                 "; it has no `policies:`".to_string()
             } else {
-                crate::config::suggest(
-                    &crate::yaml::nearest(name, known.iter().map(String::as_str)),
+                crate::config::pool::suggest(
+                    &crate::config::yaml::nearest(name, known.iter().map(String::as_str)),
                     "workflows",
                     &known,
                 )

@@ -2,10 +2,10 @@
 //! spec/scenario-format.md. Pure: a scenario's verdict is a function of its report.
 
 use super::scenario::{AttemptExpect, Expect};
-use crate::clock::UnixMs;
-use crate::health::Health;
-use crate::trace::{AttemptRecord, Report};
-use crate::vocab::{HealthState, Route};
+use crate::core::clock::UnixMs;
+use crate::policy::health::Health;
+use crate::core::trace::{AttemptRecord, Report};
+use crate::core::vocab::{HealthState, Route};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -61,7 +61,7 @@ fn opt<T: Display>(v: &Option<T>) -> String {
 pub type BucketLevels = BTreeMap<String, BTreeMap<String, i64>>;
 
 /// The levels of `buckets` at `now`, rounded down, by their scenario names.
-pub fn bucket_levels(buckets: &crate::buckets::Buckets, now: UnixMs) -> BucketLevels {
+pub fn bucket_levels(buckets: &crate::admission::buckets::Buckets, now: UnixMs) -> BucketLevels {
     let mut out = BucketLevels::new();
     for v in buckets.snapshot(now) {
         out.entry(v.bucket)

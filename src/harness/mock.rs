@@ -6,8 +6,8 @@
 //! `400 {"error":"mock: bad request: ..."}`, so a wrong wire fails the scenario loudly.
 
 use super::scenario::{Body, Reply, StreamEnd, StreamReply};
-use crate::clock::real_sleep;
-use crate::vocab::{CallPath, Route, Wire};
+use crate::core::clock::real_sleep;
+use crate::core::vocab::{CallPath, Route, Wire};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -47,9 +47,9 @@ pub struct MockRoute {
 /// Until `until` on `clock` (the scenario's virtual clock), every call gets `reply`.
 #[derive(Debug, Clone)]
 pub struct Outage {
-    pub until: crate::clock::UnixMs,
+    pub until: crate::core::clock::UnixMs,
     pub reply: Reply,
-    pub clock: Arc<dyn crate::clock::Clock>,
+    pub clock: Arc<dyn crate::core::clock::Clock>,
 }
 
 struct RouteState {

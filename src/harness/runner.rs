@@ -5,16 +5,16 @@
 use super::compare::{bucket_levels, compare, BucketLevels, HealthView, Mismatch};
 use super::mock::{MockRoute, MockServer, Outage};
 use super::scenario::{ChainEntry, Preset, RequestShape, RequestSpec, Scenario};
-use crate::buckets::Buckets;
-use crate::clock::{Clock, ManualClock, Stopwatch, UnixMs};
-use crate::health::{Health, Transition};
-use crate::policy::Policy;
-use crate::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
+use crate::admission::buckets::Buckets;
+use crate::core::clock::{Clock, ManualClock, Stopwatch, UnixMs};
+use crate::policy::health::{Health, Transition};
+use crate::policy::card::Policy;
+use crate::core::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
 use crate::router::{CallOptions, RouteSpec, Router, Tier};
-use crate::secret::Secret;
+use crate::core::secret::Secret;
 use crate::store::MemoryStore;
-use crate::trace::Report;
-use crate::vocab::{CallPath, Route};
+use crate::core::trace::Report;
+use crate::core::vocab::{CallPath, Route};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -114,7 +114,7 @@ pub fn mock_routes(scenario: &Scenario, clock: &Arc<dyn Clock>, start: UnixMs) -
             path: scenario.path,
             replies: e.replies.clone(),
             outage: e.outage.as_ref().map(|o| Outage {
-                until: crate::clock::plus_ms(start, o.until_ms),
+                until: crate::core::clock::plus_ms(start, o.until_ms),
                 reply: o.reply.clone(),
                 clock: clock.clone(),
             }),
@@ -159,7 +159,7 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
                 reason: "preset".into(),
             },
             Preset::Cooling(ms) => Health::Cooling {
-                until: crate::clock::plus_ms(start, *ms),
+                until: crate::core::clock::plus_ms(start, *ms),
                 reason: "preset".into(),
             },
         };
@@ -282,11 +282,11 @@ fn judge(spec: &RequestSpec, entry: Option<usize>, runs: &mut [RequestRun]) {
         }
     }
     if let (Some(want), Some(last)) = (&spec.expect_counts, runs.last()) {
-        let mut got: BTreeMap<crate::vocab::Outcome, u64> = BTreeMap::new();
+        let mut got: BTreeMap<crate::core::vocab::Outcome, u64> = BTreeMap::new();
         for r in runs.iter() {
             *got.entry(r.report.outcome).or_default() += 1;
         }
-        let show = |m: &BTreeMap<crate::vocab::Outcome, u64>| {
+        let show = |m: &BTreeMap<crate::core::vocab::Outcome, u64>| {
             m.iter()
                 .filter(|(_, n)| **n > 0)
                 .map(|(o, n)| format!("{o}: {n}"))

@@ -6,8 +6,8 @@
 use super::mock::{request_id_header, reset, ReplyCtx};
 use super::scenario::{StreamEnd, StreamItem, StreamReply};
 use super::wire_bodies::{prompt_tokens, tokens_of};
-use crate::clock::real_sleep;
-use crate::vocab::Wire;
+use crate::core::clock::real_sleep;
+use crate::core::vocab::Wire;
 use serde_json::json;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;

@@ -4,7 +4,7 @@
 
 use super::runner::{run_scenario, ScenarioRun};
 use super::scenario::{at_line, discover, Scenario};
-use crate::yaml::YamlError;
+use crate::config::yaml::YamlError;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Scenario>, Vec<YamlError>> {
                     )
                     .at_field("name");
                     // The file was just read whole; reading it again only finds the line.
-                    let e = match crate::yaml::read_text(&file) {
+                    let e = match crate::config::yaml::read_text(&file) {
                         Ok(text) => at_line(e, &text),
                         Err(_) => e,
                     };

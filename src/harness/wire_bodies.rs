@@ -4,7 +4,7 @@
 
 use super::mock::{CallKind, ReplyCtx};
 use super::scenario::{StreamItem, UsageSpec};
-use crate::vocab::Wire;
+use crate::core::vocab::Wire;
 use serde_json::{json, Value};
 
 /// A rough token count (4 characters a token), enough for realistic `usage`.

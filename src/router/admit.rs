@@ -5,12 +5,12 @@
 //! arithmetic is `admission`'s and `buckets`'; this file only carries it out.
 
 use super::{Router, Walk};
-use crate::admission::{Cost, Spent, DEFAULT_MAX_OUTPUT_TOKENS};
-use crate::failure::Headers;
-use crate::route::RouteSpec;
+use crate::admission::bucket::{Cost, Spent, DEFAULT_MAX_OUTPUT_TOKENS};
+use crate::classify::failure::Headers;
+use crate::config::route::RouteSpec;
 use crate::store::shared_buckets::Hold;
-use crate::trace::{Report, Skip, SkipWhy};
-use crate::vocab::CallPath;
+use crate::core::trace::{Report, Skip, SkipWhy};
+use crate::core::vocab::CallPath;
 
 /// What one call to `spec` costs: one request, the input estimate, and the output it
 /// may produce — the declared maximum, else the model's, else 4 096 (providers
@@ -103,7 +103,7 @@ impl Router {
         let Some(held) = walk.reservation.take() else {
             return;
         };
-        let remaining = crate::admission::remaining_counts(headers);
+        let remaining = crate::admission::bucket::remaining_counts(headers);
         let now = self.inner.clock.now_ms();
         match (held, &self.inner.shared) {
             (Hold::Unlimited, _) => {}
@@ -143,9 +143,9 @@ impl Router {
     /// Retry-After.
     pub async fn admission_wait_ms(
         &self,
-        route: &crate::vocab::Route,
+        route: &crate::core::vocab::Route,
         cost: Cost,
-        priority: crate::admission::Priority,
+        priority: crate::admission::bucket::Priority,
     ) -> Option<u64> {
         let buckets = &self.inner.buckets;
         let Some(cover) = buckets.cover(route) else {

@@ -10,29 +10,32 @@ mod admit;
 mod selection;
 mod settlement;
 
-use crate::admission::Priority;
-use crate::admission_queue::{AdmissionQueue, Ticket};
-use crate::answer::{Answer, FinishReason, StreamEvent};
-use crate::buckets::Buckets;
-use crate::budget::Spent;
-use crate::capability::Needs;
-use crate::classify::{classify, Verdict};
-use crate::clock::{Clock, Stopwatch, UnixMs};
-use crate::decide::{when_nothing_left, Why};
-use crate::failure::UpstreamFailure;
-use crate::outcome::{failure_reason, outcome_of};
-use crate::policy::{Policy, SafeReplay};
-use crate::request::{ChatRequest, Request, Usage};
+pub mod embed_queue;
+pub mod probe;
+
+use crate::admission::bucket::Priority;
+use crate::admission::queue::{AdmissionQueue, Ticket};
+use crate::core::answer::{Answer, FinishReason, StreamEvent};
+use crate::admission::buckets::Buckets;
+use crate::policy::budget::Spent;
+use crate::policy::capability::Needs;
+use crate::classify::classifier::{classify, Verdict};
+use crate::core::clock::{Clock, Stopwatch, UnixMs};
+use crate::policy::decide::{when_nothing_left, Why};
+use crate::classify::failure::UpstreamFailure;
+use crate::core::outcome::{failure_reason, outcome_of};
+use crate::policy::card::{Policy, SafeReplay};
+use crate::core::request::{ChatRequest, Request, Usage};
 use crate::store::shared_buckets::{Hold, SharedBuckets};
 use crate::store::HealthStore;
-use crate::trace::{Report, SkipWhy, Step};
-use crate::vocab::{Action, CallPath, Class, Outcome, Route};
+use crate::core::trace::{Report, SkipWhy, Step};
+use crate::core::vocab::{Action, CallPath, Class, Outcome, Route};
 use crate::wire;
 use selection::Snapshot;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
-pub use crate::route::{RouteSpec, Tier};
+pub use crate::config::route::{RouteSpec, Tier};
 pub use settlement::Observed;
 
 /// Per-request options.
@@ -139,7 +142,7 @@ impl Reply {
         }
     }
 
-    fn headers(&self) -> &crate::failure::Headers {
+    fn headers(&self) -> &crate::classify::failure::Headers {
         match self {
             Reply::Chat(a) => &a.headers,
             Reply::Stream(a) => &a.headers,
@@ -151,8 +154,8 @@ impl Reply {
 
 /// What an attempt spent, for its admission reservation. A reply without usage (all
 /// zeros is how a wire reports none) spends like a failure: the request and its input.
-fn spent_by(result: &Result<Reply, UpstreamFailure>) -> crate::admission::Spent {
-    use crate::admission::Spent;
+fn spent_by(result: &Result<Reply, UpstreamFailure>) -> crate::admission::bucket::Spent {
+    use crate::admission::bucket::Spent;
     match result.as_ref().ok().and_then(Reply::usage) {
         Some(u) if u.input_tokens + u.output_tokens > 0 => Spent::Reported {
             input_tokens: u.input_tokens,
@@ -438,8 +441,8 @@ impl Router {
                         let result = wire::chat(client, &ep, spec.route.model(), chat).await;
                         match result {
                             Ok(ok) => {
-                                match schema.and_then(|s| crate::validate::violation(s, &ok.text)) {
-                                    Some(why) => Err(crate::validate::rejected(&ok.headers, why)),
+                                match schema.and_then(|s| crate::policy::validate::violation(s, &ok.text)) {
+                                    Some(why) => Err(crate::policy::validate::rejected(&ok.headers, why)),
                                     None => Ok(Reply::Chat(ok)),
                                 }
                             }
@@ -769,7 +772,7 @@ impl Router {
             };
             report.outcome = outcome_of(action);
             if action == Action::Shed {
-                report.reason = Some(crate::vocab::Reason::Admission);
+                report.reason = Some(crate::core::vocab::Reason::Admission);
             }
         }
         if report.outcome == Outcome::Failed {

@@ -4,17 +4,17 @@
 //! requests in and answers out, and reads health only to tell a client when to retry.
 
 use super::ingress::{self, ChatIn, EmbedIn, RerankIn};
-use crate::answer::{Answer, FinishReason, StreamEvent};
-use crate::conversation::ToolCall;
-use crate::policy::Policy;
-use crate::request::{self, ChatRequest, EmbedRequest, Request, RerankRequest, Usage};
+use crate::core::answer::{Answer, FinishReason, StreamEvent};
+use crate::core::conversation::ToolCall;
+use crate::policy::card::Policy;
+use crate::core::request::{self, ChatRequest, EmbedRequest, Request, RerankRequest, Usage};
 use crate::router::{CallOptions, Router, Tier};
-use crate::trace::{Report, Step};
-use crate::vocab::{Action, Route};
+use crate::core::trace::{Report, Step};
+use crate::core::vocab::{Action, Route};
 use std::sync::Mutex;
 
 /// A priority class (`x-poolctl-priority`), carried to the router for admission control.
-pub use crate::request::Priority;
+pub use crate::core::request::Priority;
 
 /// The header's words for a priority class.
 pub fn parse_priority(s: &str) -> Option<Priority> {
@@ -273,17 +273,17 @@ pub async fn shed_retry_after_ms(
     let refused = report
         .skipped
         .iter()
-        .filter(|s| s.why == crate::trace::SkipWhy::Admission);
+        .filter(|s| s.why == crate::core::trace::SkipWhy::Admission);
     for s in refused {
         let Some(spec) = tier.routes.iter().find(|r| r.route == s.route) else {
             continue;
         };
-        let cost = crate::admission::Cost {
+        let cost = crate::admission::bucket::Cost {
             input_tokens: 0,
             output_tokens: spec
                 .facts
                 .max_output_tokens
-                .unwrap_or(crate::admission::DEFAULT_MAX_OUTPUT_TOKENS),
+                .unwrap_or(crate::admission::bucket::DEFAULT_MAX_OUTPUT_TOKENS),
         };
         if let Some(ms) = router.admission_wait_ms(&s.route, cost, priority).await {
             earliest = Some(earliest.map_or(ms, |e| e.min(ms)));

@@ -3,10 +3,10 @@
 //! once at startup from the pool config, keys included, so a request only looks up.
 
 use super::errors::ApiError;
-use crate::config::{ConfigError, PoolConfig};
-use crate::policy::Policy;
+use crate::config::pool::{ConfigError, PoolConfig};
+use crate::policy::card::Policy;
 use crate::router::Tier;
-use crate::vocab::{CallPath, Route};
+use crate::core::vocab::{CallPath, Route};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 

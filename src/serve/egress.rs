@@ -5,7 +5,7 @@
 
 use super::adapter::{Event, Finish, Reply};
 use super::errors::ApiError;
-use crate::request::Usage;
+use crate::core::request::Usage;
 use serde_json::{json, Value};
 
 fn openai_finish(f: &Finish) -> &str {
@@ -514,7 +514,7 @@ pub fn base64_encode(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conversation::ToolCall;
+    use crate::core::conversation::ToolCall;
 
     fn reply(text: &str, calls: Vec<ToolCall>, finish: Finish) -> Reply {
         Reply {

@@ -63,7 +63,7 @@ pub fn mask_body(body: Bytes) -> Bytes {
     let Ok(text) = std::str::from_utf8(&body) else {
         return body;
     };
-    match crate::secret::mask(text) {
+    match crate::core::secret::mask(text) {
         std::borrow::Cow::Borrowed(_) => body,
         std::borrow::Cow::Owned(masked) => Bytes::from(masked),
     }
@@ -77,7 +77,7 @@ pub fn mask_keys(text: &str, keys: &[&str]) -> String {
     for key in keys.iter().filter(|k| k.len() >= 4) {
         out = out.replace(key, "***");
     }
-    crate::secret::mask_key_shaped(&out).into_owned()
+    crate::core::secret::mask_key_shaped(&out).into_owned()
 }
 
 #[cfg(test)]

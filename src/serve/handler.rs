@@ -9,9 +9,9 @@ use super::errors::{ApiError, Flavor};
 use super::ingress::{self, ChatIn};
 use super::respond::{self, Context};
 use super::Gateway;
-use crate::clock::Stopwatch;
-use crate::trace::Report;
-use crate::vocab::{Outcome, Route};
+use crate::core::clock::Stopwatch;
+use crate::core::trace::Report;
+use crate::core::vocab::{Outcome, Route};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
@@ -203,7 +203,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         (&Method::GET, "/metrics") => {
             let health = adapter::route_states(&gw.router, &gw.lineup.routes()).await;
             let buckets = gw.router.buckets();
-            let now = crate::clock::wall_now_ms();
+            let now = crate::core::clock::wall_now_ms();
             // Levels as admission sees them: the fleet's when the buckets are shared.
             let levels = match gw.router.shared_buckets() {
                 Some(shared) => shared.snapshot(now).await,
@@ -545,7 +545,7 @@ impl Ask {
 
 pub(super) fn last_user_text(c: &ChatIn) -> Option<String> {
     c.conversation.turns.iter().rev().find_map(|t| match t {
-        crate::conversation::Turn::User { text } => Some(text.clone()),
+        crate::core::conversation::Turn::User { text } => Some(text.clone()),
         _ => None,
     })
 }
@@ -589,7 +589,7 @@ async fn chat(ask: Ask, body: Bytes) -> Response<Body> {
             let body = match ask.flavor {
                 Flavor::OpenAi => egress::openai_completion(
                     &format!("chatcmpl-poolctl-{n}"),
-                    crate::clock::wall_now_ms() / 1000,
+                    crate::core::clock::wall_now_ms() / 1000,
                     &reply,
                 ),
                 Flavor::Anthropic => egress::anthropic_message(&format!("msg_poolctl_{n}"), &reply),

@@ -3,7 +3,7 @@
 //! is wrong, so a client sees a clear 400 instead of a routed failure.
 
 use super::errors::ApiError;
-use crate::conversation::{from_anthropic, from_openai_messages, Conversation, ToolSpec};
+use crate::core::conversation::{from_anthropic, from_openai_messages, Conversation, ToolSpec};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
@@ -441,7 +441,7 @@ pub fn rerank(body: &[u8]) -> Result<RerankIn, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conversation::Turn;
+    use crate::core::conversation::Turn;
 
     #[test]
     fn openai_chat_reads_every_field_that_passes_through() {

@@ -5,7 +5,7 @@
 use super::errors::{ApiError, Flavor};
 use super::handler::{self, Body};
 use super::Gateway;
-use crate::clock::real_sleep;
+use crate::core::clock::real_sleep;
 use futures_util::FutureExt;
 use hyper::body::Incoming;
 use hyper::{Request, Response};

@@ -237,7 +237,7 @@ impl std::io::Write for SinkWriter {
             Ok(s) => std::borrow::Cow::Borrowed(s),
             Err(_) => String::from_utf8_lossy(buf),
         };
-        sink().append(crate::secret::mask(&text).as_bytes());
+        sink().append(crate::core::secret::mask(&text).as_bytes());
         Ok(buf.len())
     }
 

@@ -2,8 +2,8 @@
 //! by the handlers, and a renderer for the text exposition format. Which recovery a
 //! request took (seed 001's split) is a pure function of its report.
 
-use crate::trace::Report;
-use crate::vocab::Outcome;
+use crate::core::trace::Report;
+use crate::core::vocab::Outcome;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,9 +135,9 @@ impl Metrics {
     /// `sheds` and `buckets` come from the router's admission buckets.
     pub fn render(
         &self,
-        health: &[(crate::vocab::Route, &'static str)],
-        sheds: &BTreeMap<(crate::admission::Priority, crate::vocab::Route), u64>,
-        buckets: &[crate::buckets::BucketView],
+        health: &[(crate::core::vocab::Route, &'static str)],
+        sheds: &BTreeMap<(crate::admission::bucket::Priority, crate::core::vocab::Route), u64>,
+        buckets: &[crate::admission::buckets::BucketView],
     ) -> String {
         let c = self.lock();
         let mut s = String::with_capacity(4096);
@@ -300,8 +300,8 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{AttemptRecord, Chosen, Skip, SkipWhy};
-    use crate::vocab::{Action, CallPath, Class, Route};
+    use crate::core::trace::{AttemptRecord, Chosen, Skip, SkipWhy};
+    use crate::core::vocab::{Action, CallPath, Class, Route};
 
     fn route(s: &str) -> Route {
         Route::parse(s).unwrap()

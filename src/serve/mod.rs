@@ -18,7 +18,7 @@ pub mod status;
 pub mod stream;
 
 use crate::router::Router;
-use crate::secret::Secret;
+use crate::core::secret::Secret;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -142,7 +142,7 @@ impl Gateway {
     /// `text` with every upstream key masked.
     pub fn mask(&self, text: &str) -> String {
         let keys: Vec<&str> = self.keys.iter().map(Secret::expose).collect();
-        errors::mask_keys(&crate::secret::mask(text), &keys)
+        errors::mask_keys(&crate::core::secret::mask(text), &keys)
     }
 
     /// Request-body bytes buffered now, over all requests.

@@ -5,8 +5,8 @@
 
 use super::errors::ApiError;
 use super::status::{http_status, retry_after_secs, StatusFacts};
-use crate::trace::{AttemptRecord, Report};
-use crate::vocab::{Class, Outcome, Reason};
+use crate::core::trace::{AttemptRecord, Report};
+use crate::core::vocab::{Class, Outcome, Reason};
 
 /// The error-code word clients know for a request-error class (OpenAI's codes).
 fn request_code(class: Class) -> &'static str {
@@ -120,8 +120,8 @@ pub fn failure(report: &Report, ctx: Context, mask: &dyn Fn(&str) -> String) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::AttemptRecord;
-    use crate::vocab::{Action, CallPath, Route};
+    use crate::core::trace::AttemptRecord;
+    use crate::core::vocab::{Action, CallPath, Route};
 
     fn attempt(route: &str, status: Option<u16>, class: Class, detail: &str) -> AttemptRecord {
         let route = Route::parse(route).unwrap();
@@ -141,7 +141,7 @@ mod tests {
             code: None,
             workflow: None,
             requested_route: route,
-            chosen: crate::trace::Chosen::Primary,
+            chosen: crate::core::trace::Chosen::Primary,
             dropped: vec![],
             tokens: None,
             cost_usd: 0.0,

@@ -2,7 +2,7 @@
 //! HTTP status a client can act on. One pure function, so the table can be read and
 //! tested as a table.
 
-use crate::vocab::{Outcome, Reason};
+use crate::core::vocab::{Outcome, Reason};
 
 /// What the status depends on, beside the outcome and reason.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

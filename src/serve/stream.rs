@@ -13,8 +13,8 @@ use super::handler::{
 use super::ingress::ChatIn;
 use super::respond::{self, Context};
 use super::Gateway;
-use crate::clock::Stopwatch;
-use crate::vocab::Route;
+use crate::core::clock::Stopwatch;
+use crate::core::vocab::Route;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http_body_util::BodyExt;
@@ -91,7 +91,7 @@ impl Live {
             s.encoder = Some(match self.flavor {
                 Flavor::OpenAi => Encoder::OpenAi(OpenAiStream::new(
                     self.id.clone(),
-                    crate::clock::wall_now_ms() / 1000,
+                    crate::core::clock::wall_now_ms() / 1000,
                     model,
                     self.include_usage,
                 )),
@@ -392,7 +392,7 @@ fn unstarted(
             s.encoder = Some(match ask.flavor {
                 Flavor::OpenAi => Encoder::OpenAi(OpenAiStream::new(
                     id,
-                    crate::clock::wall_now_ms() / 1000,
+                    crate::core::clock::wall_now_ms() / 1000,
                     reply.model.clone(),
                     include_usage,
                 )),

@@ -2,7 +2,7 @@
 //! whether health is in memory (tests, chaos), in an embedded file, or shared by a fleet.
 //! Health changes only through [`HealthStore::apply`]: a [`Transition`] (data, not a
 //! closure) that the store applies atomically to the state it replaces, by the one rule
-//! in [`crate::health::apply`]. Concurrent requests and other processes change health at
+//! in [`crate::policy::health::apply`]. Concurrent requests and other processes change health at
 //! once, and no update may be lost: a success in flight while a route was retired
 //! leaves it retired.
 //!
@@ -24,10 +24,10 @@ pub use memory::MemoryStore;
 pub use overlay::OverlayStore;
 pub use sqlite::SqliteStore;
 
-use crate::breaker::{self, BreakerConfig};
-use crate::clock::UnixMs;
-use crate::health::{Health, Transition};
-use crate::vocab::Route;
+use crate::policy::breaker::{self, BreakerConfig};
+use crate::core::clock::UnixMs;
+use crate::policy::health::{Health, Transition};
+use crate::core::vocab::Route;
 use std::future::Future;
 use std::pin::Pin;
 

@@ -15,10 +15,10 @@
 
 use super::redis_buckets::{RedisBuckets, RedisReservation};
 use super::{Degraded, OnStoreError};
-use crate::admission::{Cost, Dimension, Limits, Priority, Spent};
-use crate::buckets::{AdmissionConfig, Buckets, Refused, Reservation};
-use crate::clock::UnixMs;
-use crate::vocab::Route;
+use crate::admission::bucket::{Cost, Dimension, Limits, Priority, Spent};
+use crate::admission::buckets::{AdmissionConfig, Buckets, Refused, Reservation};
+use crate::core::clock::UnixMs;
+use crate::core::vocab::Route;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -186,7 +186,7 @@ impl SharedBuckets {
 
     /// Every bucket's level as the fleet shares it; while Redis fails, the local share's
     /// (what this process admits from meanwhile). Not an admission decision: not counted.
-    pub async fn snapshot(&self, now: UnixMs) -> Vec<crate::buckets::BucketView> {
+    pub async fn snapshot(&self, now: UnixMs) -> Vec<crate::admission::buckets::BucketView> {
         if self.degraded.healthy().is_some() {
             if let Ok(views) = self.shared.snapshot(now).await {
                 return views;

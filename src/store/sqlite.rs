@@ -12,12 +12,12 @@
 //! of transaction.
 
 use super::{HealthStore, StoreError, StoreFuture};
-use crate::admission::{Dimension, Priority};
-use crate::breaker::{self, BreakerConfig};
-use crate::buckets::UsageDelta;
-use crate::clock::UnixMs;
-use crate::health::{apply, Health, Transition};
-use crate::vocab::Route;
+use crate::admission::bucket::{Dimension, Priority};
+use crate::policy::breaker::{self, BreakerConfig};
+use crate::admission::buckets::UsageDelta;
+use crate::core::clock::UnixMs;
+use crate::policy::health::{apply, Health, Transition};
+use crate::core::vocab::Route;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Mutex};
@@ -78,7 +78,7 @@ impl SqliteStore {
         // SQLite then answers one of them "database is locked" at once instead of waiting
         // out its busy timeout: the set-up is tried again, a few ms apart, until it is
         // done or that timeout has passed.
-        let started = crate::clock::Stopwatch::start();
+        let started = crate::core::clock::Stopwatch::start();
         let mut pause_ms = 2;
         let mode = loop {
             match set_up(&conn) {
@@ -607,7 +607,7 @@ mod tests {
 
     #[test]
     fn breaker_state_is_shared_through_the_file() {
-        use crate::breaker::{Admit, Answer, Step};
+        use crate::policy::breaker::{Admit, Answer, Step};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
         let r = Route::parse("a/x").unwrap();

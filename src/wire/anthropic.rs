@@ -5,9 +5,9 @@ pub mod history;
 pub use history::*;
 
 use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
-use crate::answer::FinishReason;
-use crate::conversation;
-use crate::request::{ChatRequest, ToolChoice, Usage, ANTHROPIC_DEFAULT_MAX_TOKENS};
+use crate::core::answer::FinishReason;
+use crate::core::conversation;
+use crate::core::request::{ChatRequest, ToolChoice, Usage, ANTHROPIC_DEFAULT_MAX_TOKENS};
 use serde_json::{json, Value};
 
 pub const API_VERSION: &str = "2023-06-01";

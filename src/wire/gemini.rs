@@ -5,9 +5,9 @@ pub mod history;
 pub use history::*;
 
 use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
-use crate::answer::FinishReason;
-use crate::conversation;
-use crate::request::{ChatRequest, ToolChoice, Usage};
+use crate::core::answer::FinishReason;
+use crate::core::conversation;
+use crate::core::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Value};
 
 /// Gemini's sampling lives in `generationConfig`.

@@ -10,12 +10,12 @@ pub mod sse;
 pub mod stream;
 pub mod stream_limits;
 
-use crate::answer::FinishReason;
-use crate::dialect::Dialect;
-use crate::failure::{excerpt, ErrorFields, Headers, Transport, UpstreamFailure};
-use crate::request::{ChatRequest, EmbedRequest, RerankRequest, Usage};
-use crate::secret::Secret;
-use crate::vocab::Wire;
+use crate::core::answer::FinishReason;
+use crate::classify::dialect::Dialect;
+use crate::classify::failure::{excerpt, ErrorFields, Headers, Transport, UpstreamFailure};
+use crate::core::request::{ChatRequest, EmbedRequest, RerankRequest, Usage};
+use crate::core::secret::Secret;
+use crate::core::vocab::Wire;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ pub const ERROR_BODY_CAP: usize = 64 * 1024;
 pub const SUCCESS_BODY_CAP: usize = 8 * 1024 * 1024;
 
 /// One provider as the wire calls it: where, how, with which key and deadlines. What the
-/// router does with its failures is in [`crate::route::RoutePolicy`].
+/// router does with its failures is in [`crate::config::route::RoutePolicy`].
 #[derive(Debug, Clone)]
 pub struct Endpoint {
     pub provider: String,
@@ -126,7 +126,7 @@ pub struct HttpCall {
 #[derive(Debug, Clone, Default)]
 pub struct ChatParsed {
     pub text: String,
-    pub tool_calls: Vec<crate::conversation::ToolCall>,
+    pub tool_calls: Vec<crate::core::conversation::ToolCall>,
     pub finish_reason: Option<FinishReason>,
     /// The model the body says answered.
     pub model: Option<String>,
@@ -147,7 +147,7 @@ pub struct SamplingNames {
 /// `generationConfig`), under the wire's names.
 pub fn put_sampling(
     target: &mut serde_json::Map<String, Value>,
-    s: &crate::request::Sampling,
+    s: &crate::core::request::Sampling,
     names: &SamplingNames,
 ) {
     if let Some(t) = s.temperature {
@@ -180,7 +180,7 @@ pub fn dropped(wire: Wire, req: &ChatRequest) -> Vec<String> {
 pub struct ChatSuccess {
     pub text: String,
     /// Tools the model asked to call, in canonical form.
-    pub tool_calls: Vec<crate::conversation::ToolCall>,
+    pub tool_calls: Vec<crate::core::conversation::ToolCall>,
     pub finish_reason: Option<FinishReason>,
     pub model: Option<String>,
     pub usage: Usage,
@@ -223,7 +223,7 @@ pub async fn chat(
     };
     let reply = send(client, call, endpoint.timeout_ms).await?;
     // An error some dialects report inside a 2xx (MiniMax `base_resp`) is never an answer.
-    if let Some(fields) = crate::in_band::error_in_success(endpoint.dialect, &reply.json) {
+    if let Some(fields) = crate::classify::in_band::error_in_success(endpoint.dialect, &reply.json) {
         let bad = BadSuccess::Failed(Box::new(fields));
         return Err(bad_success(reply.status, reply.headers, &reply.raw, bad));
     }

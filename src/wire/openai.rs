@@ -6,9 +6,9 @@ pub mod history;
 pub use history::*;
 
 use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
-use crate::answer::FinishReason;
-use crate::conversation;
-use crate::request::{ChatRequest, ToolChoice, Usage};
+use crate::core::answer::FinishReason;
+use crate::core::conversation;
+use crate::core::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Value};
 
 const SAMPLING: super::SamplingNames = super::SamplingNames {
@@ -93,7 +93,7 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         .ok_or_else(|| BadSuccess::Malformed("no choices in the completion".into()))?;
     // Some gateways (OpenRouter) report a failure mid-generation inside the choice.
     if let Some(err) = choice.get("error").filter(|e| e.is_object()) {
-        let fields = crate::failure::ErrorFields::from_value(&serde_json::json!({ "error": err }))
+        let fields = crate::classify::failure::ErrorFields::from_value(&serde_json::json!({ "error": err }))
             .unwrap_or_default();
         return Err(BadSuccess::Failed(Box::new(fields)));
     }
@@ -169,8 +169,8 @@ pub fn is_failure_finish(reason: &str) -> bool {
 
 /// The error fields of a choice that ended on a failure finish reason and no error
 /// object: no code, so the classifier reads it as the provider's fault (`server_error`).
-pub fn finished_on_error(reason: &str) -> crate::failure::ErrorFields {
-    crate::failure::ErrorFields {
+pub fn finished_on_error(reason: &str) -> crate::classify::failure::ErrorFields {
+    crate::classify::failure::ErrorFields {
         message: Some(format!("the model finished with finish_reason {reason:?}")),
         ..Default::default()
     }

@@ -3,7 +3,7 @@
 //! relevance_score}]`, with Bearer auth.
 
 use super::{tokens, BadSuccess, Endpoint, HttpCall};
-use crate::request::Usage;
+use crate::core::request::Usage;
 use serde_json::{json, Value};
 
 pub fn rerank_call(

@@ -7,12 +7,12 @@
 use super::sse::SseFramer;
 use super::stream_limits::{Ended, StreamLimits, StreamWatch, Verdict};
 use super::{read_capped, transport_failure, Endpoint, HttpCall, ERROR_BODY_CAP};
-use crate::answer::{FinishReason, StreamEvent};
-use crate::clock::Stopwatch;
-use crate::conversation::ToolCall;
-use crate::failure::{ErrorFields, Headers, Transport, UpstreamFailure};
-use crate::request::{ChatRequest, Usage};
-use crate::vocab::Wire;
+use crate::core::answer::{FinishReason, StreamEvent};
+use crate::core::clock::Stopwatch;
+use crate::core::conversation::ToolCall;
+use crate::classify::failure::{ErrorFields, Headers, Transport, UpstreamFailure};
+use crate::core::request::{ChatRequest, Usage};
+use crate::core::vocab::Wire;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -89,7 +89,7 @@ pub fn parse_event(wire: Wire, event: &str, data: &str, calls_so_far: u32) -> Ve
     // `base_resp.status_code` (1027 "output new_sensitive" after the first deltas, then
     // `[DONE]`: seen in public client code, find_string `"base_resp":{"status_code":1027`).
     // Read as a chunk with no choices, the cut-off answer ended as a success.
-    if let Some(fields) = crate::in_band::embedded_error(&v) {
+    if let Some(fields) = crate::classify::in_band::embedded_error(&v) {
         return vec![WireEvent::Error(Box::new(fields))];
     }
     match wire {

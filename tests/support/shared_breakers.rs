@@ -1,17 +1,17 @@
 //! Shared by the store tests: a chain whose primary fails and whose breaker opens after
 //! two failures, and the check that several handles on one store share that breaker.
 
-use poolctl::breaker::BreakerConfig;
-use poolctl::clock::ManualClock;
-use poolctl::dialect::Dialect;
-use poolctl::policy::Policy;
-use poolctl::request::{ChatRequest, Request};
-use poolctl::route::RoutePolicy;
+use poolctl::policy::breaker::BreakerConfig;
+use poolctl::core::clock::ManualClock;
+use poolctl::classify::dialect::Dialect;
+use poolctl::policy::card::Policy;
+use poolctl::core::request::{ChatRequest, Request};
+use poolctl::config::route::RoutePolicy;
 use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
-use poolctl::secret::Secret;
+use poolctl::core::secret::Secret;
 use poolctl::store::HealthStore;
-use poolctl::trace::SkipWhy;
-use poolctl::vocab::{Class, Outcome, Route, Wire};
+use poolctl::core::trace::SkipWhy;
+use poolctl::core::vocab::{Class, Outcome, Route, Wire};
 use poolctl::wire::Endpoint;
 use serde_json::json;
 use std::sync::Arc;
@@ -30,9 +30,9 @@ fn spec(server: &MockServer, route: &str, breaker: Option<BreakerConfig>) -> Rou
             timeout_ms: 5_000,
             first_token_timeout_ms: 5_000,
             stream_idle_ms: 5_000,
-            stream_max_ms: poolctl::limits::DEFAULT_STREAM_MAX_MS,
-            max_stream_bytes: poolctl::limits::DEFAULT_MAX_STREAM_BYTES,
-            max_event_bytes: poolctl::limits::DEFAULT_MAX_EVENT_BYTES,
+            stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
+            max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
+            max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
         }),
         route,
         facts: Default::default(),
@@ -69,7 +69,7 @@ async fn chain() -> (MockServer, Tier) {
     };
     let tier = Tier {
         name: "t".into(),
-        path: poolctl::vocab::CallPath::Chat,
+        path: poolctl::core::vocab::CallPath::Chat,
         routes: vec![
             spec(&server, "a/bad", Some(breaker)),
             spec(&server, "b/good", None),
@@ -79,7 +79,7 @@ async fn chain() -> (MockServer, Tier) {
 }
 
 /// One request through a router on `store` at virtual instant `now`.
-async fn one(store: Arc<dyn HealthStore>, tier: &Tier, now: i64) -> poolctl::trace::Report {
+async fn one(store: Arc<dyn HealthStore>, tier: &Tier, now: i64) -> poolctl::core::trace::Report {
     let router = Router::new(
         poolctl::wire::http_client(),
         Arc::new(ManualClock::new(now)),

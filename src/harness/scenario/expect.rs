@@ -2,7 +2,7 @@
 //! each attempt, the routes passed over, health afterwards, upstream calls, waits.
 //! Absent fields are not compared.
 
-use crate::vocab::{Action, Class, HealthState, Outcome, Reason, Route};
+use crate::core::vocab::{Action, Class, HealthState, Outcome, Reason, Route};
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 

@@ -12,10 +12,10 @@ pub use script::{
     Body, ChainEntry, OutageSpec, Preset, Reply, StreamEnd, StreamItem, StreamReply, UsageSpec,
 };
 
-use crate::clock::UnixMs;
-use crate::policy::Policy;
-use crate::vocab::{CallPath, Outcome, Route, Wire};
-use crate::yaml::YamlError;
+use crate::core::clock::UnixMs;
+use crate::policy::card::Policy;
+use crate::core::vocab::{CallPath, Outcome, Route, Wire};
+use crate::config::yaml::YamlError;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -58,7 +58,7 @@ pub struct Scenario {
     pub tiers: BTreeMap<String, Vec<ChainEntry>>,
     /// v2: admission buckets, keyed by a route or a provider, as in the pool config.
     #[serde(default)]
-    pub limits: BTreeMap<String, crate::admission::Limits>,
+    pub limits: BTreeMap<String, crate::admission::bucket::Limits>,
     #[serde(default)]
     pub headroom: Option<f64>,
     #[serde(default)]
@@ -121,17 +121,17 @@ impl RequestSpec {
     }
 }
 
-pub use crate::admission::Priority;
+pub use crate::admission::bucket::Priority;
 
 impl Scenario {
     /// Reads, parses and validates one scenario file.
     pub fn load(file: &Path) -> Result<Scenario, YamlError> {
-        let text = crate::yaml::read_text(file)?;
+        let text = crate::config::yaml::read_text(file)?;
         Scenario::parse(file, &text)
     }
 
     pub fn parse(file: &Path, text: &str) -> Result<Scenario, YamlError> {
-        let mut s: Scenario = crate::yaml::parse(file, text).map_err(not_a_scenario)?;
+        let mut s: Scenario = crate::config::yaml::parse(file, text).map_err(not_a_scenario)?;
         s.file = file.to_path_buf();
         s.validate().map_err(|e| at_line(e, text))?;
         Ok(s)
@@ -154,9 +154,9 @@ impl Scenario {
 
     /// The admission set-up of the scenario's `limits:`, `headroom:` and
     /// `interactive_floor:`, with the defaults of decisions.md.
-    pub fn admission(&self) -> crate::buckets::AdmissionConfig {
-        let d = crate::buckets::AdmissionConfig::default();
-        crate::buckets::AdmissionConfig {
+    pub fn admission(&self) -> crate::admission::buckets::AdmissionConfig {
+        let d = crate::admission::buckets::AdmissionConfig::default();
+        crate::admission::buckets::AdmissionConfig {
             limits: self.limits.clone(),
             headroom: self.headroom.unwrap_or(d.headroom),
             interactive_floor: self.interactive_floor.unwrap_or(d.interactive_floor),
@@ -166,7 +166,7 @@ impl Scenario {
     /// The virtual clock's start.
     pub fn start_ms(&self) -> UnixMs {
         let text = self.now.as_deref().unwrap_or(DEFAULT_NOW);
-        crate::hint::parse_instant(text).expect("validated in load")
+        crate::classify::hint::parse_instant(text).expect("validated in load")
     }
 
     /// The requests to send, with their expectations.
@@ -196,7 +196,7 @@ impl Scenario {
             return err("name", "a scenario needs a non-empty `name`".into());
         }
         if let Some(now) = &self.now {
-            if crate::hint::parse_instant(now).is_none() {
+            if crate::classify::hint::parse_instant(now).is_none() {
                 return err(
                     "now",
                     format!("`{now}` is not an RFC 3339 instant such as 2026-11-30T12:00:00Z"),
@@ -227,7 +227,7 @@ impl Scenario {
                     ),
                 );
             }
-            if let Err((f, why)) = crate::limits::check_fields(&entry.settings().limit_fields()) {
+            if let Err((f, why)) = crate::core::limits::check_fields(&entry.settings().limit_fields()) {
                 return err(&format!("{field}.{f}"), why);
             }
             let provider = entry.route.provider();
@@ -293,7 +293,7 @@ impl Scenario {
             if routes.contains(r) {
                 return Ok(());
             }
-            let nearest = crate::yaml::nearest(r.as_str(), routes.iter().map(|r| r.as_str()));
+            let nearest = crate::config::yaml::nearest(r.as_str(), routes.iter().map(|r| r.as_str()));
             let hint = nearest
                 .map(|n| format!("; did you mean `{n}`?"))
                 .unwrap_or_default();
@@ -305,13 +305,13 @@ impl Scenario {
         for (r, preset) in &self.state {
             known(r, format!("state.{r}"))?;
             if let Preset::Cooling(ms) = preset {
-                if let Err(why) = crate::limits::check(crate::limits::Kind::Wait, *ms) {
+                if let Err(why) = crate::core::limits::check(crate::core::limits::Kind::Wait, *ms) {
                     return err(&format!("state.{r}"), format!("`cooling {ms}`: {why}"));
                 }
             }
         }
         if let Some(p) = &self.policy {
-            if let Err((f, why)) = crate::limits::check_fields(&crate::limits::policy_fields(p)) {
+            if let Err((f, why)) = crate::core::limits::check_fields(&crate::core::limits::policy_fields(p)) {
                 return err(&format!("policy.{f}"), why);
             }
         }
@@ -336,7 +336,7 @@ impl Scenario {
                     .iter()
                     .map(|r| r.as_str())
                     .chain(providers.iter().copied());
-                let hint = crate::yaml::nearest(name, names)
+                let hint = crate::config::yaml::nearest(name, names)
                     .map(|n| format!("; did you mean `{n}`?"))
                     .unwrap_or_default();
                 return err(
@@ -370,7 +370,7 @@ impl Scenario {
         }
         if let Some(t) = self.policy.as_ref().and_then(|p| p.degrade_tier.as_ref()) {
             if !self.tiers.contains_key(t) {
-                let hint = crate::yaml::nearest(t, self.tiers.keys().map(String::as_str))
+                let hint = crate::config::yaml::nearest(t, self.tiers.keys().map(String::as_str))
                     .map(|n| format!("; did you mean `{n}`?"))
                     .unwrap_or_default();
                 return err(
@@ -465,7 +465,7 @@ impl Scenario {
                     );
                 }
                 for dim in dims.keys() {
-                    if crate::admission::Dimension::from_level_name(dim).is_none() {
+                    if crate::admission::bucket::Dimension::from_level_name(dim).is_none() {
                         return err(
                             &format!("{at}.buckets.{name}.{dim}"),
                             format!(

@@ -2,7 +2,7 @@
 //! replies (statuses, bodies, headers, streams that break), outages in virtual time,
 //! and the health the routes start in.
 
-use crate::vocab::Route;
+use crate::core::vocab::Route;
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 
@@ -16,7 +16,7 @@ crate::provider_settings! {
         pub route: Route,
         /// What the model can serve and what it costs (its equivalence contract).
         #[serde(default)]
-        pub model: Option<crate::capability::ModelFacts>,
+        pub model: Option<crate::policy::capability::ModelFacts>,
         /// A provider outage in virtual time: until `until_ms` after `now`, every call gets
         /// `reply`; after it, `replies` are served as usual.
         #[serde(default)]

@@ -1,7 +1,7 @@
 //! The Anthropic Messages rendering of the canonical conversation history and its parser (see
-//! [`crate::conversation`] for what survives a round trip).
+//! [`crate::core::conversation`] for what survives a round trip).
 
-use crate::conversation::{
+use crate::core::conversation::{
     object, push_merged, str_field, text_part, AssistantTurns, CodecError, Conversation, ToolCall,
     ToolSpec, Turn,
 };

@@ -1,7 +1,7 @@
 //! The Gemini generateContent rendering of the canonical conversation history and its parser (see
-//! [`crate::conversation`] for what survives a round trip).
+//! [`crate::core::conversation`] for what survives a round trip).
 
-use crate::conversation::{
+use crate::core::conversation::{
     object, push_merged, str_field, AssistantTurns, CodecError, Conversation, ToolCall, ToolSpec,
     Turn,
 };

@@ -1,7 +1,7 @@
 //! The OpenAI Chat Completions rendering of the canonical conversation history and its parser (see
-//! [`crate::conversation`] for what survives a round trip).
+//! [`crate::core::conversation`] for what survives a round trip).
 
-use crate::conversation::{
+use crate::core::conversation::{
     object, str_field, text_part, CodecError, Conversation, ToolCall, ToolSpec, Turn,
 };
 use serde_json::{json, Value};

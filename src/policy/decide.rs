@@ -2,10 +2,10 @@
 //! row. Pure: everything it needs is in `Situation`, including the jitter draw, so a
 //! table test can pin every row.
 
-use crate::budget::Spent;
-use crate::hint::Hint;
-use crate::policy::Policy;
-use crate::vocab::{Action, CallPath, Class};
+use crate::policy::budget::Spent;
+use crate::classify::hint::Hint;
+use crate::policy::card::Policy;
+use crate::core::vocab::{Action, CallPath, Class};
 
 /// Everything the table reads about one attempt.
 #[derive(Debug, Clone, Copy)]
@@ -187,7 +187,7 @@ pub fn retry_wait(hint: Option<Hint>, retries_so_far: u32, jitter: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hint::HintSource;
+    use crate::classify::hint::HintSource;
 
     fn hint(ms: u64) -> Option<Hint> {
         Some(Hint {

@@ -1,7 +1,7 @@
 //! Policy cards (seed 001): one per workflow, bounding the one recovery budget every
 //! layer shares. Every default of spec/decisions.md lives here and nowhere else.
 
-use crate::vocab::{Class, Route};
+use crate::core::vocab::{Class, Route};
 use serde::{Deserialize, Serialize};
 
 /// How long a stream's output may be replayed on another route (seed 001).
@@ -67,7 +67,7 @@ impl Default for Policy {
             max_retry_wait_ms: 2_000,
             max_retries_per_route: 1,
             max_queue_ms: 0,
-            max_queue_len: crate::admission::DEFAULT_MAX_QUEUE_LEN,
+            max_queue_len: crate::admission::bucket::DEFAULT_MAX_QUEUE_LEN,
             degrade_tier: None,
         }
     }

@@ -1,10 +1,10 @@
 //! What a request did, attempt by attempt: the record `chaos` compares, `walk` prints
 //! and `--json` emits. "What did this request do?" is answered from these alone.
 
-use crate::clock::UnixMs;
-use crate::health::Health;
-use crate::request::Usage;
-use crate::vocab::{Action, CallPath, Class, HealthState, Outcome, Reason, Route};
+use crate::core::clock::UnixMs;
+use crate::policy::health::Health;
+use crate::core::request::Usage;
+use crate::core::vocab::{Action, CallPath, Class, HealthState, Outcome, Reason, Route};
 use serde::Serialize;
 
 /// A route's health after an attempt changed it.
@@ -178,7 +178,7 @@ pub struct Report {
     pub reason: Option<Reason>,
     pub served_by: Option<Route>,
     /// The text the caller received (a stream: everything delivered, even when
-    /// interrupted). The whole answer is in [`crate::answer::Answer`].
+    /// interrupted). The whole answer is in [`crate::core::answer::Answer`].
     pub text: Option<String>,
     pub attempts: Vec<AttemptRecord>,
     pub skipped: Vec<Skip>,

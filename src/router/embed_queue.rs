@@ -3,13 +3,13 @@
 //! offered again once a route of its tier is ready. The router decides `queue`; this
 //! queue only keeps what it was handed, in order.
 
-use crate::answer::Answer;
-use crate::policy::Policy;
-use crate::request::EmbedRequest;
-use crate::request::Request;
+use crate::core::answer::Answer;
+use crate::policy::card::Policy;
+use crate::core::request::EmbedRequest;
+use crate::core::request::Request;
 use crate::router::{CallOptions, Called, Router, Tier};
-use crate::trace::Report;
-use crate::vocab::Outcome;
+use crate::core::trace::Report;
+use crate::core::vocab::Outcome;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 

@@ -3,8 +3,8 @@
 //! that actually answered, usage, embedding vectors, rerank order — and the wire-neutral
 //! stream events that carry the same things as they arrive.
 
-use crate::conversation::ToolCall;
-use crate::request::Usage;
+use crate::core::conversation::ToolCall;
+use crate::core::request::Usage;
 use serde::Serialize;
 
 /// Why the model stopped, in one vocabulary for every wire.

@@ -7,7 +7,7 @@
 //! applies a [`Step`] (data, not a closure) to it atomically with [`step`], so that a
 //! fleet sharing one store shares its breakers too.
 
-use crate::clock::UnixMs;
+use crate::core::clock::UnixMs;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -112,7 +112,7 @@ pub fn record(
                 None
             } else {
                 let next = open_ms.saturating_mul(2).min(cfg.max_open_ms);
-                let until = crate::clock::plus_ms(now, next);
+                let until = crate::core::clock::plus_ms(now, next);
                 *state = State::Open {
                     until,
                     open_ms: next,
@@ -137,7 +137,7 @@ pub fn record(
                 recent.len() >= cfg.window.max(1) as usize && failures / recent.len() as f64 >= rate
             });
             if by_count || by_rate {
-                let until = crate::clock::plus_ms(now, cfg.open_ms);
+                let until = crate::core::clock::plus_ms(now, cfg.open_ms);
                 *state = State::Open {
                     until,
                     open_ms: cfg.open_ms,

@@ -2,7 +2,7 @@
 //! answer — HTTP status, headers, and the error body's type / code / status /
 //! details — extracted the same way from every wire. The classifier reads only this.
 
-use crate::secret::{mask, mask_owned};
+use crate::core::secret::{mask, mask_owned};
 use serde_json::Value;
 
 /// Response headers with lowercase names, in arrival order.
@@ -152,7 +152,7 @@ impl ErrorFields {
             }
             _ => {
                 // MiniMax `base_resp`, Tencent Cloud `Response.Error`.
-                if let Some(embedded) = crate::in_band::embedded_error(v) {
+                if let Some(embedded) = crate::classify::in_band::embedded_error(v) {
                     return Some(embedded);
                 }
                 // Flat shapes: DashScope native {"code":"Throttling","message":..}, Mistral

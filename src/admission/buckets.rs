@@ -8,11 +8,11 @@
 //! lock, and requests to different providers never contend. A shared store keeps the
 //! same shape (one script per provider, under one hash tag).
 
-use crate::admission::{
+use crate::admission::bucket::{
     Bucket, Cost, Dimension, Limits, Priority, Spent, DEFAULT_HEADROOM, DEFAULT_INTERACTIVE_FLOOR,
 };
-use crate::clock::UnixMs;
-use crate::vocab::Route;
+use crate::core::clock::UnixMs;
+use crate::core::vocab::Route;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -272,7 +272,7 @@ impl Buckets {
         priority: Priority,
         now: UnixMs,
     ) -> Option<u64> {
-        crate::admission::wait_for_all(
+        crate::admission::bucket::wait_for_all(
             cover
                 .members
                 .iter()

@@ -5,7 +5,7 @@
 //! backups' free capacity absorb its observed p95 per-minute load? Pure: the numbers in,
 //! the report out; the CLI reads the store and prints.
 
-use crate::admission::{Dimension, Priority};
+use crate::admission::bucket::{Dimension, Priority};
 use serde::Serialize;
 use std::collections::BTreeMap;
 

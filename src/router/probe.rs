@@ -4,14 +4,14 @@
 //! under a global cap and a per-provider cap, so a probe never trips the rate limits it
 //! is measuring.
 
-use crate::classify::classify;
-use crate::clock::{Stopwatch, UnixMs};
-use crate::failure::Headers;
-use crate::health::{transition, Health, Transition};
-use crate::request::{ChatRequest, EmbedRequest, RerankRequest};
-use crate::route::RoutePolicy;
+use crate::classify::classifier::classify;
+use crate::core::clock::{Stopwatch, UnixMs};
+use crate::classify::failure::Headers;
+use crate::policy::health::{transition, Health, Transition};
+use crate::core::request::{ChatRequest, EmbedRequest, RerankRequest};
+use crate::config::route::RoutePolicy;
 use crate::store::{HealthStore, StoreError};
-use crate::vocab::{Action, CallPath, Class, HealthState, Route};
+use crate::core::vocab::{Action, CallPath, Class, HealthState, Route};
 use crate::wire::{self, Endpoint};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -58,8 +58,8 @@ pub struct Headroom {
 
 impl Headroom {
     /// The provider's limit on each dimension it reported one for.
-    pub fn limits(&self) -> Vec<(crate::admission::Dimension, u64)> {
-        use crate::admission::Dimension;
+    pub fn limits(&self) -> Vec<(crate::admission::bucket::Dimension, u64)> {
+        use crate::admission::bucket::Dimension;
         [
             (Dimension::Rpm, self.requests_limit),
             (Dimension::Tpm, self.tokens_limit),
@@ -72,8 +72,8 @@ impl Headroom {
     }
 
     /// What remains on each dimension it reported a count for.
-    pub fn remaining(&self) -> Vec<(crate::admission::Dimension, u64)> {
-        use crate::admission::Dimension;
+    pub fn remaining(&self) -> Vec<(crate::admission::bucket::Dimension, u64)> {
+        use crate::admission::bucket::Dimension;
         [
             (Dimension::Rpm, self.requests_remaining),
             (Dimension::Tpm, self.tokens_remaining),
@@ -141,7 +141,7 @@ pub struct ProbeResult {
     /// Why the probe was not sent: `admission` when the route's buckets could not
     /// admit it (a probe spends the provider's quota too).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub skipped: Option<crate::trace::SkipWhy>,
+    pub skipped: Option<crate::core::trace::SkipWhy>,
     pub latency_ms: u64,
     pub retry_after_ms: Option<u64>,
     pub request_id: Option<String>,
@@ -164,7 +164,7 @@ impl ProbeResult {
             route: target.route.clone(),
             status: None,
             class: None,
-            skipped: Some(crate::trace::SkipWhy::Admission),
+            skipped: Some(crate::core::trace::SkipWhy::Admission),
             latency_ms: 0,
             retry_after_ms: None,
             request_id: None,
@@ -323,7 +323,7 @@ pub async fn probe_one(
                 request_id: f.headers.request_id().map(str::to_string),
                 headroom: headroom(&f.headers),
                 detail: Some(
-                    crate::secret::mask_key_shaped(&detail)
+                    crate::core::secret::mask_key_shaped(&detail)
                         .chars()
                         .take(160)
                         .collect(),
@@ -353,13 +353,13 @@ pub struct ProbeAdmission<'a> {
 
 /// The buckets probes spend: this process's own, or the fleet's (`state: redis://`).
 pub enum ProbeBuckets<'a> {
-    Local(&'a crate::buckets::Buckets),
+    Local(&'a crate::admission::buckets::Buckets),
     Shared(&'a crate::store::shared_buckets::SharedBuckets),
 }
 
 /// What an admitted probe holds until it settles.
 enum Held {
-    Local(crate::buckets::Reservation),
+    Local(crate::admission::buckets::Reservation),
     Shared(crate::store::shared_buckets::Hold),
 }
 
@@ -367,10 +367,10 @@ impl ProbeAdmission<'_> {
     /// `None` when no bucket covers the route.
     async fn acquire(
         &self,
-        route: &crate::vocab::Route,
+        route: &crate::core::vocab::Route,
         now: UnixMs,
-    ) -> Result<Option<Held>, crate::buckets::Refused> {
-        let priority = crate::admission::Priority::Background;
+    ) -> Result<Option<Held>, crate::admission::buckets::Refused> {
+        let priority = crate::admission::bucket::Priority::Background;
         match self.buckets {
             ProbeBuckets::Local(b) => match b.cover(route) {
                 Some(cover) => b
@@ -388,8 +388,8 @@ impl ProbeAdmission<'_> {
     async fn settle(
         &self,
         held: Held,
-        spent: crate::admission::Spent,
-        remaining: &[(crate::admission::Dimension, u64)],
+        spent: crate::admission::bucket::Spent,
+        remaining: &[(crate::admission::bucket::Dimension, u64)],
         now: UnixMs,
     ) {
         match (&self.buckets, held) {
@@ -402,7 +402,7 @@ impl ProbeAdmission<'_> {
 }
 
 /// What a probe costs: one request, a few input tokens, one output token.
-const PROBE_COST: crate::admission::Cost = crate::admission::Cost {
+const PROBE_COST: crate::admission::bucket::Cost = crate::admission::bucket::Cost {
     input_tokens: 8,
     output_tokens: 1,
 };
@@ -448,9 +448,9 @@ pub async fn probe_all(
             if let (Some(a), Some(reservation)) = (admission, held) {
                 let remaining = r.headroom.map(|h| h.remaining()).unwrap_or_default();
                 let spent = if r.status.is_some() {
-                    crate::admission::Spent::Unreported
+                    crate::admission::bucket::Spent::Unreported
                 } else {
-                    crate::admission::Spent::Nothing
+                    crate::admission::bucket::Spent::Nothing
                 };
                 a.settle(reservation, spent, &remaining, now).await;
             }
@@ -493,7 +493,7 @@ mod tests {
 
     #[test]
     fn anthropics_separate_input_and_output_limits_are_read_as_itpm_and_otpm() {
-        use crate::admission::Dimension;
+        use crate::admission::bucket::Dimension;
         let h = Headers::from_pairs(
             [
                 ("anthropic-ratelimit-requests-limit", "50"),

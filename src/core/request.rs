@@ -1,12 +1,12 @@
 //! What a caller asks the router for, independent of any wire.
 
-use crate::conversation::{Conversation, ToolSpec, Turn};
-use crate::vocab::CallPath;
+use crate::core::conversation::{Conversation, ToolSpec, Turn};
+use crate::core::vocab::CallPath;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// How urgent a request is: admission control orders and sheds by it.
-pub use crate::admission::Priority;
+pub use crate::admission::bucket::Priority;
 
 /// Sampling controls a caller may set; `None` / empty leaves the provider's default.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -73,8 +73,8 @@ impl ChatRequest {
     }
 
     /// What this request needs from a route.
-    pub fn needs(&self, streaming: bool) -> crate::capability::Needs {
-        use crate::capability::estimate_tokens;
+    pub fn needs(&self, streaming: bool) -> crate::policy::capability::Needs {
+        use crate::policy::capability::estimate_tokens;
         let c = &self.conversation;
         let turns: u64 = c
             .turns
@@ -92,7 +92,7 @@ impl ChatRequest {
             })
             .sum();
         let text = turns + c.system.as_deref().map(estimate_tokens).unwrap_or(0);
-        crate::capability::Needs {
+        crate::policy::capability::Needs {
             prompt_tokens: self.token_estimate.unwrap_or(text),
             max_output_tokens: self.max_tokens.unwrap_or(0) as u64,
             tools: !self.tools.is_empty(),
@@ -110,12 +110,12 @@ pub struct EmbedRequest {
 }
 
 impl EmbedRequest {
-    pub fn needs(&self) -> crate::capability::Needs {
-        crate::capability::Needs {
+    pub fn needs(&self) -> crate::policy::capability::Needs {
+        crate::policy::capability::Needs {
             prompt_tokens: self
                 .inputs
                 .iter()
-                .map(|t| crate::capability::estimate_tokens(t))
+                .map(|t| crate::policy::capability::estimate_tokens(t))
                 .sum(),
             ..Default::default()
         }
@@ -131,10 +131,10 @@ pub struct RerankRequest {
 }
 
 impl RerankRequest {
-    pub fn needs(&self) -> crate::capability::Needs {
+    pub fn needs(&self) -> crate::policy::capability::Needs {
         let texts = self.documents.iter().chain([&self.query]);
-        crate::capability::Needs {
-            prompt_tokens: texts.map(|t| crate::capability::estimate_tokens(t)).sum(),
+        crate::policy::capability::Needs {
+            prompt_tokens: texts.map(|t| crate::policy::capability::estimate_tokens(t)).sum(),
             ..Default::default()
         }
     }
@@ -161,7 +161,7 @@ impl Request {
     }
 
     /// What this request needs from a route.
-    pub fn needs(&self) -> crate::capability::Needs {
+    pub fn needs(&self) -> crate::policy::capability::Needs {
         match self {
             Request::Chat(c) => c.needs(false),
             Request::Stream(c) => c.needs(true),

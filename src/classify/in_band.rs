@@ -12,8 +12,8 @@
 //! parses the answer; the classifier then judges the returned fields by the dialect's
 //! code table, and the attempt keeps its HTTP status (200) in the record.
 
-use crate::dialect::Dialect;
-use crate::failure::ErrorFields;
+use crate::classify::dialect::Dialect;
+use crate::classify::failure::ErrorFields;
 use serde_json::Value;
 
 /// The error a dialect reports inside a 2xx body, if any. `None` for a body with no such

@@ -6,11 +6,11 @@
 //! or generic (`invalid_request_error`, `INVALID_ARGUMENT`, ...): it never overrides a
 //! decisive code, so a reworded or translated message cannot change the class.
 
-use crate::clock::UnixMs;
-use crate::dialect::Dialect;
-use crate::failure::{ErrorFields, Transport, UpstreamFailure};
-use crate::hint::{retry_hint, stated_reset, Hint};
-use crate::vocab::Class;
+use crate::core::clock::UnixMs;
+use crate::classify::dialect::Dialect;
+use crate::classify::failure::{ErrorFields, Transport, UpstreamFailure};
+use crate::classify::hint::{retry_hint, stated_reset, Hint};
+use crate::core::vocab::Class;
 
 /// What the classifier concluded about one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -675,7 +675,7 @@ fn mentions_missing_model(m: &str, err: Option<&ErrorFields>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::failure::Headers;
+    use crate::classify::failure::Headers;
 
     fn fail(status: u16, body: &str) -> UpstreamFailure {
         UpstreamFailure::from_response(status, Headers::default(), body.as_bytes())
@@ -779,7 +779,7 @@ mod tests {
             day.hint,
             Some(Hint {
                 ms: 38_000,
-                source: crate::hint::HintSource::RetryInfo
+                source: crate::classify::hint::HintSource::RetryInfo
             })
         );
         let none = classify(Dialect::Gemini, &fail(429, &zero), 0);

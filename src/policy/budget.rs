@@ -1,7 +1,7 @@
 //! The one recovery budget of a request (seed 001): attempts, elapsed time and extra
 //! cost, spent by every retry and fallback together and checked against the card.
 
-use crate::policy::Policy;
+use crate::policy::card::Policy;
 
 /// What a request has spent so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

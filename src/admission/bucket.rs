@@ -6,7 +6,7 @@
 //! Everything here is pure arithmetic on a bucket and `now`: no lock, no clock read.
 //! Where the buckets live (one process, or a fleet's shared store) is `store::buckets`.
 
-use crate::clock::UnixMs;
+use crate::core::clock::UnixMs;
 use serde::{Deserialize, Serialize};
 
 /// A request's priority class: from its source, never inferred. Waiting requests are
@@ -307,7 +307,7 @@ pub fn wait_for_all<'a>(
 
 /// The provider's remaining counts from response headers: `x-ratelimit-remaining-*`
 /// (OpenAI and compatible) and `anthropic-ratelimit-*-remaining`.
-pub fn remaining_counts(headers: &crate::failure::Headers) -> Vec<(Dimension, u64)> {
+pub fn remaining_counts(headers: &crate::classify::failure::Headers) -> Vec<(Dimension, u64)> {
     const NAMES: [(&str, Dimension); 6] = [
         ("x-ratelimit-remaining-requests", Dimension::Rpm),
         ("x-ratelimit-remaining-tokens", Dimension::Tpm),

@@ -2,7 +2,7 @@
 //! Schema, or it is rejected as `invalid_output` and the next route is asked — a backup
 //! that drops a required field must not reach the caller.
 
-use crate::failure::{ErrorFields, Headers, UpstreamFailure};
+use crate::classify::failure::{ErrorFields, Headers, UpstreamFailure};
 
 /// Why `text` does not satisfy `schema`, if it does not.
 pub fn violation(schema: &serde_json::Value, text: &str) -> Option<String> {

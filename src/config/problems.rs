@@ -3,7 +3,7 @@
 //! without the field that failed (or with a stand-in for a missing one), until the rest
 //! parses. `poolctl check` then validates what is left, and reports it all at once.
 
-use crate::yaml::{strip_location, suggestion, YamlError};
+use crate::config::yaml::{strip_location, suggestion, YamlError};
 use serde::de::DeserializeOwned;
 use serde_path_to_error::Segment;
 use serde_yaml::{Mapping, Value};
@@ -28,14 +28,14 @@ pub struct Parsed<T> {
 /// `Err` only when the text is not YAML at all.
 pub fn parse_all<T: DeserializeOwned>(file: &Path, text: &str) -> Result<Parsed<T>, YamlError> {
     // The limits every load holds, checked before the parser sees the text.
-    if let Some(line) = crate::yaml::too_deep(text, crate::yaml::MAX_DEPTH) {
+    if let Some(line) = crate::config::yaml::too_deep(text, crate::config::yaml::MAX_DEPTH) {
         return Err(YamlError {
             line: Some(line),
             ..YamlError::new(
                 file,
                 format!(
                     "nesting deeper than {} levels (the limit)",
-                    crate::yaml::MAX_DEPTH
+                    crate::config::yaml::MAX_DEPTH
                 ),
             )
         });

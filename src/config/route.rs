@@ -5,13 +5,13 @@
 //! deadlines, dialect) and the [`RoutePolicy`] the router applies (cooldowns, breaker),
 //! with the defaults of spec/decisions.md and dialect inference, for both.
 
-use crate::breaker::BreakerConfig;
-use crate::capability::ModelFacts;
-use crate::dialect::Dialect;
-use crate::health::Cooldowns;
-use crate::limits;
-use crate::secret::Secret;
-use crate::vocab::{CallPath, Route, Wire};
+use crate::policy::breaker::BreakerConfig;
+use crate::policy::capability::ModelFacts;
+use crate::classify::dialect::Dialect;
+use crate::policy::health::Cooldowns;
+use crate::core::limits;
+use crate::core::secret::Secret;
+use crate::core::vocab::{CallPath, Route, Wire};
 use crate::wire::{
     Endpoint, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_STREAM_IDLE_MS, DEFAULT_TIMEOUT_MS,
 };
@@ -65,10 +65,10 @@ macro_rules! provider_settings {
         pub struct $name {
             $($(#[$fm])* pub $field: $ty,)*
             #[serde(default)]
-            pub wire: $crate::vocab::Wire,
+            pub wire: $crate::core::vocab::Wire,
             /// Whose error conventions apply; inferred when absent.
             #[serde(default)]
-            pub dialect: Option<$crate::dialect::Dialect>,
+            pub dialect: Option<$crate::classify::dialect::Dialect>,
             #[serde(default)]
             pub timeout_ms: Option<u64>,
             #[serde(default)]
@@ -90,13 +90,13 @@ macro_rules! provider_settings {
             pub transient_cooldown_ms: Option<u64>,
             /// The circuit breaker (off when absent).
             #[serde(default)]
-            pub breaker: Option<$crate::breaker::BreakerConfig>,
+            pub breaker: Option<$crate::policy::breaker::BreakerConfig>,
         }
 
         impl $name {
             /// The provider settings, as written.
-            pub fn settings(&self) -> $crate::route::ProviderSettings {
-                $crate::route::ProviderSettings {
+            pub fn settings(&self) -> $crate::config::route::ProviderSettings {
+                $crate::config::route::ProviderSettings {
                     wire: self.wire,
                     dialect: self.dialect,
                     timeout_ms: self.timeout_ms,

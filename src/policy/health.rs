@@ -2,9 +2,9 @@
 //! transition a finished attempt causes (spec/decisions.md). Cooling ends by time;
 //! retirement never does: only a manual restore brings a retired route back.
 
-use crate::clock::UnixMs;
-use crate::hint::Hint;
-use crate::vocab::{Action, Class, HealthState};
+use crate::core::clock::UnixMs;
+use crate::classify::hint::Hint;
+use crate::core::vocab::{Action, Class, HealthState};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,7 +90,7 @@ pub fn transition(
     now: UnixMs,
 ) -> Option<Health> {
     let cool = |ms: u64| Health::Cooling {
-        until: crate::clock::plus_ms(now, ms),
+        until: crate::core::clock::plus_ms(now, ms),
         reason: class.as_str().to_string(),
     };
     let retire = |reason: &str| Health::Retired {
@@ -215,7 +215,7 @@ mod tests {
         };
         assert!(matches!(apply(&longer, retire), Health::Retired { .. }));
     }
-    use crate::hint::HintSource;
+    use crate::classify::hint::HintSource;
 
     const NOW: UnixMs = 1_000_000;
 

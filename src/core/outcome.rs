@@ -2,9 +2,9 @@
 //! message can be built from. "Out of capacity" is said only when every failure was a
 //! capacity failure: a missing model must never read as "no quota" (seed 002).
 
-use crate::decide::Why;
-use crate::trace::SkipWhy;
-use crate::vocab::{Action, Class, Outcome, Reason};
+use crate::policy::decide::Why;
+use crate::core::trace::SkipWhy;
+use crate::core::vocab::{Action, Class, Outcome, Reason};
 
 pub fn outcome_of(action: Action) -> Outcome {
     match action {

@@ -70,7 +70,7 @@ pub fn check_fields<N: Copy>(fields: &[(N, Option<u64>, Kind)]) -> Result<(), (N
 
 /// A breaker's durations, as named fields.
 pub fn breaker_fields(
-    b: Option<&crate::breaker::BreakerConfig>,
+    b: Option<&crate::policy::breaker::BreakerConfig>,
 ) -> Vec<(&'static str, Option<u64>, Kind)> {
     match b {
         Some(b) => vec![
@@ -82,7 +82,7 @@ pub fn breaker_fields(
 }
 
 /// A policy card's durations, as named fields.
-pub fn policy_fields(p: &crate::policy::Policy) -> [(&'static str, Option<u64>, Kind); 2] {
+pub fn policy_fields(p: &crate::policy::card::Policy) -> [(&'static str, Option<u64>, Kind); 2] {
     [
         ("max_elapsed_ms", Some(p.max_elapsed_ms), Kind::Deadline),
         ("max_retry_wait_ms", Some(p.max_retry_wait_ms), Kind::Wait),

@@ -2,16 +2,16 @@
 //! `probe` and `walk` can trust every name in it. Every error names the file, line and
 //! field; keys never enter it, only the names of the variables that hold them.
 
-use crate::capability::ModelFacts;
-use crate::dialect::Dialect;
-use crate::limits;
-use crate::policy::Policy;
+use crate::policy::capability::ModelFacts;
+use crate::classify::dialect::Dialect;
+use crate::core::limits;
+use crate::policy::card::Policy;
 use crate::router::{RouteSpec, Tier};
-use crate::secret::Secret;
+use crate::core::secret::Secret;
 use crate::store::OnStoreError;
-use crate::vocab::{CallPath, Route};
+use crate::core::vocab::{CallPath, Route};
 use crate::wire::Endpoint;
-use crate::yaml::{self, YamlError};
+use crate::config::yaml::{self, YamlError};
 use indexmap::IndexMap;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -41,7 +41,7 @@ pub struct PoolConfig {
     pub models: BTreeMap<Route, ModelFacts>,
     pub state: Option<PathBuf>,
     /// Admission contracts, keyed by a route or a provider (decisions.md "Admission").
-    pub limits: BTreeMap<String, crate::admission::Limits>,
+    pub limits: BTreeMap<String, crate::admission::bucket::Limits>,
     pub headroom: Option<f64>,
     pub interactive_floor: Option<f64>,
     /// What admission does while a shared store cannot be reached.
@@ -90,7 +90,7 @@ pub struct TierEntry {
     pub path: CallPath,
 }
 
-pub use crate::route::DialectSource;
+pub use crate::config::route::DialectSource;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -192,7 +192,7 @@ impl PoolConfig {
     /// `poolctl check`: every problem in `text` at once, field errors and semantic ones,
     /// each with its line. `Err` only when `text` is not YAML at all.
     pub fn lint(file: &Path, text: &str) -> Result<Lint, YamlError> {
-        let parsed = crate::problems::parse_all::<RawConfig>(file, text)?;
+        let parsed = crate::config::problems::parse_all::<RawConfig>(file, text)?;
         let mut problems = parsed.problems;
         let config = parsed.value.map(|raw| raw.into_config(file));
         if let Some(config) = &config {
@@ -267,7 +267,7 @@ impl PoolConfig {
                 out.push(bad("base_url", why));
             }
             // A gateway key in `?key=` is a credential: masked wherever it is echoed.
-            crate::secret::register_url_query(&p.base_url);
+            crate::core::secret::register_url_query(&p.base_url);
             if p.api_key_env.trim().is_empty() {
                 out.push(bad(
                     "api_key_env",
@@ -565,9 +565,9 @@ impl PoolConfig {
     /// long-running process (the gateway) builds at startup.
     /// The admission set-up: `limits:`, `headroom:`, `interactive_floor:`, with the
     /// defaults of decisions.md.
-    pub fn admission(&self) -> crate::buckets::AdmissionConfig {
-        let d = crate::buckets::AdmissionConfig::default();
-        crate::buckets::AdmissionConfig {
+    pub fn admission(&self) -> crate::admission::buckets::AdmissionConfig {
+        let d = crate::admission::buckets::AdmissionConfig::default();
+        crate::admission::buckets::AdmissionConfig {
             limits: self.limits.clone(),
             headroom: self.headroom.unwrap_or(d.headroom),
             interactive_floor: self.interactive_floor.unwrap_or(d.interactive_floor),
@@ -689,7 +689,7 @@ struct RawConfig {
     #[serde(default)]
     state_timeout_ms: Option<u64>,
     #[serde(default)]
-    limits: BTreeMap<String, crate::admission::Limits>,
+    limits: BTreeMap<String, crate::admission::bucket::Limits>,
     #[serde(default)]
     headroom: Option<f64>,
     #[serde(default)]
@@ -786,7 +786,7 @@ impl<'de> Deserialize<'de> for TierEntry {
 /// request in production. The URL is only ever shown through `secret::display_url`: its
 /// query may carry a key.
 fn check_url(url: &str) -> Result<(), String> {
-    let shown = crate::secret::display_url(url);
+    let shown = crate::core::secret::display_url(url);
     let parsed =
         reqwest::Url::parse(url).map_err(|e| format!("`{shown}` is not a valid URL: {e}"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {

@@ -7,7 +7,7 @@
 //! name list that `check`, the config loader, the scenario loader and the typo hint use
 //! is `Dialect::ALL`, derived from that table, so a new dialect cannot be half-known.
 
-use crate::vocab::Wire;
+use crate::core::vocab::Wire;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -75,7 +75,7 @@ impl Dialect {
         if let Some(d) = Dialect::parse(&lower) {
             return Some(d); // a case slip: `MiniMax`
         }
-        crate::yaml::nearest(&lower, Dialect::ALL.iter().map(|d| d.as_str()))
+        crate::config::yaml::nearest(&lower, Dialect::ALL.iter().map(|d| d.as_str()))
             .and_then(|n| Dialect::parse(&n))
     }
 

@@ -1,0 +1,10 @@
+//! The pool config (`pool.yaml`, spec/cli.md): YAML loading with located errors
+//! (`yaml`), every problem in a file at once (`problems`), one route's resolved spec
+//! and the tier (`route`), and the config itself, parsed and validated once (`pool`).
+//!
+//! Imports: `core`, `classify`, `admission`, `policy`, `wire` (a route's endpoint).
+
+pub mod pool;
+pub mod problems;
+pub mod route;
+pub mod yaml;
