@@ -5,8 +5,9 @@
 //! `cargo bench --bench admission`
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use poolctl::admission::bucket::{Cost, Limits, Priority, Spent};
+use poolctl::admission::bucket::{Cost, Limits, Spent};
 use poolctl::admission::buckets::{AdmissionConfig, Buckets};
+use poolctl::core::vocab::Priority;
 use poolctl::core::vocab::Route;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

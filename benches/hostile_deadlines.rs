@@ -8,14 +8,15 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use poolctl::config::route::{RouteSpec, Tier};
 use poolctl::core::clock::{Stopwatch, SystemClock};
-use poolctl::policy::health::Transition;
-use poolctl::policy::card::Policy;
 use poolctl::core::request::{ChatRequest, Request};
-use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
 use poolctl::core::secret::Secret;
-use poolctl::store::MemoryStore;
 use poolctl::core::vocab::{CallPath, Route, Wire};
+use poolctl::policy::card::Policy;
+use poolctl::policy::health::Transition;
+use poolctl::router::{CallOptions, Router};
+use poolctl::store::MemoryStore;
 use poolctl::wire::sse::SseFramer;
 use poolctl::wire::Endpoint;
 use std::sync::Arc;

@@ -6,11 +6,11 @@
 //! `cargo bench --bench probe_fanout`
 
 use poolctl::core::clock::{wall_now_ms, Stopwatch};
+use poolctl::core::secret::Secret;
+use poolctl::core::vocab::{CallPath, Route, Wire};
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::scenario::Reply;
 use poolctl::router::probe::{probe_all, Target, DEFAULT_CONCURRENCY, PER_PROVIDER};
-use poolctl::core::secret::Secret;
-use poolctl::core::vocab::{CallPath, Route, Wire};
 use poolctl::wire::Endpoint;
 use std::sync::Arc;
 

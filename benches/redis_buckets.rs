@@ -9,13 +9,14 @@
 //! as copies of this binary (`POOLCTL_BENCH_WORKER` set), so they are real processes with
 //! their own connections.
 
-use poolctl::admission::bucket::{Cost, Limits, Priority, Spent};
+use poolctl::admission::bucket::{Cost, Limits, Spent};
 use poolctl::admission::buckets::{AdmissionConfig, Buckets};
 use poolctl::core::clock::{wall_now_ms, Stopwatch};
+use poolctl::core::vocab::Priority;
+use poolctl::core::vocab::Route;
 use poolctl::harness::redis_server::RedisServer;
 use poolctl::store::redis_buckets::RedisBuckets;
 use poolctl::store::RedisStore;
-use poolctl::core::vocab::Route;
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -10,17 +10,18 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use poolctl::admission::bucket::Limits;
-use poolctl::policy::breaker::BreakerConfig;
 use poolctl::admission::buckets::{AdmissionConfig, Buckets};
-use poolctl::policy::capability::ModelFacts;
-use poolctl::core::clock::ManualClock;
 use poolctl::classify::failure::{Headers, UpstreamFailure};
-use poolctl::policy::card::Policy;
 use poolctl::config::route::RoutePolicy;
-use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
+use poolctl::config::route::{RouteSpec, Tier};
+use poolctl::core::clock::ManualClock;
 use poolctl::core::secret::Secret;
-use poolctl::store::MemoryStore;
 use poolctl::core::vocab::{CallPath, Outcome, Route, Wire};
+use poolctl::policy::breaker::BreakerConfig;
+use poolctl::policy::capability::ModelFacts;
+use poolctl::policy::card::Policy;
+use poolctl::router::{CallOptions, Router};
+use poolctl::store::MemoryStore;
 use poolctl::wire::Endpoint;
 use std::sync::Arc;
 

@@ -11,13 +11,14 @@
 // Canned results mirror what a wire returns: `Result<_, UpstreamFailure>`, large by nature.
 #![allow(clippy::result_large_err)]
 
-use poolctl::core::clock::{ManualClock, Stopwatch};
 use poolctl::classify::failure::{Headers, UpstreamFailure};
-use poolctl::policy::card::Policy;
-use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
+use poolctl::config::route::{RouteSpec, Tier};
+use poolctl::core::clock::{ManualClock, Stopwatch};
 use poolctl::core::secret::Secret;
-use poolctl::store::{HealthStore, MemoryStore, SqliteStore};
 use poolctl::core::vocab::{CallPath, Outcome, Route, Wire};
+use poolctl::policy::card::Policy;
+use poolctl::router::{CallOptions, Router};
+use poolctl::store::{HealthStore, MemoryStore, SqliteStore};
 use poolctl::wire::Endpoint;
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,16 +5,17 @@
 //!
 //! `cargo bench --bench stream_passthrough`
 
+use poolctl::config::route::{RouteSpec, Tier};
 use poolctl::core::answer::StreamEvent;
 use poolctl::core::clock::{ManualClock, Stopwatch};
+use poolctl::core::request::{ChatRequest, Request};
+use poolctl::core::secret::Secret;
+use poolctl::core::vocab::{CallPath, Route, Wire};
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::scenario::{Reply, StreamEnd, StreamItem, StreamReply};
 use poolctl::policy::card::Policy;
-use poolctl::core::request::{ChatRequest, Request};
-use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
-use poolctl::core::secret::Secret;
+use poolctl::router::{CallOptions, Router};
 use poolctl::store::MemoryStore;
-use poolctl::core::vocab::{CallPath, Route, Wire};
 use poolctl::wire::Endpoint;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -2,17 +2,17 @@
 //! chaos harness's virtual clock: what a scenario file cannot say, because its
 //! concurrent copies share one priority.
 
-use poolctl::admission::bucket::Priority;
 use poolctl::admission::buckets::Buckets;
 use poolctl::core::clock::{Clock, ManualClock};
+use poolctl::core::request::Request;
+use poolctl::core::vocab::Outcome;
+use poolctl::core::vocab::Priority;
 use poolctl::harness::mock::MockServer;
 use poolctl::harness::runner::{mock_routes, scenario_chat_request, tier_for};
 use poolctl::harness::scenario::Scenario;
 use poolctl::policy::card::Policy;
-use poolctl::core::request::Request;
 use poolctl::router::{CallOptions, Router};
 use poolctl::store::MemoryStore;
-use poolctl::core::vocab::Outcome;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ expect: { outcome: success }
 /// virtual clock at the scenario's `now`.
 async fn setup() -> (
     MockServer,
-    poolctl::router::Tier,
+    poolctl::config::route::Tier,
     Router,
     Arc<ManualClock>,
     i64,

@@ -5,13 +5,14 @@
 //! the library's store API (as a process's flush or a fleet's settles write them), then
 //! read by the real binary.
 
-use poolctl::admission::bucket::{Cost, Dimension, Priority, Spent};
+use poolctl::admission::bucket::{Cost, Dimension, Spent};
 use poolctl::admission::buckets::UsageDelta;
 use poolctl::core::clock::wall_now_ms;
+use poolctl::core::vocab::Priority;
+use poolctl::core::vocab::Route;
 use poolctl::harness::redis_server::RedisServer;
 use poolctl::store::redis_buckets::RedisBuckets;
 use poolctl::store::{RedisStore, SqliteStore};
-use poolctl::core::vocab::Route;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -2,15 +2,15 @@
 //! panic and stay in bounds; a reworded or translated message never changes a class
 //! that status plus code decide; a 2xx is never retried; retirement never ends by time.
 
-use poolctl::policy::budget::Spent;
 use poolctl::classify::classifier::classify;
-use poolctl::policy::decide::{decide, Situation};
 use poolctl::classify::dialect::Dialect;
 use poolctl::classify::failure::{Headers, UpstreamFailure};
-use poolctl::policy::health::Health;
 use poolctl::classify::hint::{parse_duration, parse_retry_after, retry_hint, MAX_HINT_MS};
-use poolctl::policy::card::Policy;
 use poolctl::core::vocab::{Action, CallPath, Class, HealthState};
+use poolctl::policy::budget::Spent;
+use poolctl::policy::card::Policy;
+use poolctl::policy::decide::{decide, Situation};
+use poolctl::policy::health::Health;
 use proptest::prelude::*;
 
 fn dialect() -> impl Strategy<Value = Dialect> {

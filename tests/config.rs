@@ -1,8 +1,8 @@
 //! The pool config as users write it: real files, the errors they get for mistakes, and
 //! the resolution the CLI and router rely on.
 
-use poolctl::config::pool::{locate, locate_with, ConfigError, DialectSource, PoolConfig};
 use poolctl::classify::dialect::Dialect;
+use poolctl::config::pool::{locate, locate_with, ConfigError, DialectSource, PoolConfig};
 use poolctl::core::vocab::{CallPath, Route, Wire};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

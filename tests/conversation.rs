@@ -4,6 +4,9 @@
 //! expects; bad input is an error that names the field, never a panic.
 
 use poolctl::core::conversation::*;
+use poolctl::wire::anthropic::history::*;
+use poolctl::wire::gemini::history::*;
+use poolctl::wire::openai::history::*;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::collections::HashMap;

@@ -3,15 +3,16 @@
 //! it: when the success lands, the route stays retired — on the in-memory store and on
 //! the shared SQLite file and the shared Redis alike.
 
-use poolctl::core::clock::ManualClock;
 use poolctl::classify::dialect::Dialect;
-use poolctl::policy::health::{Health, Transition};
-use poolctl::policy::card::Policy;
+use poolctl::config::route::{RouteSpec, Tier};
+use poolctl::core::clock::ManualClock;
 use poolctl::core::request::{ChatRequest, Request};
-use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
 use poolctl::core::secret::Secret;
-use poolctl::store::{HealthStore, MemoryStore, SqliteStore};
 use poolctl::core::vocab::{Outcome, Route, Wire};
+use poolctl::policy::card::Policy;
+use poolctl::policy::health::{Health, Transition};
+use poolctl::router::{CallOptions, Router};
+use poolctl::store::{HealthStore, MemoryStore, SqliteStore};
 use poolctl::wire::Endpoint;
 use serde_json::json;
 use std::sync::{Arc, Mutex};

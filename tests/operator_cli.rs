@@ -1,11 +1,11 @@
 //! End-to-end tests of the operator commands: the built `poolctl` binary against real
 //! loopback mocks and a real SQLite store shared by several processes.
 
+use poolctl::core::vocab::{CallPath, Route, Wire};
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::scenario::{Body, Reply};
 use poolctl::policy::health::{Health, Transition};
 use poolctl::store::{HealthStore, SqliteStore};
-use poolctl::core::vocab::{CallPath, Route, Wire};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -2,20 +2,21 @@
 //! text over as it arrives and never splice; a stall ends on its deadline; embedding
 //! batches queue and come back; rerank degrades to the recall order.
 
+use poolctl::config::route::Tier;
 use poolctl::core::answer::StreamEvent;
 use poolctl::core::clock::{Clock, ManualClock, Stopwatch};
-use poolctl::router::embed_queue::{EmbedQueue, Offered};
+use poolctl::core::request::{EmbedRequest, Request};
+use poolctl::core::trace::Report;
+use poolctl::core::vocab::{Action, Class, Outcome, Route};
 use poolctl::harness::mock::MockServer;
 use poolctl::harness::runner::{
     mock_routes, scenario_chat_request, scenario_rerank_request, tier_for,
 };
 use poolctl::harness::scenario::Scenario;
 use poolctl::policy::card::Policy;
-use poolctl::core::request::{EmbedRequest, Request};
-use poolctl::router::{CallOptions, Called, Router, Tier};
+use poolctl::router::embed_queue::{EmbedQueue, Offered};
+use poolctl::router::{CallOptions, Called, Router};
 use poolctl::store::MemoryStore;
-use poolctl::core::trace::Report;
-use poolctl::core::vocab::{Action, Class, Outcome, Route};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

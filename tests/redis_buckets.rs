@@ -3,12 +3,13 @@
 //! same levels, bit for bit), each touches only its provider's keys, and a settle counts
 //! the minute's usage.
 
-use poolctl::admission::bucket::{Cost, Dimension, Limits, Priority, Spent};
+use poolctl::admission::bucket::{Cost, Dimension, Limits, Spent};
 use poolctl::admission::buckets::{AdmissionConfig, Buckets};
+use poolctl::core::vocab::Priority;
+use poolctl::core::vocab::Route;
 use poolctl::harness::redis_server::RedisServer;
 use poolctl::store::redis_buckets::{field, RedisBuckets};
 use poolctl::store::RedisStore;
-use poolctl::core::vocab::Route;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

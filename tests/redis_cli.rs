@@ -3,10 +3,10 @@
 //! attempt or by an operator, is skipped by every other at once; with the Redis gone, a
 //! walk neither hangs nor fails, and says how many decisions it made on its own view.
 
+use poolctl::core::vocab::{CallPath, Route, Wire};
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::redis_server::RedisServer;
 use poolctl::harness::scenario::{Body, Reply};
-use poolctl::core::vocab::{CallPath, Route, Wire};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -13,10 +13,10 @@
 //! Socket deadlines are real time and small; nothing sleeps.
 
 use poolctl::core::clock::Stopwatch;
+use poolctl::core::vocab::{CallPath, Route, Wire};
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::redis_server::RedisServer;
 use poolctl::harness::scenario::Reply;
-use poolctl::core::vocab::{CallPath, Route, Wire};
 use serde_json::json;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};

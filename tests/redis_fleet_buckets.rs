@@ -5,14 +5,15 @@
 //! over-admission stays within the local_share bound (each worker's 1 / workers share),
 //! computed and asserted. With `fail_closed`, nothing is admitted without Redis.
 
-use poolctl::admission::bucket::{Cost, Limits, Priority, Spent};
+use poolctl::admission::bucket::{Cost, Limits, Spent};
 use poolctl::admission::buckets::AdmissionConfig;
 use poolctl::core::clock::Stopwatch;
+use poolctl::core::vocab::Priority;
+use poolctl::core::vocab::Route;
 use poolctl::harness::redis_server::RedisServer;
 use poolctl::store::redis_buckets::RedisBuckets;
 use poolctl::store::shared_buckets::{Hold, SharedBuckets};
 use poolctl::store::{OnStoreError, RedisStore};
-use poolctl::core::vocab::Route;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -6,12 +6,12 @@
 #[path = "support/shared_breakers.rs"]
 mod shared_breakers;
 
-use poolctl::policy::breaker::{self, BreakerConfig};
 use poolctl::core::clock::Stopwatch;
+use poolctl::core::vocab::Route;
 use poolctl::harness::redis_server::RedisServer;
+use poolctl::policy::breaker::{self, BreakerConfig};
 use poolctl::policy::health::{self, Health, Transition};
 use poolctl::store::{FallbackStore, HealthStore, RedisStore};
-use poolctl::core::vocab::Route;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -6,12 +6,12 @@
 use poolctl::cli::look::{self, strip_ansi, Look};
 use poolctl::cli::probe::TierProbe;
 use poolctl::cli::render;
+use poolctl::core::trace::{AttemptRecord, Chosen, HealthChange, Report, Skip, SkipWhy, Step};
+use poolctl::core::vocab::{Action, CallPath, Class, HealthState, Outcome, Reason, Route};
 use poolctl::harness::compare::{HealthView, Mismatch};
 use poolctl::harness::runner::{RequestRun, ScenarioRun};
 use poolctl::policy::health::Health;
 use poolctl::router::probe::{Headroom, ProbeResult};
-use poolctl::core::trace::{AttemptRecord, Chosen, HealthChange, Report, Skip, SkipWhy, Step};
-use poolctl::core::vocab::{Action, CallPath, Class, HealthState, Outcome, Reason, Route};
 use std::collections::BTreeMap;
 
 fn route(s: &str) -> Route {

@@ -5,16 +5,17 @@
 //! `dropped`. Answers, plain and streamed, carry tool calls, finish reason, the
 //! answering model and usage.
 
+use poolctl::classify::dialect::Dialect;
+use poolctl::config::route::{RouteSpec, Tier};
 use poolctl::core::answer::{FinishReason, StreamEvent};
 use poolctl::core::clock::ManualClock;
 use poolctl::core::conversation::ToolSpec;
-use poolctl::classify::dialect::Dialect;
-use poolctl::policy::card::Policy;
 use poolctl::core::request::{ChatRequest, Request, Sampling, ToolChoice};
-use poolctl::router::{CallOptions, Called, RouteSpec, Router, Tier};
 use poolctl::core::secret::Secret;
-use poolctl::store::MemoryStore;
 use poolctl::core::vocab::{Outcome, Route, Wire};
+use poolctl::policy::card::Policy;
+use poolctl::router::{CallOptions, Called, Router};
+use poolctl::store::MemoryStore;
 use poolctl::wire::Endpoint;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};

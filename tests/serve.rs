@@ -2,9 +2,9 @@
 //! providers, driven by a real HTTP client and by hostile raw sockets. Socket deadlines
 //! are real time and kept small; no test sleeps.
 
+use poolctl::core::vocab::{CallPath, Route, Wire};
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::scenario::{Body, Reply, StreamEnd, StreamItem, StreamReply};
-use poolctl::core::vocab::{CallPath, Route, Wire};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;

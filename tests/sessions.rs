@@ -3,17 +3,18 @@
 //! canonical history — tool calls and results included — is re-sent in the new
 //! provider's own format. Checked against an independent HTTP mock (wiremock).
 
+use poolctl::classify::dialect::Dialect;
+use poolctl::config::route::{RouteSpec, Tier};
 use poolctl::core::clock::ManualClock;
 use poolctl::core::conversation::{Conversation, ToolCall, ToolSpec, Turn};
-use poolctl::classify::dialect::Dialect;
-use poolctl::policy::card::Policy;
 use poolctl::core::request::ChatRequest;
 use poolctl::core::request::Request;
-use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
 use poolctl::core::secret::Secret;
-use poolctl::store::MemoryStore;
 use poolctl::core::trace::Chosen;
 use poolctl::core::vocab::{Outcome, Route, Wire};
+use poolctl::policy::card::Policy;
+use poolctl::router::{CallOptions, Router};
+use poolctl::store::MemoryStore;
 use poolctl::wire::Endpoint;
 use serde_json::json;
 use std::sync::Arc;

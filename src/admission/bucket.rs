@@ -7,53 +7,8 @@
 //! Where the buckets live (one process, or a fleet's shared store) is `store::buckets`.
 
 use crate::core::clock::UnixMs;
+use crate::core::vocab::Priority;
 use serde::{Deserialize, Serialize};
-
-/// A request's priority class: from its source, never inferred. Waiting requests are
-/// served in this order (the derive's order is the queue's).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Priority {
-    /// A person is waiting: the only class that may use the interactive floor.
-    #[default]
-    Interactive,
-    /// A request a caller sends again (not the router's own same-route retry).
-    Retry,
-    Background,
-    /// Never waits: admitted now or shed.
-    Speculative,
-}
-
-impl Priority {
-    pub const ALL: [Priority; 4] = [
-        Priority::Interactive,
-        Priority::Retry,
-        Priority::Background,
-        Priority::Speculative,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Priority::Interactive => "interactive",
-            Priority::Retry => "retry",
-            Priority::Background => "background",
-            Priority::Speculative => "speculative",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Priority> {
-        Priority::ALL
-            .into_iter()
-            .find(|p| p.as_str().eq_ignore_ascii_case(s.trim()))
-    }
-
-    /// Whether this class may wait in the local queue at all.
-    pub fn may_wait(self) -> bool {
-        self != Priority::Speculative
-    }
-}
 
 /// What a bucket meters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -9,9 +9,10 @@
 //! same shape (one script per provider, under one hash tag).
 
 use crate::admission::bucket::{
-    Bucket, Cost, Dimension, Limits, Priority, Spent, DEFAULT_HEADROOM, DEFAULT_INTERACTIVE_FLOOR,
+    Bucket, Cost, Dimension, Limits, Spent, DEFAULT_HEADROOM, DEFAULT_INTERACTIVE_FLOOR,
 };
 use crate::core::clock::UnixMs;
+use crate::core::vocab::Priority;
 use crate::core::vocab::Route;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};

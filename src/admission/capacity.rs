@@ -5,7 +5,8 @@
 //! backups' free capacity absorb its observed p95 per-minute load? Pure: the numbers in,
 //! the report out; the CLI reads the store and prints.
 
-use crate::admission::bucket::{Dimension, Priority};
+use crate::admission::bucket::Dimension;
+use crate::core::vocab::Priority;
 use serde::Serialize;
 use std::collections::BTreeMap;
 

@@ -7,7 +7,7 @@
 //!
 //! The queue only keeps order; the waiting itself is the router's, on its clock.
 
-use crate::admission::bucket::Priority;
+use crate::core::vocab::Priority;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -6,10 +6,10 @@
 //! or generic (`invalid_request_error`, `INVALID_ARGUMENT`, ...): it never overrides a
 //! decisive code, so a reworded or translated message cannot change the class.
 
-use crate::core::clock::UnixMs;
 use crate::classify::dialect::Dialect;
 use crate::classify::failure::{ErrorFields, Transport, UpstreamFailure};
 use crate::classify::hint::{retry_hint, stated_reset, Hint};
+use crate::core::clock::UnixMs;
 use crate::core::vocab::Class;
 
 /// What the classifier concluded about one attempt.

@@ -75,7 +75,7 @@ impl Dialect {
         if let Some(d) = Dialect::parse(&lower) {
             return Some(d); // a case slip: `MiniMax`
         }
-        crate::config::yaml::nearest(&lower, Dialect::ALL.iter().map(|d| d.as_str()))
+        crate::core::suggest::nearest(&lower, Dialect::ALL.iter().map(|d| d.as_str()))
             .and_then(|n| Dialect::parse(&n))
     }
 

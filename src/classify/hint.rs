@@ -5,8 +5,8 @@
 //! Garbage is skipped (the next source is tried), never a panic; results are
 //! clamped to [0, 24 h].
 
-use crate::core::clock::UnixMs;
 use crate::classify::failure::Headers;
+use crate::core::clock::UnixMs;
 use serde::Serialize;
 
 /// The longest wait a hint may ask for.

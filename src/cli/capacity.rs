@@ -12,14 +12,15 @@
 use super::context::{load_config, Admission};
 use super::exit::Exit;
 use super::{out, table, ConfigArg};
-use crate::admission::bucket::{Dimension, Priority};
+use crate::admission::bucket::Dimension;
 use crate::admission::buckets::{Buckets, UsageDelta};
 use crate::admission::capacity::{self, BucketReport, BucketUse, Covering, RouteLoad, TierCeiling};
-use crate::core::clock::wall_now_ms;
 use crate::config::pool::{PoolConfig, StateLocation};
+use crate::core::clock::wall_now_ms;
+use crate::core::vocab::Priority;
+use crate::core::vocab::Route;
 use crate::store::redis_buckets::RedisBuckets;
 use crate::store::{RedisStore, SqliteStore, StoreError};
-use crate::core::vocab::Route;
 use clap::Args;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::IsTerminal;

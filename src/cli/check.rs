@@ -256,7 +256,8 @@ pub fn findings_of(
     for (name, p) in &config.providers {
         // An anthropic or gemini wire speaks its own vendor's error conventions; only an
         // OpenAI-compatible wire can be any vendor behind it.
-        if p.dialect().1 == DialectSource::WireDefault && p.wire == crate::core::vocab::Wire::OpenAi {
+        if p.dialect().1 == DialectSource::WireDefault && p.wire == crate::core::vocab::Wire::OpenAi
+        {
             f.warnings.push(finding(
                 &["providers", name, "base_url"],
                 format!(
@@ -273,10 +274,13 @@ pub fn findings_of(
         let Some(primary) = entries.first() else {
             continue;
         };
-        let facts = |r: &crate::core::vocab::Route| config.models.get(r).copied().unwrap_or_default();
+        let facts =
+            |r: &crate::core::vocab::Route| config.models.get(r).copied().unwrap_or_default();
         for backup in &entries[1..] {
-            let gaps =
-                crate::policy::capability::backup_gaps(&facts(&primary.route), &facts(&backup.route));
+            let gaps = crate::policy::capability::backup_gaps(
+                &facts(&primary.route),
+                &facts(&backup.route),
+            );
             if !gaps.is_empty() {
                 f.warnings.push(finding(
                     &["tiers", tier],

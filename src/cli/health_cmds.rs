@@ -5,10 +5,10 @@ use super::context::{load_config, open_store};
 use super::exit::Exit;
 use super::look::Look;
 use super::{out, render, ConfigArg};
-use crate::core::clock::wall_now_ms;
 use crate::config::pool::StateLocation;
-use crate::policy::health::{Health, Transition};
+use crate::core::clock::wall_now_ms;
 use crate::core::vocab::Route;
+use crate::policy::health::{Health, Transition};
 use clap::Args;
 use std::collections::BTreeMap;
 

@@ -3,10 +3,10 @@
 //! client (an official SDK included) can be run against a replayed incident.
 
 use super::exit::Exit;
+use crate::core::vocab::CallPath;
 use crate::harness::mock::MockServer;
 use crate::harness::runner::mock_routes;
 use crate::harness::scenario::Scenario;
-use crate::core::vocab::CallPath;
 use clap::Args;
 use std::fmt::Write as _;
 use std::net::SocketAddr;

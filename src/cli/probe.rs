@@ -111,7 +111,9 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
         super::context::Admission::Local(b) => {
             (crate::router::probe::ProbeBuckets::Local(b), !b.is_empty())
         }
-        super::context::Admission::Shared(s) => (crate::router::probe::ProbeBuckets::Shared(s), true),
+        super::context::Admission::Shared(s) => {
+            (crate::router::probe::ProbeBuckets::Shared(s), true)
+        }
     };
     let admission = crate::router::probe::ProbeAdmission {
         buckets,
@@ -216,14 +218,16 @@ async fn record_provider_limits(config: &crate::config::pool::PoolConfig, result
         ));
     };
     match config.state_location() {
-        crate::config::pool::StateLocation::File(path) => match crate::store::SqliteStore::open(&path) {
-            Ok(store) => {
-                if let Err(e) = store.record_provider_limits(seen, wall_now_ms()).await {
-                    failed(&e);
+        crate::config::pool::StateLocation::File(path) => {
+            match crate::store::SqliteStore::open(&path) {
+                Ok(store) => {
+                    if let Err(e) = store.record_provider_limits(seen, wall_now_ms()).await {
+                        failed(&e);
+                    }
                 }
+                Err(e) => failed(&e),
             }
-            Err(e) => failed(&e),
-        },
+        }
         crate::config::pool::StateLocation::Redis(url) => {
             let deadline = std::time::Duration::from_millis(config.state_timeout_ms);
             let store = match crate::store::RedisStore::open(&url, deadline) {

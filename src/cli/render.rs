@@ -388,7 +388,9 @@ fn health_tone(state: crate::core::vocab::HealthState) -> Option<Tone> {
 
 /// The width `walk` pads route names to: the tier's longest, so columns line up
 /// without padding every line to a fixed 40.
-pub fn walk_route_width<'a>(routes: impl IntoIterator<Item = &'a crate::core::vocab::Route>) -> usize {
+pub fn walk_route_width<'a>(
+    routes: impl IntoIterator<Item = &'a crate::core::vocab::Route>,
+) -> usize {
     routes
         .into_iter()
         .map(|r| width(r.as_str()))
@@ -624,7 +626,10 @@ fn covering<'a>(
 }
 
 /// `rpm 450/450` for each bucket covering the route, named when it is the provider's.
-fn bucket_levels(buckets: &[crate::admission::buckets::BucketView], route: &crate::core::vocab::Route) -> String {
+fn bucket_levels(
+    buckets: &[crate::admission::buckets::BucketView],
+    route: &crate::core::vocab::Route,
+) -> String {
     covering(buckets, route)
         .map(|b| {
             let owner = if b.bucket == route.as_str() {

@@ -7,13 +7,13 @@ use super::exit::Exit;
 use super::look::Look;
 use super::{out, render, ConfigArg};
 use crate::core::clock::SystemClock;
-use crate::policy::health::Health;
-use crate::policy::card::Policy;
 use crate::core::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
-use crate::router::{CallOptions, Router};
-use crate::store::OverlayStore;
 use crate::core::trace::{Report, Step};
 use crate::core::vocab::{CallPath, Outcome, Route};
+use crate::policy::card::Policy;
+use crate::policy::health::Health;
+use crate::router::{CallOptions, Router};
+use crate::store::OverlayStore;
 use clap::Args;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -55,7 +55,7 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
                 "; it has no `policies:`".to_string()
             } else {
                 crate::config::pool::suggest(
-                    &crate::config::yaml::nearest(name, known.iter().map(String::as_str)),
+                    &crate::core::suggest::nearest(name, known.iter().map(String::as_str)),
                     "workflows",
                     &known,
                 )

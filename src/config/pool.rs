@@ -2,16 +2,16 @@
 //! `probe` and `walk` can trust every name in it. Every error names the file, line and
 //! field; keys never enter it, only the names of the variables that hold them.
 
-use crate::policy::capability::ModelFacts;
 use crate::classify::dialect::Dialect;
-use crate::core::limits;
-use crate::policy::card::Policy;
-use crate::router::{RouteSpec, Tier};
-use crate::core::secret::Secret;
-use crate::store::OnStoreError;
-use crate::core::vocab::{CallPath, Route};
-use crate::wire::Endpoint;
+use crate::config::route::{RouteSpec, Tier};
 use crate::config::yaml::{self, YamlError};
+use crate::core::limits;
+use crate::core::secret::Secret;
+use crate::core::vocab::{CallPath, Route};
+use crate::policy::capability::ModelFacts;
+use crate::policy::card::Policy;
+use crate::store::OnStoreError;
+use crate::wire::Endpoint;
 use indexmap::IndexMap;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -322,7 +322,8 @@ impl PoolConfig {
 
         for (name, policy) in &self.policies {
             let key = format!("{name}:");
-            if let Err((f, why)) = limits::check_fields(&limits::policy_fields(policy)) {
+            if let Err((f, why)) = limits::check_fields(&crate::policy::card::policy_fields(policy))
+            {
                 let needle = format!("{f}:");
                 out.push(invalid(
                     format!("policies.{name}.{f}"),
@@ -412,7 +413,7 @@ impl PoolConfig {
                     .chain(self.providers.keys().map(String::as_str));
                 let msg = format!(
                     "`{name}` is neither a route of a tier nor a provider{}",
-                    did_you_mean(&yaml::nearest(name, names))
+                    did_you_mean(&crate::core::suggest::nearest(name, names))
                 );
                 out.push(invalid(field, &["limits:", name], msg));
             } else if limits.contracts().next().is_none() {
@@ -469,11 +470,11 @@ impl PoolConfig {
     }
 
     fn nearest_provider(&self, name: &str) -> Option<String> {
-        yaml::nearest(name, self.providers.keys().map(String::as_str))
+        crate::core::suggest::nearest(name, self.providers.keys().map(String::as_str))
     }
 
     fn nearest_tier(&self, name: &str) -> Option<String> {
-        yaml::nearest(name, self.tiers.keys().map(String::as_str))
+        crate::core::suggest::nearest(name, self.tiers.keys().map(String::as_str))
     }
 
     /// The dialect whose error conventions apply to `provider`, and how it was chosen.
@@ -808,7 +809,7 @@ fn check_url(url: &str) -> Result<(), String> {
 }
 
 fn nearest_route(s: &str, routes: &[Route]) -> Option<String> {
-    yaml::nearest(s, routes.iter().map(Route::as_str))
+    crate::core::suggest::nearest(s, routes.iter().map(Route::as_str))
 }
 
 /// The 1-based line of a semantic error. serde has no positions once parsing is done,

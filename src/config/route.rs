@@ -5,13 +5,13 @@
 //! deadlines, dialect) and the [`RoutePolicy`] the router applies (cooldowns, breaker),
 //! with the defaults of spec/decisions.md and dialect inference, for both.
 
-use crate::policy::breaker::BreakerConfig;
-use crate::policy::capability::ModelFacts;
 use crate::classify::dialect::Dialect;
-use crate::policy::health::Cooldowns;
 use crate::core::limits;
 use crate::core::secret::Secret;
 use crate::core::vocab::{CallPath, Route, Wire};
+use crate::policy::breaker::BreakerConfig;
+use crate::policy::capability::ModelFacts;
+use crate::policy::health::Cooldowns;
 use crate::wire::{
     Endpoint, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_STREAM_IDLE_MS, DEFAULT_TIMEOUT_MS,
 };
@@ -150,7 +150,9 @@ impl ProviderSettings {
             ("cooldown_ms", self.cooldown_ms, Wait),
             ("transient_cooldown_ms", self.transient_cooldown_ms, Wait),
         ];
-        fields.extend(limits::breaker_fields(self.breaker.as_ref()));
+        fields.extend(crate::policy::breaker::breaker_fields(
+            self.breaker.as_ref(),
+        ));
         fields
     }
 

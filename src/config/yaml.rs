@@ -7,6 +7,7 @@
 //! must not grow memory), and a linear pre-scan refuses nesting deeper than 64, which
 //! serde_yaml would otherwise take a minute to refuse.
 
+use crate::core::suggest::nearest;
 use serde::de::DeserializeOwned;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -290,16 +291,6 @@ pub(crate) fn suggestion(message: &str) -> Option<String> {
     // "expected one of `a`, `b`" or "expected `a`": the names sit between backticks.
     let expected: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
     nearest(got, expected.iter().copied())
-}
-
-/// The candidate nearest to `got`, if any is near enough to be a typo.
-pub fn nearest<'a>(got: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
-    candidates
-        .into_iter()
-        .map(|c| (strsim::jaro_winkler(got, c), c))
-        .filter(|(score, _)| *score >= 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, c)| c.to_string())
 }
 
 #[cfg(test)]

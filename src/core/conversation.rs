@@ -29,20 +29,6 @@ use serde::{Deserialize, Serialize};
 #[error("{0}")]
 pub struct CodecError(pub String);
 
-// The wire codecs live in their wire modules; these names stay here for callers that
-// think of them as operations on a conversation.
-pub use crate::wire::anthropic::history::{
-    anthropic_answer_tool_calls, anthropic_request_parts, anthropic_tools, from_anthropic,
-};
-pub use crate::wire::gemini::history::{
-    from_gemini, gemini_answer_tool_calls, gemini_answer_tool_calls_after, gemini_request_parts,
-    gemini_tools,
-};
-pub use crate::wire::openai::history::{
-    from_openai_messages, openai_answer_tool_calls, openai_messages, openai_tools,
-    OPENAI_TOOL_ERROR_PREFIX,
-};
-
 impl From<String> for CodecError {
     fn from(s: String) -> Self {
         CodecError(s)
@@ -294,6 +280,7 @@ pub(crate) fn text_part(p: &Value, path: &str) -> Result<String, CodecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::openai::history::{from_openai_messages, openai_messages};
 
     fn call(id: &str, name: &str) -> ToolCall {
         ToolCall {

@@ -11,7 +11,7 @@ pub const DEFAULT_STREAM_MAX_MS: u64 = 600_000;
 /// Text and tool-call arguments delivered by one stream (`max_stream_bytes`).
 pub const DEFAULT_MAX_STREAM_BYTES: u64 = 16 * 1024 * 1024;
 /// One SSE event (`max_event_bytes`).
-pub const DEFAULT_MAX_EVENT_BYTES: u64 = crate::wire::sse::DEFAULT_MAX_EVENT_BYTES as u64;
+pub const DEFAULT_MAX_EVENT_BYTES: u64 = 1024 * 1024;
 /// The largest byte cap accepted: past this a cap protects nothing.
 pub const MAX_BYTES: u64 = 1024 * 1024 * 1024;
 
@@ -66,27 +66,6 @@ pub fn check_fields<N: Copy>(fields: &[(N, Option<u64>, Kind)]) -> Result<(), (N
         check_opt(*kind, *value).map_err(|why| (*name, why))?;
     }
     Ok(())
-}
-
-/// A breaker's durations, as named fields.
-pub fn breaker_fields(
-    b: Option<&crate::policy::breaker::BreakerConfig>,
-) -> Vec<(&'static str, Option<u64>, Kind)> {
-    match b {
-        Some(b) => vec![
-            ("breaker.open_ms", Some(b.open_ms), Kind::Wait),
-            ("breaker.max_open_ms", Some(b.max_open_ms), Kind::Wait),
-        ],
-        None => Vec::new(),
-    }
-}
-
-/// A policy card's durations, as named fields.
-pub fn policy_fields(p: &crate::policy::card::Policy) -> [(&'static str, Option<u64>, Kind); 2] {
-    [
-        ("max_elapsed_ms", Some(p.max_elapsed_ms), Kind::Deadline),
-        ("max_retry_wait_ms", Some(p.max_retry_wait_ms), Kind::Wait),
-    ]
 }
 
 #[cfg(test)]

@@ -11,5 +11,6 @@ pub mod limits;
 pub mod outcome;
 pub mod request;
 pub mod secret;
+pub mod suggest;
 pub mod trace;
 pub mod vocab;

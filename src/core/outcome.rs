@@ -2,8 +2,8 @@
 //! message can be built from. "Out of capacity" is said only when every failure was a
 //! capacity failure: a missing model must never read as "no quota" (seed 002).
 
-use crate::policy::decide::Why;
 use crate::core::trace::SkipWhy;
+use crate::core::vocab::Why;
 use crate::core::vocab::{Action, Class, Outcome, Reason};
 
 pub fn outcome_of(action: Action) -> Outcome {

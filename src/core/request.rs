@@ -6,7 +6,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// How urgent a request is: admission control orders and sheds by it.
-pub use crate::admission::bucket::Priority;
 
 /// Sampling controls a caller may set; `None` / empty leaves the provider's default.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -73,8 +72,8 @@ impl ChatRequest {
     }
 
     /// What this request needs from a route.
-    pub fn needs(&self, streaming: bool) -> crate::policy::capability::Needs {
-        use crate::policy::capability::estimate_tokens;
+    pub fn needs(&self, streaming: bool) -> crate::core::request::Needs {
+        use crate::core::request::estimate_tokens;
         let c = &self.conversation;
         let turns: u64 = c
             .turns
@@ -92,7 +91,7 @@ impl ChatRequest {
             })
             .sum();
         let text = turns + c.system.as_deref().map(estimate_tokens).unwrap_or(0);
-        crate::policy::capability::Needs {
+        crate::core::request::Needs {
             prompt_tokens: self.token_estimate.unwrap_or(text),
             max_output_tokens: self.max_tokens.unwrap_or(0) as u64,
             tools: !self.tools.is_empty(),
@@ -110,12 +109,12 @@ pub struct EmbedRequest {
 }
 
 impl EmbedRequest {
-    pub fn needs(&self) -> crate::policy::capability::Needs {
-        crate::policy::capability::Needs {
+    pub fn needs(&self) -> crate::core::request::Needs {
+        crate::core::request::Needs {
             prompt_tokens: self
                 .inputs
                 .iter()
-                .map(|t| crate::policy::capability::estimate_tokens(t))
+                .map(|t| crate::core::request::estimate_tokens(t))
                 .sum(),
             ..Default::default()
         }
@@ -131,10 +130,12 @@ pub struct RerankRequest {
 }
 
 impl RerankRequest {
-    pub fn needs(&self) -> crate::policy::capability::Needs {
+    pub fn needs(&self) -> crate::core::request::Needs {
         let texts = self.documents.iter().chain([&self.query]);
-        crate::policy::capability::Needs {
-            prompt_tokens: texts.map(|t| crate::policy::capability::estimate_tokens(t)).sum(),
+        crate::core::request::Needs {
+            prompt_tokens: texts
+                .map(|t| crate::core::request::estimate_tokens(t))
+                .sum(),
             ..Default::default()
         }
     }
@@ -161,7 +162,7 @@ impl Request {
     }
 
     /// What this request needs from a route.
-    pub fn needs(&self) -> crate::policy::capability::Needs {
+    pub fn needs(&self) -> crate::core::request::Needs {
         match self {
             Request::Chat(c) => c.needs(false),
             Request::Stream(c) => c.needs(true),
@@ -179,4 +180,24 @@ pub struct Usage {
     /// Prompt tokens served from the provider's cache, where the wire reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<u64>,
+}
+
+/// A rough token estimate for text: about four characters a token.
+pub fn estimate_tokens(text: &str) -> u64 {
+    (text.chars().count() as u64).div_ceil(4)
+}
+
+/// What one request needs from a route.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// Estimated prompt tokens.
+    pub prompt_tokens: u64,
+    pub max_output_tokens: u64,
+    pub tools: bool,
+    pub json_schema: bool,
+    pub images: bool,
+    pub streaming: bool,
+    /// A route already answered `context_overflow` with this window: only a larger one
+    /// may serve.
+    pub min_window: u64,
 }

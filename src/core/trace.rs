@@ -2,7 +2,6 @@
 //! and `--json` emits. "What did this request do?" is answered from these alone.
 
 use crate::core::clock::UnixMs;
-use crate::policy::health::Health;
 use crate::core::request::Usage;
 use crate::core::vocab::{Action, CallPath, Class, HealthState, Outcome, Reason, Route};
 use serde::Serialize;
@@ -15,20 +14,6 @@ pub struct HealthChange {
     pub until: Option<UnixMs>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-}
-
-impl From<&Health> for HealthChange {
-    fn from(h: &Health) -> Self {
-        HealthChange {
-            state: match h {
-                Health::Ready => HealthState::Ready,
-                Health::Cooling { .. } => HealthState::Cooling,
-                Health::Retired { .. } => HealthState::Retired,
-            },
-            until: h.until(),
-            reason: h.reason().map(str::to_string),
-        }
-    }
 }
 
 /// One upstream call.

@@ -233,6 +233,66 @@ impl fmt::Display for Route {
     }
 }
 
+/// A request's priority class: from its source, never inferred. Waiting requests are
+/// served in this order (the derive's order is the queue's).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    /// A person is waiting: the only class that may use the interactive floor.
+    #[default]
+    Interactive,
+    /// A request a caller sends again (not the router's own same-route retry).
+    Retry,
+    Background,
+    /// Never waits: admitted now or shed.
+    Speculative,
+}
+
+impl Priority {
+    pub const ALL: [Priority; 4] = [
+        Priority::Interactive,
+        Priority::Retry,
+        Priority::Background,
+        Priority::Speculative,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Interactive => "interactive",
+            Priority::Retry => "retry",
+            Priority::Background => "background",
+            Priority::Speculative => "speculative",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Priority> {
+        Priority::ALL
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(s.trim()))
+    }
+
+    /// Whether this class may wait in the local queue at all.
+    pub fn may_wait(self) -> bool {
+        self != Priority::Speculative
+    }
+}
+
+/// Which row of the table decided, and why: traces print it, reasons derive from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    Answered,
+    AfterVisibleToken,
+    StopOn,
+    Retryable,
+    Fallback,
+    /// Row 6 because the budget, not the chain, ran out.
+    BudgetSpent,
+    /// Row 6 because no approved live route was left, or the class allows no move.
+    NothingLeft,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

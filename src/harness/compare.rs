@@ -3,9 +3,9 @@
 
 use super::scenario::{AttemptExpect, Expect};
 use crate::core::clock::UnixMs;
-use crate::policy::health::Health;
 use crate::core::trace::{AttemptRecord, Report};
 use crate::core::vocab::{HealthState, Route};
+use crate::policy::health::Health;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Display;

@@ -8,6 +8,7 @@
 //! fleet sharing one store shares its breakers too.
 
 use crate::core::clock::UnixMs;
+use crate::core::limits::Kind;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -240,6 +241,17 @@ impl State {
             }),
             _ => None,
         }
+    }
+}
+
+/// A breaker's durations, as named fields.
+pub fn breaker_fields(b: Option<&BreakerConfig>) -> Vec<(&'static str, Option<u64>, Kind)> {
+    match b {
+        Some(b) => vec![
+            ("breaker.open_ms", Some(b.open_ms), Kind::Wait),
+            ("breaker.max_open_ms", Some(b.max_open_ms), Kind::Wait),
+        ],
+        None => Vec::new(),
     }
 }
 

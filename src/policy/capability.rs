@@ -3,6 +3,7 @@
 //! used only for requests it can serve; a route that cannot is skipped with a reason
 //! and never called. Unknown facts are not guessed: an absent fact never blocks.
 
+use crate::core::request::Needs;
 use serde::{Deserialize, Serialize};
 
 /// Per-model facts from the pool config (`models:`) or a scenario chain entry (`model:`).
@@ -19,21 +20,6 @@ pub struct ModelFacts {
     /// Prices in US dollars per million tokens.
     pub input_usd_per_mtok: Option<f64>,
     pub output_usd_per_mtok: Option<f64>,
-}
-
-/// What one request needs from a route.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Needs {
-    /// Estimated prompt tokens.
-    pub prompt_tokens: u64,
-    pub max_output_tokens: u64,
-    pub tools: bool,
-    pub json_schema: bool,
-    pub images: bool,
-    pub streaming: bool,
-    /// A route already answered `context_overflow` with this window: only a larger one
-    /// may serve.
-    pub min_window: u64,
 }
 
 /// Why a route with `facts` cannot serve `needs`, if it cannot.
@@ -73,11 +59,6 @@ pub fn estimate_cost_usd(facts: &ModelFacts, needs: &Needs) -> f64 {
     let input = facts.input_usd_per_mtok.unwrap_or(0.0) * needs.prompt_tokens as f64;
     let output = facts.output_usd_per_mtok.unwrap_or(0.0) * needs.max_output_tokens as f64;
     (input + output) / 1_000_000.0
-}
-
-/// A rough token estimate for text: about four characters a token.
-pub fn estimate_tokens(text: &str) -> u64 {
-    (text.chars().count() as u64).div_ceil(4)
 }
 
 /// What a backup lacks that its primary has, for `poolctl check`.

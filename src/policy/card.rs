@@ -1,6 +1,7 @@
 //! Policy cards (seed 001): one per workflow, bounding the one recovery budget every
 //! layer shares. Every default of spec/decisions.md lives here and nowhere else.
 
+use crate::core::limits::Kind;
 use crate::core::vocab::{Class, Route};
 use serde::{Deserialize, Serialize};
 
@@ -84,6 +85,14 @@ impl Policy {
     pub fn stops_on(&self, class: Class) -> bool {
         self.stop_on.contains(&class)
     }
+}
+
+/// A policy card's durations, as named fields.
+pub fn policy_fields(p: &Policy) -> [(&'static str, Option<u64>, Kind); 2] {
+    [
+        ("max_elapsed_ms", Some(p.max_elapsed_ms), Kind::Deadline),
+        ("max_retry_wait_ms", Some(p.max_retry_wait_ms), Kind::Wait),
+    ]
 }
 
 #[cfg(test)]

@@ -2,10 +2,10 @@
 //! row. Pure: everything it needs is in `Situation`, including the jitter draw, so a
 //! table test can pin every row.
 
-use crate::policy::budget::Spent;
 use crate::classify::hint::Hint;
+use crate::core::vocab::{Action, CallPath, Class, Why};
+use crate::policy::budget::Spent;
 use crate::policy::card::Policy;
-use crate::core::vocab::{Action, CallPath, Class};
 
 /// Everything the table reads about one attempt.
 #[derive(Debug, Clone, Copy)]
@@ -36,20 +36,6 @@ pub struct Situation<'a> {
     /// at once (or no limits), `None` never. A retry is an upstream call like any other:
     /// row 4 applies only when its wait is at least this long.
     pub retry_admission_ms: Option<u64>,
-}
-
-/// Which row of the table decided, and why: traces print it, reasons derive from it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Why {
-    Answered,
-    AfterVisibleToken,
-    StopOn,
-    Retryable,
-    Fallback,
-    /// Row 6 because the budget, not the chain, ran out.
-    BudgetSpent,
-    /// Row 6 because no approved live route was left, or the class allows no move.
-    NothingLeft,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

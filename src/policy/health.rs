@@ -2,8 +2,9 @@
 //! transition a finished attempt causes (spec/decisions.md). Cooling ends by time;
 //! retirement never does: only a manual restore brings a retired route back.
 
-use crate::core::clock::UnixMs;
 use crate::classify::hint::Hint;
+use crate::core::clock::UnixMs;
+use crate::core::trace::HealthChange;
 use crate::core::vocab::{Action, Class, HealthState};
 use serde::{Deserialize, Serialize};
 
@@ -178,6 +179,20 @@ pub fn apply(old: &Health, t: Transition) -> Health {
             old.clone()
         }
         (_, Transition::Cool { until, reason }) => Health::Cooling { until, reason },
+    }
+}
+
+impl From<&Health> for HealthChange {
+    fn from(h: &Health) -> Self {
+        HealthChange {
+            state: match h {
+                Health::Ready => HealthState::Ready,
+                Health::Cooling { .. } => HealthState::Cooling,
+                Health::Retired { .. } => HealthState::Retired,
+            },
+            until: h.until(),
+            reason: h.reason().map(str::to_string),
+        }
     }
 }
 

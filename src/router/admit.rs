@@ -8,9 +8,9 @@ use super::{Router, Walk};
 use crate::admission::bucket::{Cost, Spent, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::classify::failure::Headers;
 use crate::config::route::RouteSpec;
-use crate::store::shared_buckets::Hold;
 use crate::core::trace::{Report, Skip, SkipWhy};
 use crate::core::vocab::CallPath;
+use crate::store::shared_buckets::Hold;
 
 /// What one call to `spec` costs: one request, the input estimate, and the output it
 /// may produce — the declared maximum, else the model's, else 4 096 (providers
@@ -145,7 +145,7 @@ impl Router {
         &self,
         route: &crate::core::vocab::Route,
         cost: Cost,
-        priority: crate::admission::bucket::Priority,
+        priority: crate::core::vocab::Priority,
     ) -> Option<u64> {
         let buckets = &self.inner.buckets;
         let Some(cover) = buckets.cover(route) else {

@@ -3,13 +3,14 @@
 //! offered again once a route of its tier is ready. The router decides `queue`; this
 //! queue only keeps what it was handed, in order.
 
+use crate::config::route::Tier;
 use crate::core::answer::Answer;
-use crate::policy::card::Policy;
 use crate::core::request::EmbedRequest;
 use crate::core::request::Request;
-use crate::router::{CallOptions, Called, Router, Tier};
 use crate::core::trace::Report;
 use crate::core::vocab::Outcome;
+use crate::policy::card::Policy;
+use crate::router::{CallOptions, Called, Router};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 

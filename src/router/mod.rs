@@ -13,29 +13,30 @@ mod settlement;
 pub mod embed_queue;
 pub mod probe;
 
-use crate::admission::bucket::Priority;
-use crate::admission::queue::{AdmissionQueue, Ticket};
-use crate::core::answer::{Answer, FinishReason, StreamEvent};
 use crate::admission::buckets::Buckets;
-use crate::policy::budget::Spent;
-use crate::policy::capability::Needs;
+use crate::admission::queue::{AdmissionQueue, Ticket};
 use crate::classify::classifier::{classify, Verdict};
-use crate::core::clock::{Clock, Stopwatch, UnixMs};
-use crate::policy::decide::{when_nothing_left, Why};
 use crate::classify::failure::UpstreamFailure;
+use crate::config::route::{RouteSpec, Tier};
+use crate::core::answer::{Answer, FinishReason, StreamEvent};
+use crate::core::clock::{Clock, Stopwatch, UnixMs};
 use crate::core::outcome::{failure_reason, outcome_of};
-use crate::policy::card::{Policy, SafeReplay};
+use crate::core::request::Needs;
 use crate::core::request::{ChatRequest, Request, Usage};
+use crate::core::trace::{Report, SkipWhy, Step};
+use crate::core::vocab::Priority;
+use crate::core::vocab::Why;
+use crate::core::vocab::{Action, CallPath, Class, Outcome, Route};
+use crate::policy::budget::Spent;
+use crate::policy::card::{Policy, SafeReplay};
+use crate::policy::decide::when_nothing_left;
 use crate::store::shared_buckets::{Hold, SharedBuckets};
 use crate::store::HealthStore;
-use crate::core::trace::{Report, SkipWhy, Step};
-use crate::core::vocab::{Action, CallPath, Class, Outcome, Route};
 use crate::wire;
 use selection::Snapshot;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
-pub use crate::config::route::{RouteSpec, Tier};
 pub use settlement::Observed;
 
 /// Per-request options.
@@ -441,8 +442,12 @@ impl Router {
                         let result = wire::chat(client, &ep, spec.route.model(), chat).await;
                         match result {
                             Ok(ok) => {
-                                match schema.and_then(|s| crate::policy::validate::violation(s, &ok.text)) {
-                                    Some(why) => Err(crate::policy::validate::rejected(&ok.headers, why)),
+                                match schema
+                                    .and_then(|s| crate::policy::validate::violation(s, &ok.text))
+                                {
+                                    Some(why) => {
+                                        Err(crate::policy::validate::rejected(&ok.headers, why))
+                                    }
                                     None => Ok(Reply::Chat(ok)),
                                 }
                             }

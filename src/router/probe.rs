@@ -5,13 +5,13 @@
 //! is measuring.
 
 use crate::classify::classifier::classify;
-use crate::core::clock::{Stopwatch, UnixMs};
 use crate::classify::failure::Headers;
-use crate::policy::health::{transition, Health, Transition};
-use crate::core::request::{ChatRequest, EmbedRequest, RerankRequest};
 use crate::config::route::RoutePolicy;
-use crate::store::{HealthStore, StoreError};
+use crate::core::clock::{Stopwatch, UnixMs};
+use crate::core::request::{ChatRequest, EmbedRequest, RerankRequest};
 use crate::core::vocab::{Action, CallPath, Class, HealthState, Route};
+use crate::policy::health::{transition, Health, Transition};
+use crate::store::{HealthStore, StoreError};
 use crate::wire::{self, Endpoint};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -370,7 +370,7 @@ impl ProbeAdmission<'_> {
         route: &crate::core::vocab::Route,
         now: UnixMs,
     ) -> Result<Option<Held>, crate::admission::buckets::Refused> {
-        let priority = crate::admission::bucket::Priority::Background;
+        let priority = crate::core::vocab::Priority::Background;
         match self.buckets {
             ProbeBuckets::Local(b) => match b.cover(route) {
                 Some(cover) => b

@@ -3,13 +3,13 @@
 //! unapproved, incapable and breaker-blocked ones, recording each skip.
 
 use super::{lock, Router, Walk};
-use crate::policy::breaker::{self, Admit};
-use crate::policy::capability::cannot_serve;
-use crate::core::clock::UnixMs;
-use crate::policy::health::Health;
 use crate::config::route::{RouteSpec, Tier};
+use crate::core::clock::UnixMs;
 use crate::core::trace::{Report, Skip, SkipWhy, Step};
 use crate::core::vocab::HealthState;
+use crate::policy::breaker::{self, Admit};
+use crate::policy::capability::cannot_serve;
+use crate::policy::health::Health;
 
 /// The health of the routes ahead, each read from the store at most once per selection
 /// (positions are try-order positions). Read on demand rather than all at once, so that

@@ -3,17 +3,17 @@
 //! transition), its breaker, the session's pin — and the attempt record.
 
 use super::{lock, Reply, Router, Walk};
-use crate::core::answer::Answer;
-use crate::policy::breaker;
-use crate::policy::capability::estimate_cost_usd;
 use crate::classify::classifier::Verdict;
-use crate::core::clock::UnixMs;
-use crate::policy::decide::{decide, Decision, Situation};
 use crate::classify::failure::UpstreamFailure;
-use crate::policy::health::{is_route_fault, transition, Health, Transition};
+use crate::core::answer::Answer;
+use crate::core::clock::UnixMs;
 use crate::core::request::Usage;
 use crate::core::trace::{AttemptRecord, Chosen, HealthChange, Report, Step};
 use crate::core::vocab::{Action, Class};
+use crate::policy::breaker;
+use crate::policy::capability::estimate_cost_usd;
+use crate::policy::decide::{decide, Decision, Situation};
+use crate::policy::health::{is_route_fault, transition, Health, Transition};
 
 /// What the classifier and the wire said about one attempt.
 #[derive(Debug, Clone)]
@@ -359,7 +359,8 @@ mod tests {
     #[test]
     fn a_key_quoted_in_an_upstream_message_is_masked_in_the_trace() {
         let body = br#"{"error":{"message":"Incorrect API key provided: sk-proj-abcdEFGH1234ijkl. You can find your API key at https://platform.openai.com.","type":"invalid_request_error","code":"invalid_api_key"}}"#;
-        let f = UpstreamFailure::from_response(401, crate::classify::failure::Headers::default(), body);
+        let f =
+            UpstreamFailure::from_response(401, crate::classify::failure::Headers::default(), body);
         let d = detail_of(&f).unwrap();
         assert!(d.contains("sk-***") && !d.contains("abcdEFGH"), "{d}");
     }

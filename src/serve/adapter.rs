@@ -4,17 +4,18 @@
 //! requests in and answers out, and reads health only to tell a client when to retry.
 
 use super::ingress::{self, ChatIn, EmbedIn, RerankIn};
+use crate::config::route::Tier;
 use crate::core::answer::{Answer, FinishReason, StreamEvent};
 use crate::core::conversation::ToolCall;
-use crate::policy::card::Policy;
 use crate::core::request::{self, ChatRequest, EmbedRequest, Request, RerankRequest, Usage};
-use crate::router::{CallOptions, Router, Tier};
 use crate::core::trace::{Report, Step};
 use crate::core::vocab::{Action, Route};
+use crate::policy::card::Policy;
+use crate::router::{CallOptions, Router};
 use std::sync::Mutex;
 
 /// A priority class (`x-poolctl-priority`), carried to the router for admission control.
-pub use crate::core::request::Priority;
+pub use crate::core::vocab::Priority;
 
 /// The header's words for a priority class.
 pub fn parse_priority(s: &str) -> Option<Priority> {

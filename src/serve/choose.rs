@@ -4,9 +4,9 @@
 
 use super::errors::ApiError;
 use crate::config::pool::{ConfigError, PoolConfig};
-use crate::policy::card::Policy;
-use crate::router::Tier;
+use crate::config::route::Tier;
 use crate::core::vocab::{CallPath, Route};
+use crate::policy::card::Policy;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 

@@ -18,11 +18,11 @@
 //! answered here, ordered at that look-up, exactly as the SQLite store answers it at
 //! its own read; any other goes to the store, and drops the cache.
 
-use crate::policy::breaker::{self, BreakerConfig};
 use crate::core::clock::UnixMs;
+use crate::core::vocab::Route;
+use crate::policy::breaker::{self, BreakerConfig};
 use crate::policy::health::{apply, Health, Transition};
 use crate::store::{HealthStore, StoreError, StoreFuture};
-use crate::core::vocab::Route;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 

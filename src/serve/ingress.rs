@@ -3,7 +3,9 @@
 //! is wrong, so a client sees a clear 400 instead of a routed failure.
 
 use super::errors::ApiError;
-use crate::core::conversation::{from_anthropic, from_openai_messages, Conversation, ToolSpec};
+use crate::core::conversation::{Conversation, ToolSpec};
+use crate::wire::anthropic::history::from_anthropic;
+use crate::wire::openai::history::from_openai_messages;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 

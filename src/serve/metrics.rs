@@ -136,7 +136,7 @@ impl Metrics {
     pub fn render(
         &self,
         health: &[(crate::core::vocab::Route, &'static str)],
-        sheds: &BTreeMap<(crate::admission::bucket::Priority, crate::core::vocab::Route), u64>,
+        sheds: &BTreeMap<(crate::core::vocab::Priority, crate::core::vocab::Route), u64>,
         buckets: &[crate::admission::buckets::BucketView],
     ) -> String {
         let c = self.lock();

@@ -17,8 +17,8 @@ pub mod respond;
 pub mod status;
 pub mod stream;
 
-use crate::router::Router;
 use crate::core::secret::Secret;
+use crate::router::Router;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

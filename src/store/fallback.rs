@@ -14,10 +14,10 @@
 //! the local view.
 
 use super::{HealthStore, MemoryStore, StoreError, StoreFuture};
-use crate::policy::breaker::{self, BreakerConfig};
 use crate::core::clock::{Stopwatch, UnixMs};
-use crate::policy::health::{Health, Transition};
 use crate::core::vocab::Route;
+use crate::policy::breaker::{self, BreakerConfig};
+use crate::policy::health::{Health, Transition};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 

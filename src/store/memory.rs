@@ -3,10 +3,10 @@
 //! state it replaces.
 
 use super::{ready, HealthStore, StoreFuture};
-use crate::policy::breaker::{self, BreakerConfig};
 use crate::core::clock::UnixMs;
-use crate::policy::health::{apply, Health, Transition};
 use crate::core::vocab::Route;
+use crate::policy::breaker::{self, BreakerConfig};
+use crate::policy::health::{apply, Health, Transition};
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::Mutex;

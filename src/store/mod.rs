@@ -24,10 +24,10 @@ pub use memory::MemoryStore;
 pub use overlay::OverlayStore;
 pub use sqlite::SqliteStore;
 
-use crate::policy::breaker::{self, BreakerConfig};
 use crate::core::clock::UnixMs;
-use crate::policy::health::{Health, Transition};
 use crate::core::vocab::Route;
+use crate::policy::breaker::{self, BreakerConfig};
+use crate::policy::health::{Health, Transition};
 use std::future::Future;
 use std::pin::Pin;
 

@@ -3,10 +3,10 @@
 //! real store, which never learns of the forcing.
 
 use super::{HealthStore, StoreFuture};
-use crate::policy::breaker::{self, BreakerConfig};
 use crate::core::clock::UnixMs;
-use crate::policy::health::{Health, Transition};
 use crate::core::vocab::Route;
+use crate::policy::breaker::{self, BreakerConfig};
+use crate::policy::health::{Health, Transition};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

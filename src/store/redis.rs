@@ -9,10 +9,10 @@
 //! then is its own choice (see [`super::FallbackStore`] for the router's).
 
 use super::{HealthStore, StoreError, StoreFuture};
-use crate::policy::breaker::{self, Admit, BreakerConfig};
 use crate::core::clock::UnixMs;
-use crate::policy::health::{Health, Transition};
 use crate::core::vocab::Route;
+use crate::policy::breaker::{self, Admit, BreakerConfig};
+use crate::policy::health::{Health, Transition};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,9 +13,10 @@
 
 use super::redis::{RedisStore, PREFIX};
 use super::StoreError;
-use crate::admission::bucket::{Cost, Dimension, Limits, Priority, Spent};
+use crate::admission::bucket::{Cost, Dimension, Limits, Spent};
 use crate::admission::buckets::{AdmissionConfig, BucketView, Refused};
 use crate::core::clock::UnixMs;
+use crate::core::vocab::Priority;
 use crate::core::vocab::Route;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

@@ -15,9 +15,10 @@
 
 use super::redis_buckets::{RedisBuckets, RedisReservation};
 use super::{Degraded, OnStoreError};
-use crate::admission::bucket::{Cost, Dimension, Limits, Priority, Spent};
+use crate::admission::bucket::{Cost, Dimension, Limits, Spent};
 use crate::admission::buckets::{AdmissionConfig, Buckets, Refused, Reservation};
 use crate::core::clock::UnixMs;
+use crate::core::vocab::Priority;
 use crate::core::vocab::Route;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

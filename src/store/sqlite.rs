@@ -12,12 +12,13 @@
 //! of transaction.
 
 use super::{HealthStore, StoreError, StoreFuture};
-use crate::admission::bucket::{Dimension, Priority};
-use crate::policy::breaker::{self, BreakerConfig};
+use crate::admission::bucket::Dimension;
 use crate::admission::buckets::UsageDelta;
 use crate::core::clock::UnixMs;
-use crate::policy::health::{apply, Health, Transition};
+use crate::core::vocab::Priority;
 use crate::core::vocab::Route;
+use crate::policy::breaker::{self, BreakerConfig};
+use crate::policy::health::{apply, Health, Transition};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Mutex};

@@ -6,7 +6,6 @@ pub use history::*;
 
 use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
 use crate::core::answer::FinishReason;
-use crate::core::conversation;
 use crate::core::request::{ChatRequest, ToolChoice, Usage, ANTHROPIC_DEFAULT_MAX_TOKENS};
 use serde_json::{json, Value};
 
@@ -21,7 +20,7 @@ const SAMPLING: super::SamplingNames = super::SamplingNames {
 };
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
-    let (system, messages) = conversation::anthropic_request_parts(&req.conversation);
+    let (system, messages) = history::anthropic_request_parts(&req.conversation);
     let mut body = json!({
         "model": model,
         "max_tokens": req.max_tokens.unwrap_or(ANTHROPIC_DEFAULT_MAX_TOKENS),
@@ -34,7 +33,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         super::put_sampling(obj, &req.sampling, &SAMPLING);
     }
     if !req.tools.is_empty() {
-        body["tools"] = conversation::anthropic_tools(&req.tools);
+        body["tools"] = history::anthropic_tools(&req.tools);
     }
     if let Some(choice) = &req.tool_choice {
         body["tool_choice"] = match choice {
@@ -116,7 +115,7 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
     if text.is_empty() && stop == Some("refusal") {
         return Err(BadSuccess::Refused("stop_reason refusal".into()));
     }
-    let tool_calls = conversation::anthropic_answer_tool_calls(content).map_err(|e| {
+    let tool_calls = history::anthropic_answer_tool_calls(content).map_err(|e| {
         BadSuccess::Malformed(format!("a tool call in the answer is unusable: {e}"))
     })?;
     Ok(ChatParsed {

@@ -6,7 +6,6 @@ pub use history::*;
 
 use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
 use crate::core::answer::FinishReason;
-use crate::core::conversation;
 use crate::core::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Value};
 
@@ -19,7 +18,7 @@ const SAMPLING: super::SamplingNames = super::SamplingNames {
 };
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
-    let (system, contents) = conversation::gemini_request_parts(&req.conversation);
+    let (system, contents) = history::gemini_request_parts(&req.conversation);
     let mut body = json!({ "contents": contents });
     let mut config = serde_json::Map::new();
     if let Some(max) = req.max_tokens {
@@ -37,7 +36,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         body["systemInstruction"] = system;
     }
     if !req.tools.is_empty() {
-        body["tools"] = conversation::gemini_tools(&req.tools);
+        body["tools"] = history::gemini_tools(&req.tools);
     }
     if let Some(choice) = &req.tool_choice {
         let calling = match choice {
@@ -152,7 +151,7 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         )));
     }
     let tool_calls = match candidate.pointer("/content/parts") {
-        Some(parts) => conversation::gemini_answer_tool_calls(parts).map_err(|e| {
+        Some(parts) => history::gemini_answer_tool_calls(parts).map_err(|e| {
             BadSuccess::Malformed(format!("a tool call in the answer is unusable: {e}"))
         })?,
         None => Vec::new(),

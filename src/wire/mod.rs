@@ -10,9 +10,9 @@ pub mod sse;
 pub mod stream;
 pub mod stream_limits;
 
-use crate::core::answer::FinishReason;
 use crate::classify::dialect::Dialect;
 use crate::classify::failure::{excerpt, ErrorFields, Headers, Transport, UpstreamFailure};
+use crate::core::answer::FinishReason;
 use crate::core::request::{ChatRequest, EmbedRequest, RerankRequest, Usage};
 use crate::core::secret::Secret;
 use crate::core::vocab::Wire;
@@ -223,7 +223,8 @@ pub async fn chat(
     };
     let reply = send(client, call, endpoint.timeout_ms).await?;
     // An error some dialects report inside a 2xx (MiniMax `base_resp`) is never an answer.
-    if let Some(fields) = crate::classify::in_band::error_in_success(endpoint.dialect, &reply.json) {
+    if let Some(fields) = crate::classify::in_band::error_in_success(endpoint.dialect, &reply.json)
+    {
         let bad = BadSuccess::Failed(Box::new(fields));
         return Err(bad_success(reply.status, reply.headers, &reply.raw, bad));
     }

@@ -7,7 +7,6 @@ pub use history::*;
 
 use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
 use crate::core::answer::FinishReason;
-use crate::core::conversation;
 use crate::core::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Value};
 
@@ -21,7 +20,7 @@ const SAMPLING: super::SamplingNames = super::SamplingNames {
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     let mut body = json!({
         "model": model,
-        "messages": conversation::openai_messages(&req.conversation),
+        "messages": history::openai_messages(&req.conversation),
         "stream": false,
     });
     if let Some(max) = req.max_tokens {
@@ -31,7 +30,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         super::put_sampling(obj, &req.sampling, &SAMPLING);
     }
     if !req.tools.is_empty() {
-        body["tools"] = conversation::openai_tools(&req.tools);
+        body["tools"] = history::openai_tools(&req.tools);
     }
     if let Some(choice) = &req.tool_choice {
         body["tool_choice"] = match choice {
@@ -93,8 +92,9 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         .ok_or_else(|| BadSuccess::Malformed("no choices in the completion".into()))?;
     // Some gateways (OpenRouter) report a failure mid-generation inside the choice.
     if let Some(err) = choice.get("error").filter(|e| e.is_object()) {
-        let fields = crate::classify::failure::ErrorFields::from_value(&serde_json::json!({ "error": err }))
-            .unwrap_or_default();
+        let fields =
+            crate::classify::failure::ErrorFields::from_value(&serde_json::json!({ "error": err }))
+                .unwrap_or_default();
         return Err(BadSuccess::Failed(Box::new(fields)));
     }
     // The model stopped on a failure: whatever text came with it is a cut-off answer,
@@ -141,7 +141,7 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         }
     };
     let tool_calls = match message {
-        Some(m) => conversation::openai_answer_tool_calls(m).map_err(|e| {
+        Some(m) => history::openai_answer_tool_calls(m).map_err(|e| {
             BadSuccess::Malformed(format!("a tool call in the answer is unusable: {e}"))
         })?,
         None => Vec::new(),

@@ -11,7 +11,7 @@
 //! deadlines, so it can check them between chunks whatever the bytes are.
 
 /// The default cap on one event (spec/cli.md "Limits on what is read").
-pub const DEFAULT_MAX_EVENT_BYTES: usize = 1024 * 1024;
+pub const DEFAULT_MAX_EVENT_BYTES: usize = crate::core::limits::DEFAULT_MAX_EVENT_BYTES as usize;
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]

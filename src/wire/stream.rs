@@ -7,10 +7,10 @@
 use super::sse::SseFramer;
 use super::stream_limits::{Ended, StreamLimits, StreamWatch, Verdict};
 use super::{read_capped, transport_failure, Endpoint, HttpCall, ERROR_BODY_CAP};
+use crate::classify::failure::{ErrorFields, Headers, Transport, UpstreamFailure};
 use crate::core::answer::{FinishReason, StreamEvent};
 use crate::core::clock::Stopwatch;
 use crate::core::conversation::ToolCall;
-use crate::classify::failure::{ErrorFields, Headers, Transport, UpstreamFailure};
 use crate::core::request::{ChatRequest, Usage};
 use crate::core::vocab::Wire;
 use serde_json::Value;

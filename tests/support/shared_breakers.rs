@@ -1,17 +1,18 @@
 //! Shared by the store tests: a chain whose primary fails and whose breaker opens after
 //! two failures, and the check that several handles on one store share that breaker.
 
-use poolctl::policy::breaker::BreakerConfig;
-use poolctl::core::clock::ManualClock;
 use poolctl::classify::dialect::Dialect;
-use poolctl::policy::card::Policy;
-use poolctl::core::request::{ChatRequest, Request};
 use poolctl::config::route::RoutePolicy;
-use poolctl::router::{CallOptions, RouteSpec, Router, Tier};
+use poolctl::config::route::{RouteSpec, Tier};
+use poolctl::core::clock::ManualClock;
+use poolctl::core::request::{ChatRequest, Request};
 use poolctl::core::secret::Secret;
-use poolctl::store::HealthStore;
 use poolctl::core::trace::SkipWhy;
 use poolctl::core::vocab::{Class, Outcome, Route, Wire};
+use poolctl::policy::breaker::BreakerConfig;
+use poolctl::policy::card::Policy;
+use poolctl::router::{CallOptions, Router};
+use poolctl::store::HealthStore;
 use poolctl::wire::Endpoint;
 use serde_json::json;
 use std::sync::Arc;

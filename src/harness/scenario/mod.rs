@@ -12,10 +12,10 @@ pub use script::{
     Body, ChainEntry, OutageSpec, Preset, Reply, StreamEnd, StreamItem, StreamReply, UsageSpec,
 };
 
-use crate::core::clock::UnixMs;
-use crate::policy::card::Policy;
-use crate::core::vocab::{CallPath, Outcome, Route, Wire};
 use crate::config::yaml::YamlError;
+use crate::core::clock::UnixMs;
+use crate::core::vocab::{CallPath, Outcome, Route, Wire};
+use crate::policy::card::Policy;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -121,7 +121,7 @@ impl RequestSpec {
     }
 }
 
-pub use crate::admission::bucket::Priority;
+pub use crate::core::vocab::Priority;
 
 impl Scenario {
     /// Reads, parses and validates one scenario file.
@@ -227,7 +227,9 @@ impl Scenario {
                     ),
                 );
             }
-            if let Err((f, why)) = crate::core::limits::check_fields(&entry.settings().limit_fields()) {
+            if let Err((f, why)) =
+                crate::core::limits::check_fields(&entry.settings().limit_fields())
+            {
                 return err(&format!("{field}.{f}"), why);
             }
             let provider = entry.route.provider();
@@ -293,7 +295,8 @@ impl Scenario {
             if routes.contains(r) {
                 return Ok(());
             }
-            let nearest = crate::config::yaml::nearest(r.as_str(), routes.iter().map(|r| r.as_str()));
+            let nearest =
+                crate::core::suggest::nearest(r.as_str(), routes.iter().map(|r| r.as_str()));
             let hint = nearest
                 .map(|n| format!("; did you mean `{n}`?"))
                 .unwrap_or_default();
@@ -311,7 +314,9 @@ impl Scenario {
             }
         }
         if let Some(p) = &self.policy {
-            if let Err((f, why)) = crate::core::limits::check_fields(&crate::core::limits::policy_fields(p)) {
+            if let Err((f, why)) =
+                crate::core::limits::check_fields(&crate::policy::card::policy_fields(p))
+            {
                 return err(&format!("policy.{f}"), why);
             }
         }
@@ -336,7 +341,7 @@ impl Scenario {
                     .iter()
                     .map(|r| r.as_str())
                     .chain(providers.iter().copied());
-                let hint = crate::config::yaml::nearest(name, names)
+                let hint = crate::core::suggest::nearest(name, names)
                     .map(|n| format!("; did you mean `{n}`?"))
                     .unwrap_or_default();
                 return err(
@@ -370,7 +375,7 @@ impl Scenario {
         }
         if let Some(t) = self.policy.as_ref().and_then(|p| p.degrade_tier.as_ref()) {
             if !self.tiers.contains_key(t) {
-                let hint = crate::config::yaml::nearest(t, self.tiers.keys().map(String::as_str))
+                let hint = crate::core::suggest::nearest(t, self.tiers.keys().map(String::as_str))
                     .map(|n| format!("; did you mean `{n}`?"))
                     .unwrap_or_default();
                 return err(
