@@ -152,7 +152,7 @@ impl ErrorFields {
             }
             _ => {
                 // MiniMax `base_resp`, Tencent Cloud `Response.Error`.
-                if let Some(embedded) = crate::classify::in_band::embedded_error(v) {
+                if let Some(embedded) = embedded_error(v) {
                     return Some(embedded);
                 }
                 // Flat shapes: DashScope native {"code":"Throttling","message":..}, Mistral
@@ -285,6 +285,50 @@ pub fn excerpt(body: &[u8]) -> String {
     } else {
         one_line
     }
+}
+
+/// The same error shapes anywhere (a non-2xx body carries them too): the failure
+/// parser reads them when a body has no OpenAI-style `error` object.
+pub fn embedded_error(body: &Value) -> Option<ErrorFields> {
+    minimax_base_resp(body).or_else(|| tencent_response_error(body))
+}
+
+/// MiniMax `{"base_resp": {"status_code": 1008, "status_msg": "insufficient balance"}}`.
+pub fn minimax_base_resp(body: &Value) -> Option<ErrorFields> {
+    let base = body.get("base_resp")?.as_object()?;
+    let code = match base.get("status_code")? {
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.trim().to_string(),
+        _ => return None,
+    };
+    if code.is_empty() || code == "0" {
+        return None;
+    }
+    Some(ErrorFields {
+        code: Some(code),
+        message: base
+            .get("status_msg")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        ..Default::default()
+    })
+}
+
+/// Tencent Cloud API 3.0 `{"Response": {"Error": {"Code", "Message"}, "RequestId"}}`.
+pub fn tencent_response_error(body: &Value) -> Option<ErrorFields> {
+    let err = body.pointer("/Response/Error")?.as_object()?;
+    let code = err
+        .get("Code")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())?;
+    Some(ErrorFields {
+        code: Some(code.to_string()),
+        message: err
+            .get("Message")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        ..Default::default()
+    })
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! code table, and the attempt keeps its HTTP status (200) in the record.
 
 use crate::classify::dialect::Dialect;
-use crate::classify::failure::ErrorFields;
+use crate::classify::failure::{minimax_base_resp, tencent_response_error, ErrorFields};
 use serde_json::Value;
 
 /// The error a dialect reports inside a 2xx body, if any. `None` for a body with no such
@@ -44,53 +44,10 @@ fn top_level_error(body: &Value) -> Option<ErrorFields> {
     (!says_nothing && !says_ok).then_some(f)
 }
 
-/// The same error shapes anywhere (a non-2xx body carries them too): the failure
-/// parser reads them when a body has no OpenAI-style `error` object.
-pub fn embedded_error(body: &Value) -> Option<ErrorFields> {
-    minimax_base_resp(body).or_else(|| tencent_response_error(body))
-}
-
-/// MiniMax `{"base_resp": {"status_code": 1008, "status_msg": "insufficient balance"}}`.
-fn minimax_base_resp(body: &Value) -> Option<ErrorFields> {
-    let base = body.get("base_resp")?.as_object()?;
-    let code = match base.get("status_code")? {
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => s.trim().to_string(),
-        _ => return None,
-    };
-    if code.is_empty() || code == "0" {
-        return None;
-    }
-    Some(ErrorFields {
-        code: Some(code),
-        message: base
-            .get("status_msg")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        ..Default::default()
-    })
-}
-
-/// Tencent Cloud API 3.0 `{"Response": {"Error": {"Code", "Message"}, "RequestId"}}`.
-fn tencent_response_error(body: &Value) -> Option<ErrorFields> {
-    let err = body.pointer("/Response/Error")?.as_object()?;
-    let code = err
-        .get("Code")
-        .and_then(Value::as_str)
-        .filter(|c| !c.is_empty())?;
-    Some(ErrorFields {
-        code: Some(code.to_string()),
-        message: err
-            .get("Message")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        ..Default::default()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::failure::embedded_error;
     use serde_json::json;
 
     #[test]

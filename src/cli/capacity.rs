@@ -9,9 +9,10 @@
 //! reaches the file's counters from here, off the request path (a Redis state counts
 //! them in its settle script instead).
 
+use super::args::ConfigArg;
 use super::context::{load_config, Admission};
 use super::exit::Exit;
-use super::{out, table, ConfigArg};
+use super::{out, table};
 use crate::admission::bucket::Dimension;
 use crate::admission::buckets::{Buckets, UsageDelta};
 use crate::admission::capacity::{self, BucketReport, BucketUse, Covering, RouteLoad, TierCeiling};

@@ -27,7 +27,7 @@ pub struct ChaosArgs {
     pub filter: Option<String>,
     /// Scenarios run at once (each has its own mocks, clock and health); 1 to 1024.
     #[arg(long, value_name = "N", default_value_t = default_jobs(),
-          value_parser = super::positive::<1024>)]
+          value_parser = super::args::positive::<1024>)]
     pub jobs: usize,
 }
 

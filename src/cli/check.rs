@@ -8,9 +8,10 @@
 //! valid YAML; 2 only when the file cannot be read or is not YAML. `--json` always
 //! prints one JSON document, whatever the problems.
 
+use super::args::ConfigArg;
 use super::context::{env_key, missing_hint};
 use super::exit::Exit;
-use super::{out, ConfigArg};
+use super::out;
 use crate::config::pool::{locate, DialectSource, PoolConfig, CONFIG_ENV};
 use crate::config::problems;
 use crate::config::yaml::YamlError;

@@ -1,7 +1,7 @@
 //! What several commands share: finding and loading the pool config, opening the
 //! health store it names, and reading keys from the environment.
 
-use super::ConfigArg;
+use super::args::ConfigArg;
 use crate::admission::buckets::Buckets;
 use crate::config::pool::{locate, PoolConfig, StateLocation, CONFIG_ENV};
 use crate::router::Router;

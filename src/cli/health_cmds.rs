@@ -1,10 +1,11 @@
 //! `poolctl retire`, `restore` and `status`: the persisted health of routes, changed or
 //! shown by hand. Every permanent state has this recovery path.
 
+use super::args::ConfigArg;
 use super::context::{load_config, open_store};
 use super::exit::Exit;
 use super::look::Look;
-use super::{out, render, ConfigArg};
+use super::{out, render};
 use crate::config::pool::StateLocation;
 use crate::core::clock::wall_now_ms;
 use crate::core::vocab::Route;

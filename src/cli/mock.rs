@@ -20,7 +20,7 @@ pub struct MockArgs {
     /// The scenario whose chain to serve.
     pub scenario: PathBuf,
     /// Address to listen on, HOST:PORT (port 0: any free port).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0", value_parser = super::listen_addr)]
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0", value_parser = super::args::listen_addr)]
     pub listen: SocketAddr,
     /// Write the pool config to FILE instead of stdout, atomically and only once the
     /// mocks are listening: a command that finds the file can use it at once.

@@ -1,11 +1,12 @@
 //! `poolctl probe`: the real status of every route of every tier, so a dead chain tail
 //! is found before a deploy. `--apply` writes what the probe proved into the store.
 
+use super::args::ConfigArg;
 use super::context::{env_key, load_config, open_store};
 use super::exit::Exit;
 use super::look::Look;
 use super::out;
-use super::{render, ConfigArg};
+use super::render;
 use crate::core::clock::wall_now_ms;
 use crate::router::probe::{
     apply, probe_all, ProbeResult, Target, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, PER_PROVIDER,

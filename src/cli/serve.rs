@@ -2,9 +2,9 @@
 //! Parses flags, resolves the pool once, opens the shared health store, and hands the
 //! socket to `serve::listener`. Exit 0 after a clean drain; 2 on config or bind errors.
 
+use super::args::ConfigArg;
 use super::context::{env_key, load_config, open_routing_store, Admission};
 use super::exit::Exit;
-use super::ConfigArg;
 use crate::core::clock::SystemClock;
 use crate::core::secret::Secret;
 use crate::serve::{self, choose::Lineup, Gateway, Settings};
@@ -18,7 +18,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub config: ConfigArg,
     /// Address to listen on, HOST:PORT (loopback by default; expose it deliberately).
-    #[arg(long, value_name = "ADDR", default_value = serve::DEFAULT_LISTEN, value_parser = super::listen_addr)]
+    #[arg(long, value_name = "ADDR", default_value = serve::DEFAULT_LISTEN, value_parser = super::args::listen_addr)]
     pub listen: SocketAddr,
     /// Largest request body accepted, in bytes (413 past it).
     #[arg(long, value_name = "BYTES", default_value_t = serve::DEFAULT_MAX_BODY_BYTES)]

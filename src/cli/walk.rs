@@ -2,10 +2,11 @@
 //! (seed 002's verification: forcibly retire the primary and watch the chain reach its
 //! end). `--retire` forces routes out for this walk only; the store never sees it.
 
+use super::args::ConfigArg;
 use super::context::{env_key, load_config, open_routing_store, Admission};
 use super::exit::Exit;
 use super::look::Look;
-use super::{out, render, ConfigArg};
+use super::{out, render};
 use crate::core::clock::SystemClock;
 use crate::core::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
 use crate::core::trace::{Report, Step};

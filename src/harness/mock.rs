@@ -5,6 +5,7 @@
 //! Every request is checked against its wire first: a malformed request gets
 //! `400 {"error":"mock: bad request: ..."}`, so a wrong wire fails the scenario loudly.
 
+use super::mock_call::{request_id_header, reset, CallKind, ReplyCtx};
 use super::scenario::{Body, Reply, StreamEnd, StreamReply};
 use crate::core::clock::real_sleep;
 use crate::core::vocab::{CallPath, Route, Wire};
@@ -357,15 +358,6 @@ async fn read_request(
     }))
 }
 
-/// What kind of call a request is, as its wire's endpoint says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallKind {
-    Chat,
-    Stream,
-    Embed,
-    Rerank,
-}
-
 /// Finds the route a request is for and checks the request against its wire.
 fn route_request<'a>(
     req: &Parsed,
@@ -524,16 +516,6 @@ fn positive_int(body: &Value, field: &str, required: bool) -> Result<(), String>
     }
 }
 
-/// What a reply needs to know about the call it answers.
-pub struct ReplyCtx<'a> {
-    pub wire: Wire,
-    pub call: CallKind,
-    pub model: &'a str,
-    /// 1-based call number of this route, for ids.
-    pub seq: usize,
-    pub request: &'a Value,
-}
-
 async fn serve_reply(stream: &mut TcpStream, reply: &Reply, ctx: &ReplyCtx<'_>) {
     let mut reply = reply;
     while let Reply::Delay { ms, then } = reply {
@@ -592,20 +574,6 @@ async fn serve_reply(stream: &mut TcpStream, reply: &Reply, ctx: &ReplyCtx<'_>) 
             super::stream_server::serve_stream(stream, sr, ctx).await;
         }
     }
-}
-
-pub fn request_id_header(wire: Wire, seq: usize) -> (String, String) {
-    match wire {
-        Wire::Anthropic => ("request-id".into(), format!("req_mock_{seq:04}")),
-        _ => ("x-request-id".into(), format!("req_mock_{seq:04}")),
-    }
-}
-
-/// Closes the socket with an RST instead of a FIN: the peer sees "connection reset".
-#[allow(deprecated)] // the deprecation is about blocking on drop; a zero linger never blocks
-pub fn reset(stream: &mut TcpStream) {
-    let _ = stream.set_linger(Some(Duration::ZERO));
-    // Dropping the stream (by the caller returning) sends the RST.
 }
 
 pub async fn write_response(

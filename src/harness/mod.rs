@@ -4,6 +4,7 @@
 
 pub mod compare;
 pub mod mock;
+pub mod mock_call;
 pub mod redis_server;
 pub mod runner;
 pub mod scenario;

@@ -3,7 +3,7 @@
 //! a finish without terminator, a clean close mid-answer, a TCP reset, silence, or the
 //! wire's in-stream error event.
 
-use super::mock::{request_id_header, reset, ReplyCtx};
+use super::mock_call::{request_id_header, reset, ReplyCtx};
 use super::scenario::{StreamEnd, StreamItem, StreamReply};
 use super::wire_bodies::{prompt_tokens, tokens_of};
 use crate::core::clock::real_sleep;

@@ -2,7 +2,7 @@
 //! chat completion, an embedding batch or a rerank, with realistic `usage`, so that
 //! the production parsers (and the official SDKs) read them unchanged.
 
-use super::mock::{CallKind, ReplyCtx};
+use super::mock_call::{CallKind, ReplyCtx};
 use super::scenario::{StreamItem, UsageSpec};
 use crate::core::vocab::Wire;
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@
 //! it waits in the local queue only while the refill alone can admit it in time. The
 //! arithmetic is `admission`'s and `buckets`'; this file only carries it out.
 
-use super::{Router, Walk};
+use super::state::{Router, Walk};
 use crate::admission::bucket::{Cost, Spent, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::classify::failure::Headers;
 use crate::config::route::RouteSpec;

@@ -2,7 +2,7 @@
 //! ahead once per selection (a snapshot), then passes over the cooling, retired,
 //! unapproved, incapable and breaker-blocked ones, recording each skip.
 
-use super::{lock, Router, Walk};
+use super::state::{lock, Router, Walk};
 use crate::config::route::{RouteSpec, Tier};
 use crate::core::clock::UnixMs;
 use crate::core::trace::{Report, Skip, SkipWhy, Step};
@@ -10,60 +10,6 @@ use crate::core::vocab::HealthState;
 use crate::policy::breaker::{self, Admit};
 use crate::policy::capability::cannot_serve;
 use crate::policy::health::Health;
-
-/// The health of the routes ahead, each read from the store at most once per selection
-/// (positions are try-order positions). Read on demand rather than all at once, so that
-/// a walk down a long chain stays linear. Only the healths that are not ready are held,
-/// sorted by position: a request whose routes are all ready allocates nothing here.
-#[derive(Debug, Default)]
-pub(super) struct Snapshot {
-    from: usize,
-    /// Bit `i`: position `from + i` has been read. Positions past the 64th ahead are
-    /// read again whenever asked (correct, only slower, on chains that long).
-    read: u64,
-    held: Vec<(usize, Health)>,
-}
-
-impl Snapshot {
-    /// The health of the route at try-order position `pos` (ready when never read).
-    pub(super) fn at(&self, pos: usize) -> &Health {
-        const READY: Health = Health::Ready;
-        match self.held.binary_search_by_key(&pos, |(p, _)| *p) {
-            Ok(k) => &self.held[k].1,
-            Err(_) => &READY,
-        }
-    }
-
-    fn is_read(&self, pos: usize) -> bool {
-        pos.checked_sub(self.from)
-            .is_some_and(|i| i < 64 && self.read & (1 << i) != 0)
-    }
-
-    fn put(&mut self, pos: usize, health: Health) {
-        if let Some(i) = pos.checked_sub(self.from).filter(|i| *i < 64) {
-            self.read |= 1 << i;
-        }
-        if self.held.is_empty() && matches!(health, Health::Ready) {
-            // The common case, every route ahead ready: nothing to search or hold.
-            return;
-        }
-        match (self.held.binary_search_by_key(&pos, |(p, _)| *p), health) {
-            (Ok(k), Health::Ready) => {
-                self.held.remove(k);
-            }
-            (Ok(k), h) => self.held[k].1 = h,
-            (Err(_), Health::Ready) => {}
-            (Err(k), h) => self.held.insert(k, (pos, h)),
-        }
-    }
-
-    /// Records a health this request itself just stored.
-    pub(super) fn set_at(&mut self, pos: usize, health: Health) {
-        if self.is_read(pos) {
-            self.put(pos, health);
-        }
-    }
-}
 
 impl Router {
     /// Starts a new selection at `walk.pos`. What this attempt's settlement already read
@@ -307,6 +253,7 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::router::snapshot::Snapshot;
 
     fn cooling(until: UnixMs) -> Health {
         Health::Cooling {

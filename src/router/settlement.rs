@@ -2,7 +2,7 @@
 //! decision table), the route's new health (applied to the store as one atomic
 //! transition), its breaker, the session's pin — and the attempt record.
 
-use super::{lock, Reply, Router, Walk};
+use super::state::{lock, Reply, Router, Walk};
 use crate::classify::classifier::Verdict;
 use crate::classify::failure::UpstreamFailure;
 use crate::core::answer::Answer;

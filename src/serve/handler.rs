@@ -2,149 +2,23 @@
 //! choose the chain, call the router through the adapter, render the answer or the
 //! error, count it and log one line. Streams continue in `stream`.
 
-use super::adapter::{self, Called, Priority, Target};
-use super::choose::{Choice, Wants};
+use super::adapter::{self, Called, Priority};
+use super::ask::{last_user_text, Ask};
+use super::choose::Wants;
 use super::egress;
 use super::errors::{ApiError, Flavor};
-use super::ingress::{self, ChatIn};
-use super::respond::{self, Context};
+use super::http::{error_response, full, json_response, refusal, trace_headers, Body};
+use super::ingress;
 use super::Gateway;
 use crate::core::clock::Stopwatch;
 use crate::core::trace::Report;
-use crate::core::vocab::{Outcome, Route};
+use crate::core::vocab::Outcome;
 use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
-use hyper::{HeaderMap, Method, Request, Response, StatusCode};
-use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-pub type Body = UnsyncBoxBody<Bytes, Infallible>;
-
-/// A whole response body, with every registered key masked: whatever an upstream echoed
-/// (a key quoted in an answer, an error, a tool call) never leaves the gateway.
-pub(super) fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(super::errors::mask_body(bytes.into())).boxed_unsync()
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Each critical section is one encoder call: a panic cannot leave it half-done.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-// Names built at compile time: `from_static` checks its argument, which at run time
-// cost a table look-up per header per response.
-const SERVED_BY: HeaderName = HeaderName::from_static("x-poolctl-served-by");
-const OUTCOME: HeaderName = HeaderName::from_static("x-poolctl-outcome");
-const ATTEMPTS: HeaderName = HeaderName::from_static("x-poolctl-attempts");
-const SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
-
-fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {
-    if let Ok(v) = HeaderValue::from_str(value) {
-        headers.insert(name, v);
-    }
-}
-
-fn json_response(status: u16, body: Vec<u8>) -> Response<Body> {
-    let mut r = Response::new(full(body));
-    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
-}
-
-/// An error response: the shape of `flavor`, `x-should-retry: false`, `Retry-After`.
-pub fn error_response(e: &ApiError, flavor: Flavor) -> Response<Body> {
-    let mut r = json_response(e.status, e.body(flavor));
-    let h = r.headers_mut();
-    h.insert(SHOULD_RETRY, HeaderValue::from_static("false"));
-    if let Some(secs) = e.retry_after_secs {
-        h.insert(hyper::header::RETRY_AFTER, HeaderValue::from(secs));
-    }
-    r
-}
-
-pub(super) fn trace_headers(
-    h: &mut HeaderMap,
-    served_by: Option<&Route>,
-    outcome: &str,
-    attempts: usize,
-) {
-    // Every answer carries all three (spec/cli.md): empty when no route served it, so a
-    // client can read the header without first asking whether it is there.
-    match served_by {
-        Some(route) => set(h, SERVED_BY, route.as_str()),
-        None => {
-            h.insert(SERVED_BY, HeaderValue::from_static(""));
-        }
-    }
-    set(h, OUTCOME, outcome);
-    h.insert(ATTEMPTS, HeaderValue::from(attempts));
-}
-
-/// An error response for a request the gateway refused before any route was called:
-/// outcome `failed`, no route, no attempt.
-pub(super) fn refusal(e: &ApiError, flavor: Flavor) -> Response<Body> {
-    let mut r = error_response(e, flavor);
-    trace_headers(r.headers_mut(), None, Outcome::Failed.as_str(), 0);
-    r
-}
-
-/// What one request's log line says. Never a prompt, a completion or a key.
-#[derive(Default)]
-struct Line {
-    model: String,
-    workflow: String,
-    status: u16,
-    outcome: &'static str,
-    reason: &'static str,
-    served_by: String,
-    attempts: String,
-    prompt: Option<String>,
-}
-
-impl Line {
-    fn of(report: &Report, status: u16) -> Line {
-        Line {
-            status,
-            outcome: report.outcome.as_str(),
-            reason: report.reason.map(|r| r.as_str()).unwrap_or(""),
-            served_by: report
-                .served_by
-                .as_ref()
-                .map(|r| r.to_string())
-                .unwrap_or_default(),
-            attempts: report
-                .attempts
-                .iter()
-                .map(|a| format!("{}:{}:{}", a.route, a.class, a.action))
-                .collect::<Vec<_>>()
-                .join(","),
-            ..Line::default()
-        }
-    }
-}
-
-fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
-    tracing::info!(
-        target: "poolctl::serve",
-        method = %method,
-        path,
-        model = %line.model,
-        workflow = %line.workflow,
-        status = line.status,
-        outcome = line.outcome,
-        reason = line.reason,
-        served_by = %line.served_by,
-        attempts = %line.attempts,
-        prompt = line.prompt.as_deref(),
-        elapsed_us = elapsed.as_micros() as u64,
-        "request"
-    );
-}
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{HeaderMap, Method, Request, Response};
+use std::sync::Arc;
 
 /// Constant-time comparison, so the token cannot be guessed byte by byte from timing.
 fn same(a: &[u8], b: &[u8]) -> bool {
@@ -464,90 +338,6 @@ impl BodyPermit {
             self.held += n as usize;
         }
     }
-}
-
-/// One parsed request's context.
-pub(super) struct Ask {
-    pub(super) gw: Arc<Gateway>,
-    pub(super) method: Method,
-    pub(super) path: String,
-    pub(super) flavor: Flavor,
-    pub(super) priority: Priority,
-    pub(super) session: Option<String>,
-    pub(super) sw: Stopwatch,
-}
-
-impl Ask {
-    pub(super) fn target<'a>(&'a self, choice: &Choice<'a>) -> Target<'a> {
-        Target {
-            tier: choice.tier,
-            policy: choice.policy,
-            workflow: Some(choice.workflow),
-            session: self.session.as_deref(),
-            priority: self.priority,
-            degrade_tier: choice
-                .policy
-                .degrade_tier
-                .as_deref()
-                .and_then(|name| self.gw.lineup.tier_named(name)),
-        }
-    }
-
-    /// A request refused before routing.
-    fn refuse(&self, why: &'static str, e: ApiError, model: &str) -> Response<Body> {
-        self.gw.metrics.rejected(why);
-        let line = Line {
-            model: model.to_string(),
-            status: e.status,
-            outcome: "rejected",
-            reason: why,
-            ..Line::default()
-        };
-        log(&self.method, &self.path, &line, self.sw.elapsed());
-        refusal(&e, self.flavor)
-    }
-
-    pub(super) async fn failure(&self, choice: &Choice<'_>, report: &Report) -> ApiError {
-        let retry_after_ms = if report.outcome == Outcome::Shed {
-            adapter::shed_retry_after_ms(&self.gw.router, choice.tier, report, self.priority).await
-        } else {
-            adapter::ready_again_in_ms(&self.gw.router, choice.tier).await
-        };
-        let ctx = Context {
-            retry_after_ms,
-            max_elapsed_ms: choice.policy.max_elapsed_ms,
-        };
-        respond::failure(report, ctx, &|s| self.gw.mask(s))
-    }
-
-    /// Counts and logs a routed request; `in_router` is excluded from the overhead.
-    pub(super) fn finish(
-        &self,
-        choice: &Choice<'_>,
-        model: &str,
-        report: &Report,
-        status: u16,
-        in_router: Duration,
-        prompt: Option<String>,
-    ) {
-        let total = self.sw.elapsed();
-        self.gw.metrics.record(choice.workflow, report);
-        self.gw
-            .metrics
-            .overhead(total.saturating_sub(in_router).as_secs_f64());
-        let mut line = Line::of(report, status);
-        line.model = model.to_string();
-        line.workflow = choice.workflow.to_string();
-        line.prompt = prompt;
-        log(&self.method, &self.path, &line, total);
-    }
-}
-
-pub(super) fn last_user_text(c: &ChatIn) -> Option<String> {
-    c.conversation.turns.iter().rev().find_map(|t| match t {
-        crate::core::conversation::Turn::User { text } => Some(text.clone()),
-        _ => None,
-    })
 }
 
 fn model_of(report: &Report, fallback: &str) -> String {

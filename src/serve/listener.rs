@@ -3,7 +3,8 @@
 //! Every refusal is an OpenAI-shaped error the client can read, never a bare reset.
 
 use super::errors::{ApiError, Flavor};
-use super::handler::{self, Body};
+use super::handler;
+use super::http::Body;
 use super::Gateway;
 use crate::core::clock::real_sleep;
 use futures_util::FutureExt;
@@ -249,7 +250,7 @@ async fn contained(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
         Ok(r) => r,
         Err(_) => {
             tracing::error!(target: "poolctl::serve", "a request handler panicked");
-            let mut r = handler::error_response(
+            let mut r = super::http::error_response(
                 &ApiError::new(
                     500,
                     "error",
@@ -259,7 +260,7 @@ async fn contained(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
                 Flavor::OpenAi,
             );
             // What the router did is lost with the handler: nothing is claimed.
-            handler::trace_headers(r.headers_mut(), None, "failed", 0);
+            super::http::trace_headers(r.headers_mut(), None, "failed", 0);
             r
         }
     }

@@ -4,11 +4,13 @@
 //! its own. `listener` owns the sockets: connection cap, header read timeout, drain.
 
 pub mod adapter;
+pub mod ask;
 pub mod choose;
 pub mod egress;
 pub mod errors;
 pub mod handler;
 pub mod health_cache;
+pub mod http;
 pub mod ingress;
 pub mod listener;
 pub mod log;

@@ -4,12 +4,11 @@
 //! comment and `[DONE]`, or after a failure the in-band error and no `[DONE]`.
 
 use super::adapter::{self, Called, Event, Finish, Progress};
+use super::ask::{last_user_text, Ask};
 use super::choose::Wants;
 use super::egress::{self, AnthropicStream, OpenAiStream};
 use super::errors::{ApiError, Flavor};
-use super::handler::{
-    error_response, full, last_user_text, lock, refusal, trace_headers, Ask, Body,
-};
+use super::http::{error_response, full, lock, refusal, trace_headers, Body};
 use super::ingress::ChatIn;
 use super::respond::{self, Context};
 use super::Gateway;

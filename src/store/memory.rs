@@ -2,7 +2,8 @@
 //! A transition (or a breaker step) runs under its map's lock, so it sees exactly the
 //! state it replaces.
 
-use super::{ready, HealthStore, StoreFuture};
+use super::health_store::ready;
+use super::{HealthStore, StoreFuture};
 use crate::core::clock::UnixMs;
 use crate::core::vocab::Route;
 use crate::policy::breaker::{self, BreakerConfig};

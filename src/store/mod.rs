@@ -11,6 +11,7 @@
 //! pure [`breaker::step`]. So a fleet that shares a store shares its breakers too.
 
 mod fallback;
+mod health_store;
 mod memory;
 mod overlay;
 pub mod redis;
@@ -20,104 +21,7 @@ mod sqlite;
 
 pub use self::redis::RedisStore;
 pub use fallback::{Degraded, FallbackStore, LogSink};
+pub use health_store::{HealthStore, OnStoreError, StoreError, StoreFuture};
 pub use memory::MemoryStore;
 pub use overlay::OverlayStore;
 pub use sqlite::SqliteStore;
-
-use crate::core::clock::UnixMs;
-use crate::core::vocab::Route;
-use crate::policy::breaker::{self, BreakerConfig};
-use crate::policy::health::{Health, Transition};
-use std::future::Future;
-use std::pin::Pin;
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    #[error("health store {path}: {message}")]
-    Backend { path: String, message: String },
-}
-
-/// What every store call returns. A store that answers at once (memory) hands back the
-/// answer itself, with no allocation — the routing hot path calls the store twice per
-/// attempt; one that must wait (SQLite, a network store) a boxed future. Either way the
-/// trait stays object-safe (`Arc<dyn HealthStore>`) without an extra crate.
-pub enum StoreFuture<'a, T> {
-    Ready(Option<Result<T, StoreError>>),
-    Waiting(Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>),
-}
-
-impl<'a, T> StoreFuture<'a, T> {
-    /// A future of `work`.
-    pub fn waiting(work: impl Future<Output = Result<T, StoreError>> + Send + 'a) -> Self {
-        StoreFuture::Waiting(Box::pin(work))
-    }
-
-    /// The answer, when the store had it at once; else the future, to await. The hot
-    /// path takes a memory store's answer this way, without polling a future for it.
-    pub fn now(self) -> Result<Result<T, StoreError>, Self> {
-        match self {
-            StoreFuture::Ready(Some(answer)) => Ok(answer),
-            later => Err(later),
-        }
-    }
-}
-
-impl<T: Unpin> Future for StoreFuture<'_, T> {
-    type Output = Result<T, StoreError>;
-
-    fn poll(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        match self.get_mut() {
-            StoreFuture::Ready(answer) => std::task::Poll::Ready(
-                answer
-                    .take()
-                    .expect("a store future polled after it answered"),
-            ),
-            StoreFuture::Waiting(work) => work.as_mut().poll(cx),
-        }
-    }
-}
-
-pub trait HealthStore: Send + Sync {
-    /// The stored health of a route; `Ready` when nothing is stored.
-    fn get<'a>(&'a self, route: &'a Route) -> StoreFuture<'a, Health>;
-    /// Appends the health of each of `routes` to `out`, in order: one read for a whole
-    /// selection, into a buffer the caller reuses.
-    fn get_many<'a>(
-        &'a self,
-        routes: &'a [&'a Route],
-        out: &'a mut Vec<Health>,
-    ) -> StoreFuture<'a, ()>;
-    /// Every route with a stored state, sorted by route.
-    fn list(&self) -> StoreFuture<'_, Vec<(Route, Health)>>;
-    /// Applies `t` atomically to the route's current health; returns (old, new).
-    fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)>;
-    /// Applies `op` atomically to the route's breaker state; returns what it answered.
-    fn breaker<'a>(
-        &'a self,
-        route: &'a Route,
-        cfg: BreakerConfig,
-        op: breaker::Step,
-    ) -> StoreFuture<'a, breaker::Answer>;
-    /// Whether the route's breaker is open at `now`: a read, no trial slot taken.
-    fn breaker_open<'a>(&'a self, route: &'a Route, now: UnixMs) -> StoreFuture<'a, bool>;
-}
-
-/// What a process does with admission while the shared store cannot be reached
-/// (`on_store_error`, spec/cli.md v2).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnStoreError {
-    /// Each process keeps `1 / workers` of each bucket locally, counted as degraded.
-    #[default]
-    LocalShare,
-    /// Shed, with reason `admission`.
-    FailClosed,
-}
-
-/// A store answer that is ready at once (the in-memory stores).
-fn ready<'a, T>(v: Result<T, StoreError>) -> StoreFuture<'a, T> {
-    StoreFuture::Ready(Some(v))
-}

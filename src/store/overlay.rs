@@ -24,7 +24,7 @@ impl OverlayStore {
 impl HealthStore for OverlayStore {
     fn get<'a>(&'a self, route: &'a Route) -> StoreFuture<'a, Health> {
         match self.forced.get(route) {
-            Some(h) => super::ready(Ok(h.clone())),
+            Some(h) => super::health_store::ready(Ok(h.clone())),
             None => self.base.get(route),
         }
     }
@@ -57,7 +57,7 @@ impl HealthStore for OverlayStore {
     fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)> {
         match self.forced.get(route) {
             // Forced for this command; the real store keeps its own state.
-            Some(h) => super::ready(Ok((h.clone(), h.clone()))),
+            Some(h) => super::health_store::ready(Ok((h.clone(), h.clone()))),
             None => self.base.apply(route, t),
         }
     }

@@ -4,7 +4,9 @@
 pub mod history;
 pub use history::*;
 
-use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
+use super::codec::{tokens, BadSuccess, ChatParsed};
+use super::endpoint::Endpoint;
+use super::http::HttpCall;
 use crate::core::answer::FinishReason;
 use crate::core::request::{ChatRequest, ToolChoice, Usage, ANTHROPIC_DEFAULT_MAX_TOKENS};
 use serde_json::{json, Value};
@@ -12,7 +14,7 @@ use serde_json::{json, Value};
 pub const API_VERSION: &str = "2023-06-01";
 
 /// Messages has no seed.
-const SAMPLING: super::SamplingNames = super::SamplingNames {
+const SAMPLING: super::codec::SamplingNames = super::codec::SamplingNames {
     temperature: "temperature",
     top_p: "top_p",
     stop: "stop_sequences",
@@ -30,7 +32,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         body["system"] = json!(system);
     }
     if let Some(obj) = body.as_object_mut() {
-        super::put_sampling(obj, &req.sampling, &SAMPLING);
+        super::codec::put_sampling(obj, &req.sampling, &SAMPLING);
     }
     if !req.tools.is_empty() {
         body["tools"] = history::anthropic_tools(&req.tools);

@@ -4,13 +4,15 @@
 pub mod history;
 pub use history::*;
 
-use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
+use super::codec::{tokens, BadSuccess, ChatParsed};
+use super::endpoint::Endpoint;
+use super::http::HttpCall;
 use crate::core::answer::FinishReason;
 use crate::core::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Value};
 
 /// Gemini's sampling lives in `generationConfig`.
-const SAMPLING: super::SamplingNames = super::SamplingNames {
+const SAMPLING: super::codec::SamplingNames = super::codec::SamplingNames {
     temperature: "temperature",
     top_p: "topP",
     stop: "stopSequences",
@@ -24,7 +26,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     if let Some(max) = req.max_tokens {
         config.insert("maxOutputTokens".into(), json!(max));
     }
-    super::put_sampling(&mut config, &req.sampling, &SAMPLING);
+    super::codec::put_sampling(&mut config, &req.sampling, &SAMPLING);
     if let Some(schema) = &req.json_schema {
         config.insert("responseMimeType".into(), json!("application/json"));
         config.insert("responseJsonSchema".into(), schema.clone());

@@ -5,12 +5,14 @@
 pub mod history;
 pub use history::*;
 
-use super::{tokens, BadSuccess, ChatParsed, Endpoint, HttpCall};
+use super::codec::{tokens, BadSuccess, ChatParsed};
+use super::endpoint::Endpoint;
+use super::http::HttpCall;
 use crate::core::answer::FinishReason;
 use crate::core::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Value};
 
-const SAMPLING: super::SamplingNames = super::SamplingNames {
+const SAMPLING: super::codec::SamplingNames = super::codec::SamplingNames {
     temperature: "temperature",
     top_p: "top_p",
     stop: "stop",
@@ -27,7 +29,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         body["max_tokens"] = json!(max);
     }
     if let Some(obj) = body.as_object_mut() {
-        super::put_sampling(obj, &req.sampling, &SAMPLING);
+        super::codec::put_sampling(obj, &req.sampling, &SAMPLING);
     }
     if !req.tools.is_empty() {
         body["tools"] = history::openai_tools(&req.tools);

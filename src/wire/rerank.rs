@@ -2,7 +2,9 @@
 //! `POST {base}/rerank {model, query, documents, top_n}` → `results[{index,
 //! relevance_score}]`, with Bearer auth.
 
-use super::{tokens, BadSuccess, Endpoint, HttpCall};
+use super::codec::{tokens, BadSuccess};
+use super::endpoint::Endpoint;
+use super::http::HttpCall;
 use crate::core::request::Usage;
 use serde_json::{json, Value};
 

@@ -4,9 +4,10 @@
 //! silence between chunks. A stream that sent its finish is complete even without the
 //! terminator; one that closes before its finish is truncated, never a success.
 
+use super::endpoint::Endpoint;
+use super::http::{read_capped, transport_failure, HttpCall, ERROR_BODY_CAP};
 use super::sse::SseFramer;
 use super::stream_limits::{Ended, StreamLimits, StreamWatch, Verdict};
-use super::{read_capped, transport_failure, Endpoint, HttpCall, ERROR_BODY_CAP};
 use crate::classify::failure::{ErrorFields, Headers, Transport, UpstreamFailure};
 use crate::core::answer::{FinishReason, StreamEvent};
 use crate::core::clock::Stopwatch;
@@ -89,7 +90,7 @@ pub fn parse_event(wire: Wire, event: &str, data: &str, calls_so_far: u32) -> Ve
     // `base_resp.status_code` (1027 "output new_sensitive" after the first deltas, then
     // `[DONE]`: seen in public client code, find_string `"base_resp":{"status_code":1027`).
     // Read as a chunk with no choices, the cut-off answer ended as a success.
-    if let Some(fields) = crate::classify::in_band::embedded_error(&v) {
+    if let Some(fields) = crate::classify::failure::embedded_error(&v) {
         return vec![WireEvent::Error(Box::new(fields))];
     }
     match wire {
@@ -428,7 +429,7 @@ async fn drive(
             .unwrap_or((Duration::from_millis(1), Ended::NoFirstToken));
         return match tokio::time::timeout(left, read_capped(resp, ERROR_BODY_CAP)).await {
             Ok(Ok((raw, _))) => Err(UpstreamFailure::from_response(status, headers, &raw)),
-            Ok(Err(cut)) => Err(super::body_cut_off(status, headers, cut)),
+            Ok(Err(cut)) => Err(super::http::body_cut_off(status, headers, cut)),
             Err(_) => Err(ended(&watch, why, Some(status), &headers)),
         };
     }
@@ -441,10 +442,10 @@ async fn drive(
         let (left, deadline) = watch
             .next_wait(sw.elapsed())
             .unwrap_or((Duration::from_millis(1), Ended::NoFirstToken));
-        let why = || super::BadSuccess::Malformed("a JSON body, not an event stream".into());
+        let why = || super::codec::BadSuccess::Malformed("a JSON body, not an event stream".into());
         return match tokio::time::timeout(left, read_capped(resp, ERROR_BODY_CAP)).await {
-            Ok(Ok((raw, _))) => Err(super::bad_success(status, headers, &raw, why())),
-            Ok(Err(cut)) => Err(super::body_cut_off(status, headers, cut)),
+            Ok(Ok((raw, _))) => Err(super::codec::bad_success(status, headers, &raw, why())),
+            Ok(Err(cut)) => Err(super::http::body_cut_off(status, headers, cut)),
             Err(_) => Err(ended(&watch, deadline, Some(status), &headers)),
         };
     }
@@ -575,15 +576,17 @@ async fn drive(
     // Nothing shown and a safety stop: a refusal, as the same answer unstreamed is
     // (`BadSuccess::Refused`), not an empty success.
     if !seen.visible && finish_reason == Some(FinishReason::ContentFilter) {
-        let why = super::BadSuccess::Refused("the stream stopped on a content filter".into());
-        return Err(super::bad_success(status, headers, &[], why));
+        let why =
+            super::codec::BadSuccess::Refused("the stream stopped on a content filter".into());
+        return Err(super::codec::bad_success(status, headers, &[], why));
     }
     // Nothing shown and a failed generation (Gemini MALFORMED_FUNCTION_CALL, ...): no
     // answer, the provider's fault, as unstreamed (`gemini::parse_chat`).
     if let Some(FinishReason::Other(r)) = &finish_reason {
         if !seen.visible && super::gemini::is_failed_finish(r) {
-            let why = super::BadSuccess::Malformed(format!("finishReason {r} with no answer"));
-            return Err(super::bad_success(status, headers, &[], why));
+            let why =
+                super::codec::BadSuccess::Malformed(format!("finishReason {r} with no answer"));
+            return Err(super::codec::bad_success(status, headers, &[], why));
         }
     }
     let tool_calls =

@@ -1,0 +1,154 @@
+//! One parsed request's context (`Ask`): who asked, on which API, with which priority
+//! and session; how a request refused before routing is answered; and how every
+//! request's end is counted and written as its one log line.
+
+use super::adapter::{self, Priority, Target};
+use super::choose::Choice;
+use super::errors::{ApiError, Flavor};
+use super::http::{refusal, Body};
+use super::ingress::ChatIn;
+use super::respond::{self, Context};
+use super::Gateway;
+use crate::core::clock::Stopwatch;
+use crate::core::trace::Report;
+use crate::core::vocab::Outcome;
+use hyper::{Method, Response};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What one request's log line says. Never a prompt, a completion or a key.
+#[derive(Default)]
+struct Line {
+    model: String,
+    workflow: String,
+    status: u16,
+    outcome: &'static str,
+    reason: &'static str,
+    served_by: String,
+    attempts: String,
+    prompt: Option<String>,
+}
+
+impl Line {
+    fn of(report: &Report, status: u16) -> Line {
+        Line {
+            status,
+            outcome: report.outcome.as_str(),
+            reason: report.reason.map(|r| r.as_str()).unwrap_or(""),
+            served_by: report
+                .served_by
+                .as_ref()
+                .map(|r| r.to_string())
+                .unwrap_or_default(),
+            attempts: report
+                .attempts
+                .iter()
+                .map(|a| format!("{}:{}:{}", a.route, a.class, a.action))
+                .collect::<Vec<_>>()
+                .join(","),
+            ..Line::default()
+        }
+    }
+}
+
+fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
+    tracing::info!(
+        target: "poolctl::serve",
+        method = %method,
+        path,
+        model = %line.model,
+        workflow = %line.workflow,
+        status = line.status,
+        outcome = line.outcome,
+        reason = line.reason,
+        served_by = %line.served_by,
+        attempts = %line.attempts,
+        prompt = line.prompt.as_deref(),
+        elapsed_us = elapsed.as_micros() as u64,
+        "request"
+    );
+}
+
+/// One parsed request's context.
+pub(super) struct Ask {
+    pub(super) gw: Arc<Gateway>,
+    pub(super) method: Method,
+    pub(super) path: String,
+    pub(super) flavor: Flavor,
+    pub(super) priority: Priority,
+    pub(super) session: Option<String>,
+    pub(super) sw: Stopwatch,
+}
+
+impl Ask {
+    pub(super) fn target<'a>(&'a self, choice: &Choice<'a>) -> Target<'a> {
+        Target {
+            tier: choice.tier,
+            policy: choice.policy,
+            workflow: Some(choice.workflow),
+            session: self.session.as_deref(),
+            priority: self.priority,
+            degrade_tier: choice
+                .policy
+                .degrade_tier
+                .as_deref()
+                .and_then(|name| self.gw.lineup.tier_named(name)),
+        }
+    }
+
+    /// A request refused before routing.
+    pub(super) fn refuse(&self, why: &'static str, e: ApiError, model: &str) -> Response<Body> {
+        self.gw.metrics.rejected(why);
+        let line = Line {
+            model: model.to_string(),
+            status: e.status,
+            outcome: "rejected",
+            reason: why,
+            ..Line::default()
+        };
+        log(&self.method, &self.path, &line, self.sw.elapsed());
+        refusal(&e, self.flavor)
+    }
+
+    pub(super) async fn failure(&self, choice: &Choice<'_>, report: &Report) -> ApiError {
+        let retry_after_ms = if report.outcome == Outcome::Shed {
+            adapter::shed_retry_after_ms(&self.gw.router, choice.tier, report, self.priority).await
+        } else {
+            adapter::ready_again_in_ms(&self.gw.router, choice.tier).await
+        };
+        let ctx = Context {
+            retry_after_ms,
+            max_elapsed_ms: choice.policy.max_elapsed_ms,
+        };
+        respond::failure(report, ctx, &|s| self.gw.mask(s))
+    }
+
+    /// Counts and logs a routed request; `in_router` is excluded from the overhead.
+    pub(super) fn finish(
+        &self,
+        choice: &Choice<'_>,
+        model: &str,
+        report: &Report,
+        status: u16,
+        in_router: Duration,
+        prompt: Option<String>,
+    ) {
+        let total = self.sw.elapsed();
+        self.gw.metrics.record(choice.workflow, report);
+        self.gw
+            .metrics
+            .overhead(total.saturating_sub(in_router).as_secs_f64());
+        let mut line = Line::of(report, status);
+        line.model = model.to_string();
+        line.workflow = choice.workflow.to_string();
+        line.prompt = prompt;
+        log(&self.method, &self.path, &line, total);
+    }
+}
+
+pub(super) fn last_user_text(c: &ChatIn) -> Option<String> {
+    c.conversation.turns.iter().rev().find_map(|t| match t {
+        crate::core::conversation::Turn::User { text } => Some(text.clone()),
+        _ => None,
+    })
+}

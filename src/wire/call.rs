@@ -1,0 +1,156 @@
+//! The calls the router makes, by path (chat, embed, rerank): each picks its route's
+//! wire codec, sends through `http`, and answers a parsed success or an
+//! `UpstreamFailure`.
+
+use super::codec::{bad_success, BadSuccess};
+use super::endpoint::Endpoint;
+use super::http::send;
+use super::rerank as rerank_wire;
+use super::{anthropic, gemini, openai};
+use crate::classify::failure::{Headers, Transport, UpstreamFailure};
+use crate::core::answer::FinishReason;
+use crate::core::request::{ChatRequest, EmbedRequest, RerankRequest, Usage};
+use crate::core::vocab::Wire;
+
+/// The request fields `wire` cannot express, by their caller-facing names. Each wire's
+/// `chat_call` maps every other field; the router records these on the attempt so that
+/// nothing is lost silently.
+pub fn dropped(wire: Wire, req: &ChatRequest) -> Vec<String> {
+    match wire {
+        Wire::OpenAi => Vec::new(),
+        Wire::Anthropic => anthropic::dropped(req),
+        Wire::Gemini => gemini::dropped(req),
+    }
+}
+
+/// A usable chat answer.
+#[derive(Debug, Clone)]
+pub struct ChatSuccess {
+    pub text: String,
+    /// Tools the model asked to call, in canonical form.
+    pub tool_calls: Vec<crate::core::conversation::ToolCall>,
+    pub finish_reason: Option<FinishReason>,
+    pub model: Option<String>,
+    pub usage: Usage,
+    pub request_id: Option<String>,
+    pub headers: Headers,
+}
+
+/// Sends one non-streaming chat call through `endpoint`'s wire.
+pub async fn chat(
+    client: &reqwest::Client,
+    endpoint: &Endpoint,
+    model: &str,
+    req: &ChatRequest,
+) -> Result<ChatSuccess, UpstreamFailure> {
+    let call = match endpoint.wire {
+        Wire::OpenAi => openai::chat_call(endpoint, model, req),
+        Wire::Anthropic => anthropic::chat_call(endpoint, model, req),
+        Wire::Gemini => gemini::chat_call(endpoint, model, req),
+    };
+    let reply = send(client, call, endpoint.timeout_ms).await?;
+    // An error some dialects report inside a 2xx (MiniMax `base_resp`) is never an answer.
+    if let Some(fields) = crate::classify::in_band::error_in_success(endpoint.dialect, &reply.json)
+    {
+        let bad = BadSuccess::Failed(Box::new(fields));
+        return Err(bad_success(reply.status, reply.headers, &reply.raw, bad));
+    }
+    let parsed = match endpoint.wire {
+        Wire::OpenAi => openai::parse_chat(&reply.json),
+        Wire::Anthropic => anthropic::parse_chat(&reply.json),
+        Wire::Gemini => gemini::parse_chat(&reply.json),
+    };
+    match parsed {
+        Ok(p) => Ok(ChatSuccess {
+            text: p.text,
+            tool_calls: p.tool_calls,
+            finish_reason: p.finish_reason,
+            model: p.model,
+            usage: p.usage,
+            request_id: reply.headers.request_id().map(str::to_string).or(p.id),
+            headers: reply.headers,
+        }),
+        Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
+    }
+}
+
+/// A usable embedding batch: one vector per input, in input order.
+#[derive(Debug, Clone)]
+pub struct EmbedSuccess {
+    pub vectors: Vec<Vec<f32>>,
+    pub usage: Usage,
+    pub request_id: Option<String>,
+    pub headers: Headers,
+}
+
+/// A usable rerank: document indices, best first.
+#[derive(Debug, Clone)]
+pub struct RerankSuccess {
+    pub ranking: Vec<usize>,
+    pub usage: Usage,
+    pub request_id: Option<String>,
+    pub headers: Headers,
+}
+
+/// A wire that has no endpoint for a path (Anthropic has no embeddings): this route can
+/// never serve the call, which the classifier reads as `model_unavailable`.
+fn unsupported(endpoint: &Endpoint, what: &str) -> UpstreamFailure {
+    UpstreamFailure::transport(
+        Transport::Unsupported,
+        format!(
+            "the {} wire of provider `{}` has no {what} endpoint",
+            endpoint.wire, endpoint.provider
+        ),
+    )
+}
+
+/// Sends one embedding batch.
+pub async fn embed(
+    client: &reqwest::Client,
+    endpoint: &Endpoint,
+    model: &str,
+    req: &EmbedRequest,
+) -> Result<EmbedSuccess, UpstreamFailure> {
+    let call = match endpoint.wire {
+        Wire::OpenAi => openai::embed_call(endpoint, model, &req.inputs),
+        Wire::Gemini => gemini::embed_call(endpoint, model, &req.inputs),
+        Wire::Anthropic => return Err(unsupported(endpoint, "embeddings")),
+    };
+    let reply = send(client, call, endpoint.timeout_ms).await?;
+    let parsed = match endpoint.wire {
+        Wire::Gemini => gemini::parse_embed(&reply.json, req.inputs.len()),
+        _ => openai::parse_embed(&reply.json, req.inputs.len()),
+    };
+    match parsed {
+        Ok((vectors, usage)) => Ok(EmbedSuccess {
+            vectors,
+            usage,
+            request_id: reply.headers.request_id().map(str::to_string),
+            headers: reply.headers,
+        }),
+        Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
+    }
+}
+
+/// Sends one rerank call (Cohere / Jina shape, on OpenAI-compatible endpoints).
+pub async fn rerank(
+    client: &reqwest::Client,
+    endpoint: &Endpoint,
+    model: &str,
+    req: &RerankRequest,
+) -> Result<RerankSuccess, UpstreamFailure> {
+    if endpoint.wire != Wire::OpenAi {
+        return Err(unsupported(endpoint, "rerank"));
+    }
+    let call = rerank_wire::rerank_call(endpoint, model, &req.query, &req.documents, req.top_n);
+    let reply = send(client, call, endpoint.timeout_ms).await?;
+    match rerank_wire::parse_rerank(&reply.json, req.documents.len()) {
+        Ok((ranking, usage)) => Ok(RerankSuccess {
+            ranking,
+            usage,
+            request_id: reply.headers.request_id().map(str::to_string),
+            headers: reply.headers,
+        }),
+        Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
+    }
+}

@@ -1,0 +1,154 @@
+//! One HTTP exchange with a provider, bounded in bytes and time: the call a codec
+//! builds (`HttpCall`), the shared client, sending it and reading a capped answer, and
+//! turning what went wrong on the way into an `UpstreamFailure`.
+
+use super::codec::{bad_success, BadSuccess};
+use crate::classify::failure::{Headers, Transport, UpstreamFailure};
+use serde_json::Value;
+use std::time::Duration;
+
+/// Bodies past this are not read further: an error needs only its first bytes to be
+/// classified, and an endless body must never exhaust memory.
+pub const ERROR_BODY_CAP: usize = 64 * 1024;
+
+/// The largest success body accepted.
+pub const SUCCESS_BODY_CAP: usize = 8 * 1024 * 1024;
+
+/// A request ready to send: the wire's URL, headers and JSON body.
+#[derive(Debug)]
+pub struct HttpCall {
+    pub url: String,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Value,
+}
+
+/// The HTTP client every wire shares. reqwest 0.12 has no retry layer of its own, and
+/// redirects are refused so a POST is never silently replayed elsewhere.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(16)
+        .build()
+        .expect("a reqwest client with static settings always builds")
+}
+
+/// A 2xx that parsed as JSON, ready for the wire's success parser.
+pub struct JsonReply {
+    pub status: u16,
+    pub headers: Headers,
+    pub json: Value,
+    pub raw: Vec<u8>,
+}
+
+/// Sends a call and returns a 2xx JSON body, or the failure: a non-2xx response (body
+/// read up to `ERROR_BODY_CAP`), a transport error, a timeout, or a 2xx that is not
+/// JSON or is larger than `SUCCESS_BODY_CAP`.
+pub async fn send(
+    client: &reqwest::Client,
+    call: HttpCall,
+    timeout_ms: u64,
+) -> Result<JsonReply, UpstreamFailure> {
+    let deadline = Duration::from_millis(timeout_ms);
+    let work = async {
+        let mut builder = client.post(&call.url).json(&call.body);
+        for (name, value) in &call.headers {
+            builder = builder.header(*name, value);
+        }
+        let resp = builder.send().await.map_err(transport_failure)?;
+        let status = resp.status().as_u16();
+        let headers = Headers::from_reqwest(resp.headers());
+        let ok = (200..300).contains(&status);
+        let cap = if ok { SUCCESS_BODY_CAP } else { ERROR_BODY_CAP };
+        let (raw, over_cap) = read_capped(resp, cap)
+            .await
+            .map_err(|cut| body_cut_off(status, headers.clone(), cut))?;
+        if !ok {
+            return Err(UpstreamFailure::from_response(status, headers, &raw));
+        }
+        if over_cap {
+            return Err(bad_success(
+                status,
+                headers,
+                &raw,
+                BadSuccess::Malformed(format!("success body over {} MiB", cap >> 20)),
+            ));
+        }
+        match serde_json::from_slice::<Value>(&raw) {
+            Ok(json) => Ok(JsonReply {
+                status,
+                headers,
+                json,
+                raw,
+            }),
+            Err(e) => Err(bad_success(
+                status,
+                headers,
+                &raw,
+                BadSuccess::Malformed(format!("success body is not JSON: {e}")),
+            )),
+        }
+    };
+    match tokio::time::timeout(deadline, work).await {
+        Ok(result) => result,
+        Err(_) => Err(UpstreamFailure::transport(
+            Transport::Timeout,
+            format!("no complete response within {timeout_ms} ms"),
+        )),
+    }
+}
+
+/// Reads a body chunk by chunk, stopping at `cap` bytes. Returns the bytes and whether
+/// the body went past the cap.
+pub async fn read_capped(
+    mut resp: reqwest::Response,
+    cap: usize,
+) -> Result<(Vec<u8>, bool), UpstreamFailure> {
+    let mut buf = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = cap.saturating_sub(buf.len());
+                if chunk.len() > room {
+                    buf.extend_from_slice(&chunk[..room]);
+                    return Ok((buf, true));
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok((buf, false)),
+            Err(e) => return Err(transport_failure(e)),
+        }
+    }
+}
+
+/// Turns a reqwest error into a transport failure, without the URL (a gateway URL can
+/// carry credentials in its query).
+pub fn transport_failure(e: reqwest::Error) -> UpstreamFailure {
+    let kind = if e.is_timeout() {
+        Transport::Timeout
+    } else {
+        Transport::Network
+    };
+    let e = e.without_url();
+    let mut detail = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        detail.push_str(": ");
+        detail.push_str(&s.to_string());
+        source = s.source();
+    }
+    UpstreamFailure::transport(kind, detail)
+}
+
+/// A response whose body broke while being read. The status did come back, so it is
+/// recorded (spec/decisions.md: `network` is "before any response"): a 2xx is a broken
+/// success (`server_error`), any other status is judged by its status and headers.
+pub fn body_cut_off(status: u16, headers: Headers, cut: UpstreamFailure) -> UpstreamFailure {
+    let why = format!("the body was cut off: {}", cut.excerpt);
+    if (200..300).contains(&status) {
+        return bad_success(status, headers, &[], BadSuccess::Malformed(why));
+    }
+    UpstreamFailure {
+        malformed: Some(why),
+        ..UpstreamFailure::from_response(status, headers, &[])
+    }
+}
