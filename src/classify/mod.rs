@@ -6,7 +6,10 @@
 //! Imports: `core` only.
 
 pub mod classifier;
+pub mod codes;
 pub mod dialect;
+pub mod evidence;
 pub mod failure;
 pub mod hint;
 pub mod in_band;
+pub mod shared;
