@@ -41,6 +41,24 @@ impl Default for AdmissionConfig {
     }
 }
 
+impl AdmissionConfig {
+    /// The set-up a pool config or a scenario writes (`limits:`, and `headroom:` and
+    /// `interactive_floor:` when given), with the defaults of decisions.md for the rest:
+    /// one builder, so the two can never default differently.
+    pub fn written(
+        limits: &BTreeMap<String, Limits>,
+        headroom: Option<f64>,
+        floor: Option<f64>,
+    ) -> Self {
+        let d = AdmissionConfig::default();
+        AdmissionConfig {
+            limits: limits.clone(),
+            headroom: headroom.unwrap_or(d.headroom),
+            interactive_floor: floor.unwrap_or(d.interactive_floor),
+        }
+    }
+}
+
 /// The buckets that cover one route: its group and the members in it. Resolved once
 /// per route, so an acquire does no lookup by name.
 #[derive(Debug, Clone)]

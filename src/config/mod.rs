@@ -6,5 +6,7 @@
 
 pub mod pool;
 pub mod problems;
+pub mod resolve;
 pub mod route;
+pub mod validate;
 pub mod yaml;

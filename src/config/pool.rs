@@ -2,24 +2,18 @@
 //! `probe` and `walk` can trust every name in it. Every error names the file, line and
 //! field; keys never enter it, only the names of the variables that hold them.
 
-use crate::classify::dialect::Dialect;
-use crate::config::route::{RouteSpec, Tier};
 use crate::config::yaml::{self, YamlError};
-use crate::core::limits;
-use crate::core::secret::Secret;
 use crate::core::vocab::{CallPath, Route};
 use crate::policy::capability::ModelFacts;
 use crate::policy::card::Policy;
 use crate::store::OnStoreError;
-use crate::wire::Endpoint;
 use indexmap::IndexMap;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// The variable that names the config file when `--config` is absent.
 pub const CONFIG_ENV: &str = "POOLCTL_CONFIG";
@@ -130,7 +124,7 @@ pub enum ConfigError {
 }
 
 /// `file:line`, or `file` when the line is not known.
-fn at(file: &Path, line: Option<usize>) -> String {
+pub(super) fn at(file: &Path, line: Option<usize>) -> String {
     match line {
         Some(n) => format!("{}:{n}", file.display()),
         None => file.display().to_string(),
@@ -151,7 +145,7 @@ pub fn suggest(nearest: &Option<String>, what: &str, known: &[String]) -> String
     format!("; the {what} are {}{more}", shown.join(", "))
 }
 
-fn did_you_mean(nearest: &Option<String>) -> String {
+pub(super) fn did_you_mean(nearest: &Option<String>) -> String {
     nearest
         .as_ref()
         .map(|n| format!("; did you mean `{n}`?"))
@@ -233,439 +227,6 @@ impl PoolConfig {
             stand_ins: parsed.stand_ins,
         })
     }
-
-    /// Loading stops at the first problem; `check` wants them all.
-    fn validate(&self, text: &str) -> Result<(), YamlError> {
-        match self.problems(text).into_iter().next() {
-            Some(first) => Err(first),
-            None => Ok(()),
-        }
-    }
-
-    /// Every semantic problem of a parsed config, in file order of sections.
-    fn problems(&self, text: &str) -> Vec<YamlError> {
-        let mut out = Vec::new();
-        let invalid = |field: String, needles: &[&str], message: String| YamlError {
-            file: self.file.clone(),
-            line: line_of(text, needles),
-            column: None,
-            field,
-            message,
-        };
-
-        for (name, p) in &self.providers {
-            let key = format!("{name}:");
-            let bad = |f: &str, message: String| {
-                let needle = format!("{f}:");
-                invalid(
-                    format!("providers.{name}.{f}"),
-                    &["providers:", &key, &needle],
-                    message,
-                )
-            };
-            if let Err(why) = check_url(&p.base_url) {
-                out.push(bad("base_url", why));
-            }
-            // A gateway key in `?key=` is a credential: masked wherever it is echoed.
-            crate::core::secret::register_url_query(&p.base_url);
-            if p.api_key_env.trim().is_empty() {
-                out.push(bad(
-                    "api_key_env",
-                    "name the variable that holds the key".into(),
-                ));
-            }
-            // Out of range is refused, never wrapped: a cooldown of 2^64 - 1 ms would set
-            // `until` in the past, a zero deadline fails every call before it starts.
-            if let Err((f, why)) = limits::check_fields(&p.settings().limit_fields()) {
-                out.push(bad(f, why));
-            }
-        }
-
-        if self.tiers.is_empty() {
-            let msg = "define at least one tier".to_string();
-            out.push(invalid("tiers".into(), &["tiers:"], msg));
-        }
-        for (tier, entries) in &self.tiers {
-            let key = format!("{tier}:");
-            if entries.is_empty() {
-                let msg = "a tier needs at least one route".to_string();
-                out.push(invalid(format!("tiers.{tier}"), &["tiers:", &key], msg));
-                continue;
-            }
-            // Where each route was first seen: one pass, so a tier of 100,000 routes is
-            // checked in milliseconds, not minutes.
-            let mut first_at: std::collections::HashMap<&Route, usize> =
-                std::collections::HashMap::with_capacity(entries.len());
-            for (i, entry) in entries.iter().enumerate() {
-                let route = entry.route.as_str();
-                let field = format!("tiers.{tier}[{i}]");
-                let provider = entry.route.provider();
-                if !self.providers.contains_key(provider) {
-                    let msg = format!(
-                        "route `{route}` names provider `{provider}`, which is not under `providers`{}",
-                        suggest(
-                            &self.nearest_provider(provider),
-                            "providers",
-                            &self.providers.keys().cloned().collect::<Vec<_>>()
-                        )
-                    );
-                    out.push(invalid(field.clone(), &["tiers:", &key, route], msg));
-                }
-                if let Some(&first) = first_at.get(&entry.route) {
-                    let msg =
-                        format!("route `{route}` appears twice in this tier (first at [{first}])");
-                    out.push(invalid(field, &["tiers:", &key, route, route], msg));
-                }
-                first_at.insert(&entry.route, i);
-            }
-        }
-
-        for (name, policy) in &self.policies {
-            let key = format!("{name}:");
-            if let Err((f, why)) = limits::check_fields(&crate::policy::card::policy_fields(policy))
-            {
-                let needle = format!("{f}:");
-                out.push(invalid(
-                    format!("policies.{name}.{f}"),
-                    &["policies:", &key, &needle],
-                    why,
-                ));
-            }
-            // A fallback outside the card's own tier can never be used: the router walks
-            // that tier alone.
-            let (within, allowed): (String, Vec<Route>) = match &policy.tier {
-                None => ("any tier".into(), self.route_names()),
-                Some(tier) => match self.tiers.get(tier) {
-                    Some(entries) => (
-                        format!("tier `{tier}`"),
-                        entries.iter().map(|e| e.route.clone()).collect(),
-                    ),
-                    None => {
-                        let msg = format!(
-                            "unknown tier `{tier}`{}",
-                            did_you_mean(&self.nearest_tier(tier))
-                        );
-                        let field = format!("policies.{name}.tier");
-                        out.push(invalid(field, &["policies:", &key, "tier:"], msg));
-                        continue;
-                    }
-                },
-            };
-            for (i, route) in policy.fallback_routes.iter().flatten().enumerate() {
-                if !allowed.contains(route) {
-                    let msg = format!(
-                        "route `{route}` is not in {within}{}",
-                        did_you_mean(&nearest_route(route.as_str(), &allowed))
-                    );
-                    let field = format!("policies.{name}.fallback_routes[{i}]");
-                    out.push(invalid(field, &["policies:", &key, route.as_str()], msg));
-                }
-            }
-        }
-        if self.workers == 0 {
-            let msg = "must be at least 1: the number of processes that share the buckets".into();
-            out.push(invalid("workers".into(), &["workers:"], msg));
-        }
-        if self.state_timeout_ms == 0 {
-            let msg = "must be at least 1 ms: a store call with no time cannot succeed".into();
-            out.push(invalid(
-                "state_timeout_ms".into(),
-                &["state_timeout_ms:"],
-                msg,
-            ));
-        }
-        if let Some(state) = self.state.as_ref().and_then(|s| s.to_str()) {
-            if state.contains("://") && !state.starts_with("redis://") {
-                // Only the scheme is echoed: the rest may hold a password.
-                let scheme = state.split("://").next().unwrap_or("");
-                let msg = format!(
-                    "`{scheme}://…` is neither a file path nor a redis:// URL (rediss:// and other schemes are not supported)"
-                );
-                out.push(invalid("state".into(), &["state:"], msg));
-            } else if state.starts_with("redis://") {
-                // Parsed here, not first at the store's opening, so `check` finds it and
-                // the error has its line. `Client::open` parses only: it never connects.
-                if let Err(e) = redis::Client::open(state) {
-                    // The URL may hold a password: name only what is wrong.
-                    let msg = format!(
-                        "`state` is not a usable redis:// URL ({}): expected redis://[:password@]host[:port][/db]",
-                        e.detail().unwrap_or("cannot be parsed")
-                    );
-                    out.push(invalid("state".into(), &["state:"], msg));
-                }
-            }
-        }
-        // Admission: a contract names a route of some tier or a provider; shares are
-        // shares; a degrade tier exists.
-        let all = self.route_names();
-        // Config order is not sorted order: membership by set, never by binary search.
-        let known: BTreeSet<&Route> = all.iter().collect();
-        for (name, limits) in &self.limits {
-            let field = format!("limits.{name}");
-            let named = match Route::parse(name) {
-                Ok(r) => known.contains(&r),
-                Err(_) => self.providers.contains_key(name),
-            };
-            if !named {
-                let names = all
-                    .iter()
-                    .map(|r| r.as_str())
-                    .chain(self.providers.keys().map(String::as_str));
-                let msg = format!(
-                    "`{name}` is neither a route of a tier nor a provider{}",
-                    did_you_mean(&crate::core::suggest::nearest(name, names))
-                );
-                out.push(invalid(field, &["limits:", name], msg));
-            } else if limits.contracts().next().is_none() {
-                let msg = "name at least one of rpm, tpm, itpm, otpm".to_string();
-                out.push(invalid(field, &["limits:", name], msg));
-            }
-        }
-        if let Some(h) = self.headroom.filter(|h| !(*h > 0.0 && *h <= 1.0)) {
-            let msg = format!("headroom {h} is outside (0, 1]");
-            out.push(invalid("headroom".into(), &["headroom:"], msg));
-        }
-        if let Some(f) = self.interactive_floor.filter(|f| !(0.0..1.0).contains(f)) {
-            let msg = format!("interactive_floor {f} is outside [0, 1)");
-            out.push(invalid(
-                "interactive_floor".into(),
-                &["interactive_floor:"],
-                msg,
-            ));
-        }
-        for (name, policy) in &self.policies {
-            if let Some(t) = &policy.degrade_tier {
-                if !self.tiers.contains_key(t) {
-                    let key = format!("{name}:");
-                    let msg = format!("unknown tier `{t}`{}", did_you_mean(&self.nearest_tier(t)));
-                    let field = format!("policies.{name}.degrade_tier");
-                    out.push(invalid(field, &["policies:", &key, "degrade_tier:"], msg));
-                }
-            }
-        }
-        // Facts for a route no tier uses are a typo, not a harmless extra.
-        for route in self.models.keys() {
-            if !known.contains(route) {
-                let msg = format!(
-                    "route `{route}` is in no tier{}",
-                    did_you_mean(&nearest_route(route.as_str(), &all))
-                );
-                out.push(invalid(
-                    format!("models.{route}"),
-                    &["models:", route.as_str()],
-                    msg,
-                ));
-            }
-        }
-        out
-    }
-
-    fn provider(&self, name: &str) -> Result<&ProviderConfig, ConfigError> {
-        self.providers
-            .get(name)
-            .ok_or_else(|| ConfigError::UnknownProvider {
-                name: name.to_string(),
-                nearest: self.nearest_provider(name),
-            })
-    }
-
-    fn nearest_provider(&self, name: &str) -> Option<String> {
-        crate::core::suggest::nearest(name, self.providers.keys().map(String::as_str))
-    }
-
-    fn nearest_tier(&self, name: &str) -> Option<String> {
-        crate::core::suggest::nearest(name, self.tiers.keys().map(String::as_str))
-    }
-
-    /// The dialect whose error conventions apply to `provider`, and how it was chosen.
-    pub fn dialect_of(&self, provider: &str) -> Result<(Dialect, DialectSource), ConfigError> {
-        Ok(self.provider(provider)?.dialect())
-    }
-
-    /// `provider` as the router calls it, with its key read through `env` (the CLI passes
-    /// `&|v| std::env::var(v).ok()`; tests pass a map and leave the process alone).
-    pub fn endpoint(
-        &self,
-        provider: &str,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Endpoint, ConfigError> {
-        let p = self.provider(provider)?;
-        let key = env(&p.api_key_env)
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| ConfigError::MissingKey {
-                file: self.file.clone(),
-                // The text is not kept once parsed; an error is rare enough to read it again.
-                line: yaml::read_text(&self.file).ok().and_then(|t| {
-                    line_of(&t, &["providers:", &format!("{provider}:"), "api_key_env:"])
-                }),
-                provider: provider.to_string(),
-                var: p.api_key_env.clone(),
-            })?;
-        Ok(p.settings().endpoint(
-            provider,
-            p.base_url.clone(),
-            Secret::new(key),
-            Some(&p.base_url),
-        ))
-    }
-
-    /// The entries of tier `name`, each with its call path.
-    pub fn tier_entries(&self, name: &str) -> Result<&[TierEntry], ConfigError> {
-        self.tiers
-            .get(name)
-            .map(Vec::as_slice)
-            .ok_or_else(|| ConfigError::UnknownTier {
-                name: name.to_string(),
-                nearest: self.nearest_tier(name),
-                known: self.tiers.keys().cloned().collect(),
-            })
-    }
-
-    /// Tier `name` resolved for the router. Routes of one provider share one endpoint.
-    pub fn tier(
-        &self,
-        name: &str,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Tier, ConfigError> {
-        let mut endpoints: BTreeMap<&str, Arc<Endpoint>> = BTreeMap::new();
-        let mut routes = Vec::new();
-        for entry in self.tier_entries(name)? {
-            let provider = entry.route.provider();
-            let endpoint = match endpoints.get(provider) {
-                Some(e) => e.clone(),
-                None => {
-                    let e = Arc::new(self.endpoint(provider, env)?);
-                    endpoints.insert(provider, e.clone());
-                    e
-                }
-            };
-            routes.push(RouteSpec {
-                route: entry.route.clone(),
-                endpoint,
-                facts: self.models.get(&entry.route).copied().unwrap_or_default(),
-                policy: self.provider(provider)?.settings().policy(),
-            });
-        }
-        Ok(Tier {
-            name: name.to_string(),
-            path: self.tier_path(name)?,
-            routes,
-        })
-    }
-
-    /// The call path of tier `name`: its first entry's (`walk` and `probe` default to it).
-    pub fn tier_path(&self, name: &str) -> Result<CallPath, ConfigError> {
-        Ok(self
-            .tier_entries(name)?
-            .first()
-            .map(|e| e.path)
-            .unwrap_or_default())
-    }
-
-    /// Every tier resolved once, keys read from `env` once per provider: what a
-    /// long-running process (the gateway) builds at startup.
-    /// The admission set-up: `limits:`, `headroom:`, `interactive_floor:`, with the
-    /// defaults of decisions.md.
-    pub fn admission(&self) -> crate::admission::buckets::AdmissionConfig {
-        let d = crate::admission::buckets::AdmissionConfig::default();
-        crate::admission::buckets::AdmissionConfig {
-            limits: self.limits.clone(),
-            headroom: self.headroom.unwrap_or(d.headroom),
-            interactive_floor: self.interactive_floor.unwrap_or(d.interactive_floor),
-        }
-    }
-
-    pub fn resolve(&self, env: &dyn Fn(&str) -> Option<String>) -> Pool {
-        let tiers = self
-            .tiers
-            .keys()
-            .map(|name| {
-                (
-                    name.clone(),
-                    self.tier(name, env).map_err(|e| e.to_string()),
-                )
-            })
-            .collect();
-        Pool {
-            tiers,
-            policies: self.policies.clone(),
-        }
-    }
-
-    /// Every route of every tier, once each, in config order (chain order within a tier).
-    pub fn route_names(&self) -> Vec<Route> {
-        let mut seen: BTreeSet<&Route> = BTreeSet::new();
-        self.tiers
-            .values()
-            .flatten()
-            .map(|e| &e.route)
-            .filter(|r| seen.insert(r))
-            .cloned()
-            .collect()
-    }
-
-    /// `s` as a route of some tier (`retire`, `restore`, `walk --retire` take these).
-    pub fn find_route(&self, s: &str) -> Result<Route, ConfigError> {
-        let routes = self.route_names();
-        routes
-            .iter()
-            .find(|r| r.as_str() == s)
-            .cloned()
-            .ok_or_else(|| ConfigError::UnknownRoute {
-                route: s.to_string(),
-                nearest: nearest_route(s, &routes),
-                known: routes.iter().map(|r| r.to_string()).collect(),
-            })
-    }
-
-    /// Where health is persisted: `state` relative to the config file's directory,
-    /// else `.poolctl/state.db` beside the config file.
-    pub fn state_path(&self) -> PathBuf {
-        let dir = self.file.parent().unwrap_or(Path::new(""));
-        dir.join(self.state.as_deref().unwrap_or(Path::new(DEFAULT_STATE)))
-    }
-
-    /// Where state lives: a `redis://` URL, else the file of [`PoolConfig::state_path`].
-    pub fn state_location(&self) -> StateLocation {
-        match self.state.as_ref().and_then(|s| s.to_str()) {
-            Some(url) if crate::store::redis::is_redis_url(url) => {
-                StateLocation::Redis(url.to_string())
-            }
-            _ => StateLocation::File(self.state_path()),
-        }
-    }
-}
-
-impl ProviderConfig {
-    /// The explicit `dialect`, else the one the host implies, else the wire's own.
-    pub fn dialect(&self) -> (Dialect, DialectSource) {
-        self.settings().dialect(Some(&self.base_url))
-    }
-}
-
-/// A pool config resolved once: every tier built (or why it cannot be: a missing key),
-/// and the policy cards.
-#[derive(Debug, Clone)]
-pub struct Pool {
-    /// In config order.
-    tiers: IndexMap<String, Result<Tier, String>>,
-    pub policies: BTreeMap<String, Policy>,
-}
-
-impl Pool {
-    /// Tier `name`, or why it could not be built.
-    pub fn tier(&self, name: &str) -> Result<&Tier, String> {
-        match self.tiers.get(name) {
-            Some(Ok(t)) => Ok(t),
-            Some(Err(e)) => Err(e.clone()),
-            None => Err(format!("unknown tier `{name}`")),
-        }
-    }
-
-    /// The names of every tier, in config order.
-    pub fn tier_names(&self) -> impl Iterator<Item = &str> {
-        self.tiers.keys().map(String::as_str)
-    }
 }
 
 /// The file as written; `PoolConfig` adds the file name and is only built once valid.
@@ -724,7 +285,7 @@ impl RawConfig {
 /// silently keeps the last of two duplicate keys (a second `openai:` provider or `high:`
 /// tier would shadow the first). A config is read once per process: parsing it twice
 /// costs microseconds.
-fn not_yaml(file: &Path, text: &str) -> Option<YamlError> {
+pub(super) fn not_yaml(file: &Path, text: &str) -> Option<YamlError> {
     // The size and depth limits are checked before any parsing, and their errors stand.
     if text.len() as u64 > yaml::max_file_bytes() || yaml::too_deep(text, yaml::MAX_DEPTH).is_some()
     {
@@ -783,41 +344,12 @@ impl<'de> Deserialize<'de> for TierEntry {
     }
 }
 
-/// Checked here rather than at the first call, so a typo in a URL fails `check`, not a
-/// request in production. The URL is only ever shown through `secret::display_url`: its
-/// query may carry a key.
-fn check_url(url: &str) -> Result<(), String> {
-    let shown = crate::core::secret::display_url(url);
-    let parsed =
-        reqwest::Url::parse(url).map_err(|e| format!("`{shown}` is not a valid URL: {e}"))?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(format!("`{shown}` is not an http(s) URL with a host"));
-    }
-    // A `user:password@` would be sent as a second `Authorization` header beside the
-    // key, and printed wherever the URL is: keys belong in `api_key_env`.
-    if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err(format!(
-            "`{shown}` carries credentials (`user:password@`); put the key in the variable `api_key_env` names"
-        ));
-    }
-    if parsed.fragment().is_some() {
-        return Err(format!(
-            "`{shown}` has a `#fragment`, which no request can use"
-        ));
-    }
-    Ok(())
-}
-
-fn nearest_route(s: &str, routes: &[Route]) -> Option<String> {
-    crate::core::suggest::nearest(s, routes.iter().map(Route::as_str))
-}
-
 /// The 1-based line of a semantic error. serde has no positions once parsing is done,
 /// so this searches the text for `needles` in order, each after the previous, and
 /// returns the line of the last one found (e.g. `["tiers:", "high:", route]`). A
 /// needle ending in `:` matches a key; any other matches a whole value, so `a/x` does not
 /// match inside `a/x-mini`.
-fn line_of(text: &str, needles: &[&str]) -> Option<usize> {
+pub(super) fn line_of(text: &str, needles: &[&str]) -> Option<usize> {
     let mut from = 0;
     let mut found = None;
     for needle in needles {
@@ -829,7 +361,7 @@ fn line_of(text: &str, needles: &[&str]) -> Option<usize> {
     found.map(|at| text[..at].matches('\n').count() + 1)
 }
 
-fn find_token(text: &str, needle: &str, from: usize) -> Option<usize> {
+pub(super) fn find_token(text: &str, needle: &str, from: usize) -> Option<usize> {
     let is_word = |c: char| c.is_alphanumeric() || "-_./".contains(c);
     let mut start = from;
     while let Some(i) = text.get(start..)?.find(needle) {

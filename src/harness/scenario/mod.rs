@@ -155,12 +155,11 @@ impl Scenario {
     /// The admission set-up of the scenario's `limits:`, `headroom:` and
     /// `interactive_floor:`, with the defaults of decisions.md.
     pub fn admission(&self) -> crate::admission::buckets::AdmissionConfig {
-        let d = crate::admission::buckets::AdmissionConfig::default();
-        crate::admission::buckets::AdmissionConfig {
-            limits: self.limits.clone(),
-            headroom: self.headroom.unwrap_or(d.headroom),
-            interactive_floor: self.interactive_floor.unwrap_or(d.interactive_floor),
-        }
+        crate::admission::buckets::AdmissionConfig::written(
+            &self.limits,
+            self.headroom,
+            self.interactive_floor,
+        )
     }
 
     /// The virtual clock's start.
