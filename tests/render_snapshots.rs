@@ -5,7 +5,7 @@
 
 use poolctl::cli::look::{self, strip_ansi, Look};
 use poolctl::cli::probe::TierProbe;
-use poolctl::cli::render;
+use poolctl::cli::{render, render_chaos};
 use poolctl::core::trace::{AttemptRecord, Chosen, HealthChange, Report, Skip, SkipWhy, Step};
 use poolctl::core::vocab::{Action, CallPath, Class, HealthState, Outcome, Reason, Route};
 use poolctl::harness::compare::{HealthView, Mismatch};
@@ -229,9 +229,9 @@ fn chaos_runs() -> Vec<ScenarioRun> {
 fn chaos_text(runs: &[ScenarioRun], look: &Look) -> String {
     format!(
         "{}{}{}",
-        render::chaos_results(runs, look),
-        render::chaos_failures(runs, look),
-        render::chaos_summary(runs, look)
+        render_chaos::chaos_results(runs, look),
+        render_chaos::chaos_failures(runs, look),
+        render_chaos::chaos_summary(runs, look)
     )
 }
 

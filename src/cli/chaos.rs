@@ -3,7 +3,7 @@
 
 use super::exit::Exit;
 use super::look::Look;
-use super::{out, render};
+use super::{out, render_chaos};
 use crate::harness::runner::ScenarioRun;
 use crate::harness::scenario::{discover, Scenario};
 use crate::harness::suite::{load_all, run_all};
@@ -112,17 +112,17 @@ pub async fn run(args: ChaosArgs, look: &Look) -> anyhow::Result<Exit> {
     if args.json {
         let mut text = String::new();
         for r in &runs {
-            text.push_str(&render::chaos_json(r).to_string());
+            text.push_str(&render_chaos::chaos_json(r).to_string());
             text.push('\n');
         }
         out::print(&text)?;
     } else {
-        out::print(&render::chaos_results(&runs, look))?;
-        out::print(&render::chaos_failures(&runs, look))?;
-        out::line(&render::chaos_summary(&runs, look))?;
+        out::print(&render_chaos::chaos_results(&runs, look))?;
+        out::print(&render_chaos::chaos_failures(&runs, look))?;
+        out::line(&render_chaos::chaos_summary(&runs, look))?;
     }
     if let Some(path) = &args.junit {
-        std::fs::write(path, render::chaos_junit(&runs))
+        std::fs::write(path, render_chaos::chaos_junit(&runs))
             .map_err(|e| anyhow::anyhow!("cannot write JUnit report {}: {e}", path.display()))?;
     }
     Ok(if runs.iter().all(|r| r.passed) {

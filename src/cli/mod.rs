@@ -15,6 +15,7 @@ pub mod mock;
 pub mod out;
 pub mod probe;
 pub mod render;
+pub mod render_chaos;
 pub mod serve;
 pub mod table;
 pub mod walk;

@@ -15,6 +15,7 @@ pub mod openai;
 pub mod rerank;
 pub mod sse;
 pub mod stream;
+pub mod stream_event;
 pub mod stream_limits;
 
 pub use call::{chat, dropped, embed, rerank, ChatSuccess, EmbedSuccess, RerankSuccess};

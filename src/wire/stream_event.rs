@@ -1,0 +1,260 @@
+//! What one SSE event means, whatever the wire: each wire's events (OpenAI chunks,
+//! Anthropic typed events, Gemini candidates) read into the same `WireEvent`s. Pure:
+//! the driver in `stream` owns the bytes and the deadlines.
+
+use crate::classify::failure::ErrorFields;
+use crate::core::answer::FinishReason;
+use crate::core::request::Usage;
+use crate::core::vocab::Wire;
+use serde_json::Value;
+
+/// What one SSE event means, whatever the wire.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WireEvent {
+    /// Text for the caller.
+    Delta(String),
+    /// A piece of tool call `index`: id and name when it starts, argument text to append.
+    ToolCall {
+        index: u32,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
+    /// The model finished (finish reason / stop reason), maybe with usage.
+    Finish(Option<FinishReason>, Option<Usage>),
+    /// Usage arriving in its own event (OpenAI's `include_usage` chunk, Anthropic's
+    /// `message_start`).
+    Usage(Usage),
+    /// The model the stream says is answering.
+    Model(String),
+    /// The wire's end-of-stream marker (`[DONE]`, `message_stop`).
+    Terminator,
+    /// The wire's in-stream error event.
+    Error(Box<ErrorFields>),
+    /// An event that could not be read; skipped, and counted.
+    Malformed(String),
+}
+
+/// Reads one SSE event of `wire`. Pure, so every wire's event table is unit-tested.
+/// `calls_so_far` numbers Gemini's whole function calls on from the earlier chunks.
+pub fn parse_event(wire: Wire, event: &str, data: &str, calls_so_far: u32) -> Vec<WireEvent> {
+    let data = data.trim();
+    if data.is_empty() {
+        return Vec::new();
+    }
+    if wire == Wire::OpenAi && data == "[DONE]" {
+        return vec![WireEvent::Terminator];
+    }
+    let v: Value = match serde_json::from_str(data) {
+        Ok(v) => v,
+        Err(e) => return vec![WireEvent::Malformed(format!("not JSON: {e}"))],
+    };
+    if wire == Wire::Anthropic && event == "error" || v.get("error").is_some_and(Value::is_object) {
+        return vec![WireEvent::Error(Box::new(
+            ErrorFields::from_value(&v).unwrap_or_default(),
+        ))];
+    }
+    // MiniMax reports a failure mid-stream as a chunk with a non-zero
+    // `base_resp.status_code` (1027 "output new_sensitive" after the first deltas, then
+    // `[DONE]`: seen in public client code, find_string `"base_resp":{"status_code":1027`).
+    // Read as a chunk with no choices, the cut-off answer ended as a success.
+    if let Some(fields) = crate::classify::failure::embedded_error(&v) {
+        return vec![WireEvent::Error(Box::new(fields))];
+    }
+    match wire {
+        Wire::OpenAi => openai_event(&v),
+        Wire::Anthropic => anthropic_event(event, &v),
+        Wire::Gemini => gemini_event(&v, calls_so_far),
+    }
+}
+
+fn openai_event(v: &Value) -> Vec<WireEvent> {
+    let mut out = Vec::new();
+    if let Some(model) = v.get("model").and_then(Value::as_str) {
+        out.push(WireEvent::Model(model.to_string()));
+    }
+    let choice = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first());
+    if let Some(choice) = choice {
+        if let Some(text) = choice.pointer("/delta/content").and_then(Value::as_str) {
+            if !text.is_empty() {
+                out.push(WireEvent::Delta(text.to_string()));
+            }
+        }
+        let calls = choice
+            .pointer("/delta/tool_calls")
+            .and_then(Value::as_array);
+        for (j, call) in calls.into_iter().flatten().enumerate() {
+            let str_at = |ptr: &str| {
+                call.pointer(ptr)
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            };
+            out.push(WireEvent::ToolCall {
+                index: call
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(j as u64) as u32,
+                id: str_at("/id"),
+                name: str_at("/function/name"),
+                arguments: str_at("/function/arguments").unwrap_or_default(),
+            });
+        }
+        // A failure mid-generation inside the choice (OpenRouter: `choices[0].error`, or
+        // `finish_reason: "error"` alone; Zhipu: `network_error`) ends the stream as that
+        // error, never as a finish.
+        if let Some(err) = choice.get("error").filter(|e| e.is_object()) {
+            let fields =
+                ErrorFields::from_value(&serde_json::json!({ "error": err })).unwrap_or_default();
+            out.push(WireEvent::Error(Box::new(fields)));
+            return out;
+        }
+        if let Some(reason) = choice.get("finish_reason").filter(|f| !f.is_null()) {
+            if let Some(r) = reason
+                .as_str()
+                .filter(|r| super::openai::is_failure_finish(r))
+            {
+                out.push(WireEvent::Error(Box::new(
+                    super::openai::finished_on_error(r),
+                )));
+                return out;
+            }
+            let reason = reason.as_str().map(super::openai::finish_reason);
+            out.push(WireEvent::Finish(reason, None));
+        }
+    }
+    if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+        out.push(WireEvent::Usage(super::openai::usage(Some(u))));
+    }
+    if choice.is_none() && v.get("usage").is_none() && v.get("id").is_none() {
+        out.push(WireEvent::Malformed(
+            "a chunk with no choices, usage or id".into(),
+        ));
+    }
+    out
+}
+
+fn anthropic_event(event: &str, v: &Value) -> Vec<WireEvent> {
+    let kind = v.get("type").and_then(Value::as_str).unwrap_or(event);
+    let index = v.get("index").and_then(Value::as_u64).unwrap_or(0) as u32;
+    match kind {
+        "message_start" => {
+            let mut out = Vec::new();
+            if let Some(model) = v.pointer("/message/model").and_then(Value::as_str) {
+                out.push(WireEvent::Model(model.to_string()));
+            }
+            if let Some(u) = v.pointer("/message/usage").filter(|u| u.is_object()) {
+                out.push(WireEvent::Usage(super::anthropic::usage(Some(u))));
+            }
+            out
+        }
+        "content_block_start" => match v.get("content_block") {
+            Some(b) if b.get("type").and_then(Value::as_str) == Some("tool_use") => {
+                vec![WireEvent::ToolCall {
+                    index,
+                    id: b.get("id").and_then(Value::as_str).map(str::to_string),
+                    name: b.get("name").and_then(Value::as_str).map(str::to_string),
+                    arguments: String::new(),
+                }]
+            }
+            _ => Vec::new(),
+        },
+        "content_block_delta" => {
+            if let Some(t) = v.pointer("/delta/text").and_then(Value::as_str) {
+                return match t.is_empty() {
+                    true => Vec::new(),
+                    false => vec![WireEvent::Delta(t.to_string())],
+                };
+            }
+            match v.pointer("/delta/partial_json").and_then(Value::as_str) {
+                Some(json) => vec![WireEvent::ToolCall {
+                    index,
+                    id: None,
+                    name: None,
+                    arguments: json.to_string(),
+                }],
+                None => Vec::new(),
+            }
+        }
+        "message_delta" => {
+            let stop = v.pointer("/delta/stop_reason").filter(|s| !s.is_null());
+            let usage = v.get("usage").map(|u| super::anthropic::usage(Some(u)));
+            match stop {
+                Some(s) => vec![WireEvent::Finish(
+                    s.as_str().map(super::anthropic::finish_reason),
+                    usage,
+                )],
+                None => usage.map(WireEvent::Usage).into_iter().collect(),
+            }
+        }
+        "message_stop" => vec![WireEvent::Terminator],
+        _ => Vec::new(), // content_block_stop, ping
+    }
+}
+
+fn gemini_event(v: &Value, calls_so_far: u32) -> Vec<WireEvent> {
+    // A blocked prompt streams one chunk with `promptFeedback.blockReason` and no
+    // candidates: the same refusal as unstreamed (`gemini::parse_chat`).
+    if let Some(reason) = v
+        .pointer("/promptFeedback/blockReason")
+        .and_then(Value::as_str)
+    {
+        return vec![WireEvent::Error(Box::new(ErrorFields {
+            code: Some("content_filter".into()),
+            message: Some(format!("prompt blocked: {reason}")),
+            ..Default::default()
+        }))];
+    }
+    let mut out = Vec::new();
+    if let Some(model) = v.get("modelVersion").and_then(Value::as_str) {
+        out.push(WireEvent::Model(model.to_string()));
+    }
+    let candidate = v
+        .get("candidates")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first());
+    let mut calls = 0u32;
+    if let Some(c) = candidate {
+        let text = super::gemini::candidate_text(c);
+        if !text.is_empty() {
+            out.push(WireEvent::Delta(text));
+        }
+        // Gemini sends each function call whole, in one part; it has no call ids.
+        let parts = c.pointer("/content/parts").and_then(Value::as_array);
+        for call in parts
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("functionCall"))
+        {
+            out.push(WireEvent::ToolCall {
+                index: calls_so_far + calls,
+                id: None,
+                name: call.get("name").and_then(Value::as_str).map(str::to_string),
+                arguments: call
+                    .get("args")
+                    .map(Value::to_string)
+                    .unwrap_or_else(|| "{}".into()),
+            });
+            calls += 1;
+        }
+    }
+    let usage = v
+        .get("usageMetadata")
+        .map(|u| super::gemini::usage(Some(u)));
+    match candidate
+        .and_then(|c| c.get("finishReason"))
+        .and_then(Value::as_str)
+    {
+        Some(f) => out.push(WireEvent::Finish(
+            Some(super::gemini::finish_reason(f, calls_so_far + calls > 0)),
+            usage,
+        )),
+        None => out.extend(usage.map(WireEvent::Usage)),
+    }
+    if candidate.is_none() && !out.iter().any(|e| matches!(e, WireEvent::Usage(_))) {
+        out.push(WireEvent::Malformed("a chunk with no candidates".into()));
+    }
+    out
+}
