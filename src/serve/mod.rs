@@ -7,6 +7,7 @@ pub mod adapter;
 pub mod ask;
 pub mod choose;
 pub mod egress;
+pub mod egress_stream;
 pub mod errors;
 pub mod handler;
 pub mod health_cache;

@@ -6,7 +6,7 @@
 use super::adapter::{self, Called, Event, Finish, Progress};
 use super::ask::{last_user_text, Ask};
 use super::choose::Wants;
-use super::egress::{self, AnthropicStream, OpenAiStream};
+use super::egress_stream::{self, AnthropicStream, OpenAiStream};
 use super::errors::{ApiError, Flavor};
 use super::http::{error_response, full, lock, refusal, trace_headers, Body};
 use super::ingress::ChatIn;
@@ -150,7 +150,7 @@ impl LiveState {
                 if let (false, Some(u)) = (usage_sent, usage) {
                     out.extend(e.event(&Event::Usage(u)));
                 }
-                out.extend(egress::outcome_comment(
+                out.extend(egress_stream::outcome_comment(
                     report.outcome.as_str(),
                     report.attempts.len(),
                 ));
@@ -158,21 +158,21 @@ impl LiveState {
             }
             (Some(Encoder::OpenAi(e)), Some(err)) => {
                 out.extend(e.error(err));
-                out.extend(egress::outcome_comment(
+                out.extend(egress_stream::outcome_comment(
                     report.outcome.as_str(),
                     report.attempts.len(),
                 ));
             }
             (Some(Encoder::Anthropic(e)), None) => {
                 out.extend(e.finish(&finish, usage.as_ref()));
-                out.extend(egress::outcome_comment(
+                out.extend(egress_stream::outcome_comment(
                     report.outcome.as_str(),
                     report.attempts.len(),
                 ));
             }
             (Some(Encoder::Anthropic(e)), Some(err)) => {
                 out.extend(e.error(err));
-                out.extend(egress::outcome_comment(
+                out.extend(egress_stream::outcome_comment(
                     report.outcome.as_str(),
                     report.attempts.len(),
                 ));

@@ -1,0 +1,297 @@
+//! The stream encoders of egress: wire-neutral stream events turned into OpenAI chunks
+//! (`OpenAiStream`) or Anthropic typed events (`AnthropicStream`), and the closing
+//! `: poolctl outcome=` comment.
+
+use super::adapter::{Event, Finish};
+use super::egress::{anthropic_stop, openai_finish, openai_usage, to_bytes};
+use super::errors::ApiError;
+use crate::core::request::Usage;
+use serde_json::{json, Value};
+
+/// One `chat.completion.chunk`, typed like `Completion`; `D` is the delta.
+#[derive(serde::Serialize)]
+struct Chunk<'a, D: serde::Serialize> {
+    choices: [ChunkChoice<'a, D>; 1],
+    created: i64,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+    /// `Some(())` is `"usage": null`; `None` leaves the field out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<()>,
+}
+
+#[derive(serde::Serialize)]
+struct ChunkChoice<'a, D: serde::Serialize> {
+    delta: D,
+    finish_reason: Option<&'a str>,
+    index: u32,
+    logprobs: (),
+}
+
+/// The delta of a text chunk, the one a stream sends hundreds of.
+#[derive(serde::Serialize)]
+struct TextDelta<'a> {
+    content: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+}
+
+/// The `: poolctl outcome=… attempts=N` comment that ends every stream.
+pub fn outcome_comment(outcome: &str, attempts: usize) -> Vec<u8> {
+    format!(": poolctl outcome={outcome} attempts={attempts}\n\n").into_bytes()
+}
+
+fn data_line(v: &Value) -> Vec<u8> {
+    let mut out = b"data: ".to_vec();
+    out.extend(to_bytes(v));
+    out.extend(b"\n\n");
+    out
+}
+
+fn event_line(name: &str, v: &Value) -> Vec<u8> {
+    let mut out = format!("event: {name}\ndata: ").into_bytes();
+    out.extend(to_bytes(v));
+    out.extend(b"\n\n");
+    out
+}
+
+/// Encodes one stream as `chat.completion.chunk` events; every chunk names the model.
+#[derive(Debug)]
+pub struct OpenAiStream {
+    pub id: String,
+    pub created: i64,
+    pub model: String,
+    pub include_usage: bool,
+    role_sent: bool,
+}
+
+impl OpenAiStream {
+    pub fn new(id: String, created: i64, model: String, include_usage: bool) -> Self {
+        OpenAiStream {
+            id,
+            created,
+            model,
+            include_usage,
+            role_sent: false,
+        }
+    }
+
+    pub(super) fn chunk(&mut self, delta: Value, finish: Option<&str>) -> Vec<u8> {
+        let mut delta = delta;
+        if !self.role_sent {
+            delta["role"] = json!("assistant");
+            self.role_sent = true;
+        }
+        self.typed_chunk(delta, finish)
+    }
+
+    fn typed_chunk<D: serde::Serialize>(&self, delta: D, finish: Option<&str>) -> Vec<u8> {
+        let chunk = Chunk {
+            choices: [ChunkChoice {
+                delta,
+                finish_reason: finish,
+                index: 0,
+                logprobs: (),
+            }],
+            created: self.created,
+            id: &self.id,
+            model: &self.model,
+            object: "chat.completion.chunk",
+            // OpenAI sends `usage: null` on every chunk but the last when usage is asked for.
+            usage: self.include_usage.then_some(()),
+        };
+        let mut out = Vec::with_capacity(160 + self.model.len());
+        out.extend_from_slice(b"data: ");
+        // Writing to a Vec cannot fail, and these types always serialize.
+        let _ = serde_json::to_writer(&mut out, &chunk);
+        out.extend_from_slice(b"\n\n");
+        out
+    }
+
+    fn text_chunk(&mut self, text: &str) -> Vec<u8> {
+        let role = (!std::mem::replace(&mut self.role_sent, true)).then_some("assistant");
+        self.typed_chunk(
+            TextDelta {
+                content: text,
+                role,
+            },
+            None,
+        )
+    }
+
+    /// The bytes for one event; empty for an event the OpenAI shape carries elsewhere.
+    pub fn event(&mut self, e: &Event) -> Vec<u8> {
+        match e {
+            Event::Text(t) => self.text_chunk(t),
+            Event::ToolCall {
+                index,
+                id,
+                name,
+                arguments,
+            } => {
+                let mut call = json!({"index": index, "function": {"arguments": arguments}});
+                if let Some(id) = id {
+                    call["id"] = json!(id);
+                    call["type"] = json!("function");
+                }
+                if let Some(name) = name {
+                    call["function"]["name"] = json!(name);
+                }
+                self.chunk(json!({"tool_calls": [call]}), None)
+            }
+            Event::Finish(f) => self.chunk(json!({}), Some(openai_finish(f))),
+            Event::Usage(u) if self.include_usage => {
+                let v = json!({
+                    "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                    "model": self.model, "choices": [], "usage": openai_usage(u),
+                });
+                data_line(&v)
+            }
+            Event::Usage(_) => Vec::new(),
+        }
+    }
+
+    /// The in-band error that ends an interrupted stream (no `[DONE]` follows).
+    pub fn error(&self, e: &ApiError) -> Vec<u8> {
+        data_line(&json!({"error": {"message": e.message, "type": e.kind, "code": e.code}}))
+    }
+
+    pub fn done(&self) -> Vec<u8> {
+        b"data: [DONE]\n\n".to_vec()
+    }
+}
+
+/// Encodes one stream as Anthropic Messages events.
+#[derive(Debug)]
+pub struct AnthropicStream {
+    pub id: String,
+    pub model: String,
+    started: bool,
+    /// Index of the open content block and whether it is text.
+    open: Option<(usize, bool)>,
+    /// Blocks started so far.
+    blocks: usize,
+    /// Upstream tool-call index of the open tool_use block.
+    tool_index: Option<u32>,
+    output_tokens: u64,
+}
+
+impl AnthropicStream {
+    pub fn new(id: String, model: String) -> Self {
+        AnthropicStream {
+            id,
+            model,
+            started: false,
+            open: None,
+            blocks: 0,
+            tool_index: None,
+            output_tokens: 0,
+        }
+    }
+
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        out.extend(event_line(
+            "message_start",
+            &json!({"type": "message_start", "message": {
+            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+        ));
+    }
+
+    fn close(&mut self, out: &mut Vec<u8>) {
+        if let Some((index, _)) = self.open.take() {
+            out.extend(event_line(
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": index}),
+            ));
+        }
+    }
+
+    fn open_block(&mut self, out: &mut Vec<u8>, block: Value, text: bool) -> usize {
+        self.close(out);
+        let index = self.blocks;
+        self.blocks += 1;
+        self.open = Some((index, text));
+        out.extend(event_line(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": block}),
+        ));
+        index
+    }
+
+    pub fn event(&mut self, e: &Event) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.start(&mut out);
+        match e {
+            Event::Text(t) => {
+                let index = match self.open {
+                    Some((i, true)) => i,
+                    _ => self.open_block(&mut out, json!({"type": "text", "text": ""}), true),
+                };
+                out.extend(event_line(
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": index,
+                    "delta": {"type": "text_delta", "text": t}}),
+                ));
+            }
+            Event::ToolCall {
+                index: call,
+                id,
+                name,
+                arguments,
+            } => {
+                let index = match (self.open, self.tool_index) {
+                    (Some((i, false)), Some(c)) if c == *call && id.is_none() => i,
+                    _ => {
+                        self.tool_index = Some(*call);
+                        let block = json!({"type": "tool_use", "id": id.clone().unwrap_or_default(),
+                                           "name": name.clone().unwrap_or_default(), "input": {}});
+                        self.open_block(&mut out, block, false)
+                    }
+                };
+                if !arguments.is_empty() {
+                    out.extend(event_line(
+                        "content_block_delta",
+                        &json!({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": arguments}}),
+                    ));
+                }
+            }
+            Event::Usage(u) => self.output_tokens = u.output_tokens,
+            Event::Finish(_) => {}
+        }
+        out
+    }
+
+    /// Closes the message: the stop reason and usage, then `message_stop`.
+    pub fn finish(&mut self, finish: &Finish, usage: Option<&Usage>) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.start(&mut out);
+        if self.blocks == 0 {
+            self.open_block(&mut out, json!({"type": "text", "text": ""}), true);
+        }
+        self.close(&mut out);
+        let output = usage.map(|u| u.output_tokens).unwrap_or(self.output_tokens);
+        out.extend(event_line(
+            "message_delta",
+            &json!({"type": "message_delta",
+            "delta": {"stop_reason": anthropic_stop(finish), "stop_sequence": null},
+            "usage": {"output_tokens": output}}),
+        ));
+        out.extend(event_line("message_stop", &json!({"type": "message_stop"})));
+        out
+    }
+
+    pub fn error(&self, e: &ApiError) -> Vec<u8> {
+        event_line(
+            "error",
+            &json!({"type": "error", "error": {"type": e.kind, "message": e.message}}),
+        )
+    }
+}
