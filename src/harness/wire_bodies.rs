@@ -50,8 +50,20 @@ pub fn success(ctx: &ReplyCtx<'_>, text: &str, usage: Option<UsageSpec>) -> Valu
     match (ctx.wire, ctx.call) {
         (Wire::OpenAi, CallKind::Embed) => {
             let n = inputs(ctx.request.get("input"));
+            // As OpenAI does: `encoding_format: base64` answers little-endian f32s in
+            // base64, each vector one string.
+            let base64 =
+                ctx.request.get("encoding_format").and_then(Value::as_str) == Some("base64");
             let data: Vec<Value> = (0..n)
-                .map(|i| json!({"object": "embedding", "index": i, "embedding": vector(text, i)}))
+                .map(|i| {
+                    let v = vector(text, i);
+                    let embedding = if base64 {
+                        json!(base64_f32s(&v))
+                    } else {
+                        json!(v)
+                    };
+                    json!({"object": "embedding", "index": i, "embedding": embedding})
+                })
                 .collect();
             json!({"object": "list", "data": data, "model": model,
                    "usage": {"prompt_tokens": p, "total_tokens": p}})
@@ -131,4 +143,24 @@ fn vector(text: &str, i: usize) -> Vec<f64> {
     (0..8)
         .map(|k| (((seed >> (k * 3)) % 1000) as f64 / 1000.0 * 2.0 - 1.0) / 2.0)
         .collect()
+}
+
+/// Standard base64 (RFC 4648, padded) of `v` as little-endian f32s.
+fn base64_f32s(v: &[f64]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = v.iter().flat_map(|f| (*f as f32).to_le_bytes()).collect();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = (chunk[0] as u32) << 16
+            | (*chunk.get(1).unwrap_or(&0) as u32) << 8
+            | *chunk.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
