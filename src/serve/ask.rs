@@ -26,6 +26,9 @@ struct Line {
     reason: &'static str,
     served_by: String,
     attempts: String,
+    /// Routes passed over, `route:why` (`cannot_carry`, `cooling`, ...); `None` when
+    /// none was.
+    skipped: Option<String>,
     prompt: Option<String>,
 }
 
@@ -46,6 +49,14 @@ impl Line {
                 .map(|a| format!("{}:{}:{}", a.route, a.class, a.action))
                 .collect::<Vec<_>>()
                 .join(","),
+            skipped: (!report.skipped.is_empty()).then(|| {
+                report
+                    .skipped
+                    .iter()
+                    .map(|s| format!("{}:{}", s.route, s.why.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }),
             ..Line::default()
         }
     }
@@ -63,6 +74,7 @@ fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
         reason = line.reason,
         served_by = %line.served_by,
         attempts = %line.attempts,
+        skipped = line.skipped.as_deref(),
         prompt = line.prompt.as_deref(),
         elapsed_us = elapsed.as_micros() as u64,
         "request"
