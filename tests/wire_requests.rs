@@ -209,6 +209,7 @@ async fn embeddings_and_rerank_request_shapes() {
     let client = wire::http_client();
     let req = EmbedRequest {
         inputs: vec!["a".into(), "b".into()],
+        original: None,
     };
     let ok = wire::embed(
         &client,

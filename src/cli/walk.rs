@@ -121,6 +121,7 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
         CallPath::Stream => Request::Stream(ChatRequest::user(args.prompt.clone(), 64)),
         CallPath::Embed => Request::Embed(EmbedRequest {
             inputs: vec![args.prompt.clone()],
+            original: None,
         }),
         CallPath::Rerank => Request::Rerank(RerankRequest {
             query: args.prompt.clone(),

@@ -5,6 +5,7 @@
 
 use crate::core::conversation::ToolCall;
 use crate::core::request::Usage;
+use crate::core::vocab::Wire;
 use serde::Serialize;
 
 /// Why the model stopped, in one vocabulary for every wire.
@@ -48,6 +49,17 @@ pub struct Answer {
     pub embeddings: Option<Vec<Vec<f32>>>,
     /// Rerank: document indices, best first (the recall order when degraded).
     pub ranking: Option<Vec<usize>>,
+    /// The answer's body as the upstream sent it, and the wire it was sent on, when the
+    /// request went to the route as the client sent it (same wire): a gateway returns
+    /// these bytes unchanged (spec/fidelity.md §1). The fields above are read from it.
+    pub raw: Option<Box<RawAnswer>>,
+}
+
+/// An answer's body as the upstream sent it, and the wire it came on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawAnswer {
+    pub wire: Wire,
+    pub bytes: bytes::Bytes,
 }
 
 /// A stream delta, wire-neutral, handed to the caller as it arrives.

@@ -1,11 +1,35 @@
 //! What a caller asks the router for, independent of any wire.
 
 use crate::core::conversation::{Conversation, ToolSpec, Turn};
-use crate::core::vocab::CallPath;
+use crate::core::vocab::{CallPath, Wire};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
 
-/// How urgent a request is: admission control orders and sheds by it.
+/// The client's own request body, kept beside the parsed view so that a route whose wire
+/// is the API the client spoke receives the client's JSON, not a re-serialisation of a
+/// parsed copy (spec/fidelity.md §1): every field, known or unknown, with only `model`
+/// replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Original {
+    /// The API the body was sent on (`openai` chat completions or embeddings,
+    /// `anthropic` messages).
+    pub wire: Wire,
+    /// The body exactly as the client sent it.
+    pub bytes: bytes::Bytes,
+    /// The byte span of the top-level `model` value (the JSON string, quotes included).
+    pub model: Range<usize>,
+    /// The byte span of the top-level `stream_options` value, when there is one.
+    pub stream_options: Option<Range<usize>>,
+    /// Client headers forwarded on the same wire (`anthropic-version`,
+    /// `anthropic-beta`); never a credential.
+    pub headers: Vec<(&'static str, String)>,
+    /// Why the request cannot be translated to another wire (the canonical decode
+    /// refused it: an image, `n: 2`, ...); `None` when it can. A route of another wire
+    /// is then passed over with this reason.
+    pub untranslatable: Option<String>,
+}
 
 /// Sampling controls a caller may set; `None` / empty leaves the provider's default.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -47,6 +71,8 @@ pub struct ChatRequest {
     pub metadata: BTreeMap<String, String>,
     /// The prompt size to plan with, when the caller knows better than a character count.
     pub token_estimate: Option<u64>,
+    /// The client's own body (the gateway), forwarded as it is to a route of its wire.
+    pub original: Option<Arc<Original>>,
 }
 
 /// Anthropic requires `max_tokens`; this is sent when the caller set none.
@@ -68,7 +94,23 @@ impl ChatRequest {
             user: None,
             metadata: BTreeMap::new(),
             token_estimate: None,
+            original: None,
         }
+    }
+
+    /// The client's body when a route of `wire` is to receive it as it is (same wire).
+    pub fn same_wire(&self, wire: Wire) -> Option<&Original> {
+        self.original.as_deref().filter(|o| o.wire == wire)
+    }
+
+    /// Why a route of `wire` cannot carry this request, when it cannot: the request
+    /// holds what only its own wire can carry, and `wire` is another.
+    pub fn cannot_carry(&self, wire: Wire) -> Option<&str> {
+        let o = self.original.as_deref()?;
+        if o.wire == wire {
+            return None;
+        }
+        o.untranslatable.as_deref()
     }
 
     /// What this request needs from a route.
@@ -106,9 +148,16 @@ impl ChatRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EmbedRequest {
     pub inputs: Vec<String>,
+    /// The client's own body (the gateway), forwarded as it is to a route of its wire.
+    pub original: Option<Arc<Original>>,
 }
 
 impl EmbedRequest {
+    /// The client's body when a route of `wire` is to receive it as it is (same wire).
+    pub fn same_wire(&self, wire: Wire) -> Option<&Original> {
+        self.original.as_deref().filter(|o| o.wire == wire)
+    }
+
     pub fn needs(&self) -> crate::core::request::Needs {
         crate::core::request::Needs {
             prompt_tokens: self

@@ -123,6 +123,10 @@ pub enum SkipWhy {
     /// Its admission buckets cannot hold the request's cost now.
     #[serde(rename = "admission")]
     Admission,
+    /// Its wire cannot carry what the request holds (spec/fidelity.md §3): the cause
+    /// names what.
+    #[serde(rename = "cannot_carry")]
+    CannotCarry,
 }
 
 impl SkipWhy {
@@ -135,6 +139,7 @@ impl SkipWhy {
             SkipWhy::Open => "breaker_open",
             SkipWhy::HalfOpen => "half_open",
             SkipWhy::Admission => "admission",
+            SkipWhy::CannotCarry => "cannot_carry",
         }
     }
 }

@@ -231,6 +231,7 @@ impl Router {
                         usage: Usage::default(),
                         request_id: None,
                         headers: Default::default(),
+                        raw: None,
                     })),
                     Some(Err(f)) => Err(f),
                 };

@@ -204,6 +204,9 @@ impl Router {
                 return skip(SkipWhy::Retired, health.reason().map(str::to_string))
             }
         }
+        if let Some(why) = walk.chat.and_then(|c| c.cannot_carry(spec.endpoint.wire)) {
+            return skip(SkipWhy::CannotCarry, Some(format!("cannot carry: {why}")));
+        }
         cannot_serve(&spec.facts, &walk.needs).and_then(|why| skip(SkipWhy::Incapable, Some(why)))
     }
 
@@ -227,6 +230,10 @@ impl Router {
             // The checks that need no store first: health is read only when it decides.
             let eligible = (i == 0 || walk.opts.policy.approves_fallback(&spec.route))
                 && cannot_serve(&spec.facts, &needs).is_none()
+                && walk
+                    .chat
+                    .and_then(|c| c.cannot_carry(spec.endpoint.wire))
+                    .is_none()
                 && larger_than.is_none_or(|w| spec.facts.context_window.is_some_and(|c| c > w))
                 && !self.breaker_open(spec, now).await;
             if !eligible {

@@ -5,7 +5,7 @@
 use super::state::{lock, Reply, Router, Walk};
 use crate::classify::classifier::Verdict;
 use crate::classify::failure::UpstreamFailure;
-use crate::core::answer::Answer;
+use crate::core::answer::{Answer, RawAnswer};
 use crate::core::clock::UnixMs;
 use crate::core::request::Usage;
 use crate::core::trace::{AttemptRecord, Chosen, HealthChange, Report, Step};
@@ -286,7 +286,9 @@ impl Router {
 
     /// The answer of the reply that ended the request; the report notes who served.
     pub(super) fn answered(&self, walk: &Walk<'_>, report: &mut Report, reply: Reply) -> Answer {
-        report.served_by = Some(walk.tier.routes[walk.current()].route.clone());
+        let spec = &walk.tier.routes[walk.current()];
+        report.served_by = Some(spec.route.clone());
+        let wire = spec.endpoint.wire;
         let usage = reply.usage();
         match reply {
             Reply::Chat(ok) => {
@@ -297,6 +299,7 @@ impl Router {
                     finish_reason: ok.finish_reason,
                     model: ok.model,
                     usage,
+                    raw: ok.raw.map(|bytes| Box::new(RawAnswer { wire, bytes })),
                     ..Answer::default()
                 }
             }
@@ -312,6 +315,7 @@ impl Router {
             Reply::Embed(ok) => Answer {
                 embeddings: Some(ok.vectors),
                 usage,
+                raw: ok.raw.map(|bytes| Box::new(RawAnswer { wire, bytes })),
                 ..Answer::default()
             },
             Reply::Rerank(ok) => Answer {

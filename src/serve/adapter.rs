@@ -47,6 +47,9 @@ pub struct Reply {
     /// The model that actually answered.
     pub model: String,
     pub usage: Option<Usage>,
+    /// The answer as the upstream sent it, on the wire it was sent on (same wire): the
+    /// gateway returns it unchanged.
+    pub raw: Option<Box<crate::core::answer::RawAnswer>>,
 }
 
 /// One piece of a streamed answer, as it arrives.
@@ -113,7 +116,14 @@ fn chat_request(c: &ChatIn) -> ChatRequest {
         json_schema: c.json_schema.clone(),
         user: c.user.clone(),
         metadata: c.metadata.clone(),
-        token_estimate: None,
+        // A conversation the canonical form could not hold is empty: its size is guessed
+        // from the body (about four bytes a token).
+        token_estimate: c
+            .untranslatable
+            .as_ref()
+            .and(c.original.as_ref())
+            .map(|o| (o.bytes.len() as u64).div_ceil(4)),
+        original: c.original.clone(),
     }
 }
 
@@ -160,6 +170,7 @@ fn reply_of(a: Answer, report: &Report) -> Reply {
         tool_calls: a.tool_calls,
         finish,
         usage: a.usage,
+        raw: a.raw,
     }
 }
 
@@ -206,21 +217,25 @@ pub struct Embedded {
     pub report: Report,
     pub vectors: Option<Vec<Vec<f32>>>,
     pub usage: Option<Usage>,
+    /// The answer as the upstream sent it (same wire).
+    pub raw: Option<Box<crate::core::answer::RawAnswer>>,
 }
 
 pub async fn embed(router: &Router, t: Target<'_>, e: &EmbedIn) -> Embedded {
     let req = Request::Embed(EmbedRequest {
         inputs: e.inputs.clone(),
+        original: e.original.clone(),
     });
     let called = router.call(t.tier, &req, t.options()).await;
-    let (vectors, usage) = called
+    let (vectors, usage, raw) = called
         .answer
-        .map(|a| (a.embeddings, a.usage))
+        .map(|a| (a.embeddings, a.usage, a.raw))
         .unwrap_or_default();
     Embedded {
         report: called.report,
         vectors,
         usage,
+        raw,
     }
 }
 

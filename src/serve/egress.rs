@@ -231,6 +231,7 @@ mod tests {
 
     fn reply(text: &str, calls: Vec<ToolCall>, finish: Finish) -> Reply {
         Reply {
+            raw: None,
             text: text.into(),
             tool_calls: calls,
             finish,

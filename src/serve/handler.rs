@@ -2,7 +2,7 @@
 //! choose the chain, call the router through the adapter, render the answer or the
 //! error, count it and log one line. Streams continue in `stream`.
 
-use super::adapter::{self, Called, Priority};
+use super::adapter::{self, Called, Priority, Reply};
 use super::ask::{last_user_text, Ask};
 use super::choose::Wants;
 use super::egress;
@@ -12,7 +12,7 @@ use super::ingress;
 use super::Gateway;
 use crate::core::clock::Stopwatch;
 use crate::core::trace::Report;
-use crate::core::vocab::Outcome;
+use crate::core::vocab::{Outcome, Wire};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -198,7 +198,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         sw,
     };
     match wants {
-        Wants::Chat => chat(ask, body).await,
+        Wants::Chat => chat(ask, body, &parts.headers).await,
         Wants::Embed => embed(ask, body).await,
         Wants::Rerank => rerank(ask, body).await,
     }
@@ -348,20 +348,45 @@ fn model_of(report: &Report, fallback: &str) -> String {
         .unwrap_or_else(|| fallback.to_string())
 }
 
-async fn chat(ask: Ask, body: Bytes) -> Response<Body> {
+/// The wire of the API a client spoke.
+fn wire_of(flavor: Flavor) -> Wire {
+    match flavor {
+        Flavor::OpenAi => Wire::OpenAi,
+        Flavor::Anthropic => Wire::Anthropic,
+    }
+}
+
+/// Whether some route of the request's tier (or of its card's degrade tier) speaks
+/// `wire`, so it can carry the client's body as it is.
+fn speaks(target: &adapter::Target<'_>, wire: Wire) -> bool {
+    std::iter::once(target.tier)
+        .chain(target.degrade_tier)
+        .any(|t| t.routes.iter().any(|r| r.endpoint.wire == wire))
+}
+
+async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
     let parsed = match ask.flavor {
         Flavor::OpenAi => ingress::openai_chat(&body),
         Flavor::Anthropic => ingress::anthropic_messages(&body),
     };
-    let c = match parsed {
+    let mut c = match parsed {
         Ok(c) => c,
         Err(e) => return ask.refuse("bad_request", e, ""),
     };
+    let wire = wire_of(ask.flavor);
+    c.original = ingress::original(body, wire, headers, c.untranslatable.as_ref());
     let gw = ask.gw.clone();
     let choice = match gw.lineup.choose(&c.model, Wants::Chat) {
         Ok(ch) => ch,
         Err(e) => return ask.refuse("unknown_model", e, &c.model),
     };
+    if let Some(e) = &c.untranslatable {
+        // Only a route of the client's wire can carry this request (it gets the body
+        // as it is); with none in the chain, the client hears why, as before routing.
+        if c.original.is_none() || !speaks(&ask.target(&choice), wire) {
+            return ask.refuse("bad_request", e.clone(), &c.model);
+        }
+    }
     if c.stream {
         return super::stream::stream(ask, c).await;
     }
@@ -374,6 +399,8 @@ async fn chat(ask: Ask, body: Bytes) -> Response<Body> {
     let Called { report, reply } = adapter::chat(&gw.router, ask.target(&choice), &c).await;
     let in_router = rt.elapsed();
     let response = match reply {
+        // Same wire: the answer as the upstream sent it (keys masked by `full`).
+        Some(Reply { raw: Some(raw), .. }) if raw.wire == wire => json_response(200, raw.bytes),
         Some(reply) => {
             let n = gw.next_id();
             let body = match ask.flavor {
@@ -407,10 +434,11 @@ async fn chat(ask: Ask, body: Bytes) -> Response<Body> {
 }
 
 async fn embed(ask: Ask, body: Bytes) -> Response<Body> {
-    let e = match ingress::embeddings(&body) {
+    let mut e = match ingress::embeddings(&body) {
         Ok(e) => e,
         Err(err) => return ask.refuse("bad_request", err, ""),
     };
+    e.original = ingress::original(body, Wire::OpenAi, &HeaderMap::new(), None);
     let gw = ask.gw.clone();
     let choice = match gw.lineup.choose(&e.model, Wants::Embed) {
         Ok(ch) => ch,
@@ -421,6 +449,15 @@ async fn embed(ask: Ask, body: Bytes) -> Response<Body> {
     let in_router = rt.elapsed();
     let report = &out.report;
     let mut response = match (&out.vectors, report.outcome) {
+        // Same wire: the answer as the upstream sent it (keys masked by `full`).
+        (Some(_), Outcome::Success | Outcome::Degraded) if out.raw.is_some() => {
+            let bytes = out
+                .raw
+                .as_ref()
+                .map(|r| r.bytes.clone())
+                .unwrap_or_default();
+            json_response(200, bytes)
+        }
         (Some(v), Outcome::Success | Outcome::Degraded) => json_response(
             200,
             egress::embeddings(&model_of(report, &e.model), v, e.base64, out.usage.as_ref()),

@@ -38,7 +38,7 @@ fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     }
 }
 
-pub(super) fn json_response(status: u16, body: Vec<u8>) -> Response<Body> {
+pub(super) fn json_response(status: u16, body: impl Into<Bytes>) -> Response<Body> {
     let mut r = Response::new(full(body));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     r.headers_mut()

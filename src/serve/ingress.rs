@@ -4,10 +4,13 @@
 
 use super::errors::ApiError;
 use crate::core::conversation::{Conversation, ToolSpec};
+use crate::core::request::Original;
+use crate::core::vocab::Wire;
 use crate::wire::anthropic::history::from_anthropic;
 use crate::wire::openai::history::from_openai_messages;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// How the model may use the tools offered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +46,12 @@ pub struct ChatIn {
     pub stream: bool,
     /// OpenAI `stream_options.include_usage`: a final chunk carries the usage.
     pub include_usage: bool,
+    /// Why the conversation cannot be read into the canonical form (an image, `n: 2`,
+    /// a later system message, ...): only a route of the client's own wire, which gets
+    /// the client's body as it is, can serve it. `conversation` is then empty.
+    pub untranslatable: Option<ApiError>,
+    /// The client's body, for a route of its wire (spec/fidelity.md §1).
+    pub original: Option<Arc<Original>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +60,8 @@ pub struct EmbedIn {
     pub inputs: Vec<String>,
     /// `encoding_format: base64` (the openai SDK's default): little-endian f32s.
     pub base64: bool,
+    /// The client's body, for a route of its wire (spec/fidelity.md §6).
+    pub original: Option<Arc<Original>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -186,10 +197,15 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
         Some(Value::Array(_)) => return Err(bad("`messages` must not be empty")),
         _ => return Err(bad("`messages` is required: an array of messages")),
     };
-    let conversation = from_openai_messages(messages).map_err(|e| bad(e.to_string()))?;
+    let (conversation, mut untranslatable) = match from_openai_messages(messages) {
+        Ok(c) => (c, None),
+        Err(e) => (Conversation::default(), Some(bad(e.to_string()))),
+    };
     if let Some(n) = opt_u32(&o, "n")? {
-        if n != 1 {
-            return Err(bad("`n` other than 1 is not supported by the gateway"));
+        if n != 1 && untranslatable.is_none() {
+            untranslatable = Some(bad(
+                "`n` other than 1 is carried only by a route of the OpenAI wire",
+            ));
         }
     }
     let tools = match o.get("tools") {
@@ -289,6 +305,8 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
         metadata: metadata(o.get("metadata"))?,
         stream: opt_bool(&o, "stream")?,
         include_usage,
+        untranslatable,
+        original: None,
     })
 }
 
@@ -317,8 +335,10 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         }
         Some(_) => return Err(bad("`system` must be a string or text blocks")),
     };
-    let conversation =
-        from_anthropic(system.as_deref(), messages).map_err(|e| bad(e.to_string()))?;
+    let (conversation, untranslatable) = match from_anthropic(system.as_deref(), messages) {
+        Ok(c) => (c, None),
+        Err(e) => (Conversation::default(), Some(bad(e.to_string()))),
+    };
     let tools = match o.get("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(ts)) => ts
@@ -371,7 +391,45 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         stream: opt_bool(&o, "stream")?,
         // Anthropic streams always end with the usage in `message_delta`.
         include_usage: true,
+        untranslatable,
+        original: None,
     })
+}
+
+/// The client's body kept for a route of `wire`, with the headers forwarded on that
+/// wire: `None` when the body has no top-level `model` string to replace.
+pub fn original(
+    body: bytes::Bytes,
+    wire: Wire,
+    headers: &hyper::HeaderMap,
+    untranslatable: Option<&ApiError>,
+) -> Option<Arc<Original>> {
+    let spans = crate::wire::passthrough::spans(&body)?;
+    let model = spans.model?;
+    if body.get(model.start) != Some(&b'"') {
+        return None;
+    }
+    let forwarded = match wire {
+        Wire::Anthropic => ["anthropic-version", "anthropic-beta"]
+            .into_iter()
+            .flat_map(|name| {
+                headers
+                    .get_all(name)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .map(move |v| (name, v.to_string()))
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Some(Arc::new(Original {
+        wire,
+        bytes: body,
+        model,
+        stream_options: spans.stream_options,
+        headers: forwarded,
+        untranslatable: untranslatable.map(|e| e.message.clone()),
+    }))
 }
 
 /// `POST /v1/embeddings`.
@@ -404,6 +462,7 @@ pub fn embeddings(body: &[u8]) -> Result<EmbedIn, ApiError> {
         model,
         inputs,
         base64,
+        original: None,
     })
 }
 
@@ -473,7 +532,11 @@ mod tests {
 
     #[test]
     fn malformed_bodies_name_what_is_wrong() {
-        let msg = |b: &[u8]| openai_chat(b).unwrap_err().message;
+        // What the canonical form cannot hold is named too, for a route of another wire.
+        let msg = |b: &[u8]| match openai_chat(b) {
+            Err(e) => e.message,
+            Ok(c) => c.untranslatable.expect("an error").message,
+        };
         assert!(msg(b"{\"model\": ").contains("not valid JSON"));
         assert!(msg(b"[1]").contains("JSON object"));
         assert!(msg(br#"{"messages":[{"role":"user","content":"x"}]}"#).contains("`model`"));

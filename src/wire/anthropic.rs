@@ -54,7 +54,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
             ("x-api-key", ep.api_key.expose().to_string()),
             ("anthropic-version", API_VERSION.to_string()),
         ],
-        body,
+        body: body.into(),
     }
 }
 

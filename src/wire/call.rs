@@ -16,6 +16,10 @@ use crate::core::vocab::Wire;
 /// `chat_call` maps every other field; the router records these on the attempt so that
 /// nothing is lost silently.
 pub fn dropped(wire: Wire, req: &ChatRequest) -> Vec<String> {
+    if req.same_wire(wire).is_some() {
+        // The client's own body: every field is carried.
+        return Vec::new();
+    }
     match wire {
         Wire::OpenAi => Vec::new(),
         Wire::Anthropic => anthropic::dropped(req),
@@ -34,6 +38,9 @@ pub struct ChatSuccess {
     pub usage: Usage,
     pub request_id: Option<String>,
     pub headers: Headers,
+    /// The body as the upstream sent it, on a same-wire call: the gateway returns it
+    /// unchanged (spec/fidelity.md §1).
+    pub raw: Option<bytes::Bytes>,
 }
 
 /// Sends one non-streaming chat call through `endpoint`'s wire.
@@ -43,11 +50,14 @@ pub async fn chat(
     model: &str,
     req: &ChatRequest,
 ) -> Result<ChatSuccess, UpstreamFailure> {
-    let call = match endpoint.wire {
-        Wire::OpenAi => openai::chat_call(endpoint, model, req),
-        Wire::Anthropic => anthropic::chat_call(endpoint, model, req),
-        Wire::Gemini => gemini::chat_call(endpoint, model, req),
+    let same_wire = req.same_wire(endpoint.wire);
+    let call = match (same_wire, endpoint.wire) {
+        (Some(orig), _) => super::passthrough::chat_call(endpoint, model, orig, false),
+        (None, Wire::OpenAi) => openai::chat_call(endpoint, model, req),
+        (None, Wire::Anthropic) => anthropic::chat_call(endpoint, model, req),
+        (None, Wire::Gemini) => gemini::chat_call(endpoint, model, req),
     };
+    let raw = call.body.is_raw();
     let reply = send(client, call, endpoint.timeout_ms).await?;
     // An error some dialects report inside a 2xx (MiniMax `base_resp`) is never an answer.
     if let Some(fields) = crate::classify::in_band::error_in_success(endpoint.dialect, &reply.json)
@@ -69,6 +79,7 @@ pub async fn chat(
             usage: p.usage,
             request_id: reply.headers.request_id().map(str::to_string).or(p.id),
             headers: reply.headers,
+            raw: raw.then_some(reply.raw),
         }),
         Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
     }
@@ -81,6 +92,8 @@ pub struct EmbedSuccess {
     pub usage: Usage,
     pub request_id: Option<String>,
     pub headers: Headers,
+    /// The body as the upstream sent it, on a same-wire call.
+    pub raw: Option<bytes::Bytes>,
 }
 
 /// A usable rerank: document indices, best first.
@@ -111,11 +124,13 @@ pub async fn embed(
     model: &str,
     req: &EmbedRequest,
 ) -> Result<EmbedSuccess, UpstreamFailure> {
-    let call = match endpoint.wire {
-        Wire::OpenAi => openai::embed_call(endpoint, model, &req.inputs),
-        Wire::Gemini => gemini::embed_call(endpoint, model, &req.inputs),
-        Wire::Anthropic => return Err(unsupported(endpoint, "embeddings")),
+    let call = match (req.same_wire(endpoint.wire), endpoint.wire) {
+        (_, Wire::Anthropic) => return Err(unsupported(endpoint, "embeddings")),
+        (Some(orig), _) => super::passthrough::embed_call(endpoint, model, orig),
+        (None, Wire::OpenAi) => openai::embed_call(endpoint, model, &req.inputs),
+        (None, Wire::Gemini) => gemini::embed_call(endpoint, model, &req.inputs),
     };
+    let raw = call.body.is_raw();
     let reply = send(client, call, endpoint.timeout_ms).await?;
     let parsed = match endpoint.wire {
         Wire::Gemini => gemini::parse_embed(&reply.json, req.inputs.len()),
@@ -127,6 +142,7 @@ pub async fn embed(
             usage,
             request_id: reply.headers.request_id().map(str::to_string),
             headers: reply.headers,
+            raw: raw.then_some(reply.raw),
         }),
         Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
     }

@@ -52,7 +52,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     HttpCall {
         url: ep.url(&format!("/v1beta/models/{model}:generateContent")),
         headers: vec![("x-goog-api-key", ep.api_key.expose().to_string())],
-        body,
+        body: body.into(),
     }
 }
 
@@ -190,7 +190,7 @@ pub fn embed_call(ep: &Endpoint, model: &str, inputs: &[String]) -> HttpCall {
     HttpCall {
         url: ep.url(&format!("/v1beta/models/{model}:batchEmbedContents")),
         headers: vec![("x-goog-api-key", ep.api_key.expose().to_string())],
-        body: json!({ "requests": requests }),
+        body: json!({ "requests": requests }).into(),
     }
 }
 

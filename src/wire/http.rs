@@ -19,7 +19,52 @@ pub const SUCCESS_BODY_CAP: usize = 8 * 1024 * 1024;
 pub struct HttpCall {
     pub url: String,
     pub headers: Vec<(&'static str, String)>,
-    pub body: Value,
+    pub body: CallBody,
+}
+
+/// The body of a call: one the codec built, or the client's own bytes (same wire,
+/// `passthrough`), sent as they are.
+#[derive(Debug)]
+pub enum CallBody {
+    Json(Value),
+    Raw(bytes::Bytes),
+}
+
+impl From<Value> for CallBody {
+    fn from(v: Value) -> Self {
+        CallBody::Json(v)
+    }
+}
+
+impl CallBody {
+    /// The built body, to add a field to; `None` for the client's own bytes.
+    pub fn json_mut(&mut self) -> Option<&mut Value> {
+        match self {
+            CallBody::Json(v) => Some(v),
+            CallBody::Raw(_) => None,
+        }
+    }
+
+    /// Whether this is the client's own body.
+    pub fn is_raw(&self) -> bool {
+        matches!(self, CallBody::Raw(_))
+    }
+}
+
+/// A POST of `call` (its URL, headers and body) on `client`.
+pub fn post(client: &reqwest::Client, call: &HttpCall) -> reqwest::RequestBuilder {
+    let builder = client.post(&call.url);
+    let mut builder = match &call.body {
+        CallBody::Json(v) => builder.json(v),
+        // Refcounted: the client's bytes are not copied.
+        CallBody::Raw(b) => builder
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(b.clone()),
+    };
+    for (name, value) in &call.headers {
+        builder = builder.header(*name, value);
+    }
+    builder
 }
 
 /// The HTTP client every wire shares. reqwest 0.12 has no retry layer of its own, and
@@ -37,7 +82,8 @@ pub struct JsonReply {
     pub status: u16,
     pub headers: Headers,
     pub json: Value,
-    pub raw: Vec<u8>,
+    /// The body as the upstream sent it.
+    pub raw: bytes::Bytes,
 }
 
 /// Sends a call and returns a 2xx JSON body, or the failure: a non-2xx response (body
@@ -50,11 +96,10 @@ pub async fn send(
 ) -> Result<JsonReply, UpstreamFailure> {
     let deadline = Duration::from_millis(timeout_ms);
     let work = async {
-        let mut builder = client.post(&call.url).json(&call.body);
-        for (name, value) in &call.headers {
-            builder = builder.header(*name, value);
-        }
-        let resp = builder.send().await.map_err(transport_failure)?;
+        let resp = post(client, &call)
+            .send()
+            .await
+            .map_err(transport_failure)?;
         let status = resp.status().as_u16();
         let headers = Headers::from_reqwest(resp.headers());
         let ok = (200..300).contains(&status);
@@ -78,7 +123,7 @@ pub async fn send(
                 status,
                 headers,
                 json,
-                raw,
+                raw: raw.into(),
             }),
             Err(e) => Err(bad_success(
                 status,

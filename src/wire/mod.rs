@@ -12,6 +12,7 @@ pub mod endpoint;
 pub mod gemini;
 pub mod http;
 pub mod openai;
+pub mod passthrough;
 pub mod rerank;
 pub mod sse;
 pub mod stream;

@@ -57,7 +57,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     HttpCall {
         url: ep.url("/chat/completions"),
         headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
-        body,
+        body: body.into(),
     }
 }
 
@@ -183,7 +183,7 @@ pub fn embed_call(ep: &Endpoint, model: &str, inputs: &[String]) -> HttpCall {
     HttpCall {
         url: ep.url("/embeddings"),
         headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
-        body: json!({ "model": model, "input": inputs }),
+        body: json!({ "model": model, "input": inputs }).into(),
     }
 }
 
@@ -215,17 +215,69 @@ pub fn parse_embed(v: &Value, expected: usize) -> Result<(Vec<Vec<f32>>, Usage),
     Ok((indexed.into_iter().map(|(_, e)| e).collect(), usage))
 }
 
-/// A JSON array of numbers as a vector.
+/// A JSON array of numbers as a vector; or, for `encoding_format: base64` (forwarded
+/// as the client asked on the same wire), a base64 string of little-endian f32s.
 pub fn floats(v: Option<&Value>) -> Result<Vec<f32>, BadSuccess> {
+    if let Some(s) = v.and_then(Value::as_str) {
+        return base64_floats(s).filter(|f| !f.is_empty()).ok_or_else(|| {
+            BadSuccess::Malformed("an embedding is not base64 of little-endian f32s".into())
+        });
+    }
     v.and_then(Value::as_array)
         .filter(|a| !a.is_empty())
         .and_then(|a| a.iter().map(|x| x.as_f64().map(|f| f as f32)).collect())
         .ok_or_else(|| BadSuccess::Malformed("an embedding is not an array of numbers".into()))
 }
 
+/// Standard base64 (RFC 4648, padding optional) of little-endian f32s.
+fn base64_floats(s: &str) -> Option<Vec<f32>> {
+    fn sextet(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    let digits = s.trim_end_matches('=').as_bytes();
+    let mut bytes = Vec::with_capacity(digits.len() * 3 / 4);
+    for chunk in digits.chunks(4) {
+        let mut n = 0u32;
+        for (i, c) in chunk.iter().enumerate() {
+            n |= sextet(*c)? << (18 - 6 * i);
+        }
+        let out = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        match chunk.len() {
+            4 => bytes.extend_from_slice(&out),
+            3 => bytes.extend_from_slice(&out[..2]),
+            2 => bytes.push(out[0]),
+            _ => return None,
+        }
+    }
+    if bytes.len() % 4 != 0 {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_base64_embedding_is_read_as_little_endian_floats() {
+        // [1.0, -2.5] as little-endian f32s.
+        let v = json!("AACAPwAAIMA=");
+        assert_eq!(floats(Some(&v)).ok(), Some(vec![1.0, -2.5]));
+        assert!(floats(Some(&json!("AAA*"))).is_err());
+    }
 
     #[test]
     fn parses_a_completion() {

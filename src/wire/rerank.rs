@@ -18,7 +18,8 @@ pub fn rerank_call(
     HttpCall {
         url: ep.url("/rerank"),
         headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
-        body: json!({ "model": model, "query": query, "documents": documents, "top_n": top_n }),
+        body: json!({ "model": model, "query": query, "documents": documents, "top_n": top_n })
+            .into(),
     }
 }
 

@@ -19,16 +19,25 @@ use serde_json::Value;
 use std::time::Duration;
 
 pub fn stream_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
+    // Same wire: the client's body (it asked `stream: true` itself), with the usage the
+    // router settles admission with asked of an OpenAI stream.
+    if let Some(orig) = req.same_wire(ep.wire) {
+        return super::passthrough::chat_call(ep, model, orig, ep.wire == Wire::OpenAi);
+    }
     match ep.wire {
         Wire::OpenAi => {
             let mut call = super::openai::chat_call(ep, model, req);
-            call.body["stream"] = Value::Bool(true);
-            call.body["stream_options"] = serde_json::json!({"include_usage": true});
+            if let Some(body) = call.body.json_mut() {
+                body["stream"] = Value::Bool(true);
+                body["stream_options"] = serde_json::json!({"include_usage": true});
+            }
             call
         }
         Wire::Anthropic => {
             let mut call = super::anthropic::chat_call(ep, model, req);
-            call.body["stream"] = Value::Bool(true);
+            if let Some(body) = call.body.json_mut() {
+                body["stream"] = Value::Bool(true);
+            }
             call
         }
         Wire::Gemini => {
@@ -159,10 +168,7 @@ async fn drive(
     let sw = Stopwatch::start();
 
     let call = stream_call(ep, model, req);
-    let mut builder = client.post(&call.url).json(&call.body);
-    for (name, value) in &call.headers {
-        builder = builder.header(*name, value);
-    }
+    let builder = super::http::post(client, &call);
     let (wait, why) = watch
         .next_wait(sw.elapsed())
         .map_err(|why| ended(&watch, why, None, &Headers::default()))?;

@@ -1,0 +1,285 @@
+//! Same wire (spec/fidelity.md §1): the client's own body, forwarded as it was sent,
+//! with only `model` replaced by the route's (and, on an OpenAI stream, the
+//! `stream_options.include_usage` the router needs to settle admission). The bytes
+//! are spliced, never re-serialised from a parsed copy, so every field the client sent —
+//! known, unknown or future — reaches the upstream unchanged and in its order.
+
+use super::endpoint::Endpoint;
+use super::http::{CallBody, HttpCall};
+use crate::core::request::Original;
+use crate::core::vocab::Wire;
+use bytes::{BufMut, Bytes, BytesMut};
+use std::ops::Range;
+
+/// The byte spans of top-level fields of a JSON object body, found in one pass without
+/// building a tree. `None` when the body is not a JSON object.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Spans {
+    pub model: Option<Range<usize>>,
+    pub stream_options: Option<Range<usize>>,
+}
+
+/// The spans of the top-level `model` and `stream_options` values of `body`.
+pub fn spans(body: &[u8]) -> Option<Spans> {
+    let mut s = Scanner { b: body, i: 0 };
+    s.ws();
+    s.eat(b'{')?;
+    let mut out = Spans::default();
+    s.ws();
+    if s.peek() == Some(b'}') {
+        return Some(out);
+    }
+    loop {
+        s.ws();
+        let key = s.string()?;
+        s.ws();
+        s.eat(b':')?;
+        s.ws();
+        let start = s.i;
+        s.value()?;
+        let span = start..s.i;
+        match &body[key.start + 1..key.end - 1] {
+            b"model" => out.model = Some(span),
+            b"stream_options" => out.stream_options = Some(span),
+            _ => {}
+        }
+        s.ws();
+        match s.next()? {
+            b',' => continue,
+            b'}' => return Some(out),
+            _ => return None,
+        }
+    }
+}
+
+/// A minimal JSON scanner: it skips values and reports where they are. It trusts the
+/// body to be JSON (the ingress parse has checked it), and only keeps its place.
+struct Scanner<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl Scanner<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let c = self.peek()?;
+        self.i += 1;
+        Some(c)
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.next()? == c).then_some(())
+    }
+
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+
+    /// A string, quotes included.
+    fn string(&mut self) -> Option<Range<usize>> {
+        let start = self.i;
+        self.eat(b'"')?;
+        loop {
+            match self.next()? {
+                b'\\' => {
+                    self.next()?;
+                }
+                b'"' => return Some(start..self.i),
+                _ => {}
+            }
+        }
+    }
+
+    fn value(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.string().map(|_| ()),
+            b'{' | b'[' => {
+                // Nesting only: strings are skipped whole so a bracket inside one does
+                // not count.
+                let mut depth = 0usize;
+                loop {
+                    match self.peek()? {
+                        b'"' => {
+                            self.string()?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                self.i += 1;
+                                return Some(());
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.i += 1;
+                }
+            }
+            _ => {
+                // A number, true, false or null: up to the next delimiter.
+                let start = self.i;
+                while let Some(c) = self.peek() {
+                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+                        break;
+                    }
+                    self.i += 1;
+                }
+                (self.i > start).then_some(())
+            }
+        }
+    }
+}
+
+/// The client's body with its `model` value replaced by `model`, and, when
+/// `include_usage`, `stream_options.include_usage: true` set (the rest of
+/// `stream_options` kept).
+pub fn body(orig: &Original, model: &str, include_usage: bool) -> Bytes {
+    let b = &orig.bytes;
+    let model_json = serde_json::to_string(model).unwrap_or_else(|_| "\"\"".into());
+    // Each edit replaces one span; edits are applied in the order of their spans.
+    let mut edits: Vec<(Range<usize>, Vec<u8>)> = vec![(orig.model.clone(), model_json.into())];
+    if include_usage {
+        match &orig.stream_options {
+            Some(span) => {
+                let mut v: serde_json::Value =
+                    serde_json::from_slice(&b[span.clone()]).unwrap_or_default();
+                if !v.is_object() {
+                    v = serde_json::json!({});
+                }
+                if v.get("include_usage").and_then(serde_json::Value::as_bool) != Some(true) {
+                    v["include_usage"] = true.into();
+                    edits.push((span.clone(), serde_json::to_vec(&v).unwrap_or_default()));
+                }
+            }
+            None => {
+                // Just after the opening brace: `{"stream_options":{...},` + the rest.
+                let open = b.iter().position(|c| *c == b'{').unwrap_or(0) + 1;
+                edits.push((
+                    open..open,
+                    br#""stream_options":{"include_usage":true},"#.to_vec(),
+                ));
+            }
+        }
+    }
+    edits.sort_by_key(|(r, _)| r.start);
+    let extra: usize = edits.iter().map(|(_, v)| v.len()).sum();
+    let mut out = BytesMut::with_capacity(b.len() + extra);
+    let mut at = 0;
+    for (span, with) in edits {
+        out.put_slice(&b[at..span.start]);
+        out.put_slice(&with);
+        at = span.end;
+    }
+    out.put_slice(&b[at..]);
+    out.freeze()
+}
+
+/// The headers of a same-wire call: the route's credential, and on the Anthropic wire
+/// the client's `anthropic-version` (else the default) and `anthropic-beta`. Nothing of
+/// the client's credential is ever forwarded.
+fn headers(ep: &Endpoint, orig: &Original) -> Vec<(&'static str, String)> {
+    match ep.wire {
+        Wire::Anthropic => {
+            let mut h = vec![("x-api-key", ep.api_key.expose().to_string())];
+            let version = orig
+                .headers
+                .iter()
+                .find(|(n, _)| *n == "anthropic-version")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| super::anthropic::API_VERSION.to_string());
+            h.push(("anthropic-version", version));
+            h.extend(
+                orig.headers
+                    .iter()
+                    .filter(|(n, _)| *n == "anthropic-beta")
+                    .cloned(),
+            );
+            h
+        }
+        _ => vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
+    }
+}
+
+/// The same-wire chat call: the client's body to the wire's chat URL.
+pub fn chat_call(ep: &Endpoint, model: &str, orig: &Original, include_usage: bool) -> HttpCall {
+    let path = match ep.wire {
+        Wire::Anthropic => "/v1/messages",
+        _ => "/chat/completions",
+    };
+    HttpCall {
+        url: ep.url(path),
+        headers: headers(ep, orig),
+        body: CallBody::Raw(body(orig, model, include_usage)),
+    }
+}
+
+/// The same-wire embeddings call: the client's body (`dimensions`, `encoding_format`,
+/// `user`, any other field) with only `model` replaced.
+pub fn embed_call(ep: &Endpoint, model: &str, orig: &Original) -> HttpCall {
+    HttpCall {
+        url: ep.url("/embeddings"),
+        headers: headers(ep, orig),
+        body: CallBody::Raw(body(orig, model, false)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn original(body: &str) -> Original {
+        let s = spans(body.as_bytes()).unwrap();
+        Original {
+            wire: Wire::OpenAi,
+            bytes: Bytes::copy_from_slice(body.as_bytes()),
+            model: s.model.unwrap(),
+            stream_options: s.stream_options,
+            headers: vec![],
+            untranslatable: None,
+        }
+    }
+
+    #[test]
+    fn only_the_top_level_model_is_replaced_byte_for_byte() {
+        let raw = r#" { "messages" : [{"role":"user","content":"say \"model\": {x}","model":"inner"}],
+            "model" : "high",  "logprobs":true, "future_field": {"a":[1,{"b":"]}"}]}, "n": 2 } "#;
+        let out = body(&original(raw), "gpt-4o-2024", false);
+        let want = raw.replacen(r#""model" : "high""#, r#""model" : "gpt-4o-2024""#, 1);
+        assert_eq!(std::str::from_utf8(&out).unwrap(), want);
+    }
+
+    #[test]
+    fn include_usage_is_added_and_the_clients_stream_options_kept() {
+        let out = body(&original(r#"{"model":"m","stream":true}"#), "x", true);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        assert_eq!(v["model"], "x");
+        let out = body(
+            &original(r#"{"stream_options":{"include_obfuscation":false},"model":"m"}"#),
+            "x",
+            true,
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v["stream_options"],
+            serde_json::json!({"include_obfuscation": false, "include_usage": true})
+        );
+        // Already asked: the body is left as it is.
+        let raw = r#"{"model":"m","stream_options":{"include_usage":true}}"#;
+        let out = body(&original(raw), "m", true);
+        assert_eq!(&out[..], raw.as_bytes());
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_object_has_no_spans() {
+        assert_eq!(spans(b"[1]"), None);
+        assert_eq!(spans(b"{\"model\":"), None);
+        assert_eq!(spans(b"{}"), Some(Spans::default()));
+    }
+}

@@ -1,0 +1,417 @@
+//! Same wire through `poolctl serve` (spec/fidelity.md §1 and §6): a request that
+//! enters on the API its serving route speaks reaches the upstream as the client sent it,
+//! with only `model` replaced, and the answer reaches the client as the upstream sent it,
+//! keys masked. The built binary runs in front of a recording wiremock upstream; the
+//! client is a plain HTTP client sending exact bytes. No test sleeps.
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+#[path = "support/gateway.rs"]
+mod gateway;
+use gateway::Gateway;
+
+const KEY_VAR: &str = "POOLCTL_FIDELITY_TEST_KEY";
+/// The gateway's upstream key: it must reach the upstream and nothing else.
+const UPSTREAM_KEY: &str = "sk-upstream-FIDELITY-7c3e";
+/// The client's credential for the gateway: it must never reach an upstream.
+const CLIENT_TOKEN: &str = "client-token-FIDELITY-91ab";
+
+/// A pool config with `providers` (name, wire, base_url) and `tiers` (name, routes).
+fn config(dir: &Path, providers: &[(&str, &str, String)], tiers: &[(&str, &[&str])]) -> PathBuf {
+    let mut yaml = String::from("providers:\n");
+    for (name, wire, url) in providers {
+        yaml.push_str(&format!(
+            "  {name}:\n    wire: {wire}\n    base_url: {url}\n    api_key_env: {KEY_VAR}\n"
+        ));
+    }
+    yaml.push_str("tiers:\n");
+    for (name, routes) in tiers {
+        yaml.push_str(&format!("  {name}:\n"));
+        for r in *routes {
+            yaml.push_str(&format!("    - {r}\n"));
+        }
+    }
+    let p = dir.join("pool.yaml");
+    std::fs::write(&p, yaml).unwrap();
+    p
+}
+
+async fn start(config: &Path) -> Gateway {
+    gateway::start(
+        config,
+        &[],
+        &[
+            (KEY_VAR, UPSTREAM_KEY),
+            ("POOLCTL_SERVE_TOKEN", CLIENT_TOKEN),
+        ],
+    )
+    .await
+}
+
+/// An upstream answering `answer` (exact bytes) on `at`.
+async fn upstream(at: &str, answer: &'static str) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(at))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(answer, "application/json"))
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn received(server: &MockServer) -> Vec<wiremock::Request> {
+    server.received_requests().await.unwrap_or_default()
+}
+
+fn header<'a>(r: &'a wiremock::Request, name: &str) -> Option<&'a str> {
+    r.headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn send(
+    gw: &Gateway,
+    at: &str,
+    body: &'static str,
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut req = reqwest::Client::new()
+        .post(gw.url(at))
+        .header("content-type", "application/json")
+        .body(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    tokio::time::timeout(gateway::DEADLINE, req.send())
+        .await
+        .expect("the gateway answers in time")
+        .unwrap()
+}
+
+const OPENAI_REQUEST: &str = r#"{"model":"high","messages":[{"role":"developer","content":"Answer in JSON."},{"role":"user","name":"ada","content":[{"type":"text","text":"Describe"},{"type":"text","text":"this image."},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo=","detail":"low"}}]}],
+  "logprobs":true,"top_logprobs":2,"presence_penalty":0.5,"frequency_penalty":0.25,"logit_bias":{"50256":-100},
+  "response_format":{"type":"json_object"},"reasoning_effort":"low","parallel_tool_calls":false,
+  "tools":[{"type":"function","function":{"name":"get_weather","strict":true,"parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}}}],
+  "max_completion_tokens":300,"store":true,"service_tier":"flex","n":2,"seed":7,"prediction":{"type":"content","content":"{}"},
+  "x_future_field":{"keep":[1,2.50,"three"]}}"#;
+
+const OPENAI_ANSWER: &str = r#"{"id":"chatcmpl-abc123","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_44709d6fcb","service_tier":"flex",
+  "choices":[{"index":0,"message":{"role":"assistant","content":"{\"a\":1}","refusal":null,"annotations":[]},"logprobs":{"content":[{"token":"{","logprob":-0.0001,"bytes":[123],"top_logprobs":[{"token":"{","logprob":-0.0001,"bytes":[123]}]}],"refusal":null},"finish_reason":"stop"},
+             {"index":1,"message":{"role":"assistant","content":"{\"a\":2}","refusal":null},"logprobs":null,"finish_reason":"stop"}],
+  "usage":{"prompt_tokens":20,"completion_tokens":10,"total_tokens":30,"prompt_tokens_details":{"cached_tokens":8,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":4,"accepted_prediction_tokens":0}}}"#;
+
+/// Guards issue 20: on an OpenAI-wire route the gateway re-serialised a parsed copy, so
+/// `logprobs`, `logit_bias`, `reasoning_effort`, `tools[].strict`, `store`, a message's
+/// `name`, ... were dropped, `max_completion_tokens` became `max_tokens`, two text parts
+/// were glued, `developer` was merged, and an image or `n: 2` was refused with a 400;
+/// and the answer lost `system_fingerprint`, `logprobs`, the usage details and choice 1.
+#[tokio::test]
+async fn same_wire_openai_chat_forwards_the_client_body_with_only_model_replaced() {
+    let server = upstream("/v1/chat/completions", OPENAI_ANSWER).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &[("oai", "openai", format!("{}/v1", server.uri()))],
+        &[("high", &["oai/gpt-4o-mini"])],
+    );
+    let gw = start(&cfg).await;
+    let auth = format!("Bearer {CLIENT_TOKEN}");
+    let r = send(
+        &gw,
+        "/v1/chat/completions",
+        OPENAI_REQUEST,
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["x-poolctl-served-by"].to_str().unwrap(),
+        "oai/gpt-4o-mini"
+    );
+    let answer = r.bytes().await.unwrap();
+    // The answer, byte for byte as the upstream sent it.
+    assert_eq!(std::str::from_utf8(&answer).unwrap(), OPENAI_ANSWER);
+    let a: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(a["system_fingerprint"], "fp_44709d6fcb");
+    assert_eq!(a["model"], "gpt-4o-mini-2024-07-18");
+    assert_eq!(a["choices"].as_array().unwrap().len(), 2);
+    assert_eq!(a["choices"][0]["logprobs"]["content"][0]["token"], "{");
+    assert_eq!(a["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
+    assert_eq!(
+        a["usage"]["completion_tokens_details"]["reasoning_tokens"],
+        4
+    );
+
+    let got = received(&server).await;
+    assert_eq!(got.len(), 1);
+    let up = &got[0];
+    // The client's bytes, with only the model's value replaced.
+    let want = OPENAI_REQUEST.replacen(r#""model":"high""#, r#""model":"gpt-4o-mini""#, 1);
+    assert_eq!(std::str::from_utf8(&up.body).unwrap(), want);
+    // Field by field, so a failure names what changed.
+    let sent: Value = serde_json::from_str(OPENAI_REQUEST).unwrap();
+    let body: Value = serde_json::from_slice(&up.body).unwrap();
+    assert_eq!(body["model"], "gpt-4o-mini");
+    for field in [
+        "messages",
+        "logprobs",
+        "top_logprobs",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "response_format",
+        "reasoning_effort",
+        "parallel_tool_calls",
+        "tools",
+        "max_completion_tokens",
+        "store",
+        "service_tier",
+        "n",
+        "seed",
+        "prediction",
+        "x_future_field",
+    ] {
+        assert_eq!(body[field], sent[field], "{field}");
+    }
+    assert_eq!(body["tools"][0]["function"]["strict"], true);
+    assert_eq!(body["messages"][0]["role"], "developer");
+    assert_eq!(body["messages"][1]["name"], "ada");
+    assert_eq!(body["messages"][1]["content"][1]["text"], "this image.");
+    assert_eq!(body["messages"][1]["content"][2]["type"], "image_url");
+    assert!(body.get("max_tokens").is_none(), "not renamed: {body}");
+    assert!(body.get("stream").is_none(), "nothing added: {body}");
+    // The route's key, never the client's credential.
+    assert_eq!(
+        header(up, "authorization"),
+        Some(format!("Bearer {UPSTREAM_KEY}").as_str())
+    );
+    assert!(!format!("{:?}", up.headers).contains(CLIENT_TOKEN));
+    assert_eq!(header(up, "content-type"), Some("application/json"));
+}
+
+const ANTHROPIC_REQUEST: &str = r#"{"model":"high","max_tokens":2048,
+  "system":[{"type":"text","text":"You are terse.","cache_control":{"type":"ephemeral"}}],
+  "messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},{"type":"text","text":"What is this?","cache_control":{"type":"ephemeral"}}]}],
+  "thinking":{"type":"enabled","budget_tokens":1024},"top_k":5,"metadata":{"user_id":"u-1"},"x_future":[true]}"#;
+
+const ANTHROPIC_ANSWER: &str = r#"{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929",
+  "content":[{"type":"thinking","thinking":"A one-pixel PNG header.","signature":"EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"},{"type":"text","text":"A tiny PNG. END"}],
+  "stop_reason":"stop_sequence","stop_sequence":"END",
+  "usage":{"input_tokens":12,"cache_creation_input_tokens":100,"cache_read_input_tokens":50,"output_tokens":9,"service_tier":"standard"}}"#;
+
+/// Guards issue 20 on the Anthropic wire: `thinking`, `top_k`, `cache_control` and the
+/// `anthropic-beta` header were dropped, an image block was refused with a 400, and the
+/// answer lost its thinking block and signature, `stop_sequence` (which became
+/// `end_turn`) and the cache counts.
+#[tokio::test]
+async fn same_wire_anthropic_messages_forwards_body_and_beta_header_and_returns_the_answer_unchanged(
+) {
+    let server = upstream("/v1/messages", ANTHROPIC_ANSWER).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &[("anth", "anthropic", server.uri())],
+        &[("high", &["anth/claude-sonnet-4-5"])],
+    );
+    let gw = start(&cfg).await;
+    let beta = "interleaved-thinking-2025-05-14,prompt-caching-2024-07-31";
+    let r = send(
+        &gw,
+        "/v1/messages",
+        ANTHROPIC_REQUEST,
+        &[
+            ("x-api-key", CLIENT_TOKEN),
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", beta),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let answer = r.bytes().await.unwrap();
+    assert_eq!(std::str::from_utf8(&answer).unwrap(), ANTHROPIC_ANSWER);
+    let a: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(a["content"][0]["type"], "thinking");
+    assert_eq!(
+        a["content"][0]["signature"],
+        "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"
+    );
+    assert_eq!(a["stop_reason"], "stop_sequence");
+    assert_eq!(a["stop_sequence"], "END");
+    assert_eq!(a["usage"]["cache_read_input_tokens"], 50);
+    assert_eq!(a["usage"]["cache_creation_input_tokens"], 100);
+
+    let got = received(&server).await;
+    assert_eq!(got.len(), 1);
+    let up = &got[0];
+    let want = ANTHROPIC_REQUEST.replacen(r#""model":"high""#, r#""model":"claude-sonnet-4-5""#, 1);
+    assert_eq!(std::str::from_utf8(&up.body).unwrap(), want);
+    let sent: Value = serde_json::from_str(ANTHROPIC_REQUEST).unwrap();
+    let body: Value = serde_json::from_slice(&up.body).unwrap();
+    for field in [
+        "max_tokens",
+        "system",
+        "messages",
+        "thinking",
+        "top_k",
+        "metadata",
+        "x_future",
+    ] {
+        assert_eq!(body[field], sent[field], "{field}");
+    }
+    assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");
+    assert_eq!(body["messages"][0]["content"][0]["type"], "image");
+    assert_eq!(header(up, "anthropic-beta"), Some(beta));
+    assert_eq!(header(up, "anthropic-version"), Some("2023-06-01"));
+    assert_eq!(header(up, "x-api-key"), Some(UPSTREAM_KEY));
+    assert!(!format!("{:?}", up.headers).contains(CLIENT_TOKEN));
+}
+
+/// Guards the masking of the returned bytes: an upstream that echoes the route's key in
+/// its answer must not hand it to the client, although the answer is otherwise returned
+/// as it was sent.
+#[tokio::test]
+async fn a_same_wire_answer_that_echoes_the_upstream_key_reaches_the_client_masked() {
+    const ECHO: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m-1","system_fingerprint":"fp_1","choices":[{"index":0,"message":{"role":"assistant","content":"your key is sk-upstream-FIDELITY-7c3e"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}}"#;
+    assert!(ECHO.contains(UPSTREAM_KEY));
+    let server = upstream("/v1/chat/completions", ECHO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &[("oai", "openai", format!("{}/v1", server.uri()))],
+        &[("high", &["oai/m"])],
+    );
+    let gw = start(&cfg).await;
+    let auth = format!("Bearer {CLIENT_TOKEN}");
+    let r = send(
+        &gw,
+        "/v1/chat/completions",
+        r#"{"model":"high","messages":[{"role":"user","content":"What is your key?"}]}"#,
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(!text.contains(UPSTREAM_KEY), "{text}");
+    let a: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(a["system_fingerprint"], "fp_1", "otherwise as sent: {text}");
+    assert!(a["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("your key is "));
+}
+
+const EMBED_REQUEST: &str = r#"{"model":"embed","input":["alpha","beta"],"dimensions":2,"encoding_format":"base64","user":"u-7","x_future":{"a":1}}"#;
+const EMBED_ANSWER: &str = r#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":"AACAPwAAIMA="},{"object":"embedding","index":1,"embedding":"AAAAAAAAgD8="}],"model":"text-embedding-3-small","usage":{"prompt_tokens":2,"total_tokens":2}}"#;
+
+/// Guards spec/fidelity.md §6: the embeddings body lost `dimensions`, `user` and every
+/// unknown field, and the answer was rebuilt from parsed floats.
+#[tokio::test]
+async fn same_wire_embeddings_forward_dimensions_and_return_the_answer_unchanged() {
+    let server = upstream("/v1/embeddings", EMBED_ANSWER).await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "providers:\n  emb: {{ wire: openai, base_url: {}/v1, api_key_env: {KEY_VAR} }}\n\
+         tiers:\n  embed:\n    - {{ route: emb/text-embedding-3-small, path: embed }}\n",
+        server.uri()
+    );
+    let cfg = dir.path().join("pool.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let gw = start(&cfg).await;
+    let auth = format!("Bearer {CLIENT_TOKEN}");
+    let r = send(
+        &gw,
+        "/v1/embeddings",
+        EMBED_REQUEST,
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), EMBED_ANSWER);
+    let got = received(&server).await;
+    assert_eq!(got.len(), 1);
+    let want = EMBED_REQUEST.replacen(
+        r#""model":"embed""#,
+        r#""model":"text-embedding-3-small""#,
+        1,
+    );
+    assert_eq!(std::str::from_utf8(&got[0].body).unwrap(), want);
+    let body: Value = serde_json::from_slice(&got[0].body).unwrap();
+    assert_eq!(body["dimensions"], 2);
+    assert_eq!(body["encoding_format"], "base64");
+    assert_eq!(body["user"], "u-7");
+    assert_eq!(body["x_future"], json!({"a": 1}));
+    assert_eq!(
+        header(&got[0], "authorization"),
+        Some(format!("Bearer {UPSTREAM_KEY}").as_str())
+    );
+}
+
+/// A request the canonical form cannot hold (an image, `n: 2`) goes only to routes of
+/// the client's wire: a route of another wire is passed over as `cannot_carry`, never
+/// called, and named in the log line; with no route of the client's wire in the chain,
+/// the client hears why with a 400, as before.
+#[tokio::test]
+async fn an_untranslatable_request_skips_the_cross_wire_route_and_is_served_on_its_own_wire() {
+    const BODY: &str = r#"{"model":"high","n":2,"messages":[{"role":"user","content":[{"type":"text","text":"What is it?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}"#;
+    let anth = upstream("/v1/messages", ANTHROPIC_ANSWER).await;
+    let oai = upstream("/v1/chat/completions", OPENAI_ANSWER).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &[
+            ("anth", "anthropic", anth.uri()),
+            ("oai", "openai", format!("{}/v1", oai.uri())),
+        ],
+        &[
+            ("high", &["anth/claude-x", "oai/gpt-x"]),
+            ("claude-only", &["anth/claude-x"]),
+        ],
+    );
+    let gw = start(&cfg).await;
+    let auth = format!("Bearer {CLIENT_TOKEN}");
+    let r = send(
+        &gw,
+        "/v1/chat/completions",
+        BODY,
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["x-poolctl-served-by"].to_str().unwrap(),
+        "oai/gpt-x"
+    );
+    assert_eq!(r.text().await.unwrap(), OPENAI_ANSWER);
+    assert!(received(&anth).await.is_empty(), "never called");
+    let got = received(&oai).await;
+    assert_eq!(
+        std::str::from_utf8(&got[0].body).unwrap(),
+        BODY.replacen(r#""model":"high""#, r#""model":"gpt-x""#, 1)
+    );
+
+    let body = BODY.replacen(r#""model":"high""#, r#""model":"claude-only""#, 1);
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .header("authorization", &auth)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("image_url"),
+        "{e}"
+    );
+    assert!(received(&anth).await.is_empty());
+    let (_, stderr) = gw.stop().await;
+    assert!(
+        stderr.contains(r#"skipped="anth/claude-x:cannot_carry""#),
+        "{stderr}"
+    );
+}
