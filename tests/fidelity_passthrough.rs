@@ -415,3 +415,171 @@ async fn an_untranslatable_request_skips_the_cross_wire_route_and_is_served_on_i
         "{stderr}"
     );
 }
+
+/// An upstream streaming `sse` (exact bytes) on `at`.
+async fn sse_upstream(at: &str, sse: &'static str) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(at))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream"))
+        .mount(&server)
+        .await;
+    server
+}
+
+const OPENAI_CHUNKS: [&str; 5] = [
+    r#"{"id":"chatcmpl-s1","object":"chat.completion.chunk","created":1700000001,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_s1","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}"#,
+    r#"{"id":"chatcmpl-s1","object":"chat.completion.chunk","created":1700000001,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_s1","choices":[{"index":0,"delta":{"content":"Hel"},"logprobs":{"content":[{"token":"Hel","logprob":-0.5,"bytes":[72,101,108],"top_logprobs":[]}],"refusal":null},"finish_reason":null}],"usage":null}"#,
+    r#"{"id":"chatcmpl-s1","object":"chat.completion.chunk","created":1700000001,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_s1","choices":[{"index":1,"delta":{"role":"assistant","content":"Yo"},"logprobs":null,"finish_reason":null}],"usage":null}"#,
+    r#"{"id":"chatcmpl-s1","object":"chat.completion.chunk","created":1700000001,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_s1","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}],"usage":null}"#,
+    r#"{"id":"chatcmpl-s1","object":"chat.completion.chunk","created":1700000001,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_s1","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}"#,
+];
+
+const OPENAI_SSE: &str = concat!(
+    "data: {\"id\":\"chatcmpl-s1\",\"object\":\"chat.completion.chunk\",\"created\":1700000001,\"model\":\"gpt-4o-mini-2024-07-18\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_s1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n",
+    "data: {\"id\":\"chatcmpl-s1\",\"object\":\"chat.completion.chunk\",\"created\":1700000001,\"model\":\"gpt-4o-mini-2024-07-18\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_s1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"},\"logprobs\":{\"content\":[{\"token\":\"Hel\",\"logprob\":-0.5,\"bytes\":[72,101,108],\"top_logprobs\":[]}],\"refusal\":null},\"finish_reason\":null}],\"usage\":null}\n\n",
+    "data: {\"id\":\"chatcmpl-s1\",\"object\":\"chat.completion.chunk\",\"created\":1700000001,\"model\":\"gpt-4o-mini-2024-07-18\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_s1\",\"choices\":[{\"index\":1,\"delta\":{\"role\":\"assistant\",\"content\":\"Yo\"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n",
+    "data: {\"id\":\"chatcmpl-s1\",\"object\":\"chat.completion.chunk\",\"created\":1700000001,\"model\":\"gpt-4o-mini-2024-07-18\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_s1\",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"stop\"}],\"usage\":null}\n\n",
+    "data: {\"id\":\"chatcmpl-s1\",\"object\":\"chat.completion.chunk\",\"created\":1700000001,\"model\":\"gpt-4o-mini-2024-07-18\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_s1\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7,\"prompt_tokens_details\":{\"cached_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0}}}\n\n",
+    "data: [DONE]\n\n",
+);
+
+/// The `data:` payloads of an SSE text, in order, and its comment lines.
+fn frames(sse: &str) -> (Vec<String>, Vec<String>) {
+    let mut data = Vec::new();
+    let mut comments = Vec::new();
+    for line in sse.lines() {
+        if let Some(d) = line.strip_prefix("data: ") {
+            data.push(d.to_string());
+        } else if line.starts_with(':') {
+            comments.push(line.to_string());
+        }
+    }
+    (data, comments)
+}
+
+/// Guards issue 20 on streams: every chunk was re-rendered, naming the configured
+/// model, and dropping `system_fingerprint`, `service_tier`, `logprobs` and choice 1.
+/// The router's own `include_usage` chunk, which the client did not ask for, is removed.
+#[tokio::test]
+async fn same_wire_openai_stream_forwards_each_chunk_as_the_upstream_sent_it() {
+    assert_eq!(frames(OPENAI_SSE).0[..5], OPENAI_CHUNKS);
+    let server = sse_upstream("/v1/chat/completions", OPENAI_SSE).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &[("oai", "openai", format!("{}/v1", server.uri()))],
+        &[("high", &["oai/gpt-4o-mini"])],
+    );
+    let gw = start(&cfg).await;
+    let auth = format!("Bearer {CLIENT_TOKEN}");
+    const REQ: &str = r#"{"model":"high","stream":true,"n":2,"logprobs":true,"messages":[{"role":"user","content":"Hi"}]}"#;
+    let r = send(
+        &gw,
+        "/v1/chat/completions",
+        REQ,
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let (data, comments) = frames(&text);
+    // Each chunk as it came, the usage-only chunk the client did not ask for removed.
+    assert_eq!(data[..4], OPENAI_CHUNKS[..4], "{text}");
+    assert_eq!(data[4..], ["[DONE]"], "{text}");
+    assert_eq!(comments, [": poolctl outcome=success attempts=1"], "{text}");
+    assert!(text.ends_with(": poolctl outcome=success attempts=1\n\ndata: [DONE]\n\n"));
+
+    let got = received(&server).await;
+    let body: Value = serde_json::from_slice(&got[0].body).unwrap();
+    assert_eq!(body["stream_options"], json!({"include_usage": true}));
+    assert_eq!(body["n"], 2);
+    assert_eq!(body["logprobs"], true);
+    assert_eq!(body["model"], "gpt-4o-mini");
+}
+
+/// When the client asked for the usage itself, its chunk is the upstream's, forwarded.
+#[tokio::test]
+async fn same_wire_openai_stream_keeps_the_usage_chunk_the_client_asked_for() {
+    let server = sse_upstream("/v1/chat/completions", OPENAI_SSE).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &[("oai", "openai", format!("{}/v1", server.uri()))],
+        &[("high", &["oai/gpt-4o-mini"])],
+    );
+    let gw = start(&cfg).await;
+    let auth = format!("Bearer {CLIENT_TOKEN}");
+    const REQ: &str = r#"{"model":"high","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Hi"}]}"#;
+    let r = send(
+        &gw,
+        "/v1/chat/completions",
+        REQ,
+        &[("authorization", &auth)],
+    )
+    .await;
+    let text = r.text().await.unwrap();
+    let (data, _) = frames(&text);
+    assert_eq!(data[..5], OPENAI_CHUNKS, "{text}");
+    let got = received(&server).await;
+    assert_eq!(
+        std::str::from_utf8(&got[0].body).unwrap(),
+        REQ.replacen(r#""model":"high""#, r#""model":"gpt-4o-mini""#, 1)
+    );
+}
+
+const ANTHROPIC_SSE: &str = concat!(
+    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_s1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5-20250929\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":42,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":30,\"output_tokens\":1}}}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"Short.\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"EqQBCgIYAhIMsig\"}}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi END\"}}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"stop_sequence\",\"stop_sequence\":\"END\"},\"usage\":{\"output_tokens\":7}}\n\n",
+    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+);
+
+/// Guards issue 20 on Anthropic streams: `message_start` was synthesised with
+/// `input_tokens: 0` and the configured model, thinking blocks and their signatures were
+/// dropped, blocks were re-indexed, and `stop_sequence` became `end_turn`.
+#[tokio::test]
+async fn same_wire_anthropic_stream_forwards_each_event_as_the_upstream_sent_it() {
+    let server = sse_upstream("/v1/messages", ANTHROPIC_SSE).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &[("anth", "anthropic", server.uri())],
+        &[("high", &["anth/claude-sonnet-4-5"])],
+    );
+    let gw = start(&cfg).await;
+    const REQ: &str = r#"{"model":"high","max_tokens":2048,"stream":true,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Hi"}]}"#;
+    let r = send(
+        &gw,
+        "/v1/messages",
+        REQ,
+        &[
+            ("x-api-key", CLIENT_TOKEN),
+            ("anthropic-beta", "interleaved-thinking-2025-05-14"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    // Every event as it came, in order, then the outcome comment.
+    assert_eq!(
+        text,
+        format!("{ANTHROPIC_SSE}: poolctl outcome=success attempts=1\n\n")
+    );
+    let got = received(&server).await;
+    assert_eq!(
+        std::str::from_utf8(&got[0].body).unwrap(),
+        REQ.replacen(r#""model":"high""#, r#""model":"claude-sonnet-4-5""#, 1)
+    );
+    assert_eq!(
+        header(&got[0], "anthropic-beta"),
+        Some("interleaved-thinking-2025-05-14")
+    );
+    assert_eq!(header(&got[0], "anthropic-version"), Some("2023-06-01"));
+}

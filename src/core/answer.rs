@@ -77,4 +77,12 @@ pub enum StreamEvent<'a> {
     Finish(&'a FinishReason),
     /// The final usage, once the stream completed.
     Usage(&'a Usage),
+    /// One event of a same-wire stream, framed as the upstream sent its data, for a
+    /// caller that forwards the stream as it came (spec/fidelity.md §1). It follows the
+    /// parsed events of the same upstream event; `visible` says whether that event held
+    /// a visible token.
+    Raw {
+        frame: &'a [u8],
+        visible: bool,
+    },
 }

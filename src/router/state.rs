@@ -180,6 +180,7 @@ pub(super) enum Held {
     },
     Finish(FinishReason),
     Usage(Usage),
+    Raw(Vec<u8>, bool),
 }
 
 impl Held {
@@ -199,6 +200,7 @@ impl Held {
             },
             StreamEvent::Finish(f) => Held::Finish(f.clone()),
             StreamEvent::Usage(u) => Held::Usage(*u),
+            StreamEvent::Raw { frame, visible } => Held::Raw(frame.to_vec(), visible),
         }
     }
 
@@ -218,6 +220,10 @@ impl Held {
             },
             Held::Finish(f) => StreamEvent::Finish(f),
             Held::Usage(u) => StreamEvent::Usage(u),
+            Held::Raw(frame, visible) => StreamEvent::Raw {
+                frame,
+                visible: *visible,
+            },
         })
     }
 }

@@ -64,6 +64,11 @@ pub enum Event {
     },
     Finish(Finish),
     Usage(Usage),
+    /// A same-wire stream's event as the upstream sent it (see `StreamEvent::Raw`).
+    Raw {
+        frame: bytes::Bytes,
+        visible: bool,
+    },
 }
 
 /// Where a request goes and under which card.
@@ -153,6 +158,10 @@ fn event_of(e: StreamEvent<'_>) -> Event {
         },
         StreamEvent::Finish(f) => Event::Finish(finish_of(f)),
         StreamEvent::Usage(u) => Event::Usage(*u),
+        StreamEvent::Raw { frame, visible } => Event::Raw {
+            frame: bytes::Bytes::copy_from_slice(frame),
+            visible,
+        },
     }
 }
 

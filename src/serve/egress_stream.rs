@@ -149,6 +149,8 @@ impl OpenAiStream {
                 data_line(&v)
             }
             Event::Usage(_) => Vec::new(),
+            // A same-wire frame is forwarded as it is, never encoded.
+            Event::Raw { .. } => Vec::new(),
         }
     }
 
@@ -264,7 +266,7 @@ impl AnthropicStream {
                 }
             }
             Event::Usage(u) => self.output_tokens = u.output_tokens,
-            Event::Finish(_) => {}
+            Event::Finish(_) | Event::Raw { .. } => {}
         }
         out
     }

@@ -31,6 +31,8 @@ use tokio::sync::mpsc;
 enum Encoder {
     OpenAi(OpenAiStream),
     Anthropic(AnthropicStream),
+    /// Same wire: the upstream's events are forwarded as they came (fidelity.md §1).
+    PassThrough,
 }
 
 /// What flows from the routing task to the handler and the response body.
@@ -56,6 +58,9 @@ struct Live {
     include_usage: bool,
     id: String,
     order: Vec<Route>,
+    /// The routes of the client's wire, when the request carries the client's body:
+    /// a stream on one of them is forwarded as the upstream sent it.
+    same_wire: Vec<Route>,
     progress: Progress,
     state: Mutex<LiveState>,
 }
@@ -67,15 +72,53 @@ struct LiveState {
     held: Vec<Event>,
     finish_sent: bool,
     usage_sent: bool,
+    /// Same-wire frames before the first visible token (`message_start`, the role
+    /// chunk), with the attempt they came from: only the serving attempt's are sent.
+    held_raw: Vec<(usize, Bytes)>,
+    /// The upstream's `message_stop` was forwarded (Anthropic).
+    stop_sent: bool,
 }
 
 impl Live {
     fn on_event(&self, ev: Event) {
         let mut s = lock(&self.state);
+        if let Event::Raw { frame, .. } = ev {
+            match &s.encoder {
+                Some(Encoder::PassThrough) => {
+                    s.stop_sent |= frame.starts_with(b"event: message_stop");
+                    if s.held_raw.is_empty() {
+                        let _ = self.tx.send(Msg::Bytes(frame));
+                        return;
+                    }
+                    // The frames held before the first visible token go out in one write
+                    // with it, as the upstream's first token came.
+                    let (_, attempt) = self.progress.current(&self.order);
+                    let mut out = Vec::new();
+                    for (a, held) in std::mem::take(&mut s.held_raw) {
+                        if a == attempt {
+                            out.extend_from_slice(&held);
+                        }
+                    }
+                    out.extend_from_slice(&frame);
+                    let _ = self.tx.send(Msg::Bytes(out.into()));
+                }
+                Some(_) => {}
+                None => {
+                    let (_, attempt) = self.progress.current(&self.order);
+                    s.held_raw.retain(|(a, _)| *a == attempt);
+                    s.held_raw.push((attempt, frame));
+                }
+            }
+            return;
+        }
+        if matches!(s.encoder, Some(Encoder::PassThrough)) {
+            // The upstream's own frames carry it.
+            return;
+        }
         let visible = match &ev {
             Event::Text(t) => !t.is_empty(),
             Event::ToolCall { .. } => true,
-            Event::Finish(_) | Event::Usage(_) => false,
+            Event::Finish(_) | Event::Usage(_) | Event::Raw { .. } => false,
         };
         if s.encoder.is_none() {
             if !visible {
@@ -83,6 +126,14 @@ impl Live {
                 return;
             }
             let (route, attempts) = self.progress.current(&self.order);
+            if route.as_ref().is_some_and(|r| self.same_wire.contains(r)) {
+                s.encoder = Some(Encoder::PassThrough);
+                s.held.clear();
+                // The held frames go out with this token's own frame, which follows.
+                s.held_raw.retain(|(a, _)| *a == attempts);
+                let _ = self.tx.send(Msg::Started { route, attempts });
+                return;
+            }
             let model = route
                 .as_ref()
                 .map(|r| r.model().to_string())
@@ -126,13 +177,13 @@ impl LiveState {
                 Event::Finish(_) => Vec::new(),
                 _ => e.event(ev),
             },
-            None => Vec::new(),
+            Some(Encoder::PassThrough) | None => Vec::new(),
         }
     }
 
     /// The end of a started stream: finish, usage, the outcome comment, and `[DONE]`;
     /// or after a failure, the in-band error and the comment, never `[DONE]`.
-    fn tail(&mut self, called: &Called, error: Option<&ApiError>) -> Vec<u8> {
+    fn tail(&mut self, called: &Called, error: Option<&ApiError>, flavor: Flavor) -> Vec<u8> {
         let report = &called.report;
         let mut out = Vec::new();
         let finish = called
@@ -176,6 +227,27 @@ impl LiveState {
                     report.outcome.as_str(),
                     report.attempts.len(),
                 ));
+            }
+            (Some(Encoder::PassThrough), error) => {
+                // The upstream's frames carried the finish and the usage; the gateway
+                // adds only what ends the stream.
+                let openai = || OpenAiStream::new(String::new(), 0, String::new(), false);
+                let anthropic = || AnthropicStream::new(String::new(), String::new());
+                match (flavor, error) {
+                    (Flavor::OpenAi, Some(err)) => out.extend(openai().error(err)),
+                    (Flavor::Anthropic, Some(err)) => out.extend(anthropic().error(err)),
+                    (Flavor::Anthropic, None) if !self.stop_sent => {
+                        out.extend(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+                    }
+                    _ => {}
+                }
+                out.extend(egress_stream::outcome_comment(
+                    report.outcome.as_str(),
+                    report.attempts.len(),
+                ));
+                if flavor == Flavor::OpenAi && error.is_none() {
+                    out.extend(b"data: [DONE]\n\n");
+                }
             }
             (None, _) => {}
         }
@@ -269,7 +341,22 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                 return;
             };
             let order = adapter::try_order(&gw.router, choice.tier, ask.session.as_deref()).await;
+            let target = ask.target(&choice);
+            let wire = match ask.flavor {
+                Flavor::OpenAi => crate::core::vocab::Wire::OpenAi,
+                Flavor::Anthropic => crate::core::vocab::Wire::Anthropic,
+            };
+            let same_wire = match &c.original {
+                Some(_) => std::iter::once(target.tier)
+                    .chain(target.degrade_tier)
+                    .flat_map(|t| &t.routes)
+                    .filter(|r| r.endpoint.wire == wire)
+                    .map(|r| r.route.clone())
+                    .collect(),
+                None => Vec::new(),
+            };
             let live = Live {
+                same_wire,
                 tx: tx.clone(),
                 flavor: ask.flavor,
                 include_usage: c.include_usage,
@@ -305,7 +392,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                     e.code = "stream_interrupted".into();
                     e
                 });
-                let tail = state.tail(&called, error.as_ref());
+                let tail = state.tail(&called, error.as_ref(), ask.flavor);
                 drop(state);
                 ask.finish(&choice, &c.model, &called.report, 200, in_router, prompt);
                 let _ = tx.send(Msg::Bytes(tail.into()));
@@ -400,7 +487,7 @@ fn unstarted(
                 }
             });
             let mut bytes = s.encode(&Event::Text(String::new()));
-            bytes.extend(s.tail(&called, None));
+            bytes.extend(s.tail(&called, None, ask.flavor));
             let mut r = Response::new(full(bytes));
             sse_headers(r.headers_mut());
             r

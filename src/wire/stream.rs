@@ -156,6 +156,62 @@ fn finish_calls(mut calls: Vec<PendingCall>) -> Result<Vec<ToolCall>, String> {
         .collect()
 }
 
+/// A same-wire stream's events, forwarded as the upstream sent them (fidelity.md §1).
+struct Forward {
+    wire: Wire,
+    /// The client asked `stream_options.include_usage` itself: the usage-only chunk is
+    /// its, not only the router's.
+    client_usage: bool,
+}
+
+impl Forward {
+    /// The frame to forward for `event`, and whether it holds a visible token; `None`
+    /// for what the gateway writes itself (OpenAI's `[DONE]`, after the outcome comment)
+    /// and for the usage-only chunk only the router asked for.
+    fn frame(&self, event: &super::sse::SseEvent, parsed: &[WireEvent]) -> Option<(Vec<u8>, bool)> {
+        if self.wire == Wire::OpenAi {
+            if event.data.trim() == "[DONE]" {
+                return None;
+            }
+            let usage_only = parsed.iter().any(|e| matches!(e, WireEvent::Usage(_)))
+                && parsed
+                    .iter()
+                    .all(|e| matches!(e, WireEvent::Usage(_) | WireEvent::Model(_)));
+            if usage_only && !self.client_usage {
+                return None;
+            }
+        }
+        let visible = parsed.iter().any(|e| match e {
+            WireEvent::Delta(t) => !t.is_empty(),
+            WireEvent::ToolCall { .. } => true,
+            _ => false,
+        });
+        let mut out = Vec::with_capacity(event.data.len() + event.event.len() + 16);
+        if self.wire != Wire::OpenAi {
+            out.extend_from_slice(b"event: ");
+            out.extend_from_slice(event.event.as_bytes());
+            out.push(b'\n');
+        }
+        for line in event.data.split('\n') {
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
+        }
+        out.push(b'\n');
+        Some((out, visible))
+    }
+}
+
+/// Whether the client's own body asked `stream_options.include_usage: true`.
+fn client_asked_usage(orig: &crate::core::request::Original) -> bool {
+    orig.stream_options
+        .as_ref()
+        .and_then(|span| orig.bytes.get(span.clone()))
+        .and_then(|b| serde_json::from_slice::<Value>(b).ok())
+        .and_then(|v| v.get("include_usage").and_then(Value::as_bool))
+        .unwrap_or(false)
+}
+
 async fn drive(
     client: &reqwest::Client,
     ep: &Endpoint,
@@ -168,6 +224,10 @@ async fn drive(
     let sw = Stopwatch::start();
 
     let call = stream_call(ep, model, req);
+    let passthrough = call.body.is_raw().then(|| Forward {
+        wire: ep.wire,
+        client_usage: req.same_wire(ep.wire).is_some_and(client_asked_usage),
+    });
     let builder = super::http::post(client, &call);
     let (wait, why) = watch
         .next_wait(sw.elapsed())
@@ -249,7 +309,9 @@ async fn drive(
         }
         for event in events.drain(..) {
             let calls_so_far = seen.calls.len() as u32;
-            for ev in parse_event(ep.wire, &event.event, &event.data, calls_so_far) {
+            let parsed = parse_event(ep.wire, &event.event, &event.data, calls_so_far);
+            let forward = passthrough.as_ref().and_then(|p| p.frame(&event, &parsed));
+            for ev in parsed {
                 match ev {
                     WireEvent::Delta(t) => {
                         // Nothing past `max_stream_bytes` reaches the caller.
@@ -315,6 +377,12 @@ async fn drive(
                     }
                     WireEvent::Malformed(_) => skipped += 1,
                 }
+            }
+            if let Some((frame, visible)) = forward {
+                on_event(StreamEvent::Raw {
+                    frame: &frame,
+                    visible,
+                });
             }
             // A finish with its usage is a complete answer: finalise at once rather than
             // wait for a terminator that may never come.
