@@ -583,3 +583,42 @@ async fn same_wire_anthropic_stream_forwards_each_event_as_the_upstream_sent_it(
     );
     assert_eq!(header(&got[0], "anthropic-version"), Some("2023-06-01"));
 }
+
+/// Frames an attempt sent before it failed (its role chunk) are never forwarded: only
+/// the serving attempt's stream reaches the client.
+#[tokio::test]
+async fn a_same_wire_stream_that_fails_before_its_first_token_leaks_none_of_its_frames() {
+    const BROKEN: &str = concat!(
+        "data: {\"id\":\"chatcmpl-FAILED\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"a-1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\",\"code\":\"server_error\"}}\n\n",
+    );
+    let a = sse_upstream("/v1/chat/completions", BROKEN).await;
+    let b = sse_upstream("/v1/chat/completions", OPENAI_SSE).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &[
+            ("pa", "openai", format!("{}/v1", a.uri())),
+            ("pb", "openai", format!("{}/v1", b.uri())),
+        ],
+        &[("high", &["pa/a", "pb/b"])],
+    );
+    let gw = start(&cfg).await;
+    let auth = format!("Bearer {CLIENT_TOKEN}");
+    const REQ: &str =
+        r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"Hi"}]}"#;
+    let r = send(
+        &gw,
+        "/v1/chat/completions",
+        REQ,
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-poolctl-served-by"].to_str().unwrap(), "pb/b");
+    let text = r.text().await.unwrap();
+    assert!(!text.contains("chatcmpl-FAILED"), "{text}");
+    let (data, _) = frames(&text);
+    assert_eq!(data[..4], OPENAI_CHUNKS[..4], "{text}");
+    assert!(!received(&a).await.is_empty());
+}
