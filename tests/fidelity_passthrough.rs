@@ -622,3 +622,32 @@ async fn a_same_wire_stream_that_fails_before_its_first_token_leaks_none_of_its_
     assert_eq!(data[..4], OPENAI_CHUNKS[..4], "{text}");
     assert!(!received(&a).await.is_empty());
 }
+
+/// A tool kind or tool choice the canonical form has no word for (`custom` tools,
+/// `allowed_tools`) is carried as sent on the client's own wire, not refused.
+#[tokio::test]
+async fn same_wire_openai_chat_carries_tool_kinds_the_router_does_not_know() {
+    const REQ: &str = r#"{"model":"high","messages":[{"role":"user","content":"Hi"}],"tools":[{"type":"custom","custom":{"name":"grep","description":"search"}},{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"f"}}]}}}"#;
+    let server = upstream("/v1/chat/completions", OPENAI_ANSWER).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &[("oai", "openai", format!("{}/v1", server.uri()))],
+        &[("high", &["oai/gpt-x"])],
+    );
+    let gw = start(&cfg).await;
+    let auth = format!("Bearer {CLIENT_TOKEN}");
+    let r = send(
+        &gw,
+        "/v1/chat/completions",
+        REQ,
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let got = received(&server).await;
+    assert_eq!(
+        std::str::from_utf8(&got[0].body).unwrap(),
+        REQ.replacen(r#""model":"high""#, r#""model":"gpt-x""#, 1)
+    );
+}

@@ -232,27 +232,36 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
                     &path,
                 )
             })
-            .collect::<Result<_, _>>()?,
+            .collect::<Result<_, _>>()
+            // A tool the canonical form has no kind for (`custom`, ...): only the
+            // client's own wire carries it.
+            .unwrap_or_else(|e| {
+                untranslatable.get_or_insert(e);
+                Vec::new()
+            }),
         Some(_) => return Err(bad("`tools` must be an array")),
     };
     let tool_choice = match o.get("tool_choice") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(match s.as_str() {
-            "auto" => ToolChoice::Auto,
-            "none" => ToolChoice::None,
-            "required" => ToolChoice::Required,
+        Some(Value::String(s)) => match s.as_str() {
+            "auto" => Some(ToolChoice::Auto),
+            "none" => Some(ToolChoice::None),
+            "required" => Some(ToolChoice::Required),
             other => {
-                return Err(bad(format!(
+                untranslatable.get_or_insert(bad(format!(
                     "`tool_choice` `{other}` is not auto, none or required"
-                )))
+                )));
+                None
             }
-        }),
+        },
         Some(v) => match v.pointer("/function/name").and_then(Value::as_str) {
             Some(name) => Some(ToolChoice::Tool(name.to_string())),
             None => {
-                return Err(bad(
+                // `allowed_tools`, a custom tool, ...: the client's own wire carries it.
+                untranslatable.get_or_insert(bad(
                     "`tool_choice` must be a string or {type: function, function: {name}}",
-                ))
+                ));
+                None
             }
         },
     };
