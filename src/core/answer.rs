@@ -48,12 +48,17 @@ pub struct Answer {
     pub embeddings: Option<Vec<Vec<f32>>>,
     /// Rerank: document indices, best first (the recall order when degraded).
     pub ranking: Option<Vec<usize>>,
+    /// The answer is the model's refusal (class `refusal`, fidelity.md §4): the
+    /// refusal's own text where the wire has a field for it, else empty.
+    pub refusal: Option<String>,
 }
 
 /// A stream delta, wire-neutral, handed to the caller as it arrives.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum StreamEvent<'a> {
     Text(&'a str),
+    /// Refusal text (OpenAI `delta.refusal`): visible, delivered as the model sent it.
+    Refusal(&'a str),
     /// A piece of tool call `index`: its id and name when first seen, then argument text
     /// (JSON, possibly partial) to append.
     ToolCall {

@@ -73,7 +73,7 @@ impl Live {
     fn on_event(&self, ev: Event) {
         let mut s = lock(&self.state);
         let visible = match &ev {
-            Event::Text(t) => !t.is_empty(),
+            Event::Text(t) | Event::Refusal(t) => !t.is_empty(),
             Event::ToolCall { .. } => true,
             Event::Finish(_) | Event::Usage(_) => false,
         };

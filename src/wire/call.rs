@@ -34,6 +34,8 @@ pub struct ChatSuccess {
     pub usage: Usage,
     pub request_id: Option<String>,
     pub headers: Headers,
+    /// A refusal (class `refusal`): see `ChatParsed::refusal`.
+    pub refusal: Option<String>,
 }
 
 /// Sends one non-streaming chat call through `endpoint`'s wire.
@@ -69,6 +71,7 @@ pub async fn chat(
             usage: p.usage,
             request_id: reply.headers.request_id().map(str::to_string).or(p.id),
             headers: reply.headers,
+            refusal: p.refusal,
         }),
         Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
     }
