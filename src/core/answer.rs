@@ -53,6 +53,9 @@ pub struct Answer {
     /// request went to the route as the client sent it (same wire): a gateway returns
     /// these bytes unchanged (spec/fidelity.md §1). The fields above are read from it.
     pub raw: Option<Box<RawAnswer>>,
+    /// The answer is the model's refusal (class `refusal`, fidelity.md §4): the
+    /// refusal's own text where the wire has a field for it, else empty.
+    pub refusal: Option<String>,
 }
 
 /// An answer's body as the upstream sent it, and the wire it came on.
@@ -66,6 +69,8 @@ pub struct RawAnswer {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum StreamEvent<'a> {
     Text(&'a str),
+    /// Refusal text (OpenAI `delta.refusal`): visible, delivered as the model sent it.
+    Refusal(&'a str),
     /// A piece of tool call `index`: its id and name when first seen, then argument text
     /// (JSON, possibly partial) to append.
     ToolCall {

@@ -51,6 +51,9 @@ vocab_enum!(
         InvalidRequest => "invalid_request",
         ContextOverflow => "context_overflow",
         ContentPolicy => "content_policy",
+        /// The model answered by refusing: an answer, delivered as it stands
+        /// (fidelity.md §4), not a failure of the route.
+        Refusal => "refusal",
         StreamInterrupted => "stream_interrupted",
         /// An answer that failed the request's output contract (a JSON schema).
         InvalidOutput => "invalid_output",
@@ -287,6 +290,8 @@ pub enum Why {
     StopOn,
     Retryable,
     Fallback,
+    /// Row 2a: the model refused, and the refusal is the answer.
+    Refused,
     /// Row 6 because the budget, not the chain, ran out.
     BudgetSpent,
     /// Row 6 because no approved live route was left, or the class allows no move.

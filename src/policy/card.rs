@@ -16,6 +16,30 @@ pub enum SafeReplay {
     Buffered,
 }
 
+/// What a refusal (class `refusal`, fidelity.md §4) does under this card.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnRefusal {
+    /// The refusal is the answer: delivered as the model gave it (row 2a).
+    #[default]
+    Deliver,
+    /// Ask the next approved route; the refusing route's health does not change, and
+    /// when the chain runs out the last refusal is delivered.
+    Fallback,
+}
+
+/// What `content_policy` (a request blocked before any answer) does under this card.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnContentPolicy {
+    /// Row 3: fail closed (reason `request`).
+    #[default]
+    Stop,
+    /// Row 5: another route may judge the prompt differently (LiteLLM's
+    /// `content_policy_fallbacks`).
+    Fallback,
+}
+
 /// A policy card. Absent fields take the defaults of spec/decisions.md.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -43,6 +67,10 @@ pub struct Policy {
     /// Admission: the tier a request that would be shed is offered instead.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub degrade_tier: Option<String>,
+    /// A refusal: delivered (default) or, with `fallback`, the next route is asked.
+    pub on_refusal: OnRefusal,
+    /// A blocked prompt: fail closed (default) or, with `fallback`, move on.
+    pub on_content_policy: OnContentPolicy,
 }
 
 pub const DEFAULT_STOP_ON: [Class; 5] = [
@@ -70,6 +98,8 @@ impl Default for Policy {
             max_queue_ms: 0,
             max_queue_len: crate::admission::bucket::DEFAULT_MAX_QUEUE_LEN,
             degrade_tier: None,
+            on_refusal: OnRefusal::Deliver,
+            on_content_policy: OnContentPolicy::Stop,
         }
     }
 }
@@ -82,8 +112,17 @@ impl Policy {
             .is_none_or(|list| list.contains(route))
     }
 
+    /// Row 3. `on_content_policy: fallback` takes `content_policy` out of `stop_on`.
     pub fn stops_on(&self, class: Class) -> bool {
+        if class == Class::ContentPolicy && self.on_content_policy == OnContentPolicy::Fallback {
+            return false;
+        }
         self.stop_on.contains(&class)
+    }
+
+    /// Row 5 for a blocked prompt, under `on_content_policy: fallback`.
+    pub fn moves_on_content_policy(&self) -> bool {
+        self.on_content_policy == OnContentPolicy::Fallback
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::classify::hint::Hint;
 use crate::core::vocab::{Action, CallPath, Class, Why};
 use crate::policy::budget::Spent;
-use crate::policy::card::Policy;
+use crate::policy::card::{OnRefusal, Policy};
 
 /// Everything the table reads about one attempt.
 #[derive(Debug, Clone, Copy)]
@@ -69,6 +69,20 @@ pub fn decide(s: &Situation) -> Decision {
     if s.class == Class::Ok {
         return d(Action::Done, 1, Why::Answered);
     }
+    // Rows 2 and 2a: a refusal is an answer (fidelity.md §4). After a visible token it
+    // is delivered as it stands; before one, a card with `on_refusal: fallback` asks the
+    // next approved route while one remains and the budget allows one more attempt.
+    if s.class == Class::Refusal {
+        let may_move = !(s.path == CallPath::Stream && s.visible_token)
+            && s.policy.on_refusal == OnRefusal::Fallback
+            && s.fallback_available
+            && s.spent.allows(s.policy, 0, s.fallback_cost_usd);
+        return if may_move {
+            d(Action::Fallback, 2, Why::Fallback)
+        } else {
+            d(Action::Done, 2, Why::Refused)
+        };
+    }
     // Row 2: never splice a second answer onto output the caller already saw.
     if s.path == CallPath::Stream && s.visible_token {
         return d(Action::Interrupt, 2, Why::AfterVisibleToken);
@@ -114,8 +128,10 @@ pub fn decide(s: &Situation) -> Decision {
             budget_blocked = true;
         }
     }
-    // Row 5.
-    if moves_on(s.class) && s.fallback_available {
+    // Row 5 (and a blocked prompt under `on_content_policy: fallback`).
+    let moves = moves_on(s.class)
+        || (s.class == Class::ContentPolicy && s.policy.moves_on_content_policy());
+    if moves && s.fallback_available {
         if s.spent.allows(s.policy, 0, s.fallback_cost_usd) {
             return d(Action::Fallback, 5, Why::Fallback);
         }
@@ -215,10 +231,69 @@ mod tests {
         assert_eq!((got.action, got.row), (Action::Done, 1));
     }
 
+    /// Row 2a: a refusal is the answer, delivered whatever the path; a card with
+    /// `on_refusal: fallback` moves on while a route remains, never after a visible token.
+    #[test]
+    fn row_2a_a_refusal_is_done_unless_the_card_moves_on() {
+        let deliver = Policy::default();
+        for path in [CallPath::Chat, CallPath::Stream] {
+            for visible_token in [false, true] {
+                let s = Situation {
+                    class: Class::Refusal,
+                    path,
+                    visible_token,
+                    ..base(&deliver)
+                };
+                assert_eq!((decide(&s).action, decide(&s).row), (Action::Done, 2));
+            }
+        }
+        let fallback = Policy {
+            on_refusal: crate::policy::card::OnRefusal::Fallback,
+            ..Policy::default()
+        };
+        let s = Situation {
+            class: Class::Refusal,
+            ..base(&fallback)
+        };
+        assert_eq!(decide(&s).action, Action::Fallback);
+        let last = Situation {
+            fallback_available: false,
+            ..s
+        };
+        assert_eq!(decide(&last).action, Action::Done);
+        let seen = Situation {
+            path: CallPath::Stream,
+            visible_token: true,
+            ..s
+        };
+        assert_eq!(decide(&seen).action, Action::Done);
+    }
+
+    /// Row 3 with `on_content_policy: fallback`: a blocked prompt takes row 5.
+    #[test]
+    fn on_content_policy_fallback_moves_a_blocked_prompt_on() {
+        let stop = Policy::default();
+        let s = Situation {
+            class: Class::ContentPolicy,
+            ..base(&stop)
+        };
+        assert_eq!(decide(&s).action, Action::FailClosed);
+        let moves = Policy {
+            on_content_policy: crate::policy::card::OnContentPolicy::Fallback,
+            ..Policy::default()
+        };
+        let s = Situation {
+            class: Class::ContentPolicy,
+            ..base(&moves)
+        };
+        assert_eq!((decide(&s).action, decide(&s).row), (Action::Fallback, 5));
+    }
+
     #[test]
     fn row_2_stream_after_token_interrupts_whatever_the_class() {
         let p = Policy::default();
-        for class in Class::ALL.iter().copied().filter(|c| *c != Class::Ok) {
+        let answers = |c: &Class| matches!(c, Class::Ok | Class::Refusal);
+        for class in Class::ALL.iter().copied().filter(|c| !answers(c)) {
             let s = Situation {
                 class,
                 path: CallPath::Stream,

@@ -72,6 +72,7 @@ pub fn is_route_fault(class: Class) -> bool {
     !matches!(
         class,
         Class::Ok
+            | Class::Refusal
             | Class::InvalidRequest
             | Class::ContextOverflow
             | Class::ContentPolicy
@@ -126,8 +127,10 @@ pub fn transition(
         },
         Class::ModelUnavailable => retire("model_unavailable"),
         Class::Auth => retire("auth"),
-        // The request's fault, or one answer's: not the route's health.
-        Class::InvalidRequest
+        // The request's fault, or one answer's (a refusal is the model's answer): not
+        // the route's health.
+        Class::Refusal
+        | Class::InvalidRequest
         | Class::ContextOverflow
         | Class::ContentPolicy
         | Class::InvalidOutput

@@ -83,6 +83,9 @@ impl Router {
                         let ep = spec.endpoint.within(left);
                         let result = wire::chat(client, &ep, spec.route.model(), chat).await;
                         match result {
+                            // A refusal is never validated: it is an answer, not one that
+                            // claims to satisfy the schema (fidelity.md §4).
+                            Ok(ok) if ok.refusal.is_some() => Ok(Reply::Chat(ok)),
                             Ok(ok) => {
                                 match schema
                                     .and_then(|s| crate::policy::validate::violation(s, &ok.text))
@@ -232,6 +235,7 @@ impl Router {
                         request_id: None,
                         headers: Default::default(),
                         raw: None,
+                        refusal: None,
                     })),
                     Some(Err(f)) => Err(f),
                 };
@@ -290,6 +294,7 @@ impl Router {
             trial: false,
             extra_cost_usd: 0.0,
             last_why: None,
+            last_refusal: None,
             socket_ms: 0,
             snapshot: Snapshot::default(),
             reservation: None,
@@ -347,7 +352,11 @@ impl Router {
                 let observed = match &result {
                     Ok(reply) => Observed {
                         verdict: Verdict {
-                            class: Class::Ok,
+                            class: if reply.is_refusal() {
+                                Class::Refusal
+                            } else {
+                                Class::Ok
+                            },
                             hint: None,
                         },
                         status: Some(200),
@@ -388,12 +397,18 @@ impl Router {
                         }
                     }
                     Action::Fallback => {
+                        // A refusal moved past under `on_refusal: fallback` is kept: if
+                        // nothing after it answers, it is the answer after all.
+                        if let Ok(reply) = result {
+                            walk.last_refusal = Some((walk.current(), reply));
+                        }
                         walk.pos += 1;
                         continue 'chain;
                     }
                     action => {
                         if let Ok(reply) = result {
-                            answer = Some(self.answered(&walk, &mut report, reply));
+                            let at = walk.current();
+                            answer = Some(self.answered(&walk, &mut report, at, reply));
                         }
                         report.outcome = outcome_of(action);
                         if decision.left_nothing() {
@@ -408,6 +423,18 @@ impl Router {
             }
         }
 
+        let failed = !ended || report.outcome == Outcome::Failed;
+        if let (true, Some((at, reply))) = (failed, walk.last_refusal.take()) {
+            // Row 2a: after `on_refusal: fallback` moved past a refusal, the chain ran
+            // out (or what came after failed): the last refusal is the answer.
+            answer = Some(self.answered(&walk, &mut report, at, reply));
+            report.outcome = Outcome::Success;
+            report.reason = None;
+            report
+                .notes
+                .push("the chain ran out: the last refusal is the answer".into());
+            ended = true;
+        }
         if !ended {
             // The chain ran out (or the budget did) without a decision that ends the
             // request: a route that admission refused sheds it; else row 6 answers.
@@ -428,7 +455,7 @@ impl Router {
                 .attempts
                 .iter()
                 .map(|a| a.class)
-                .filter(|c| *c != Class::Ok)
+                .filter(|c| !matches!(c, Class::Ok | Class::Refusal))
                 .collect();
             let causes: Vec<(SkipWhy, Option<&str>)> = report
                 .skipped

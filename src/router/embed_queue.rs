@@ -29,7 +29,8 @@ pub enum Offered {
     Finished {
         id: u64,
         report: Report,
-        answer: Option<Answer>,
+        /// Boxed: an answer is large beside the other variant.
+        answer: Option<Box<Answer>>,
     },
     /// Back at the tail of the queue.
     Queued { id: u64, report: Report },
@@ -121,7 +122,7 @@ impl EmbedQueue {
             Offered::Finished {
                 id: batch.id,
                 report,
-                answer,
+                answer: answer.map(Box::new),
             }
         }
     }

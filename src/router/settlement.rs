@@ -12,6 +12,7 @@ use crate::core::trace::{AttemptRecord, Chosen, HealthChange, Report, Step};
 use crate::core::vocab::{Action, Class};
 use crate::policy::breaker;
 use crate::policy::capability::estimate_cost_usd;
+use crate::policy::card::OnRefusal;
 use crate::policy::decide::{decide, Decision, Situation};
 use crate::policy::health::{is_route_fault, transition, Health, Transition};
 
@@ -64,7 +65,11 @@ impl Router {
             .flatten();
         // Row 1 ends an answered attempt whatever lies ahead, so no fallback is looked up
         // for it: a success reads the health of no other route.
-        let next_fallback = if seen.verdict.class == Class::Ok {
+        // A refusal the card delivers ends it too.
+        let ends = seen.verdict.class == Class::Ok
+            || (seen.verdict.class == Class::Refusal
+                && walk.opts.policy.on_refusal == OnRefusal::Deliver);
+        let next_fallback = if ends {
             None
         } else {
             self.fallback_candidate(walk, now, None, &mut report.notes)
@@ -85,7 +90,7 @@ impl Router {
         // Row 4 needs it: whether the buckets would hold a retry on this route, and when.
         // Not for an answered attempt (row 1 ends it): with shared buckets that would be a
         // round trip to the store on every success.
-        let retry_admission_ms = if seen.verdict.class == Class::Ok {
+        let retry_admission_ms = if ends {
             Some(0)
         } else {
             self.retry_admission_ms(walk).await
@@ -285,14 +290,27 @@ impl Router {
     }
 
     /// The answer of the reply that ended the request; the report notes who served.
-    pub(super) fn answered(&self, walk: &Walk<'_>, report: &mut Report, reply: Reply) -> Answer {
-        let spec = &walk.tier.routes[walk.current()];
+    /// The answer of the reply that ended the request, given by the route at chain
+    /// position `at`; the report notes who served.
+    pub(super) fn answered(
+        &self,
+        walk: &Walk<'_>,
+        report: &mut Report,
+        at: usize,
+        reply: Reply,
+    ) -> Answer {
+        let spec = &walk.tier.routes[at];
         report.served_by = Some(spec.route.clone());
         let wire = spec.endpoint.wire;
         let usage = reply.usage();
         match reply {
             Reply::Chat(ok) => {
-                report.text = Some(ok.text.clone());
+                // What the caller reads: the text, or a refusal's own text when the
+                // model said nothing else.
+                report.text = Some(match ok.refusal.as_deref() {
+                    Some(r) if ok.text.is_empty() && !r.is_empty() => r.to_string(),
+                    _ => ok.text.clone(),
+                });
                 Answer {
                     text: ok.text,
                     tool_calls: ok.tool_calls,
@@ -300,6 +318,7 @@ impl Router {
                     model: ok.model,
                     usage,
                     raw: ok.raw.map(|bytes| Box::new(RawAnswer { wire, bytes })),
+                    refusal: ok.refusal,
                     ..Answer::default()
                 }
             }
@@ -310,6 +329,7 @@ impl Router {
                 finish_reason: ok.finish_reason,
                 model: ok.model,
                 usage,
+                refusal: ok.refusal,
                 ..Answer::default()
             },
             Reply::Embed(ok) => Answer {

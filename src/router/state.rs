@@ -127,6 +127,15 @@ impl Reply {
         }
     }
 
+    /// Whether the reply is the model's refusal (class `refusal`, fidelity.md §4).
+    pub(super) fn is_refusal(&self) -> bool {
+        match self {
+            Reply::Chat(a) => a.refusal.is_some(),
+            Reply::Stream(a) => a.refusal.is_some(),
+            Reply::Embed(_) | Reply::Rerank(_) => false,
+        }
+    }
+
     pub(super) fn headers(&self) -> &crate::classify::failure::Headers {
         match self {
             Reply::Chat(a) => &a.headers,
@@ -172,6 +181,7 @@ impl From<Result<Reply, UpstreamFailure>> for Attempted {
 /// A stream event held back under `safe_replay_until: buffered`, replayed on success.
 pub(super) enum Held {
     Text(String),
+    Refusal(String),
     ToolCall {
         index: u32,
         id: Option<String>,
@@ -187,6 +197,7 @@ impl Held {
     pub(super) fn of(ev: StreamEvent<'_>) -> Held {
         match ev {
             StreamEvent::Text(t) => Held::Text(t.to_string()),
+            StreamEvent::Refusal(t) => Held::Refusal(t.to_string()),
             StreamEvent::ToolCall {
                 index,
                 id,
@@ -207,6 +218,7 @@ impl Held {
     pub(super) fn replay(&self, to: &(dyn Fn(StreamEvent<'_>) + Send + Sync)) {
         to(match self {
             Held::Text(t) => StreamEvent::Text(t),
+            Held::Refusal(t) => StreamEvent::Refusal(t),
             Held::ToolCall {
                 index,
                 id,
@@ -248,6 +260,9 @@ pub(super) struct Walk<'a> {
     pub(super) trial: bool,
     pub(super) extra_cost_usd: f64,
     pub(super) last_why: Option<Why>,
+    /// The last refusal a card's `on_refusal: fallback` moved past, and the chain
+    /// position of the route that gave it: delivered when the chain runs out.
+    pub(super) last_refusal: Option<(usize, Reply)>,
     /// Health of the routes from `pos` on, read once per selection.
     pub(super) snapshot: Snapshot,
     /// What the current route's admitted call holds until it is settled.

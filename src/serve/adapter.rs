@@ -50,12 +50,17 @@ pub struct Reply {
     /// The answer as the upstream sent it, on the wire it was sent on (same wire): the
     /// gateway returns it unchanged.
     pub raw: Option<Box<crate::core::answer::RawAnswer>>,
+    /// The answer is a refusal (fidelity.md §4): the refusal's own text, or empty when
+    /// a finish reason said so.
+    pub refusal: Option<String>,
 }
 
 /// One piece of a streamed answer, as it arrives.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     Text(String),
+    /// Refusal text (OpenAI `delta.refusal`).
+    Refusal(String),
     ToolCall {
         index: u32,
         id: Option<String>,
@@ -145,6 +150,7 @@ fn finish_of(f: &FinishReason) -> Finish {
 fn event_of(e: StreamEvent<'_>) -> Event {
     match e {
         StreamEvent::Text(t) => Event::Text(t.to_string()),
+        StreamEvent::Refusal(t) => Event::Refusal(t.to_string()),
         StreamEvent::ToolCall {
             index,
             id,
@@ -169,6 +175,9 @@ fn event_of(e: StreamEvent<'_>) -> Event {
 /// served route's; the finish reason, when the wire gave none, follows the tool calls.
 fn reply_of(a: Answer, report: &Report) -> Reply {
     let finish = match &a.finish_reason {
+        // A refusal ends as one in the client's words (`content_filter` / `refusal`),
+        // whatever finish its wire gave it (OpenAI's refusal comes with `stop`).
+        _ if a.refusal.is_some() => Finish::ContentFilter,
         Some(f) => finish_of(f),
         None if !a.tool_calls.is_empty() => Finish::ToolCalls,
         None => Finish::Stop,
@@ -180,6 +189,7 @@ fn reply_of(a: Answer, report: &Report) -> Reply {
         finish,
         usage: a.usage,
         raw: a.raw,
+        refusal: a.refusal,
     }
 }
 

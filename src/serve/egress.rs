@@ -55,7 +55,15 @@ pub fn openai_completion(id: &str, created: i64, r: &Reply) -> Vec<u8> {
             kind: "function",
         })
         .collect();
-    let content = (r.tool_calls.is_empty() || !r.text.is_empty()).then_some(r.text.as_str());
+    // A refusal with text of its own (OpenAI `message.refusal`) goes in `refusal`, with
+    // `content: null` when the model said nothing else, as OpenAI answers it; a refusal
+    // another wire signalled by its finish keeps its text as content (fidelity.md §4).
+    let refusal = r.refusal.as_deref().filter(|t| !t.is_empty());
+    let content = if r.text.is_empty() && refusal.is_some() {
+        None
+    } else {
+        (r.tool_calls.is_empty() || !r.text.is_empty()).then_some(r.text.as_str())
+    };
     let body = Completion {
         choices: [CompletionChoice {
             finish_reason: openai_finish(&r.finish),
@@ -63,6 +71,7 @@ pub fn openai_completion(id: &str, created: i64, r: &Reply) -> Vec<u8> {
             logprobs: (),
             message: Message {
                 content,
+                refusal,
                 role: "assistant",
                 tool_calls,
             },
@@ -99,6 +108,8 @@ struct CompletionChoice<'a> {
 #[derive(serde::Serialize)]
 struct Message<'a> {
     content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<&'a str>,
     role: &'static str,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<WireToolCall<'a>>,
@@ -138,8 +149,14 @@ impl WireUsage {
 /// An Anthropic `message` body.
 pub fn anthropic_message(id: &str, r: &Reply) -> Vec<u8> {
     let mut content: Vec<Value> = Vec::new();
-    if !r.text.is_empty() || r.tool_calls.is_empty() {
-        content.push(json!({"type": "text", "text": r.text}));
+    // Anthropic has no refusal field: an OpenAI-wire refusal's text is the message's
+    // text, and `stop_reason` says `refusal` (fidelity.md §4).
+    let text = match r.refusal.as_deref() {
+        Some(t) if r.text.is_empty() && !t.is_empty() => t,
+        _ => r.text.as_str(),
+    };
+    if !text.is_empty() || r.tool_calls.is_empty() {
+        content.push(json!({"type": "text", "text": text}));
     }
     for c in &r.tool_calls {
         content.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}));
@@ -241,6 +258,7 @@ mod tests {
                 output_tokens: 2,
                 cached_tokens: None,
             }),
+            refusal: None,
         }
     }
 

@@ -124,6 +124,8 @@ impl OpenAiStream {
     pub fn event(&mut self, e: &Event) -> Vec<u8> {
         match e {
             Event::Text(t) => self.text_chunk(t),
+            // The refusal as OpenAI streams it: `delta.refusal`, the role on the first.
+            Event::Refusal(t) => self.chunk(json!({"refusal": t}), None),
             Event::ToolCall {
                 index,
                 id,
@@ -231,7 +233,9 @@ impl AnthropicStream {
         let mut out = Vec::new();
         self.start(&mut out);
         match e {
-            Event::Text(t) => {
+            // Anthropic has no refusal field: the refusal text is the message's text
+            // (its `stop_reason` says `refusal`).
+            Event::Text(t) | Event::Refusal(t) => {
                 let index = match self.open {
                     Some((i, true)) => i,
                     _ => self.open_block(&mut out, json!({"type": "text", "text": ""}), true),

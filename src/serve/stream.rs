@@ -116,7 +116,7 @@ impl Live {
             return;
         }
         let visible = match &ev {
-            Event::Text(t) => !t.is_empty(),
+            Event::Text(t) | Event::Refusal(t) => !t.is_empty(),
             Event::ToolCall { .. } => true,
             Event::Finish(_) | Event::Usage(_) | Event::Raw { .. } => false,
         };

@@ -114,9 +114,9 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         .filter_map(|b| b.get("text").and_then(Value::as_str))
         .collect();
     let stop = v.get("stop_reason").and_then(Value::as_str);
-    if text.is_empty() && stop == Some("refusal") {
-        return Err(BadSuccess::Refused("stop_reason refusal".into()));
-    }
+    // `stop_reason: refusal` is the model's answer (fidelity.md §4), with or without
+    // text of its own.
+    let refusal = (stop == Some("refusal")).then(String::new);
     let tool_calls = history::anthropic_answer_tool_calls(content).map_err(|e| {
         BadSuccess::Malformed(format!("a tool call in the answer is unusable: {e}"))
     })?;
@@ -127,6 +127,7 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         model: v.get("model").and_then(Value::as_str).map(str::to_string),
         usage: usage(v.get("usage")),
         id: v.get("id").and_then(Value::as_str).map(str::to_string),
+        refusal,
     })
 }
 

@@ -41,6 +41,8 @@ pub struct ChatSuccess {
     /// The body as the upstream sent it, on a same-wire call: the gateway returns it
     /// unchanged (spec/fidelity.md §1).
     pub raw: Option<bytes::Bytes>,
+    /// A refusal (class `refusal`): see `ChatParsed::refusal`.
+    pub refusal: Option<String>,
 }
 
 /// Sends one non-streaming chat call through `endpoint`'s wire.
@@ -80,6 +82,7 @@ pub async fn chat(
             request_id: reply.headers.request_id().map(str::to_string).or(p.id),
             headers: reply.headers,
             raw: raw.then_some(reply.raw),
+            refusal: p.refusal,
         }),
         Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
     }

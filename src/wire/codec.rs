@@ -18,6 +18,10 @@ pub struct ChatParsed {
     pub usage: Usage,
     /// The body's own id (a fallback request id).
     pub id: Option<String>,
+    /// The answer is a refusal (fidelity.md §4): the refusal's own text where the wire
+    /// has a field for it (OpenAI `message.refusal`), else empty (a finish reason said
+    /// so; the text, if any, is in `text`).
+    pub refusal: Option<String>,
 }
 
 /// How a wire spells the sampling fields: `None` where it has no such field.

@@ -76,7 +76,7 @@ pub fn finish_reason(s: &str, has_calls: bool) -> FinishReason {
         "STOP" if has_calls => FinishReason::ToolCalls,
         "STOP" => FinishReason::Stop,
         "MAX_TOKENS" => FinishReason::Length,
-        s if BLOCKED.contains(&s) => FinishReason::ContentFilter,
+        s if REFUSALS.contains(&s) || BLOCKED.contains(&s) => FinishReason::ContentFilter,
         other => FinishReason::Other(other.to_string()),
     }
 }
@@ -106,17 +106,20 @@ pub fn candidate_text(candidate: &Value) -> String {
         .unwrap_or_default()
 }
 
-/// Safety stops that leave a candidate without an answer.
-const BLOCKED: &[&str] = &[
+/// Safety stops of a candidate that are the model's refusal (fidelity.md §4): an
+/// answer, class `refusal`, with or without text.
+pub const REFUSALS: &[&str] = &[
     "SAFETY",
     "PROHIBITED_CONTENT",
     "BLOCKLIST",
     "SPII",
-    "RECITATION",
     "IMAGE_SAFETY",
-    "IMAGE_PROHIBITED_CONTENT",
-    "MODEL_ARMOR",
 ];
+
+/// Other stops that leave a candidate without an answer when no text came: a
+/// recitation, a prohibited image, Model Armor. §4 does not list them as refusals, so
+/// with no text they stay `content_policy` (the request cannot be answered as asked).
+const BLOCKED: &[&str] = &["RECITATION", "IMAGE_PROHIBITED_CONTENT", "MODEL_ARMOR"];
 
 /// Finish reasons of a generation that failed on the provider's side
 /// (ai.google.dev `FinishReason`): a function call the model could not form, a tool
@@ -158,6 +161,9 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         })?,
         None => Vec::new(),
     };
+    let refusal = finish
+        .filter(|f| REFUSALS.contains(f))
+        .map(|_| String::new());
     if let Some(f) = finish.filter(|f| is_failed_finish(f)) {
         if text.is_empty() && tool_calls.is_empty() {
             return Err(BadSuccess::Malformed(format!(
@@ -178,6 +184,7 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
             .get("responseId")
             .and_then(Value::as_str)
             .map(str::to_string),
+        refusal,
     })
 }
 
@@ -228,8 +235,15 @@ mod tests {
         assert_eq!(p.usage.cached_tokens, Some(3));
         assert_eq!(p.model.as_deref(), Some("gemini-x-001"));
         assert_eq!(p.finish_reason, Some(FinishReason::Stop));
-        let blocked = json!({"candidates":[{"finishReason":"SAFETY"}]});
-        assert!(matches!(parse_chat(&blocked), Err(BadSuccess::Refused(_))));
+        // A safety stop of fidelity.md §4 is the model's refusal: an answer.
+        let refused = json!({"candidates":[{"finishReason":"SAFETY"}]});
+        assert_eq!(
+            parse_chat(&refused).ok().and_then(|p| p.refusal),
+            Some(String::new())
+        );
+        // A recitation stop with nothing said is still no answer.
+        let recited = json!({"candidates":[{"finishReason":"RECITATION"}]});
+        assert!(matches!(parse_chat(&recited), Err(BadSuccess::Refused(_))));
         let prompt = json!({"promptFeedback":{"blockReason":"SAFETY"}});
         assert!(matches!(parse_chat(&prompt), Err(BadSuccess::Refused(_))));
     }

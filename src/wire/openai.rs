@@ -114,16 +114,18 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         .get("finish_reason")
         .and_then(Value::as_str)
         .is_some_and(|r| finish_reason(r) == FinishReason::ContentFilter);
-    let calls_something = message
-        .and_then(|m| m.get("tool_calls"))
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty());
+    // A refusal is an answer (fidelity.md §4): `message.refusal` non-empty, or a 2xx
+    // that finished on the content filter (Azure's empty content beside
+    // `finish_reason: content_filter`, Zhipu's `sensitive`).
+    let refusal_text = message
+        .and_then(|m| m.get("refusal"))
+        .and_then(Value::as_str)
+        .filter(|r| !r.is_empty());
+    let refusal = match refusal_text {
+        Some(r) => Some(r.to_string()),
+        None => filtered.then(String::new),
+    };
     let text = match content {
-        // Azure answers a filtered completion with empty content beside
-        // `finish_reason: "content_filter"`: a refusal, not an empty answer.
-        Some(Value::String(s)) if s.is_empty() && filtered && !calls_something => {
-            return Err(BadSuccess::Refused("finish_reason content_filter".into()));
-        }
         Some(Value::String(s)) => s.clone(),
         // Tool-call-only answers carry `content: null`; they are still answers.
         Some(Value::Null) | None
@@ -133,10 +135,9 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         {
             String::new()
         }
+        // `content: null` beside a refusal: the refusal is the answer.
+        Some(Value::Null) | None if refusal.is_some() => String::new(),
         _ => {
-            if filtered {
-                return Err(BadSuccess::Refused("finish_reason content_filter".into()));
-            }
             return Err(BadSuccess::Malformed(
                 "no message content in the completion".into(),
             ));
@@ -158,6 +159,7 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         model: v.get("model").and_then(Value::as_str).map(str::to_string),
         usage: usage(v.get("usage")),
         id: v.get("id").and_then(Value::as_str).map(str::to_string),
+        refusal,
     })
 }
 
@@ -296,26 +298,47 @@ mod tests {
         ));
         let filtered =
             json!({"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]});
-        assert!(matches!(parse_chat(&filtered), Err(BadSuccess::Refused(_))));
+        assert_eq!(
+            parse_chat(&filtered).ok().and_then(|p| p.refusal),
+            Some(String::new())
+        );
+    }
+
+    /// Guards OpenAI's refusal (`content: null`, `refusal: "…"`): it was read as a
+    /// completion without content (server_error), retried, and answered with a 502.
+    #[test]
+    fn a_refusal_field_is_the_answer() {
+        let v = json!({"choices":[{"message":{"role":"assistant","content":null,"refusal":"I can't help with that."},"finish_reason":"stop"}]});
+        let p = parse_chat(&v).ok().unwrap();
+        assert_eq!(p.text, "");
+        assert_eq!(p.refusal.as_deref(), Some("I can't help with that."));
+        // An empty refusal field beside an ordinary answer is no refusal.
+        let plain =
+            json!({"choices":[{"message":{"content":"OK","refusal":null},"finish_reason":"stop"}]});
+        assert_eq!(parse_chat(&plain).ok().and_then(|p| p.refusal), None);
     }
 
     /// Guards Azure's filtered completion with `content: ""`: it was served as an empty
-    /// answer, where `content: null` was already a refusal.
+    /// answer. A 2xx that finished on the content filter is a refusal (fidelity.md §4).
     #[test]
     fn empty_content_stopped_by_a_content_filter_is_a_refusal() {
         let v = json!({"choices":[{"message":{"role":"assistant","content":""},"finish_reason":"content_filter"}]});
-        assert!(matches!(parse_chat(&v), Err(BadSuccess::Refused(_))));
+        assert_eq!(
+            parse_chat(&v).ok().and_then(|p| p.refusal),
+            Some(String::new())
+        );
         // Zhipu GLM's safety audit says `sensitive`.
         let glm =
             json!({"choices":[{"index":0,"finish_reason":"sensitive","message":{"content":""}}]});
-        assert!(matches!(parse_chat(&glm), Err(BadSuccess::Refused(_))));
-        // Text that made it out before the filter is still an answer.
+        assert_eq!(
+            parse_chat(&glm).ok().and_then(|p| p.refusal),
+            Some(String::new())
+        );
+        // Text that made it out before the filter is kept, and the answer is a refusal.
         let partial =
             json!({"choices":[{"message":{"content":"Part"},"finish_reason":"content_filter"}]});
-        assert_eq!(
-            parse_chat(&partial).ok().map(|p| p.text),
-            Some("Part".into())
-        );
+        let p = parse_chat(&partial).ok().unwrap();
+        assert_eq!((p.text.as_str(), p.refusal.as_deref()), ("Part", Some("")));
     }
 
     /// Guards OpenRouter's 200 whose choice ends with `finish_reason: "error"`: it was

@@ -61,6 +61,8 @@ pub struct StreamSuccess {
     pub headers: Headers,
     /// Events that could not be read and were skipped.
     pub skipped_events: u32,
+    /// A refusal (class `refusal`): its text from `delta.refusal`, else empty.
+    pub refusal: Option<String>,
 }
 
 /// One streaming attempt: its result, and whether anything reached the caller.
@@ -107,6 +109,9 @@ struct Seen {
     text: String,
     visible: bool,
     calls: Vec<PendingCall>,
+    /// The stream is a refusal: its refusal text so far (empty when only a finish
+    /// reason said so).
+    refusal: Option<String>,
 }
 
 /// A tool call being assembled from its deltas.
@@ -182,7 +187,8 @@ impl Forward {
             }
         }
         let visible = parsed.iter().any(|e| match e {
-            WireEvent::Delta(t) => !t.is_empty(),
+            // A refusal delta is a visible token (fidelity.md §5).
+            WireEvent::Delta(t) | WireEvent::Refusal(t) => !t.is_empty(),
             WireEvent::ToolCall { .. } => true,
             _ => false,
         });
@@ -322,6 +328,19 @@ async fn drive(
                         on_event(StreamEvent::Text(&t));
                         seen.text.push_str(&t);
                     }
+                    // A refusal is visible output like text (fidelity.md §5); an empty
+                    // one only marks the finish that follows as a refusal.
+                    WireEvent::Refusal(t) => {
+                        if let Err(why) = watch.deliver(t.len()) {
+                            return Err(ended(&watch, why, Some(status), &headers));
+                        }
+                        let refusal = seen.refusal.get_or_insert_with(String::new);
+                        if !t.is_empty() {
+                            seen.visible = true;
+                            on_event(StreamEvent::Refusal(&t));
+                            refusal.push_str(&t);
+                        }
+                    }
                     WireEvent::ToolCall {
                         index,
                         id,
@@ -397,9 +416,11 @@ async fn drive(
         // A busy peer must not starve the runtime's other tasks (and timers).
         tokio::task::yield_now().await;
     }
-    // Nothing shown and a safety stop: a refusal, as the same answer unstreamed is
-    // (`BadSuccess::Refused`), not an empty success.
-    if !seen.visible && finish_reason == Some(FinishReason::ContentFilter) {
+    // Nothing shown and a safety stop that is no refusal of §4 (Gemini's RECITATION,
+    // ...): no answer, as the same answer unstreamed is (`BadSuccess::Refused`), not an
+    // empty success. A refusal shape is the answer (class `refusal`), shown or not.
+    if !seen.visible && seen.refusal.is_none() && finish_reason == Some(FinishReason::ContentFilter)
+    {
         let why =
             super::codec::BadSuccess::Refused("the stream stopped on a content filter".into());
         return Err(super::codec::bad_success(status, headers, &[], why));
@@ -423,6 +444,7 @@ async fn drive(
         request_id,
         headers,
         skipped_events: skipped,
+        refusal: seen.refusal.take(),
     })
 }
 

@@ -13,6 +13,10 @@ use serde_json::Value;
 pub enum WireEvent {
     /// Text for the caller.
     Delta(String),
+    /// The model refuses (fidelity.md §4): refusal text for the caller (OpenAI
+    /// `delta.refusal`), or empty where a finish reason says so (`content_filter`,
+    /// Anthropic `refusal`, Gemini `SAFETY`, ...), just before that finish.
+    Refusal(String),
     /// A piece of tool call `index`: id and name when it starts, argument text to append.
     ToolCall {
         index: u32,
@@ -83,6 +87,11 @@ fn openai_event(v: &Value) -> Vec<WireEvent> {
                 out.push(WireEvent::Delta(text.to_string()));
             }
         }
+        if let Some(text) = choice.pointer("/delta/refusal").and_then(Value::as_str) {
+            if !text.is_empty() {
+                out.push(WireEvent::Refusal(text.to_string()));
+            }
+        }
         let calls = choice
             .pointer("/delta/tool_calls")
             .and_then(Value::as_array);
@@ -122,6 +131,9 @@ fn openai_event(v: &Value) -> Vec<WireEvent> {
                 return out;
             }
             let reason = reason.as_str().map(super::openai::finish_reason);
+            if reason == Some(FinishReason::ContentFilter) {
+                out.push(WireEvent::Refusal(String::new()));
+            }
             out.push(WireEvent::Finish(reason, None));
         }
     }
@@ -182,10 +194,16 @@ fn anthropic_event(event: &str, v: &Value) -> Vec<WireEvent> {
             let stop = v.pointer("/delta/stop_reason").filter(|s| !s.is_null());
             let usage = v.get("usage").map(|u| super::anthropic::usage(Some(u)));
             match stop {
-                Some(s) => vec![WireEvent::Finish(
-                    s.as_str().map(super::anthropic::finish_reason),
-                    usage,
-                )],
+                Some(s) => {
+                    let reason = s.as_str().map(super::anthropic::finish_reason);
+                    let refused = s.as_str() == Some("refusal");
+                    let finish = WireEvent::Finish(reason, usage);
+                    if refused {
+                        vec![WireEvent::Refusal(String::new()), finish]
+                    } else {
+                        vec![finish]
+                    }
+                }
                 None => usage.map(WireEvent::Usage).into_iter().collect(),
             }
         }
@@ -247,10 +265,15 @@ fn gemini_event(v: &Value, calls_so_far: u32) -> Vec<WireEvent> {
         .and_then(|c| c.get("finishReason"))
         .and_then(Value::as_str)
     {
-        Some(f) => out.push(WireEvent::Finish(
-            Some(super::gemini::finish_reason(f, calls_so_far + calls > 0)),
-            usage,
-        )),
+        Some(f) => {
+            if super::gemini::REFUSALS.contains(&f) {
+                out.push(WireEvent::Refusal(String::new()));
+            }
+            out.push(WireEvent::Finish(
+                Some(super::gemini::finish_reason(f, calls_so_far + calls > 0)),
+                usage,
+            ))
+        }
         None => out.extend(usage.map(WireEvent::Usage)),
     }
     if candidate.is_none() && !out.iter().any(|e| matches!(e, WireEvent::Usage(_))) {
