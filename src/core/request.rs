@@ -5,8 +5,6 @@ use crate::core::vocab::CallPath;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// How urgent a request is: admission control orders and sheds by it.
-
 /// Sampling controls a caller may set; `None` / empty leaves the provider's default.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sampling {

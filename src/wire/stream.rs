@@ -23,7 +23,13 @@ pub fn stream_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         Wire::OpenAi => {
             let mut call = super::openai::chat_call(ep, model, req);
             call.body["stream"] = Value::Bool(true);
-            call.body["stream_options"] = serde_json::json!({"include_usage": true});
+            // Mistral rejects every field it does not know, `stream_options` included
+            // (422 extra_forbidden at body.stream_options.include_usage: reported in
+            // avante.nvim#2347, anon-kode#53, llxprt-code#114); it sends the usage in its
+            // last chunk without being asked.
+            if ep.dialect != crate::classify::dialect::Dialect::Mistral {
+                call.body["stream_options"] = serde_json::json!({"include_usage": true});
+            }
             call
         }
         Wire::Anthropic => {
@@ -412,6 +418,39 @@ fn ended(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::dialect::Dialect;
+
+    fn endpoint(dialect: Dialect) -> Endpoint {
+        Endpoint {
+            provider: "p".into(),
+            wire: Wire::OpenAi,
+            dialect,
+            base_url: "http://127.0.0.1:9/v1".into(),
+            api_key: crate::core::secret::Secret::new("sk-test"),
+            timeout_ms: 1_000,
+            first_token_timeout_ms: 1_000,
+            stream_idle_ms: 1_000,
+            stream_max_ms: 1_000,
+            max_stream_bytes: 1_000,
+            max_event_bytes: 1_000,
+        }
+    }
+
+    /// Guards Mistral's 422 (extra_forbidden) on `stream_options.include_usage`, which
+    /// every OpenAI-wire stream carried.
+    #[test]
+    fn mistral_streams_are_sent_without_stream_options() {
+        let req = ChatRequest::user("hi", 16);
+        let mistral = stream_call(&endpoint(Dialect::Mistral), "m", &req);
+        assert_eq!(mistral.body["stream"], true);
+        assert!(
+            mistral.body.get("stream_options").is_none(),
+            "{}",
+            mistral.body
+        );
+        let openai = stream_call(&endpoint(Dialect::Openai), "m", &req);
+        assert_eq!(openai.body["stream_options"]["include_usage"], true);
+    }
 
     fn usage(input: u64, output: u64) -> Usage {
         Usage {
