@@ -50,7 +50,9 @@ const PROBE_COLUMNS: [Column; 8] = [
 ];
 
 fn class_tone(class: crate::core::vocab::Class) -> Tone {
-    if class == crate::core::vocab::Class::Ok {
+    use crate::core::vocab::Class;
+    // A refusal is the model's answer: the route is live.
+    if matches!(class, Class::Ok | Class::Refusal) {
         Tone::Good
     } else {
         Tone::Fail

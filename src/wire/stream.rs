@@ -22,14 +22,23 @@ pub fn stream_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     // Same wire: the client's body (it asked `stream: true` itself), with the usage the
     // router settles admission with asked of an OpenAI stream.
     if let Some(orig) = req.same_wire(ep.wire) {
-        return super::passthrough::chat_call(ep, model, orig, ep.wire == Wire::OpenAi);
+        // Not of Mistral, which rejects `stream_options` (below).
+        let usage =
+            ep.wire == Wire::OpenAi && ep.dialect != crate::classify::dialect::Dialect::Mistral;
+        return super::passthrough::chat_call(ep, model, orig, usage);
     }
     match ep.wire {
         Wire::OpenAi => {
             let mut call = super::openai::chat_call(ep, model, req);
             if let Some(body) = call.body.json_mut() {
                 body["stream"] = Value::Bool(true);
-                body["stream_options"] = serde_json::json!({"include_usage": true});
+                // Mistral rejects every field it does not know, `stream_options`
+                // included (422 extra_forbidden at body.stream_options.include_usage:
+                // reported in avante.nvim#2347, anon-kode#53, llxprt-code#114); it sends
+                // the usage in its last chunk without being asked.
+                if ep.dialect != crate::classify::dialect::Dialect::Mistral {
+                    body["stream_options"] = serde_json::json!({"include_usage": true});
+                }
             }
             call
         }
@@ -487,6 +496,57 @@ fn ended(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::dialect::Dialect;
+
+    fn endpoint(dialect: Dialect) -> Endpoint {
+        Endpoint {
+            provider: "p".into(),
+            wire: Wire::OpenAi,
+            dialect,
+            base_url: "http://127.0.0.1:9/v1".into(),
+            api_key: crate::core::secret::Secret::new("sk-test"),
+            timeout_ms: 1_000,
+            first_token_timeout_ms: 1_000,
+            stream_idle_ms: 1_000,
+            stream_max_ms: 1_000,
+            max_stream_bytes: 1_000,
+            max_event_bytes: 1_000,
+        }
+    }
+
+    /// Guards Mistral's 422 (extra_forbidden) on `stream_options.include_usage`, which
+    /// every OpenAI-wire stream carried.
+    #[test]
+    fn mistral_streams_are_sent_without_stream_options() {
+        let req = ChatRequest::user("hi", 16);
+        let json = |mut call: HttpCall| call.body.json_mut().cloned().unwrap();
+        let mistral = json(stream_call(&endpoint(Dialect::Mistral), "m", &req));
+        assert_eq!(mistral["stream"], true);
+        assert!(mistral.get("stream_options").is_none(), "{mistral}");
+        let openai = json(stream_call(&endpoint(Dialect::Openai), "m", &req));
+        assert_eq!(openai["stream_options"]["include_usage"], true);
+        // Same wire: the client's body, still without what Mistral rejects.
+        let raw = br#"{"model":"high","stream":true,"messages":[]}"#;
+        let spans = crate::wire::passthrough::spans(raw).unwrap();
+        let mut same = req.clone();
+        same.original = Some(std::sync::Arc::new(crate::core::request::Original {
+            wire: Wire::OpenAi,
+            bytes: bytes::Bytes::from_static(raw),
+            model: spans.model.unwrap(),
+            stream_options: None,
+            headers: Vec::new(),
+            untranslatable: None,
+        }));
+        let sent = |d| match stream_call(&endpoint(d), "m", &same).body {
+            super::super::http::CallBody::Raw(b) => String::from_utf8(b.to_vec()).unwrap(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            sent(Dialect::Mistral),
+            r#"{"model":"m","stream":true,"messages":[]}"#
+        );
+        assert!(sent(Dialect::Openai).contains(r#""stream_options":{"include_usage":true}"#));
+    }
 
     fn usage(input: u64, output: u64) -> Usage {
         Usage {
