@@ -94,6 +94,21 @@ async fn start(config: &Path) -> gateway::Gateway {
     gateway::start(config, &[], &[(KEY_VAR, "sk-refusal-test")]).await
 }
 
+/// Mock providers for `routes`, and `poolctl serve` in front of them with the tier
+/// `high` = `chain`. The temporary directory holds the config while the gateway runs.
+async fn serving(
+    routes: Vec<MockRoute>,
+    chain: &[(&str, Wire)],
+) -> (MockServer, tempfile::TempDir, gateway::Gateway) {
+    let mock = MockServer::start(([127, 0, 0, 1], 0).into(), routes)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &mock, chain);
+    let gw = start(&cfg).await;
+    (mock, dir, gw)
+}
+
 fn header<'a>(r: &'a reqwest::Response, name: &str) -> &'a str {
     r.headers()
         .get(name)
@@ -110,8 +125,7 @@ fn user(model: &str, stream: bool) -> Value {
 /// answered with a 502, and the one-route tier cooled for 5 s.
 #[tokio::test]
 async fn an_openai_refusal_reaches_an_openai_client_as_a_refusal_after_one_call() {
-    let mock = MockServer::start(
-        ([127, 0, 0, 1], 0).into(),
+    let (mock, _dir, gw) = serving(
         vec![
             mock_route(
                 "oa/gpt-4o",
@@ -126,16 +140,9 @@ async fn an_openai_refusal_reaches_an_openai_client_as_a_refusal_after_one_call(
                 vec![ok("backup")],
             ),
         ],
-    )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        dir.path(),
-        &mock,
         &[("oa/gpt-4o", Wire::OpenAi), ("zz/backup", Wire::OpenAi)],
-    );
-    let gw = start(&cfg).await;
+    )
+    .await;
     let client = reqwest::Client::new();
     for round in 0..2 {
         let r = client
@@ -176,20 +183,16 @@ async fn an_anthropic_refusal_reaches_both_clients_as_the_models_answer() {
         "stop_reason": "refusal", "stop_sequence": null,
         "usage": {"input_tokens": 14, "output_tokens": 8}
     }));
-    let mock = MockServer::start(
-        ([127, 0, 0, 1], 0).into(),
+    let (mock, _dir, gw) = serving(
         vec![mock_route(
             "an/claude",
             Wire::Anthropic,
             CallPath::Chat,
             vec![refusal],
         )],
+        &[("an/claude", Wire::Anthropic)],
     )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), &mock, &[("an/claude", Wire::Anthropic)]);
-    let gw = start(&cfg).await;
+    .await;
     let client = reqwest::Client::new();
 
     let r = client
@@ -231,20 +234,16 @@ async fn an_anthropic_refusal_reaches_both_clients_as_the_models_answer() {
 /// stop reason says `refusal`.
 #[tokio::test]
 async fn an_openai_refusal_reaches_an_anthropic_client_with_stop_reason_refusal() {
-    let mock = MockServer::start(
-        ([127, 0, 0, 1], 0).into(),
+    let (mock, _dir, gw) = serving(
         vec![mock_route(
             "oa/gpt-4o",
             Wire::OpenAi,
             CallPath::Chat,
             vec![openai_refusal()],
         )],
+        &[("oa/gpt-4o", Wire::OpenAi)],
     )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), &mock, &[("oa/gpt-4o", Wire::OpenAi)]);
-    let gw = start(&cfg).await;
+    .await;
     let r = reqwest::Client::new()
         .post(gw.url("/v1/messages"))
         .header("anthropic-version", "2023-06-01")
@@ -281,8 +280,7 @@ async fn a_streamed_openai_refusal_reaches_the_client_as_refusal_deltas() {
         "data: [DONE]".to_string(),
     ];
     let events: Vec<&str> = events.iter().map(String::as_str).collect();
-    let mock = MockServer::start(
-        ([127, 0, 0, 1], 0).into(),
+    let (mock, _dir, gw) = serving(
         vec![
             mock_route(
                 "oa/gpt-4o",
@@ -297,16 +295,9 @@ async fn a_streamed_openai_refusal_reaches_the_client_as_refusal_deltas() {
                 vec![ok("backup")],
             ),
         ],
-    )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        dir.path(),
-        &mock,
         &[("oa/gpt-4o", Wire::OpenAi), ("zz/backup", Wire::OpenAi)],
-    );
-    let gw = start(&cfg).await;
+    )
+    .await;
     let r = reqwest::Client::new()
         .post(gw.url("/v1/chat/completions"))
         .json(&user("high", true))
