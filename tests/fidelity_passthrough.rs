@@ -51,6 +51,15 @@ async fn start(config: &Path) -> Gateway {
     .await
 }
 
+/// `poolctl serve` with one provider (name, wire, base URL) and the tier `high` of
+/// `route` alone. The directory holds the config while the gateway runs.
+async fn one_route(provider: (&str, &str, String), route: &str) -> (tempfile::TempDir, Gateway) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &[provider], &[("high", &[route])]);
+    let gw = start(&cfg).await;
+    (dir, gw)
+}
+
 /// An upstream answering `answer` (exact bytes) on `at`.
 async fn upstream(at: &str, answer: &'static str) -> MockServer {
     let server = MockServer::start().await;
@@ -109,13 +118,11 @@ const OPENAI_ANSWER: &str = r#"{"id":"chatcmpl-abc123","object":"chat.completion
 #[tokio::test]
 async fn same_wire_openai_chat_forwards_the_client_body_with_only_model_replaced() {
     let server = upstream("/v1/chat/completions", OPENAI_ANSWER).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        dir.path(),
-        &[("oai", "openai", format!("{}/v1", server.uri()))],
-        &[("high", &["oai/gpt-4o-mini"])],
-    );
-    let gw = start(&cfg).await;
+    let (_dir, gw) = one_route(
+        ("oai", "openai", format!("{}/v1", server.uri())),
+        "oai/gpt-4o-mini",
+    )
+    .await;
     let auth = format!("Bearer {CLIENT_TOKEN}");
     let r = send(
         &gw,
@@ -208,13 +215,11 @@ const ANTHROPIC_ANSWER: &str = r#"{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"m
 async fn same_wire_anthropic_messages_forwards_body_and_beta_header_and_returns_the_answer_unchanged(
 ) {
     let server = upstream("/v1/messages", ANTHROPIC_ANSWER).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        dir.path(),
-        &[("anth", "anthropic", server.uri())],
-        &[("high", &["anth/claude-sonnet-4-5"])],
-    );
-    let gw = start(&cfg).await;
+    let (_dir, gw) = one_route(
+        ("anth", "anthropic", server.uri()),
+        "anth/claude-sonnet-4-5",
+    )
+    .await;
     let beta = "interleaved-thinking-2025-05-14,prompt-caching-2024-07-31";
     let r = send(
         &gw,
@@ -275,13 +280,7 @@ async fn a_same_wire_answer_that_echoes_the_upstream_key_reaches_the_client_mask
     const ECHO: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m-1","system_fingerprint":"fp_1","choices":[{"index":0,"message":{"role":"assistant","content":"your key is sk-upstream-FIDELITY-7c3e"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}}"#;
     assert!(ECHO.contains(UPSTREAM_KEY));
     let server = upstream("/v1/chat/completions", ECHO).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        dir.path(),
-        &[("oai", "openai", format!("{}/v1", server.uri()))],
-        &[("high", &["oai/m"])],
-    );
-    let gw = start(&cfg).await;
+    let (_dir, gw) = one_route(("oai", "openai", format!("{}/v1", server.uri())), "oai/m").await;
     let auth = format!("Bearer {CLIENT_TOKEN}");
     let r = send(
         &gw,
@@ -465,13 +464,11 @@ fn frames(sse: &str) -> (Vec<String>, Vec<String>) {
 async fn same_wire_openai_stream_forwards_each_chunk_as_the_upstream_sent_it() {
     assert_eq!(frames(OPENAI_SSE).0[..5], OPENAI_CHUNKS);
     let server = sse_upstream("/v1/chat/completions", OPENAI_SSE).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        dir.path(),
-        &[("oai", "openai", format!("{}/v1", server.uri()))],
-        &[("high", &["oai/gpt-4o-mini"])],
-    );
-    let gw = start(&cfg).await;
+    let (_dir, gw) = one_route(
+        ("oai", "openai", format!("{}/v1", server.uri())),
+        "oai/gpt-4o-mini",
+    )
+    .await;
     let auth = format!("Bearer {CLIENT_TOKEN}");
     const REQ: &str = r#"{"model":"high","stream":true,"n":2,"logprobs":true,"messages":[{"role":"user","content":"Hi"}]}"#;
     let r = send(
@@ -502,13 +499,11 @@ async fn same_wire_openai_stream_forwards_each_chunk_as_the_upstream_sent_it() {
 #[tokio::test]
 async fn same_wire_openai_stream_keeps_the_usage_chunk_the_client_asked_for() {
     let server = sse_upstream("/v1/chat/completions", OPENAI_SSE).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        dir.path(),
-        &[("oai", "openai", format!("{}/v1", server.uri()))],
-        &[("high", &["oai/gpt-4o-mini"])],
-    );
-    let gw = start(&cfg).await;
+    let (_dir, gw) = one_route(
+        ("oai", "openai", format!("{}/v1", server.uri())),
+        "oai/gpt-4o-mini",
+    )
+    .await;
     let auth = format!("Bearer {CLIENT_TOKEN}");
     const REQ: &str = r#"{"model":"high","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Hi"}]}"#;
     let r = send(
@@ -547,13 +542,11 @@ const ANTHROPIC_SSE: &str = concat!(
 #[tokio::test]
 async fn same_wire_anthropic_stream_forwards_each_event_as_the_upstream_sent_it() {
     let server = sse_upstream("/v1/messages", ANTHROPIC_SSE).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        dir.path(),
-        &[("anth", "anthropic", server.uri())],
-        &[("high", &["anth/claude-sonnet-4-5"])],
-    );
-    let gw = start(&cfg).await;
+    let (_dir, gw) = one_route(
+        ("anth", "anthropic", server.uri()),
+        "anth/claude-sonnet-4-5",
+    )
+    .await;
     const REQ: &str = r#"{"model":"high","max_tokens":2048,"stream":true,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Hi"}]}"#;
     let r = send(
         &gw,
@@ -629,13 +622,11 @@ async fn a_same_wire_stream_that_fails_before_its_first_token_leaks_none_of_its_
 async fn same_wire_openai_chat_carries_tool_kinds_the_router_does_not_know() {
     const REQ: &str = r#"{"model":"high","messages":[{"role":"user","content":"Hi"}],"tools":[{"type":"custom","custom":{"name":"grep","description":"search"}},{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"f"}}]}}}"#;
     let server = upstream("/v1/chat/completions", OPENAI_ANSWER).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        dir.path(),
-        &[("oai", "openai", format!("{}/v1", server.uri()))],
-        &[("high", &["oai/gpt-x"])],
-    );
-    let gw = start(&cfg).await;
+    let (_dir, gw) = one_route(
+        ("oai", "openai", format!("{}/v1", server.uri())),
+        "oai/gpt-x",
+    )
+    .await;
     let auth = format!("Bearer {CLIENT_TOKEN}");
     let r = send(
         &gw,
