@@ -234,7 +234,7 @@ async fn an_anthropic_refusal_reaches_both_clients_as_the_models_answer() {
 /// stop reason says `refusal`.
 #[tokio::test]
 async fn an_openai_refusal_reaches_an_anthropic_client_with_stop_reason_refusal() {
-    let (mock, _dir, gw) = serving(
+    let (_mock, _dir, gw) = serving(
         vec![mock_route(
             "oa/gpt-4o",
             Wire::OpenAi,
