@@ -12,8 +12,7 @@ use crate::admission::bucket::{
     Bucket, Cost, Dimension, Limits, Spent, DEFAULT_HEADROOM, DEFAULT_INTERACTIVE_FLOOR,
 };
 use crate::core::clock::UnixMs;
-use crate::core::vocab::Priority;
-use crate::core::vocab::Route;
+use crate::core::vocab::{Priority, Route};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};

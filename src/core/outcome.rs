@@ -3,8 +3,7 @@
 //! capacity failure: a missing model must never read as "no quota" (seed 002).
 
 use crate::core::trace::SkipWhy;
-use crate::core::vocab::Why;
-use crate::core::vocab::{Action, Class, Outcome, Reason};
+use crate::core::vocab::{Action, Class, Outcome, Reason, Why};
 
 pub fn outcome_of(action: Action) -> Outcome {
     match action {

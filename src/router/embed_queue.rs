@@ -5,8 +5,7 @@
 
 use crate::config::route::Tier;
 use crate::core::answer::Answer;
-use crate::core::request::EmbedRequest;
-use crate::core::request::Request;
+use crate::core::request::{EmbedRequest, Request};
 use crate::core::trace::Report;
 use crate::core::vocab::Outcome;
 use crate::policy::card::Policy;

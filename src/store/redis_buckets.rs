@@ -16,8 +16,7 @@ use super::StoreError;
 use crate::admission::bucket::{Cost, Dimension, Limits, Spent};
 use crate::admission::buckets::{AdmissionConfig, BucketView, Refused};
 use crate::core::clock::UnixMs;
-use crate::core::vocab::Priority;
-use crate::core::vocab::Route;
+use crate::core::vocab::{Priority, Route};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 

@@ -18,8 +18,7 @@ use super::{Degraded, OnStoreError};
 use crate::admission::bucket::{Cost, Dimension, Limits, Spent};
 use crate::admission::buckets::{AdmissionConfig, Buckets, Refused, Reservation};
 use crate::core::clock::UnixMs;
-use crate::core::vocab::Priority;
-use crate::core::vocab::Route;
+use crate::core::vocab::{Priority, Route};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
