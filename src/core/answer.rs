@@ -65,6 +65,15 @@ pub struct RawAnswer {
     pub bytes: bytes::Bytes,
 }
 
+/// What a reader of an answer sees as its text: the text, or a refusal's own text
+/// (OpenAI `message.refusal`) when the model said nothing else.
+pub fn shown_text<'a>(text: &'a str, refusal: Option<&'a str>) -> &'a str {
+    match refusal {
+        Some(r) if text.is_empty() && !r.is_empty() => r,
+        _ => text,
+    }
+}
+
 /// A stream delta, wire-neutral, handed to the caller as it arrives.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum StreamEvent<'a> {

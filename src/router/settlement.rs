@@ -305,12 +305,9 @@ impl Router {
         let usage = reply.usage();
         match reply {
             Reply::Chat(ok) => {
-                // What the caller reads: the text, or a refusal's own text when the
-                // model said nothing else.
-                report.text = Some(match ok.refusal.as_deref() {
-                    Some(r) if ok.text.is_empty() && !r.is_empty() => r.to_string(),
-                    _ => ok.text.clone(),
-                });
+                report.text = Some(
+                    crate::core::answer::shown_text(&ok.text, ok.refusal.as_deref()).to_string(),
+                );
                 Answer {
                     text: ok.text,
                     tool_calls: ok.tool_calls,

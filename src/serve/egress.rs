@@ -151,10 +151,7 @@ pub fn anthropic_message(id: &str, r: &Reply) -> Vec<u8> {
     let mut content: Vec<Value> = Vec::new();
     // Anthropic has no refusal field: an OpenAI-wire refusal's text is the message's
     // text, and `stop_reason` says `refusal` (fidelity.md §4).
-    let text = match r.refusal.as_deref() {
-        Some(t) if r.text.is_empty() && !t.is_empty() => t,
-        _ => r.text.as_str(),
-    };
+    let text = crate::core::answer::shown_text(&r.text, r.refusal.as_deref());
     if !text.is_empty() || r.tool_calls.is_empty() {
         content.push(json!({"type": "text", "text": text}));
     }
