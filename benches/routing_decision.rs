@@ -41,6 +41,7 @@ fn tier() -> Tier {
                 stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
                 max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
                 max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
+                drop_params: false,
             };
             let facts = ModelFacts {
                 context_window: Some(128_000),

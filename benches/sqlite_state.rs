@@ -39,6 +39,7 @@ fn tier() -> Tier {
         stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
         max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
         max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
+        drop_params: false,
     };
     Tier {
         name: "bench".into(),

@@ -20,7 +20,7 @@ fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
 }
 
 fn user(text: &str) -> Turn {
-    Turn::User { text: text.into() }
+    Turn::user(text)
 }
 
 fn assistant(text: &str, tool_calls: Vec<ToolCall>) -> Turn {
@@ -364,7 +364,9 @@ fn reads_foreign_histories_that_the_renderers_never_produce() {
         from_openai_messages(&openai),
         Ok(Conversation {
             system: Some("A\n\nB".into()),
-            turns: vec![user("xy")]
+            turns: vec![Turn::User {
+                parts: vec![Part::text("x"), Part::text("y")]
+            }]
         })
     );
     let anthropic = [
@@ -424,17 +426,17 @@ fn bad_openai_input_names_the_field() {
         err(from_openai_messages(&orphan)),
         "messages[0].tool_call_id 'nope' matches no earlier assistant tool call"
     );
-    let late_system = [
-        json!({"role": "user", "content": "a"}),
-        json!({"role": "system", "content": "b"}),
-    ];
-    assert!(err(from_openai_messages(&late_system)).starts_with("messages[1] is a system message"));
-    let image =
-        [json!({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]})];
+    let audio = [json!({"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]})];
     assert_eq!(
-        err(from_openai_messages(&image)),
-        "messages[0].content[0] has type 'image_url'; only text is supported"
+        err(from_openai_messages(&audio)),
+        "messages[0].content[0] has type 'input_audio', which only the OpenAI wire carries"
     );
+    let not_base64 = [json!({"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png,abc"}}]})];
+    assert!(err(from_openai_messages(&not_base64)).contains("image_url.url is a data URL"));
+    let file_id =
+        [json!({"role": "user", "content": [{"type": "file", "file": {"file_id": "f1"}}]})];
+    assert!(err(from_openai_messages(&file_id)).contains("a file by id exists only at OpenAI"));
     assert_eq!(
         err(from_openai_messages(&[json!({"content": "x"})])),
         "messages[0].role is missing or not a string"
@@ -462,7 +464,13 @@ fn bad_anthropic_input_names_the_field() {
         "messages[0].content[0].tool_use_id 't9' matches no earlier tool_use block"
     );
     let image = [json!({"role": "user", "content": [{"type": "image", "source": {}}]})];
-    assert!(err(from_anthropic(None, &image)).contains("has type 'image'"));
+    assert_eq!(
+        err(from_anthropic(None, &image)),
+        "messages[0].content[0].source.type is missing or not a string"
+    );
+    let file = [json!({"role": "user", "content": [
+        {"type": "image", "source": {"type": "file", "file_id": "f"}}]})];
+    assert!(err(from_anthropic(None, &file)).contains("carried only by the Anthropic wire"));
     assert_eq!(
         err(anthropic_answer_tool_calls(&json!({"type": "text"}))),
         "content is not an array"
@@ -483,9 +491,10 @@ fn bad_gemini_input_names_the_field() {
         err(from_gemini(None, &orphan)),
         "contents[0].parts[0].functionResponse.name 'f' answers no earlier unanswered functionCall"
     );
-    let inline =
-        [json!({"role": "user", "parts": [{"inlineData": {"mimeType": "image/png", "data": ""}}]})];
-    assert!(err(from_gemini(None, &inline)).starts_with("contents[0].parts[0] is not a text"));
+    let video = [json!({"role": "user", "parts": [{"videoMetadata": {}}]})];
+    assert!(err(from_gemini(None, &video)).starts_with("contents[0].parts[0] is not a text"));
+    let inline = [json!({"role": "user", "parts": [{"inlineData": {"data": ""}}]})];
+    assert!(err(from_gemini(None, &inline)).contains("mime_type is missing"));
     assert_eq!(
         err(from_gemini(None, &[json!({"role": "system", "parts": []})])),
         "contents[0].role 'system' is not supported"
@@ -495,6 +504,74 @@ fn bad_gemini_input_names_the_field() {
             &json!([{"functionCall": {"args": {}}}])
         )),
         "parts[0].functionCall.name is missing or not a string"
+    );
+}
+
+/// One user turn of every part kind, rendered by each wire field by field: OpenAI keeps
+/// every part (a data URL for inline bytes, `detail`, the file name); Anthropic has a
+/// block each, with no `detail`; Gemini takes inline bytes as `inline_data`.
+#[test]
+fn parts_every_wire_carries_and_what_it_drops() {
+    let turn = Turn::User {
+        parts: vec![
+            Part::text("a"),
+            Part::text("b"),
+            Part::Image {
+                source: Source::Url {
+                    url: "https://x/y.png".into(),
+                },
+                detail: Some("low".into()),
+            },
+            Part::Image {
+                source: Source::Base64 {
+                    media_type: "image/png".into(),
+                    data: "iVBO".into(),
+                },
+                detail: None,
+            },
+            Part::Document {
+                source: Source::Base64 {
+                    media_type: "application/pdf".into(),
+                    data: "JVBE".into(),
+                },
+                filename: Some("r.pdf".into()),
+            },
+        ],
+    };
+    let c = Conversation {
+        system: None,
+        turns: vec![turn],
+    };
+    assert_eq!(
+        openai_messages(&c),
+        vec![json!({"role": "user", "content": [
+            {"type": "text", "text": "a"},
+            {"type": "text", "text": "b"},
+            {"type": "image_url", "image_url": {"url": "https://x/y.png", "detail": "low"}},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+            {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBE", "filename": "r.pdf"}}
+        ]})]
+    );
+    assert_eq!(via_openai(&c), Ok(c.clone()));
+    let (_, messages) = anthropic_request_parts(&c);
+    assert_eq!(
+        messages,
+        vec![json!({"role": "user", "content": [
+            {"type": "text", "text": "a"},
+            {"type": "text", "text": "b"},
+            {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}, "title": "r.pdf"}
+        ]})]
+    );
+    let (_, contents) = gemini_request_parts(&c);
+    assert_eq!(
+        contents[0]["parts"][3],
+        json!({"inline_data": {"mime_type": "image/png", "data": "iVBO"}})
+    );
+    assert_eq!(
+        contents[0]["parts"][4],
+        json!({"inline_data": {"mime_type": "application/pdf", "data": "JVBE"}})
     );
 }
 
@@ -528,9 +605,37 @@ fn arguments() -> impl Strategy<Value = Value> {
         .prop_map(|m| Value::Object(m.into_iter().collect()))
 }
 
+/// A content part: text, an image inline or by URL, an inline PDF. No `detail` and no
+/// file name, which only some wires carry (see `parts_every_wire_carries_and_what_it_drops`).
+fn part() -> impl Strategy<Value = Part> {
+    let source = prop_oneof![
+        "[a-z]{1,6}".prop_map(|u| Source::Url {
+            url: format!("https://example.com/{u}.png")
+        }),
+        (
+            prop::sample::select(vec!["image/png", "image/jpeg"]),
+            "[A-Za-z0-9+/]{0,12}"
+        )
+            .prop_map(|(m, d)| Source::Base64 {
+                media_type: m.to_string(),
+                data: d
+            }),
+    ];
+    prop_oneof![
+        3 => text().prop_map(Part::text),
+        1 => source.prop_map(|source| Part::Image { source, detail: None }),
+        1 => "[A-Za-z0-9+/]{0,12}".prop_map(|d| Part::Document {
+            source: Source::Base64 { media_type: "application/pdf".into(), data: d },
+            filename: None
+        }),
+    ]
+}
+
 #[derive(Debug, Clone)]
 enum Step {
     User(String),
+    /// A user message of several parts.
+    Parts(Vec<Part>),
     Say(String),
     /// An assistant turn with calls, then one result per call in the order `keys` sorts.
     Tools {
@@ -556,6 +661,7 @@ fn step() -> impl Strategy<Value = Step> {
         });
     prop_oneof![
         text().prop_map(Step::User),
+        prop::collection::vec(part(), 2..4).prop_map(Step::Parts),
         text().prop_map(Step::Say),
         tools
     ]
@@ -578,6 +684,7 @@ fn conversation() -> impl Strategy<Value = Conversation> {
             for s in steps {
                 match s {
                     Step::User(t) => turns.push(user(&t)),
+                    Step::Parts(parts) => turns.push(Turn::User { parts }),
                     Step::Say(t) => turns.push(assistant(&t, vec![])),
                     Step::Tools {
                         text,

@@ -346,10 +346,10 @@ async fn same_wire_embeddings_forward_dimensions_and_return_the_answer_unchanged
     );
 }
 
-/// A request the canonical form cannot hold (an image, `n: 2`) goes only to routes of
-/// the client's wire: a route of another wire is passed over as `cannot_carry`, never
-/// called, and named in the log line; with no route of the client's wire in the chain,
-/// the client hears why with a 400, as before.
+/// A request another wire cannot carry (`n: 2` on Anthropic) goes only to routes that
+/// can: a route of another wire is passed over as `cannot_carry`, never called, and
+/// named in the log line; with no route in the chain that can carry it, the client
+/// hears why with a 400 `unsupported_by_chain`.
 #[tokio::test]
 async fn an_untranslatable_request_skips_the_cross_wire_route_and_is_served_on_its_own_wire() {
     const BODY: &str = r#"{"model":"high","n":2,"messages":[{"role":"user","content":[{"type":"text","text":"What is it?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}"#;
@@ -400,17 +400,18 @@ async fn an_untranslatable_request_skips_the_cross_wire_route_and_is_served_on_i
         .unwrap();
     assert_eq!(r.status(), 400);
     let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "unsupported_by_chain");
     assert!(
         e["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("image_url"),
+            .contains("anth/claude-x: cannot carry: n"),
         "{e}"
     );
     assert!(received(&anth).await.is_empty());
     let (_, stderr) = gw.stop().await;
     assert!(
-        stderr.contains(r#"skipped="anth/claude-x:cannot_carry""#),
+        stderr.contains(r#"skipped="anth/claude-x:cannot_carry:n""#),
         "{stderr}"
     );
 }

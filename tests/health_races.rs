@@ -68,6 +68,7 @@ async fn retire_while_in_flight(store: Arc<dyn HealthStore>) {
                 stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
                 max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
                 max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
+                drop_params: false,
             }),
             facts: Default::default(),
             policy: Default::default(),

@@ -898,6 +898,7 @@ mod arbitrary_sse {
             stream_max_ms: STREAM_MAX_MS,
             max_stream_bytes: MAX_STREAM,
             max_event_bytes: MAX_EVENT,
+            drop_params: false,
         }
     }
 

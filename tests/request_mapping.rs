@@ -52,6 +52,7 @@ fn tier(server: &MockServer, route: &str, wire: Wire) -> Tier {
                 stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
                 max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
                 max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
+                drop_params: false,
             }),
             route,
             facts: Default::default(),
@@ -73,6 +74,7 @@ fn rich_request() -> ChatRequest {
         top_p: Some(0.5),
         stop: vec!["END".into()],
         seed: Some(7),
+        top_k: None,
     };
     req.json_schema = Some(json!({"type": "object"}));
     req.user = Some("u-42".into());
@@ -114,7 +116,7 @@ async fn openai_maps_every_field_and_drops_none() {
     Mock::given(method("POST"))
         .and(path("/chat/completions"))
         .and(body_partial_json(json!({
-            "max_tokens": 99, "temperature": 0.25, "top_p": 0.5, "stop": ["END"], "seed": 7,
+            "max_completion_tokens": 99, "temperature": 0.25, "top_p": 0.5, "stop": ["END"], "seed": 7,
             "tools": [{"type": "function", "function": {"name": "weather"}}],
             "tool_choice": {"type": "function", "function": {"name": "weather"}},
             "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}},
@@ -154,7 +156,8 @@ async fn openai_maps_every_field_and_drops_none() {
 }
 
 #[tokio::test]
-async fn anthropic_maps_tool_choice_and_stop_sequences_and_drops_seed_schema_metadata() {
+async fn anthropic_maps_tool_choice_and_stop_sequences_drops_seed_and_metadata_and_validates_the_schema(
+) {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/messages"))
@@ -184,7 +187,8 @@ async fn anthropic_maps_tool_choice_and_stop_sequences_and_drops_seed_schema_met
     );
     assert_eq!(
         called.report.attempts[0].dropped,
-        vec!["seed", "response_format", "metadata"]
+        // The schema is not sent: the answer is validated against it (fidelity.md §3).
+        vec!["seed", "metadata"]
     );
     let answer = called.answer.unwrap();
     assert_eq!(

@@ -36,6 +36,7 @@ fn spec(server: &MockServer, route: &str, wire: Wire, base: &str) -> RouteSpec {
             stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
             max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
             max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
+            drop_params: false,
         }),
         route,
         facts: Default::default(),
@@ -48,9 +49,7 @@ fn history() -> ChatRequest {
     req.conversation = Conversation {
         system: Some("You are terse.".into()),
         turns: vec![
-            Turn::User {
-                text: "What is the weather in Paris?".into(),
-            },
+            Turn::user("What is the weather in Paris?"),
             Turn::Assistant {
                 text: String::new(),
                 tool_calls: vec![ToolCall {
@@ -65,9 +64,7 @@ fn history() -> ChatRequest {
                 content: "18C, clear".into(),
                 is_error: false,
             },
-            Turn::User {
-                text: "And should I take a coat?".into(),
-            },
+            Turn::user("And should I take a coat?"),
         ],
     };
     req.tools = vec![ToolSpec {

@@ -23,6 +23,7 @@ fn endpoint(server: &MockServer, wire: Wire, base_suffix: &str) -> Endpoint {
         stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
         max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
         max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
+        drop_params: false,
     }
 }
 
@@ -39,7 +40,7 @@ async fn openai_chat_request_shape() {
         .and(path("/v1/chat/completions"))
         .and(header("authorization", "Bearer k-123"))
         .and(body_partial_json(json!({
-            "model": "gpt-x", "max_tokens": 7, "stream": false,
+            "model": "gpt-x", "max_completion_tokens": 7, "stream": false,
             "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
         })))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({

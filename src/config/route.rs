@@ -91,6 +91,10 @@ macro_rules! provider_settings {
             /// The circuit breaker (off when absent).
             #[serde(default)]
             pub breaker: Option<$crate::policy::breaker::BreakerConfig>,
+            /// Call without a semantic field the route cannot carry, naming it,
+            /// rather than skip the route (spec/fidelity.md §3).
+            #[serde(default)]
+            pub drop_params: bool,
         }
 
         impl $name {
@@ -108,6 +112,7 @@ macro_rules! provider_settings {
                     cooldown_ms: self.cooldown_ms,
                     transient_cooldown_ms: self.transient_cooldown_ms,
                     breaker: self.breaker,
+                    drop_params: self.drop_params,
                 }
             }
         }
@@ -128,6 +133,7 @@ pub struct ProviderSettings {
     pub cooldown_ms: Option<u64>,
     pub transient_cooldown_ms: Option<u64>,
     pub breaker: Option<BreakerConfig>,
+    pub drop_params: bool,
 }
 
 impl ProviderSettings {
@@ -195,6 +201,7 @@ impl ProviderSettings {
             max_event_bytes: self
                 .max_event_bytes
                 .unwrap_or(limits::DEFAULT_MAX_EVENT_BYTES),
+            drop_params: self.drop_params,
         }
     }
 

@@ -17,9 +17,11 @@
 //!   with the earliest unanswered call of the same name. Pairing therefore survives unless
 //!   two calls to the same function are answered out of call order.
 //!
-//! Reasoning blocks (Anthropic `thinking`, Gemini `thought` parts) and Gemini's optional
-//! call `id` fields are provider-specific and are dropped; images and other non-text
-//! content are refused with an error rather than silently lost.
+//! A user turn is a list of content parts (text, images, PDFs), kept in order on every
+//! wire (spec/fidelity.md §2). Reasoning blocks (Anthropic `thinking`, Gemini `thought`
+//! parts) and Gemini's optional call `id` fields are provider-specific and are dropped;
+//! content the canonical form has no part for (audio, files by id) is refused with an
+//! error rather than silently lost.
 
 use serde::{Deserialize, Serialize};
 
@@ -47,9 +49,8 @@ pub struct Conversation {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Turn {
-    User {
-        text: String,
-    },
+    /// One user message: its parts in the order the client sent them.
+    User { parts: Vec<Part> },
     /// `text` is empty when the assistant only calls tools.
     Assistant {
         text: String,
@@ -63,6 +64,88 @@ pub enum Turn {
         content: String,
         is_error: bool,
     },
+}
+
+/// One piece of a user message's content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part {
+    Text {
+        text: String,
+    },
+    /// An image. `detail` is OpenAI's resolution hint, which only OpenAI can carry
+    /// (advisory elsewhere: spec/fidelity.md §3).
+    Image {
+        source: Source,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+    /// A document (a PDF), with the file name the client gave, if any.
+    Document {
+        source: Source,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        filename: Option<String>,
+    },
+}
+
+/// Where a part's bytes are: a URL the provider fetches, or the bytes inline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Source {
+    Url { url: String },
+    Base64 { media_type: String, data: String },
+}
+
+impl Source {
+    /// A `data:MIME;base64,DATA` URL as inline bytes; any other URL as a URL. A data
+    /// URL that is not base64 is an error: no wire takes it.
+    pub fn from_url(url: &str, path: &str) -> Result<Source, CodecError> {
+        let Some(rest) = url.strip_prefix("data:") else {
+            return Ok(Source::Url {
+                url: url.to_string(),
+            });
+        };
+        match rest.split_once(',') {
+            Some((meta, data)) if meta.ends_with(";base64") => Ok(Source::Base64 {
+                media_type: meta.trim_end_matches(";base64").to_string(),
+                data: data.to_string(),
+            }),
+            _ => Err(CodecError(format!(
+                "{path} is a data URL that is not `data:MIME;base64,...`"
+            ))),
+        }
+    }
+
+    /// The source as one URL: a data URL for inline bytes.
+    pub fn to_url(&self) -> String {
+        match self {
+            Source::Url { url } => url.clone(),
+            Source::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
+        }
+    }
+}
+
+impl Part {
+    pub fn text(text: impl Into<String>) -> Part {
+        Part::Text { text: text.into() }
+    }
+
+    /// The part's text, when it is text.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            Part::Text { text } => Some(text),
+            _ => None,
+        }
+    }
+}
+
+impl Turn {
+    /// A user turn of one text part.
+    pub fn user(text: impl Into<String>) -> Turn {
+        Turn::User {
+            parts: vec![Part::text(text)],
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,15 +165,21 @@ pub struct ToolSpec {
 }
 
 impl Conversation {
-    /// The form Anthropic and Gemini preserve, where an assistant turn shares one message
-    /// with the assistant turn before it. Two changes, both idempotent:
-    /// an assistant turn with empty text right after an assistant turn is folded into it
-    /// (its tool calls appended), and an assistant turn with neither text nor tool calls
-    /// right before an assistant turn is dropped. User and tool-result turns are never
-    /// changed: every text block parses back as its own user turn, so nothing is joined.
+    /// The form Anthropic and Gemini preserve, where consecutive turns of one role
+    /// share a message. Three changes, all idempotent: consecutive user turns become one
+    /// (their parts in order, as the shared message reads back); an assistant turn with
+    /// empty text right after an assistant turn is folded into it (its tool calls
+    /// appended); and an assistant turn with neither text nor tool calls right before an
+    /// assistant turn is dropped. Tool-result turns are never changed.
     pub fn normalize(&self) -> Conversation {
         let mut turns: Vec<Turn> = Vec::with_capacity(self.turns.len());
         for turn in &self.turns {
+            if let (Some(Turn::User { parts: last }), Turn::User { parts }) =
+                (turns.last_mut(), turn)
+            {
+                last.extend(parts.iter().cloned());
+                continue;
+            }
             if let (
                 Some(Turn::Assistant {
                     text: last_text,
@@ -314,8 +403,8 @@ mod tests {
             assistant("", vec![call("2", "g")]),
             empty.clone(),
             assistant("b", vec![]),
-            Turn::User { text: "u".into() },
-            Turn::User { text: "v".into() },
+            Turn::user("u"),
+            Turn::user("v"),
         ]);
         let n = c.normalize();
         assert_eq!(
@@ -323,8 +412,9 @@ mod tests {
             vec![
                 assistant("a", vec![call("1", "f"), call("2", "g")]),
                 assistant("b", vec![]),
-                Turn::User { text: "u".into() },
-                Turn::User { text: "v".into() },
+                Turn::User {
+                    parts: vec![Part::text("u"), Part::text("v")]
+                },
             ]
         );
         assert_eq!(n.normalize(), n);
@@ -371,7 +461,7 @@ mod tests {
         let pending = conv(vec![assistant("", vec![call("1", "f")])]);
         assert_eq!(pending.validate(), Ok(()));
         let mut skipped = pending.clone();
-        skipped.turns.push(Turn::User { text: "x".into() });
+        skipped.turns.push(Turn::user("x"));
         assert!(skipped.validate().unwrap_err().0.contains("turns[1]"));
         let mut renamed = ok.clone();
         if let Turn::ToolResult { name, .. } = &mut renamed.turns[1] {

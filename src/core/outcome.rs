@@ -62,6 +62,15 @@ pub fn failure_reason(
         SkipWhy::Retired => matches!(cause, Some("quota" | "quota_exhausted")),
         _ => false,
     };
+    // No route could carry the request: a fact of the request and the chain, never of
+    // health (fidelity.md §3).
+    if skips.iter().any(|(why, _)| *why == SkipWhy::CannotCarry)
+        && skips
+            .iter()
+            .all(|(why, _)| matches!(why, SkipWhy::CannotCarry | SkipWhy::Incapable))
+    {
+        return Reason::Unsupported;
+    }
     let health_skips: Vec<_> = skips
         .iter()
         .filter(|(why, _)| matches!(why, SkipWhy::Cooling | SkipWhy::Retired))

@@ -1,6 +1,6 @@
 //! What a caller asks the router for, independent of any wire.
 
-use crate::core::conversation::{Conversation, ToolSpec, Turn};
+use crate::core::conversation::{Conversation, Part, ToolSpec, Turn};
 use crate::core::vocab::{CallPath, Wire};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -26,9 +26,79 @@ pub struct Original {
     /// `anthropic-beta`); never a credential.
     pub headers: Vec<(&'static str, String)>,
     /// Why the request cannot be translated to another wire (the canonical decode
-    /// refused it: an image, `n: 2`, ...); `None` when it can. A route of another wire
-    /// is then passed over with this reason.
+    /// refused it: audio, a file by id, a custom tool, ...); `None` when it can. A
+    /// route of another wire is then passed over with this reason.
     pub untranslatable: Option<String>,
+}
+
+/// How much the model should reason before it answers: OpenAI's `reasoning_effort`,
+/// or Anthropic's `thinking.budget_tokens` (spec/fidelity.md §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reasoning {
+    Effort(Effort),
+    /// A budget of thinking tokens.
+    Budget(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effort {
+    Low,
+    Medium,
+    High,
+}
+
+impl Effort {
+    /// OpenAI's word; `minimal` reads as low, the least a thinking budget can be.
+    pub fn parse(word: &str) -> Option<Effort> {
+        match word {
+            "minimal" | "low" => Some(Effort::Low),
+            "medium" => Some(Effort::Medium),
+            "high" => Some(Effort::High),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+        }
+    }
+}
+
+impl Reasoning {
+    /// The thinking budget in tokens: 1024 / 2048 / 4096 for low / medium / high.
+    pub fn budget_tokens(self) -> u32 {
+        match self {
+            Reasoning::Budget(b) => b,
+            Reasoning::Effort(Effort::Low) => 1024,
+            Reasoning::Effort(Effort::Medium) => 2048,
+            Reasoning::Effort(Effort::High) => 4096,
+        }
+    }
+
+    /// The effort word: a budget up to 1024 is low, up to 2048 medium, above high.
+    pub fn effort(self) -> Effort {
+        match self {
+            Reasoning::Effort(e) => e,
+            Reasoning::Budget(b) if b <= 1024 => Effort::Low,
+            Reasoning::Budget(b) if b <= 2048 => Effort::Medium,
+            Reasoning::Budget(_) => Effort::High,
+        }
+    }
+}
+
+/// A field of the client's request that the canonical form does not hold, by its
+/// client-facing name (`logprobs`, `presence_penalty`, `messages[].name`, an unknown
+/// field ...). A route of the client's own wire receives it in the body as it is; any
+/// other route cannot carry it: a semantic one skips the route, an advisory one is
+/// dropped and named (spec/fidelity.md §3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unmapped {
+    pub name: String,
+    /// Dropping it would change what the answer means.
+    pub semantic: bool,
 }
 
 /// Sampling controls a caller may set; `None` / empty leaves the provider's default.
@@ -38,6 +108,8 @@ pub struct Sampling {
     pub top_p: Option<f64>,
     pub stop: Vec<String>,
     pub seed: Option<i64>,
+    /// Anthropic's and Gemini's `top_k`; OpenAI has none.
+    pub top_k: Option<u32>,
 }
 
 /// Which tool the model must (or must not) call.
@@ -63,8 +135,17 @@ pub struct ChatRequest {
     /// requires one, gets [`ANTHROPIC_DEFAULT_MAX_TOKENS`]).
     pub max_tokens: Option<u32>,
     pub sampling: Sampling,
-    /// A JSON Schema the answer must satisfy (`response_format: json_schema`).
+    /// A JSON Schema the answer must satisfy (`response_format: json_schema`;
+    /// `json_object` is the schema `{"type": "object"}`).
     pub json_schema: Option<serde_json::Value>,
+    /// How many answers (`n`); `None` is one.
+    pub n: Option<u32>,
+    /// `parallel_tool_calls`; `None` leaves the provider's default (parallel).
+    pub parallel_tool_calls: Option<bool>,
+    /// A reasoning request (`reasoning_effort`, `thinking`).
+    pub reasoning: Option<Reasoning>,
+    /// Fields of the client's body the canonical form does not hold.
+    pub unmapped: Vec<Unmapped>,
     /// The end user, for the provider's abuse monitoring.
     pub user: Option<String>,
     /// Caller tags passed through where the wire has a place for them.
@@ -84,13 +165,17 @@ impl ChatRequest {
         ChatRequest {
             conversation: Conversation {
                 system: None,
-                turns: vec![Turn::User { text: text.into() }],
+                turns: vec![Turn::user(text)],
             },
             tools: Vec::new(),
             tool_choice: None,
             max_tokens: Some(max_tokens),
             sampling: Sampling::default(),
             json_schema: None,
+            n: None,
+            parallel_tool_calls: None,
+            reasoning: None,
+            unmapped: Vec::new(),
             user: None,
             metadata: BTreeMap::new(),
             token_estimate: None,
@@ -103,14 +188,20 @@ impl ChatRequest {
         self.original.as_deref().filter(|o| o.wire == wire)
     }
 
-    /// Why a route of `wire` cannot carry this request, when it cannot: the request
-    /// holds what only its own wire can carry, and `wire` is another.
-    pub fn cannot_carry(&self, wire: Wire) -> Option<&str> {
-        let o = self.original.as_deref()?;
-        if o.wire == wire {
-            return None;
-        }
-        o.untranslatable.as_deref()
+    /// Whether the request forces a tool call (`tool_choice` required or a named tool).
+    pub fn forces_tool(&self) -> bool {
+        matches!(
+            self.tool_choice,
+            Some(ToolChoice::Required | ToolChoice::Tool(_))
+        )
+    }
+
+    /// Every part of every user turn, in order.
+    pub fn parts(&self) -> impl Iterator<Item = &Part> {
+        self.conversation.turns.iter().flat_map(|t| match t {
+            Turn::User { parts } => parts.as_slice(),
+            _ => &[],
+        })
     }
 
     /// What this request needs from a route.
@@ -121,7 +212,7 @@ impl ChatRequest {
             .turns
             .iter()
             .map(|t| match t {
-                Turn::User { text } => estimate_tokens(text),
+                Turn::User { parts } => parts.iter().map(part_tokens).sum(),
                 Turn::Assistant { text, tool_calls } => {
                     estimate_tokens(text)
                         + tool_calls
@@ -138,9 +229,23 @@ impl ChatRequest {
             max_output_tokens: self.max_tokens.unwrap_or(0) as u64,
             tools: !self.tools.is_empty(),
             json_schema: self.json_schema.is_some(),
+            images: self.parts().any(|p| matches!(p, Part::Image { .. })),
+            documents: self.parts().any(|p| matches!(p, Part::Document { .. })),
+            choices: self.n.is_some_and(|n| n > 1),
             streaming,
             ..Default::default()
         }
+    }
+}
+
+/// A part's share of the prompt estimate. An image costs about what OpenAI charges
+/// for one high-detail tile set (~1,000 tokens); a document is guessed at 2,000 (a
+/// page or two): the bytes of either say little about its tokens.
+fn part_tokens(p: &Part) -> u64 {
+    match p {
+        Part::Text { text } => estimate_tokens(text),
+        Part::Image { .. } => 1_000,
+        Part::Document { .. } => 2_000,
     }
 }
 
@@ -245,6 +350,10 @@ pub struct Needs {
     pub tools: bool,
     pub json_schema: bool,
     pub images: bool,
+    /// A PDF or other document part.
+    pub documents: bool,
+    /// More than one answer (`n > 1`).
+    pub choices: bool,
     pub streaming: bool,
     /// A route already answered `context_overflow` with this window: only a larger one
     /// may serve.

@@ -102,6 +102,8 @@ vocab_enum!(
         Capacity => "capacity",
         Auth => "auth",
         Request => "request",
+        /// No route of the chain can carry a field of the request (fidelity.md §3).
+        Unsupported => "unsupported",
         Budget => "budget",
         Error => "error",
         /// Shed: admission control refused it locally, before any upstream call.

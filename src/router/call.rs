@@ -344,7 +344,7 @@ impl Router {
                     .await;
                 let now = clock.now_ms();
                 let dropped = match walk.chat {
-                    Some(chat) => wire::dropped(spec.endpoint.wire, chat),
+                    Some(chat) => wire::carry(chat, &spec.endpoint).unwrap_or_default(),
                     None => Vec::new(),
                 };
                 let observed = match &result {

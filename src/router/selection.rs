@@ -10,6 +10,7 @@ use crate::core::vocab::HealthState;
 use crate::policy::breaker::{self, Admit};
 use crate::policy::capability::cannot_serve;
 use crate::policy::health::Health;
+use crate::wire;
 
 impl Router {
     /// Starts a new selection at `walk.pos`. What this attempt's settlement already read
@@ -204,8 +205,9 @@ impl Router {
                 return skip(SkipWhy::Retired, health.reason().map(str::to_string))
             }
         }
-        if let Some(why) = walk.chat.and_then(|c| c.cannot_carry(spec.endpoint.wire)) {
-            return skip(SkipWhy::CannotCarry, Some(format!("cannot carry: {why}")));
+        if let Some(Err(cannot)) = walk.chat.map(|c| wire::carry(c, &spec.endpoint)) {
+            let why = format!("cannot carry: {}", cannot.field);
+            return skip(SkipWhy::CannotCarry, Some(why));
         }
         cannot_serve(&spec.facts, &walk.needs).and_then(|why| skip(SkipWhy::Incapable, Some(why)))
     }
@@ -232,8 +234,7 @@ impl Router {
                 && cannot_serve(&spec.facts, &needs).is_none()
                 && walk
                     .chat
-                    .and_then(|c| c.cannot_carry(spec.endpoint.wire))
-                    .is_none()
+                    .is_none_or(|c| wire::carry(c, &spec.endpoint).is_ok())
                 && larger_than.is_none_or(|w| spec.facts.context_window.is_some_and(|c| c > w))
                 && !self.breaker_open(spec, now).await;
             if !eligible {

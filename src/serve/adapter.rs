@@ -3,11 +3,11 @@
 //! surface is a change of this file alone. No routing logic lives here: it translates
 //! requests in and answers out, and reads health only to tell a client when to retry.
 
-use super::ingress::{self, ChatIn, EmbedIn, RerankIn};
+use super::ingress::{ChatIn, EmbedIn, RerankIn};
 use crate::config::route::Tier;
 use crate::core::answer::{Answer, FinishReason, StreamEvent};
 use crate::core::conversation::ToolCall;
-use crate::core::request::{self, ChatRequest, EmbedRequest, Request, RerankRequest, Usage};
+use crate::core::request::{ChatRequest, EmbedRequest, Request, RerankRequest, Usage};
 use crate::core::trace::{Report, Step};
 use crate::core::vocab::{Action, Route};
 use crate::policy::card::Policy;
@@ -107,34 +107,16 @@ pub struct Called {
 }
 
 fn chat_request(c: &ChatIn) -> ChatRequest {
-    ChatRequest {
-        conversation: c.conversation.clone(),
-        tools: c.tools.clone(),
-        tool_choice: c.tool_choice.as_ref().map(|t| match t {
-            ingress::ToolChoice::Auto => request::ToolChoice::Auto,
-            ingress::ToolChoice::None => request::ToolChoice::None,
-            ingress::ToolChoice::Required => request::ToolChoice::Required,
-            ingress::ToolChoice::Tool(name) => request::ToolChoice::Tool(name.clone()),
-        }),
-        max_tokens: c.max_tokens,
-        sampling: request::Sampling {
-            temperature: c.sampling.temperature,
-            top_p: c.sampling.top_p,
-            stop: c.sampling.stop.clone(),
-            seed: c.sampling.seed,
-        },
-        json_schema: c.json_schema.clone(),
-        user: c.user.clone(),
-        metadata: c.metadata.clone(),
-        // A conversation the canonical form could not hold is empty: its size is guessed
-        // from the body (about four bytes a token).
-        token_estimate: c
-            .untranslatable
+    let mut r = c.request.clone();
+    // A conversation the canonical form could not hold is empty: its size is guessed
+    // from the body (about four bytes a token).
+    if c.untranslatable.is_some() {
+        r.token_estimate = r
+            .original
             .as_ref()
-            .and(c.original.as_ref())
-            .map(|o| (o.bytes.len() as u64).div_ceil(4)),
-        original: c.original.clone(),
+            .map(|o| (o.bytes.len() as u64).div_ceil(4));
     }
+    r
 }
 
 fn finish_of(f: &FinishReason) -> Finish {

@@ -10,7 +10,7 @@ use super::ingress::ChatIn;
 use super::respond::{self, Context};
 use super::Gateway;
 use crate::core::clock::Stopwatch;
-use crate::core::trace::Report;
+use crate::core::trace::{AttemptRecord, Report, SkipWhy};
 use crate::core::vocab::Outcome;
 use hyper::{Method, Response};
 use std::sync::Arc;
@@ -29,6 +29,8 @@ struct Line {
     /// Routes passed over, `route:why` (`cannot_carry`, `cooling`, ...); `None` when
     /// none was.
     skipped: Option<String>,
+    /// Request fields the serving route was called without (spec/fidelity.md §3).
+    dropped: Option<String>,
     prompt: Option<String>,
 }
 
@@ -53,13 +55,38 @@ impl Line {
                 report
                     .skipped
                     .iter()
-                    .map(|s| format!("{}:{}", s.route, s.why.as_str()))
+                    .map(|s| match s.why {
+                        // The field is the reason: `anthropic/claude:cannot_carry:n`.
+                        SkipWhy::CannotCarry => format!(
+                            "{}:cannot_carry:{}",
+                            s.route,
+                            s.cause
+                                .as_deref()
+                                .map(|c| c.trim_start_matches("cannot carry: "))
+                                .unwrap_or("")
+                        ),
+                        _ => format!("{}:{}", s.route, s.why.as_str()),
+                    })
                     .collect::<Vec<_>>()
                     .join(",")
             }),
+            dropped: served_attempt(report)
+                .filter(|a| !a.dropped.is_empty())
+                .map(|a| a.dropped.join(",")),
             ..Line::default()
         }
     }
+}
+
+/// The attempt that delivered the answer, when one did.
+fn served_attempt(report: &Report) -> Option<&AttemptRecord> {
+    let served = report.served_by.as_ref()?;
+    report.attempts.iter().rev().find(|a| &a.route == served)
+}
+
+/// The request fields the route that served `report` was called without.
+pub(super) fn served_dropped(report: &Report) -> &[String] {
+    served_attempt(report).map_or(&[], |a| a.dropped.as_slice())
 }
 
 fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
@@ -75,6 +102,7 @@ fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
         served_by = %line.served_by,
         attempts = %line.attempts,
         skipped = line.skipped.as_deref(),
+        dropped = line.dropped.as_deref(),
         prompt = line.prompt.as_deref(),
         elapsed_us = elapsed.as_micros() as u64,
         "request"
@@ -147,6 +175,17 @@ impl Ask {
     ) {
         let total = self.sw.elapsed();
         self.gw.metrics.record(choice.workflow, report);
+        if let Some(route) = &report.served_by {
+            let t = self.target(choice);
+            let wire = std::iter::once(t.tier)
+                .chain(t.degrade_tier)
+                .flat_map(|t| &t.routes)
+                .find(|r| &r.route == route)
+                .map(|r| r.endpoint.wire);
+            if let Some(wire) = wire {
+                self.gw.metrics.dropped(served_dropped(report), wire);
+            }
+        }
         self.gw
             .metrics
             .overhead(total.saturating_sub(in_router).as_secs_f64());
@@ -159,8 +198,16 @@ impl Ask {
 }
 
 pub(super) fn last_user_text(c: &ChatIn) -> Option<String> {
-    c.conversation.turns.iter().rev().find_map(|t| match t {
-        crate::core::conversation::Turn::User { text } => Some(text.clone()),
-        _ => None,
-    })
+    c.request
+        .conversation
+        .turns
+        .iter()
+        .rev()
+        .find_map(|t| match t {
+            crate::core::conversation::Turn::User { parts } => {
+                let texts: Vec<&str> = parts.iter().filter_map(|p| p.as_text()).collect();
+                Some(texts.join("\n"))
+            }
+            _ => None,
+        })
 }

@@ -3,11 +3,13 @@
 //! error, count it and log one line. Streams continue in `stream`.
 
 use super::adapter::{self, Called, Priority, Reply};
-use super::ask::{last_user_text, Ask};
+use super::ask::{last_user_text, served_dropped, Ask};
 use super::choose::Wants;
 use super::egress;
 use super::errors::{ApiError, Flavor};
-use super::http::{error_response, full, json_response, refusal, trace_headers, Body};
+use super::http::{
+    dropped_header, error_response, full, json_response, refusal, trace_headers, Body,
+};
 use super::ingress;
 use super::Gateway;
 use crate::core::clock::Stopwatch;
@@ -356,14 +358,6 @@ fn wire_of(flavor: Flavor) -> Wire {
     }
 }
 
-/// Whether some route of the request's tier (or of its card's degrade tier) speaks
-/// `wire`, so it can carry the client's body as it is.
-fn speaks(target: &adapter::Target<'_>, wire: Wire) -> bool {
-    std::iter::once(target.tier)
-        .chain(target.degrade_tier)
-        .any(|t| t.routes.iter().any(|r| r.endpoint.wire == wire))
-}
-
 async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
     let parsed = match ask.flavor {
         Flavor::OpenAi => ingress::openai_chat(&body),
@@ -374,16 +368,23 @@ async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
         Err(e) => return ask.refuse("bad_request", e, ""),
     };
     let wire = wire_of(ask.flavor);
-    c.original = ingress::original(body, wire, headers, c.untranslatable.as_ref());
+    c.request.original = ingress::original(body, wire, headers, c.untranslatable.as_ref());
+    if wire == Wire::Anthropic && headers.contains_key("anthropic-beta") {
+        // Forwarded on the Anthropic wire; another wire has no place for it.
+        c.request.unmapped.push(crate::core::request::Unmapped {
+            name: "anthropic-beta".into(),
+            semantic: false,
+        });
+    }
     let gw = ask.gw.clone();
     let choice = match gw.lineup.choose(&c.model, Wants::Chat) {
         Ok(ch) => ch,
         Err(e) => return ask.refuse("unknown_model", e, &c.model),
     };
     if let Some(e) = &c.untranslatable {
-        // Only a route of the client's wire can carry this request (it gets the body
-        // as it is); with none in the chain, the client hears why, as before routing.
-        if c.original.is_none() || !speaks(&ask.target(&choice), wire) {
+        // Without the client's body (no top-level `model` string to replace) no route
+        // can carry what the canonical form could not read.
+        if c.request.original.is_none() {
             return ask.refuse("bad_request", e.clone(), &c.model);
         }
     }
@@ -422,6 +423,7 @@ async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
         report.outcome.as_str(),
         report.attempts.len(),
     );
+    dropped_header(response.headers_mut(), served_dropped(&report));
     ask.finish(
         &choice,
         &c.model,

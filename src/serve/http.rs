@@ -31,6 +31,15 @@ const SERVED_BY: HeaderName = HeaderName::from_static("x-poolctl-served-by");
 const OUTCOME: HeaderName = HeaderName::from_static("x-poolctl-outcome");
 const ATTEMPTS: HeaderName = HeaderName::from_static("x-poolctl-attempts");
 const SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
+const DROPPED: HeaderName = HeaderName::from_static("x-poolctl-dropped-params");
+
+/// `x-poolctl-dropped-params: seed,logit_bias`: the request fields the serving route
+/// was called without (spec/fidelity.md §3); absent when none was.
+pub(super) fn dropped_header(h: &mut HeaderMap, dropped: &[String]) {
+    if !dropped.is_empty() {
+        set(h, DROPPED, &dropped.join(","));
+    }
+}
 
 fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {

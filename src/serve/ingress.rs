@@ -4,7 +4,9 @@
 
 use super::errors::ApiError;
 use crate::core::conversation::{Conversation, ToolSpec};
-use crate::core::request::Original;
+use crate::core::request::{
+    ChatRequest, Effort, Original, Reasoning, Sampling, ToolChoice, Unmapped,
+};
 use crate::core::vocab::Wire;
 use crate::wire::anthropic::history::from_anthropic;
 use crate::wire::openai::history::from_openai_messages;
@@ -12,46 +14,20 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// How the model may use the tools offered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ToolChoice {
-    Auto,
-    None,
-    Required,
-    Tool(String),
-}
-
-/// Sampling parameters, passed through to whichever wire serves.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Sampling {
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub stop: Vec<String>,
-    pub seed: Option<i64>,
-}
-
-/// A chat request as a client sent it, on either API.
+/// A chat request as a client sent it, on either API: the router's request (the
+/// canonical conversation, the fields it maps, the ones it does not, and the client's
+/// body), and what the gateway itself reads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatIn {
     pub model: String,
-    pub conversation: Conversation,
-    pub tools: Vec<ToolSpec>,
-    pub tool_choice: Option<ToolChoice>,
-    pub max_tokens: Option<u32>,
-    pub sampling: Sampling,
-    /// `response_format: {type: json_schema}`'s schema.
-    pub json_schema: Option<Value>,
-    pub user: Option<String>,
-    pub metadata: BTreeMap<String, String>,
+    pub request: ChatRequest,
     pub stream: bool,
     /// OpenAI `stream_options.include_usage`: a final chunk carries the usage.
     pub include_usage: bool,
-    /// Why the conversation cannot be read into the canonical form (an image, `n: 2`,
-    /// a later system message, ...): only a route of the client's own wire, which gets
-    /// the client's body as it is, can serve it. `conversation` is then empty.
+    /// Why the conversation cannot be read into the canonical form (audio, a file by
+    /// id, a custom tool, ...): only a route of the client's own wire, which gets the
+    /// client's body as it is, can serve it. The conversation is then empty.
     pub untranslatable: Option<ApiError>,
-    /// The client's body, for a route of its wire (spec/fidelity.md §1).
-    pub original: Option<Arc<Original>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -99,6 +75,14 @@ fn opt_bool(o: &Obj, field: &str) -> Result<bool, ApiError> {
     match o.get(field) {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(bad(format!("`{field}` must be a boolean"))),
+    }
+}
+
+fn opt_bool_or_none(o: &Obj, field: &str) -> Result<Option<bool>, ApiError> {
+    match o.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
         Some(_) => Err(bad(format!("`{field}` must be a boolean"))),
     }
 }
@@ -201,13 +185,7 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
         Ok(c) => (c, None),
         Err(e) => (Conversation::default(), Some(bad(e.to_string()))),
     };
-    if let Some(n) = opt_u32(&o, "n")? {
-        if n != 1 && untranslatable.is_none() {
-            untranslatable = Some(bad(
-                "`n` other than 1 is carried only by a route of the OpenAI wire",
-            ));
-        }
-    }
+    let n = opt_u32(&o, "n")?;
     let tools = match o.get("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(ts)) => ts
@@ -276,7 +254,9 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
                     ))
                 }
             },
-            Some("text") | Some("json_object") => None,
+            // Any JSON object: what a wire without the mode checks the answer against.
+            Some("json_object") => Some(serde_json::json!({"type": "object"})),
+            Some("text") => None,
             _ => {
                 return Err(bad(
                     "`response_format.type` must be text, json_object or json_schema",
@@ -297,8 +277,20 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
         .and_then(|s| s.get("include_usage"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    Ok(ChatIn {
-        model,
+    let reasoning = match opt_str(&o, "reasoning_effort")? {
+        None => None,
+        Some(word) => match Effort::parse(&word) {
+            Some(e) => Some(Reasoning::Effort(e)),
+            // `none` and words to come: the client's own wire knows them.
+            None => {
+                untranslatable.get_or_insert(bad(format!(
+                    "`reasoning_effort` `{word}` is not minimal, low, medium or high"
+                )));
+                None
+            }
+        },
+    };
+    let request = ChatRequest {
         conversation,
         tools,
         tool_choice,
@@ -308,15 +300,77 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
             top_p: opt_f64(&o, "top_p")?,
             stop: strings(o.get("stop"), "stop")?,
             seed,
+            top_k: None,
         },
         json_schema,
+        n,
+        parallel_tool_calls: opt_bool_or_none(&o, "parallel_tool_calls")?,
+        reasoning,
+        unmapped: openai_unmapped(&o, messages),
         user: opt_str(&o, "user")?,
         metadata: metadata(o.get("metadata"))?,
+        token_estimate: None,
+        original: None,
+    };
+    Ok(ChatIn {
+        model,
+        request,
         stream: opt_bool(&o, "stream")?,
         include_usage,
         untranslatable,
-        original: None,
     })
+}
+
+/// The fields of an OpenAI chat body the canonical request does not hold
+/// (spec/fidelity.md §3): each top-level field it does not map, and a message's
+/// `name`. Semantic: `logprobs: true`, `top_logprobs`, `modalities` other than text,
+/// `audio`; every other one is advisory. A null is no field at all.
+fn openai_unmapped(o: &Obj, messages: &[Value]) -> Vec<Unmapped> {
+    const MAPPED: &[&str] = &[
+        "model",
+        "messages",
+        "stream",
+        "stream_options",
+        "tools",
+        "tool_choice",
+        "response_format",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "seed",
+        "n",
+        "user",
+        "metadata",
+        "parallel_tool_calls",
+        "reasoning_effort",
+    ];
+    let mut out: Vec<Unmapped> = o
+        .iter()
+        .filter(|(k, v)| !v.is_null() && !MAPPED.contains(&k.as_str()))
+        .map(|(k, v)| Unmapped {
+            name: k.clone(),
+            semantic: match k.as_str() {
+                "logprobs" => v.as_bool() == Some(true),
+                "top_logprobs" | "audio" => true,
+                "modalities" => v
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|x| x.as_str() != Some("text"))),
+                _ => false,
+            },
+        })
+        .collect();
+    if messages
+        .iter()
+        .any(|m| m.get("name").is_some_and(|n| !n.is_null()))
+    {
+        out.push(Unmapped {
+            name: "messages[].name".into(),
+            semantic: false,
+        });
+    }
+    out
 }
 
 /// `POST /v1/messages` (Anthropic Messages API).
@@ -328,14 +382,17 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         Some(Value::Array(_)) => return Err(bad("`messages` must not be empty")),
         _ => return Err(bad("`messages` is required: an array of messages")),
     };
+    let mut cache_control = false;
     let system = match o.get("system") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(Value::Array(blocks)) => {
+            cache_control |= blocks.iter().any(|b| b.get("cache_control").is_some());
             let texts: Option<Vec<&str>> = blocks
                 .iter()
                 .map(|b| b.get("text").and_then(Value::as_str))
                 .collect();
+            // Joined in order only because the canonical system prompt is one string.
             Some(
                 texts
                     .ok_or_else(|| bad("`system` blocks must be text blocks"))?
@@ -350,40 +407,60 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
     };
     let tools = match o.get("tools") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(ts)) => ts
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                tool_spec(
-                    t.get("name"),
-                    t.get("description"),
-                    t.get("input_schema"),
-                    &format!("tools[{i}]"),
-                )
-            })
-            .collect::<Result<_, _>>()?,
+        Some(Value::Array(ts)) => {
+            cache_control |= ts.iter().any(|t| t.get("cache_control").is_some());
+            ts.iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    tool_spec(
+                        t.get("name"),
+                        t.get("description"),
+                        t.get("input_schema"),
+                        &format!("tools[{i}]"),
+                    )
+                })
+                .collect::<Result<_, _>>()?
+        }
         Some(_) => return Err(bad("`tools` must be an array")),
     };
+    let mut parallel_tool_calls = None;
     let tool_choice = match o.get("tool_choice") {
         None | Some(Value::Null) => None,
-        Some(tc) => Some(match tc.get("type").and_then(Value::as_str) {
-            Some("auto") => ToolChoice::Auto,
-            Some("any") => ToolChoice::Required,
-            Some("none") => ToolChoice::None,
-            Some("tool") => match tc.get("name").and_then(Value::as_str) {
-                Some(n) => ToolChoice::Tool(n.to_string()),
-                None => return Err(bad("`tool_choice.name` is required with type tool")),
-            },
-            _ => return Err(bad("`tool_choice.type` must be auto, any, tool or none")),
-        }),
+        Some(tc) => {
+            if tc.get("disable_parallel_tool_use").and_then(Value::as_bool) == Some(true) {
+                parallel_tool_calls = Some(false);
+            }
+            Some(match tc.get("type").and_then(Value::as_str) {
+                Some("auto") => ToolChoice::Auto,
+                Some("any") => ToolChoice::Required,
+                Some("none") => ToolChoice::None,
+                Some("tool") => match tc.get("name").and_then(Value::as_str) {
+                    Some(n) => ToolChoice::Tool(n.to_string()),
+                    None => return Err(bad("`tool_choice.name` is required with type tool")),
+                },
+                _ => return Err(bad("`tool_choice.type` must be auto, any, tool or none")),
+            })
+        }
     };
     let user = o
         .get("metadata")
         .and_then(|m| m.get("user_id"))
         .and_then(Value::as_str)
         .map(str::to_string);
-    Ok(ChatIn {
-        model,
+    let reasoning = match o.get("thinking") {
+        Some(t) if t.get("type").and_then(Value::as_str) == Some("enabled") => t
+            .get("budget_tokens")
+            .and_then(Value::as_u64)
+            .and_then(|b| u32::try_from(b).ok())
+            .map(Reasoning::Budget),
+        _ => None,
+    };
+    cache_control |= messages.iter().any(|m| {
+        m.get("content")
+            .and_then(Value::as_array)
+            .is_some_and(|bs| bs.iter().any(|b| b.get("cache_control").is_some()))
+    });
+    let request = ChatRequest {
         conversation,
         tools,
         tool_choice,
@@ -393,16 +470,71 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
             top_p: opt_f64(&o, "top_p")?,
             stop: strings(o.get("stop_sequences"), "stop_sequences")?,
             seed: None,
+            top_k: opt_u32(&o, "top_k")?,
         },
         json_schema: None,
+        n: None,
+        parallel_tool_calls,
+        reasoning,
+        unmapped: anthropic_unmapped(&o, cache_control),
         user,
         metadata: BTreeMap::new(),
+        token_estimate: None,
+        original: None,
+    };
+    Ok(ChatIn {
+        model,
+        request,
         stream: opt_bool(&o, "stream")?,
         // Anthropic streams always end with the usage in `message_delta`.
         include_usage: true,
         untranslatable,
-        original: None,
     })
+}
+
+/// The fields of an Anthropic Messages body the canonical request does not hold: each
+/// top-level field it does not map, and `cache_control` anywhere. All advisory (an
+/// answer stays valid without them); `metadata` beyond `user_id` included.
+fn anthropic_unmapped(o: &Obj, cache_control: bool) -> Vec<Unmapped> {
+    const MAPPED: &[&str] = &[
+        "model",
+        "messages",
+        "system",
+        "stream",
+        "tools",
+        "tool_choice",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop_sequences",
+        "thinking",
+        "metadata",
+    ];
+    let mut out: Vec<Unmapped> = o
+        .iter()
+        .filter(|(k, v)| !v.is_null() && !MAPPED.contains(&k.as_str()))
+        .map(|(k, _)| Unmapped {
+            name: k.clone(),
+            semantic: false,
+        })
+        .collect();
+    if o.get("metadata")
+        .and_then(Value::as_object)
+        .is_some_and(|m| m.keys().any(|k| k != "user_id"))
+    {
+        out.push(Unmapped {
+            name: "metadata".into(),
+            semantic: false,
+        });
+    }
+    if cache_control {
+        out.push(Unmapped {
+            name: "cache_control".into(),
+            semantic: false,
+        });
+    }
+    out
 }
 
 /// The client's body kept for a route of `wire`, with the headers forwarded on that
@@ -523,8 +655,10 @@ mod tests {
             "user":"u1","metadata":{"team":"a"},"stream":true,"stream_options":{"include_usage":true}}"#;
         let c = openai_chat(body).unwrap();
         assert_eq!(c.model, "high");
+        let (stream, include_usage) = (c.stream, c.include_usage);
+        let c = c.request;
         assert_eq!(c.conversation.system.as_deref(), Some("be brief"));
-        assert_eq!(c.conversation.turns, vec![Turn::User { text: "hi".into() }]);
+        assert_eq!(c.conversation.turns, vec![Turn::user("hi")]);
         assert_eq!(c.tools.len(), 1);
         assert_eq!(c.tools[0].name, "get_weather");
         assert_eq!(c.tool_choice, Some(ToolChoice::Tool("get_weather".into())));
@@ -536,7 +670,7 @@ mod tests {
         assert_eq!(c.max_tokens, Some(64));
         assert_eq!(c.user.as_deref(), Some("u1"));
         assert_eq!(c.metadata.get("team").map(String::as_str), Some("a"));
-        assert!(c.stream && c.include_usage);
+        assert!(stream && include_usage);
     }
 
     #[test]
@@ -568,13 +702,15 @@ mod tests {
             "tools":[{"name":"t","input_schema":{"type":"object"}}],"tool_choice":{"type":"any"},
             "stop_sequences":["x"],"metadata":{"user_id":"u"},"stream":true}"#;
         let c = anthropic_messages(body).unwrap();
+        let stream = c.stream;
+        let c = c.request;
         assert_eq!(c.conversation.system.as_deref(), Some("s"));
         assert_eq!(c.tools[0].name, "t");
         assert_eq!(c.tool_choice, Some(ToolChoice::Required));
         assert_eq!(c.sampling.stop, vec!["x".to_string()]);
         assert_eq!(c.user.as_deref(), Some("u"));
         assert_eq!(c.max_tokens, Some(16));
-        assert!(c.stream);
+        assert!(stream);
     }
 
     #[test]

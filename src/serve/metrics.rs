@@ -43,6 +43,8 @@ struct Counters {
     recoveries: BTreeMap<&'static str, u64>,
     attempts: BTreeMap<(String, &'static str, &'static str), u64>,
     rejected: BTreeMap<&'static str, u64>,
+    /// `(param, wire)`: request fields a serving route was called without.
+    dropped: BTreeMap<(&'static str, &'static str), u64>,
 }
 
 pub struct Metrics {
@@ -55,6 +57,35 @@ pub struct Metrics {
     in_flight: AtomicU64,
     body_waits: AtomicU64,
 }
+
+/// The field names spec/fidelity.md §3 lists as dropped when a route cannot carry
+/// them: the label values of `poolctl_dropped_params_total` (anything else is `other`).
+const KNOWN_PARAMS: &[&str] = &[
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "service_tier",
+    "store",
+    "prediction",
+    "metadata",
+    "user",
+    "messages[].name",
+    "top_k",
+    "detail",
+    "cache_control",
+    "anthropic-beta",
+    "reasoning_content",
+    "reasoning_effort",
+    "temperature",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "modalities",
+    "parallel_tool_calls",
+    "image_url",
+    "document_url",
+];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -95,6 +126,24 @@ impl Metrics {
             *c.attempts
                 .entry((a.route.to_string(), a.class.as_str(), a.action.as_str()))
                 .or_default() += 1;
+        }
+    }
+
+    /// Fields the serving route of `wire` was called without. The label is a name
+    /// spec/fidelity.md lists, or `other`: clients choose the names, and a label set
+    /// they could grow without bound would be a memory leak.
+    pub fn dropped(&self, params: &[String], wire: crate::core::vocab::Wire) {
+        if params.is_empty() {
+            return;
+        }
+        let mut c = self.lock();
+        for p in params {
+            let label = KNOWN_PARAMS
+                .iter()
+                .find(|k| **k == p.as_str())
+                .copied()
+                .unwrap_or("other");
+            *c.dropped.entry((label, wire.as_str())).or_default() += 1;
         }
     }
 
@@ -248,6 +297,18 @@ impl Metrics {
         );
         for (why, n) in &c.rejected {
             let _ = writeln!(s, "poolctl_rejected_total{{why=\"{why}\"}} {n}");
+        }
+        head(
+            &mut s,
+            "poolctl_dropped_params_total",
+            "counter",
+            "Request fields a serving route could not carry and was called without, by field and wire.",
+        );
+        for ((param, wire), n) in &c.dropped {
+            let _ = writeln!(
+                s,
+                "poolctl_dropped_params_total{{param=\"{param}\",wire=\"{wire}\"}} {n}"
+            );
         }
         drop(c);
         head(

@@ -58,6 +58,23 @@ fn summary(report: &Report) -> String {
     }
 }
 
+/// Which field no route could carry, and each route's reason: `no route of the chain
+/// can carry this request: anthropic/claude: cannot carry: n; ...`.
+fn unsupported_message(report: &Report) -> String {
+    let routes: Vec<String> = report
+        .skipped
+        .iter()
+        .map(|s| {
+            let why = s.cause.as_deref().unwrap_or(s.why.as_str());
+            format!("{}: {why}", s.route)
+        })
+        .collect();
+    format!(
+        "no route of the chain can carry this request: {}",
+        routes.join("; ")
+    )
+}
+
 /// The error for a report whose outcome is not an answer. `mask` removes keys.
 pub fn failure(report: &Report, ctx: Context, mask: &dyn Fn(&str) -> String) -> ApiError {
     let reason = report.reason;
@@ -92,6 +109,14 @@ pub fn failure(report: &Report, ctx: Context, mask: &dyn Fn(&str) -> String) -> 
     // code OpenAI clients know for its class.
     // Gemini's `error.code` is only the HTTP status again (its own word is `status`,
     // INVALID_ARGUMENT): "400" tells a client nothing, so it gets the class's code.
+    if reason == Some(Reason::Unsupported) {
+        return ApiError::new(
+            status,
+            &word,
+            "unsupported_by_chain",
+            unsupported_message(report),
+        );
+    }
     let code = match request_attempt {
         Some(a) => a
             .code

@@ -26,6 +26,8 @@ pub fn http_status(outcome: Outcome, reason: Option<Reason>, facts: StatusFacts)
             .upstream_status
             .filter(|s| (400..500).contains(s))
             .unwrap_or(400),
+        // The request asks what no route of its chain can carry (fidelity.md §3).
+        (Outcome::Failed, Some(Reason::Unsupported)) => 400,
         // The gateway's key is bad, not the caller's: never a 401 the caller would act on.
         (Outcome::Failed, Some(Reason::Auth)) => 502,
         (Outcome::Failed, Some(Reason::Capacity | Reason::Admission)) | (Outcome::Shed, _) => {
@@ -112,6 +114,7 @@ mod tests {
             (Failed, Some(Reason::Capacity), none, 503),
             (Shed, None, facts(None, Some(10), false), 429),
             (Shed, None, none, 503),
+            (Failed, Some(Reason::Unsupported), none, 400),
             (Failed, Some(Reason::Budget), none, 502),
             (Failed, Some(Reason::Budget), facts(None, None, true), 504),
             (Failed, Some(Reason::Error), none, 502),

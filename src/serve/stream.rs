@@ -8,7 +8,7 @@ use super::ask::{last_user_text, Ask};
 use super::choose::Wants;
 use super::egress_stream::{self, AnthropicStream, OpenAiStream};
 use super::errors::{ApiError, Flavor};
-use super::http::{error_response, full, lock, refusal, trace_headers, Body};
+use super::http::{dropped_header, error_response, full, lock, refusal, trace_headers, Body};
 use super::ingress::ChatIn;
 use super::respond::{self, Context};
 use super::Gateway;
@@ -41,6 +41,8 @@ enum Msg {
     Started {
         route: Option<Route>,
         attempts: usize,
+        /// The request fields that route is called without.
+        dropped: Vec<String>,
     },
     Bytes(Bytes),
     /// The request ended without a visible token: the handler answers it whole.
@@ -61,8 +63,20 @@ struct Live {
     /// The routes of the client's wire, when the request carries the client's body:
     /// a stream on one of them is forwarded as the upstream sent it.
     same_wire: Vec<Route>,
+    /// Per route, the request fields it is called without (`wire::carry`): named in
+    /// the headers, which go out before the attempt's record exists.
+    drops: Vec<(Route, Vec<String>)>,
     progress: Progress,
     state: Mutex<LiveState>,
+}
+
+impl Live {
+    fn dropped(&self, route: Option<&Route>) -> Vec<String> {
+        route
+            .and_then(|r| self.drops.iter().find(|(d, _)| d == r))
+            .map(|(_, d)| d.clone())
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Default)]
@@ -131,7 +145,12 @@ impl Live {
                 s.held.clear();
                 // The held frames go out with this token's own frame, which follows.
                 s.held_raw.retain(|(a, _)| *a == attempts);
-                let _ = self.tx.send(Msg::Started { route, attempts });
+                let dropped = self.dropped(route.as_ref());
+                let _ = self.tx.send(Msg::Started {
+                    route,
+                    attempts,
+                    dropped,
+                });
                 return;
             }
             let model = route
@@ -149,7 +168,12 @@ impl Live {
                     Encoder::Anthropic(AnthropicStream::new(self.id.clone(), model))
                 }
             });
-            let _ = self.tx.send(Msg::Started { route, attempts });
+            let dropped = self.dropped(route.as_ref());
+            let _ = self.tx.send(Msg::Started {
+                route,
+                attempts,
+                dropped,
+            });
             let held = std::mem::take(&mut s.held);
             for h in held {
                 let bytes = s.encode(&h);
@@ -346,7 +370,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                 Flavor::OpenAi => crate::core::vocab::Wire::OpenAi,
                 Flavor::Anthropic => crate::core::vocab::Wire::Anthropic,
             };
-            let same_wire = match &c.original {
+            let same_wire = match &c.request.original {
                 Some(_) => std::iter::once(target.tier)
                     .chain(target.degrade_tier)
                     .flat_map(|t| &t.routes)
@@ -355,8 +379,17 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                     .collect(),
                 None => Vec::new(),
             };
+            let drops = std::iter::once(target.tier)
+                .chain(target.degrade_tier)
+                .flat_map(|t| &t.routes)
+                .map(|r| {
+                    let d = crate::wire::carry(&c.request, &r.endpoint).unwrap_or_default();
+                    (r.route.clone(), d)
+                })
+                .collect();
             let live = Live {
                 same_wire,
+                drops,
                 tx: tx.clone(),
                 flavor: ask.flavor,
                 include_usage: c.include_usage,
@@ -421,10 +454,15 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
         gw: gw.clone(),
     };
     match std::future::poll_fn(|cx| driver.poll_msg(cx)).await {
-        Some(Msg::Started { route, attempts }) => {
+        Some(Msg::Started {
+            route,
+            attempts,
+            dropped,
+        }) => {
             let mut r = Response::new(SseBody { driver }.boxed_unsync());
             sse_headers(r.headers_mut());
             trace_headers(r.headers_mut(), route.as_ref(), "streaming", attempts);
+            dropped_header(r.headers_mut(), &dropped);
             r
         }
         Some(Msg::Unstarted {
@@ -499,5 +537,6 @@ fn unstarted(
         report.outcome.as_str(),
         report.attempts.len(),
     );
+    dropped_header(r.headers_mut(), super::ask::served_dropped(report));
     r
 }

@@ -8,7 +8,9 @@ use super::codec::{tokens, BadSuccess, ChatParsed};
 use super::endpoint::Endpoint;
 use super::http::HttpCall;
 use crate::core::answer::FinishReason;
-use crate::core::request::{ChatRequest, ToolChoice, Usage, ANTHROPIC_DEFAULT_MAX_TOKENS};
+use crate::core::request::{
+    ChatRequest, Reasoning, ToolChoice, Usage, ANTHROPIC_DEFAULT_MAX_TOKENS,
+};
 use serde_json::{json, Value};
 
 pub const API_VERSION: &str = "2023-06-01";
@@ -19,31 +21,75 @@ const SAMPLING: super::codec::SamplingNames = super::codec::SamplingNames {
     top_p: "top_p",
     stop: "stop_sequences",
     seed: None,
+    top_k: Some("top_k"),
 };
+
+/// How a reasoning request becomes Anthropic's `thinking` (spec/fidelity.md §2).
+/// Anthropic refuses thinking beside a forced tool, and beside a temperature other
+/// than 1: with a forced tool thinking stays off (and `reasoning_effort` is named as
+/// dropped); otherwise the temperature is dropped (and named).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThinkingPlan {
+    pub enabled: bool,
+    pub drops_temperature: bool,
+}
+
+pub fn thinking_plan(req: &ChatRequest, _reasoning: Reasoning) -> ThinkingPlan {
+    let enabled = !req.forces_tool();
+    ThinkingPlan {
+        enabled,
+        drops_temperature: enabled && req.sampling.temperature.is_some_and(|t| t != 1.0),
+    }
+}
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     let (system, messages) = history::anthropic_request_parts(&req.conversation);
+    let thinking = req
+        .reasoning
+        .filter(|r| thinking_plan(req, *r).enabled)
+        .map(Reasoning::budget_tokens);
+    // With thinking on, `max_tokens` covers the budget and the answer asked for.
+    let answer_max = req.max_tokens.unwrap_or(ANTHROPIC_DEFAULT_MAX_TOKENS);
+    let max_tokens = thinking.map_or(answer_max, |b| b.saturating_add(answer_max));
     let mut body = json!({
         "model": model,
-        "max_tokens": req.max_tokens.unwrap_or(ANTHROPIC_DEFAULT_MAX_TOKENS),
+        "max_tokens": max_tokens,
         "messages": messages,
     });
     if let Some(system) = system {
         body["system"] = json!(system);
     }
+    let mut sampling = req.sampling.clone();
+    // Anthropic's temperature runs 0 to 1, OpenAI's 0 to 2.
+    sampling.temperature = match (sampling.temperature, thinking) {
+        (Some(_), Some(_)) => None,
+        (t, None) => t.map(|t| t.clamp(0.0, 1.0)),
+        (None, _) => None,
+    };
     if let Some(obj) = body.as_object_mut() {
-        super::codec::put_sampling(obj, &req.sampling, &SAMPLING);
+        super::codec::put_sampling(obj, &sampling, &SAMPLING);
+    }
+    if let Some(budget) = thinking {
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
     }
     if !req.tools.is_empty() {
         body["tools"] = history::anthropic_tools(&req.tools);
     }
-    if let Some(choice) = &req.tool_choice {
-        body["tool_choice"] = match choice {
-            ToolChoice::Auto => json!({"type": "auto"}),
-            ToolChoice::None => json!({"type": "none"}),
-            ToolChoice::Required => json!({"type": "any"}),
-            ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
-        };
+    let serial = req.parallel_tool_calls == Some(false);
+    let choice = match &req.tool_choice {
+        Some(ToolChoice::Auto) => Some(json!({"type": "auto"})),
+        Some(ToolChoice::None) => Some(json!({"type": "none"})),
+        Some(ToolChoice::Required) => Some(json!({"type": "any"})),
+        Some(ToolChoice::Tool(name)) => Some(json!({"type": "tool", "name": name})),
+        // `parallel_tool_calls: false` lives in `tool_choice`, auto by default.
+        None if serial && !req.tools.is_empty() => Some(json!({"type": "auto"})),
+        None => None,
+    };
+    if let Some(mut choice) = choice {
+        if serial && choice["type"] != "none" {
+            choice["disable_parallel_tool_use"] = json!(true);
+        }
+        body["tool_choice"] = choice;
     }
     if let Some(user) = &req.user {
         body["metadata"] = json!({"user_id": user});
@@ -56,23 +102,6 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         ],
         body: body.into(),
     }
-}
-
-/// What `chat_call` cannot send: Messages has no seed and no JSON-schema response
-/// format (the router still validates the answer against the schema), and its
-/// `metadata` holds only `user_id`.
-pub fn dropped(req: &ChatRequest) -> Vec<String> {
-    let mut out = Vec::new();
-    if req.sampling.seed.is_some() {
-        out.push("seed".to_string());
-    }
-    if req.json_schema.is_some() {
-        out.push("response_format".to_string());
-    }
-    if !req.metadata.is_empty() {
-        out.push("metadata".to_string());
-    }
-    out
 }
 
 /// Anthropic's `stop_reason` in the shared vocabulary.

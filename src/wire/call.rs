@@ -12,21 +12,6 @@ use crate::core::answer::FinishReason;
 use crate::core::request::{ChatRequest, EmbedRequest, RerankRequest, Usage};
 use crate::core::vocab::Wire;
 
-/// The request fields `wire` cannot express, by their caller-facing names. Each wire's
-/// `chat_call` maps every other field; the router records these on the attempt so that
-/// nothing is lost silently.
-pub fn dropped(wire: Wire, req: &ChatRequest) -> Vec<String> {
-    if req.same_wire(wire).is_some() {
-        // The client's own body: every field is carried.
-        return Vec::new();
-    }
-    match wire {
-        Wire::OpenAi => Vec::new(),
-        Wire::Anthropic => anthropic::dropped(req),
-        Wire::Gemini => gemini::dropped(req),
-    }
-}
-
 /// A usable chat answer.
 #[derive(Debug, Clone)]
 pub struct ChatSuccess {
@@ -60,6 +45,9 @@ pub async fn chat(
         (None, Wire::Gemini) => gemini::chat_call(endpoint, model, req),
     };
     let raw = call.body.is_raw();
+    let mut call = call;
+    let dropped = super::carry::carry(req, endpoint).unwrap_or_default();
+    call.body = super::carry::fit(call.body, &dropped, endpoint);
     let reply = send(client, call, endpoint.timeout_ms).await?;
     // An error some dialects report inside a 2xx (MiniMax `base_resp`) is never an answer.
     if let Some(fields) = crate::classify::in_band::error_in_success(endpoint.dialect, &reply.json)

@@ -30,6 +30,7 @@ pub struct SamplingNames {
     pub top_p: &'static str,
     pub stop: &'static str,
     pub seed: Option<&'static str>,
+    pub top_k: Option<&'static str>,
 }
 
 /// Writes the sampling fields the caller set into `target` (a body, or Gemini's
@@ -50,6 +51,9 @@ pub fn put_sampling(
     }
     if let (Some(seed), Some(name)) = (s.seed, names.seed) {
         target.insert(name.into(), seed.into());
+    }
+    if let (Some(k), Some(name)) = (s.top_k, names.top_k) {
+        target.insert(name.into(), k.into());
     }
 }
 

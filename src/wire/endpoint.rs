@@ -26,6 +26,9 @@ pub struct Endpoint {
     pub max_stream_bytes: u64,
     /// Streams: one SSE event.
     pub max_event_bytes: u64,
+    /// LiteLLM's `drop_params`: a semantic field this route cannot carry is dropped
+    /// and named instead of skipping the route (spec/fidelity.md §3).
+    pub drop_params: bool,
 }
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;

@@ -17,6 +17,7 @@ const SAMPLING: super::codec::SamplingNames = super::codec::SamplingNames {
     top_p: "topP",
     stop: "stopSequences",
     seed: Some("seed"),
+    top_k: Some("topK"),
 };
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
@@ -27,6 +28,12 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         config.insert("maxOutputTokens".into(), json!(max));
     }
     super::codec::put_sampling(&mut config, &req.sampling, &SAMPLING);
+    if let Some(r) = req.reasoning {
+        config.insert(
+            "thinkingConfig".into(),
+            json!({"thinkingBudget": r.budget_tokens()}),
+        );
+    }
     if let Some(schema) = &req.json_schema {
         config.insert("responseMimeType".into(), json!("application/json"));
         config.insert("responseJsonSchema".into(), schema.clone());
@@ -54,19 +61,6 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         headers: vec![("x-goog-api-key", ep.api_key.expose().to_string())],
         body: body.into(),
     }
-}
-
-/// What `chat_call` cannot send: the Gemini API has no end-user field and no request
-/// metadata (labels are Vertex-only).
-pub fn dropped(req: &ChatRequest) -> Vec<String> {
-    let mut out = Vec::new();
-    if req.user.is_some() {
-        out.push("user".to_string());
-    }
-    if !req.metadata.is_empty() {
-        out.push("metadata".to_string());
-    }
-    out
 }
 
 /// Gemini's `finishReason` in the shared vocabulary. Gemini says `STOP` even when the

@@ -7,6 +7,7 @@
 
 pub mod anthropic;
 pub mod call;
+pub mod carry;
 pub mod codec;
 pub mod endpoint;
 pub mod gemini;
@@ -19,7 +20,8 @@ pub mod stream;
 pub mod stream_event;
 pub mod stream_limits;
 
-pub use call::{chat, dropped, embed, rerank, ChatSuccess, EmbedSuccess, RerankSuccess};
+pub use call::{chat, embed, rerank, ChatSuccess, EmbedSuccess, RerankSuccess};
+pub use carry::{carry, Cannot};
 pub use codec::{bad_success, BadSuccess};
 pub use endpoint::{
     Endpoint, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_STREAM_IDLE_MS, DEFAULT_TIMEOUT_MS,

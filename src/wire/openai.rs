@@ -17,6 +17,7 @@ const SAMPLING: super::codec::SamplingNames = super::codec::SamplingNames {
     top_p: "top_p",
     stop: "stop",
     seed: Some("seed"),
+    top_k: None,
 };
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
@@ -26,10 +27,21 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         "stream": false,
     });
     if let Some(max) = req.max_tokens {
-        body["max_tokens"] = json!(max);
+        // OpenAI's reasoning models reject `max_tokens`; most compatible APIs know only
+        // it (spec/fidelity.md §2).
+        body[max_tokens_name(ep.dialect)] = json!(max);
     }
     if let Some(obj) = body.as_object_mut() {
         super::codec::put_sampling(obj, &req.sampling, &SAMPLING);
+    }
+    if let Some(n) = req.n {
+        body["n"] = json!(n);
+    }
+    if let Some(p) = req.parallel_tool_calls {
+        body["parallel_tool_calls"] = json!(p);
+    }
+    if let Some(r) = req.reasoning {
+        body["reasoning_effort"] = json!(r.effort().as_str());
     }
     if !req.tools.is_empty() {
         body["tools"] = history::openai_tools(&req.tools);
@@ -58,6 +70,16 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         url: ep.url("/chat/completions"),
         headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
         body: body.into(),
+    }
+}
+
+/// The name of the output cap on `dialect`: `max_completion_tokens` at OpenAI and
+/// Azure, `max_tokens` on every other OpenAI-compatible API.
+pub fn max_tokens_name(dialect: crate::classify::dialect::Dialect) -> &'static str {
+    use crate::classify::dialect::Dialect;
+    match dialect {
+        Dialect::Openai | Dialect::Azure => "max_completion_tokens",
+        _ => "max_tokens",
     }
 }
 

@@ -19,6 +19,14 @@ use serde_json::Value;
 use std::time::Duration;
 
 pub fn stream_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
+    let mut call = stream_call_whole(ep, model, req);
+    let dropped = super::carry::carry(req, ep).unwrap_or_default();
+    call.body = super::carry::fit(call.body, &dropped, ep);
+    call
+}
+
+/// The stream call before [`super::carry::fit`] removes what the provider rejects.
+fn stream_call_whole(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     // Same wire: the client's body (it asked `stream: true` itself), with the usage the
     // router settles admission with asked of an OpenAI stream.
     if let Some(orig) = req.same_wire(ep.wire) {
@@ -511,6 +519,7 @@ mod tests {
             stream_max_ms: 1_000,
             max_stream_bytes: 1_000,
             max_event_bytes: 1_000,
+            drop_params: false,
         }
     }
 

@@ -34,6 +34,7 @@ fn spec(server: &MockServer, route: &str, breaker: Option<BreakerConfig>) -> Rou
             stream_max_ms: poolctl::core::limits::DEFAULT_STREAM_MAX_MS,
             max_stream_bytes: poolctl::core::limits::DEFAULT_MAX_STREAM_BYTES,
             max_event_bytes: poolctl::core::limits::DEFAULT_MAX_EVENT_BYTES,
+            drop_params: false,
         }),
         route,
         facts: Default::default(),

@@ -2,8 +2,8 @@
 //! [`crate::core::conversation`] for what survives a round trip).
 
 use crate::core::conversation::{
-    object, push_merged, str_field, text_part, AssistantTurns, CodecError, Conversation, ToolCall,
-    ToolSpec, Turn,
+    object, push_merged, str_field, text_part, AssistantTurns, CodecError, Conversation, Part,
+    Source, ToolCall, ToolSpec, Turn,
 };
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -15,7 +15,7 @@ pub fn anthropic_request_parts(c: &Conversation) -> (Option<String>, Vec<Value>)
     let mut messages = Vec::with_capacity(c.turns.len());
     for turn in &c.turns {
         let (role, blocks) = match turn {
-            Turn::User { text } => ("user", vec![json!({"type": "text", "text": text})]),
+            Turn::User { parts } => ("user", parts.iter().map(anthropic_block).collect()),
             Turn::Assistant { text, tool_calls } => {
                 // Anthropic rejects empty text blocks; a calls-only turn has none.
                 let text = (!text.is_empty()).then(|| json!({"type": "text", "text": text}));
@@ -44,6 +44,51 @@ pub fn anthropic_request_parts(c: &Conversation) -> (Option<String>, Vec<Value>)
     (c.system.clone(), messages)
 }
 
+/// One content block: a text block each text part (never joined), an `image` or a
+/// `document` with a `url` or `base64` source. OpenAI's image `detail` has no place here.
+fn anthropic_block(p: &Part) -> Value {
+    let source = |s: &Source| match s {
+        Source::Url { url } => json!({"type": "url", "url": url}),
+        Source::Base64 { media_type, data } => {
+            json!({"type": "base64", "media_type": media_type, "data": data})
+        }
+    };
+    match p {
+        Part::Text { text } => json!({"type": "text", "text": text}),
+        Part::Image { source: s, .. } => json!({"type": "image", "source": source(s)}),
+        Part::Document {
+            source: s,
+            filename,
+        } => {
+            let mut block = json!({"type": "document", "source": source(s)});
+            if let Some(f) = filename {
+                block["title"] = json!(f);
+            }
+            block
+        }
+    }
+}
+
+/// A `source` of an `image` or `document` block.
+fn anthropic_source(block: &Value, path: &str) -> Result<Source, CodecError> {
+    let spath = format!("{path}.source");
+    let source = block
+        .get("source")
+        .ok_or_else(|| CodecError(format!("{spath} is missing")))?;
+    match str_field(source, "type", &spath)? {
+        "url" => Ok(Source::Url {
+            url: str_field(source, "url", &spath)?.to_string(),
+        }),
+        "base64" => Ok(Source::Base64 {
+            media_type: str_field(source, "media_type", &spath)?.to_string(),
+            data: str_field(source, "data", &spath)?.to_string(),
+        }),
+        other => Err(CodecError(format!(
+            "{spath}.type '{other}' is carried only by the Anthropic wire"
+        ))),
+    }
+}
+
 /// `tools` for the Messages API.
 pub fn anthropic_tools(tools: &[ToolSpec]) -> Value {
     tools
@@ -54,9 +99,10 @@ pub fn anthropic_tools(tools: &[ToolSpec]) -> Value {
         .collect()
 }
 
-/// Reads a Messages API history back. Each user text block and each tool result is a
-/// turn of its own; in an assistant message a text block after the first block starts
-/// a new assistant turn, and tool uses belong to the turn before them.
+/// Reads a Messages API history back. In a user message each tool result is a turn of
+/// its own and each run of other blocks (text, image, document) one user turn with
+/// those parts; in an assistant message a text block after the first block starts a
+/// new assistant turn, and tool uses belong to the turn before them.
 pub fn from_anthropic(
     system: Option<&str>,
     messages: &[Value],
@@ -80,15 +126,34 @@ pub fn from_anthropic(
         };
         match role {
             "user" => {
+                let mut parts: Vec<Part> = Vec::new();
                 for (j, b) in blocks.iter().enumerate() {
                     let bpath = format!("{path}.content[{j}]");
-                    conv.turns.push(match block_type(b, &bpath)? {
-                        "text" => Turn::User {
-                            text: str_field(b, "text", &bpath)?.to_string(),
+                    let part = match block_type(b, &bpath)? {
+                        "text" => Part::text(str_field(b, "text", &bpath)?),
+                        "image" => Part::Image {
+                            source: anthropic_source(b, &bpath)?,
+                            detail: None,
                         },
-                        "tool_result" => anthropic_result(b, &bpath, &names)?,
+                        "document" => Part::Document {
+                            source: anthropic_source(b, &bpath)?,
+                            filename: b.get("title").and_then(Value::as_str).map(str::to_string),
+                        },
+                        "tool_result" => {
+                            if !parts.is_empty() {
+                                conv.turns.push(Turn::User {
+                                    parts: std::mem::take(&mut parts),
+                                });
+                            }
+                            conv.turns.push(anthropic_result(b, &bpath, &names)?);
+                            continue;
+                        }
                         other => return Err(unsupported_block(&bpath, other)),
-                    });
+                    };
+                    parts.push(part);
+                }
+                if !parts.is_empty() {
+                    conv.turns.push(Turn::User { parts });
                 }
             }
             "assistant" => {
@@ -184,6 +249,6 @@ fn block_type<'a>(block: &'a Value, path: &str) -> Result<&'a str, CodecError> {
 
 fn unsupported_block(path: &str, kind: &str) -> CodecError {
     CodecError(format!(
-        "{path} has type '{kind}'; only text, tool_use and tool_result are supported"
+        "{path} has type '{kind}', which only the Anthropic wire carries"
     ))
 }

@@ -2,8 +2,8 @@
 //! [`crate::core::conversation`] for what survives a round trip).
 
 use crate::core::conversation::{
-    object, push_merged, str_field, AssistantTurns, CodecError, Conversation, ToolCall, ToolSpec,
-    Turn,
+    object, push_merged, str_field, AssistantTurns, CodecError, Conversation, Part, Source,
+    ToolCall, ToolSpec, Turn,
 };
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -17,7 +17,7 @@ pub fn gemini_request_parts(c: &Conversation) -> (Option<Value>, Vec<Value>) {
     let mut contents = Vec::with_capacity(c.turns.len());
     for turn in &c.turns {
         let (role, parts) = match turn {
-            Turn::User { text } => ("user", vec![json!({"text": text})]),
+            Turn::User { parts } => ("user", parts.iter().map(gemini_part).collect()),
             Turn::Assistant { text, tool_calls } => {
                 let text = (!text.is_empty()).then(|| json!({"text": text}));
                 let calls = tool_calls
@@ -43,6 +43,80 @@ pub fn gemini_request_parts(c: &Conversation) -> (Option<Value>, Vec<Value>) {
         push_merged(&mut contents, role, "parts", parts);
     }
     (system, contents)
+}
+
+/// One part: text, or inline bytes (`inline_data`) for an image or a PDF. Gemini has no
+/// part for an arbitrary URL: a route is never given one (`wire::carry` skips it), and
+/// `file_data` is what Gemini takes for an uploaded file's URI.
+fn gemini_part(p: &Part) -> Value {
+    let source = match p {
+        Part::Text { text } => return json!({ "text": text }),
+        Part::Image { source, .. } | Part::Document { source, .. } => source,
+    };
+    match source {
+        Source::Base64 { media_type, data } => {
+            json!({"inline_data": {"mime_type": media_type, "data": data}})
+        }
+        Source::Url { url } => match p {
+            Part::Document { .. } => {
+                json!({"file_data": {"file_uri": url, "mime_type": "application/pdf"}})
+            }
+            _ => json!({"file_data": {"file_uri": url}}),
+        },
+    }
+}
+
+/// `inline_data` (or `inlineData`) as a part, and `file_data` as one by URL: a PDF is
+/// a document, anything else an image.
+fn gemini_inline(p: &Value, path: &str) -> Result<Option<Part>, CodecError> {
+    if let Some(file) = p.get("file_data").or_else(|| p.get("fileData")) {
+        let uri = file
+            .get("file_uri")
+            .or_else(|| file.get("fileUri"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| CodecError(format!("{path}.file_data.file_uri is missing")))?;
+        let source = Source::Url {
+            url: uri.to_string(),
+        };
+        let mime = file
+            .get("mime_type")
+            .or_else(|| file.get("mimeType"))
+            .and_then(Value::as_str);
+        return Ok(Some(if mime == Some("application/pdf") {
+            Part::Document {
+                source,
+                filename: None,
+            }
+        } else {
+            Part::Image {
+                source,
+                detail: None,
+            }
+        }));
+    }
+    let Some(inline) = p.get("inline_data").or_else(|| p.get("inlineData")) else {
+        return Ok(None);
+    };
+    let mime = inline
+        .get("mime_type")
+        .or_else(|| inline.get("mimeType"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| CodecError(format!("{path}.inline_data.mime_type is missing")))?;
+    let source = Source::Base64 {
+        media_type: mime.to_string(),
+        data: str_field(inline, "data", &format!("{path}.inline_data"))?.to_string(),
+    };
+    Ok(Some(if mime == "application/pdf" {
+        Part::Document {
+            source,
+            filename: None,
+        }
+    } else {
+        Part::Image {
+            source,
+            detail: None,
+        }
+    }))
 }
 
 /// `tools` for generateContent.
@@ -79,16 +153,24 @@ pub fn from_gemini(system: Option<&Value>, contents: &[Value]) -> Result<Convers
         {
             // `function` is the role older docs gave to function responses.
             "user" | "function" => {
+                // A run of text and inline parts is one user turn; a function response
+                // is a turn of its own.
+                let mut user: Vec<Part> = Vec::new();
                 for (j, p) in parts.iter().enumerate() {
                     let ppath = format!("{path}.parts[{j}]");
                     if let Some(text) = p.get("text") {
                         let text = text
                             .as_str()
                             .ok_or_else(|| CodecError(format!("{ppath}.text is not a string")))?;
-                        conv.turns.push(Turn::User {
-                            text: text.to_string(),
-                        });
+                        user.push(Part::text(text));
+                    } else if let Some(part) = gemini_inline(p, &ppath)? {
+                        user.push(part);
                     } else if let Some(r) = p.get("functionResponse") {
+                        if !user.is_empty() {
+                            conv.turns.push(Turn::User {
+                                parts: std::mem::take(&mut user),
+                            });
+                        }
                         conv.turns.push(gemini_result(
                             r,
                             &format!("{ppath}.functionResponse"),
@@ -97,6 +179,9 @@ pub fn from_gemini(system: Option<&Value>, contents: &[Value]) -> Result<Convers
                     } else {
                         return Err(unsupported_part(&ppath));
                     }
+                }
+                if !user.is_empty() {
+                    conv.turns.push(Turn::User { parts: user });
                 }
             }
             "model" => {
@@ -265,6 +350,6 @@ fn gemini_system(system: &Value, path: &str) -> Result<String, CodecError> {
 
 fn unsupported_part(path: &str) -> CodecError {
     CodecError(format!(
-        "{path} is not a text, functionCall or functionResponse part; only those are supported"
+        "{path} is not a text, inline_data, functionCall or functionResponse part; only those are supported"
     ))
 }

@@ -2,7 +2,7 @@
 //! [`crate::core::conversation`] for what survives a round trip).
 
 use crate::core::conversation::{
-    object, str_field, text_part, CodecError, Conversation, ToolCall, ToolSpec, Turn,
+    object, str_field, text_part, CodecError, Conversation, Part, Source, ToolCall, ToolSpec, Turn,
 };
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -22,7 +22,7 @@ pub fn openai_messages(c: &Conversation) -> Vec<Value> {
     }
     for turn in &c.turns {
         out.push(match turn {
-            Turn::User { text } => json!({"role": "user", "content": text}),
+            Turn::User { parts } => json!({"role": "user", "content": openai_user_content(parts)}),
             Turn::Assistant { text, tool_calls } => openai_assistant(text, tool_calls),
             Turn::ToolResult {
                 call_id,
@@ -37,6 +37,34 @@ pub fn openai_messages(c: &Conversation) -> Vec<Value> {
         });
     }
     out
+}
+
+/// A user message's content: a plain string when it is one text part, else the parts
+/// in order (several text parts stay several: spec/fidelity.md §2).
+fn openai_user_content(parts: &[Part]) -> Value {
+    if let [Part::Text { text }] = parts {
+        return json!(text);
+    }
+    parts
+        .iter()
+        .map(|p| match p {
+            Part::Text { text } => json!({"type": "text", "text": text}),
+            Part::Image { source, detail } => {
+                let mut image = json!({"url": source.to_url()});
+                if let Some(d) = detail {
+                    image["detail"] = json!(d);
+                }
+                json!({"type": "image_url", "image_url": image})
+            }
+            Part::Document { source, filename } => {
+                let mut file = json!({"file_data": source.to_url()});
+                if let Some(f) = filename {
+                    file["filename"] = json!(f);
+                }
+                json!({"type": "file", "file": file})
+            }
+        })
+        .collect()
 }
 
 fn openai_assistant(text: &str, tool_calls: &[ToolCall]) -> Value {
@@ -85,9 +113,10 @@ pub fn openai_tools(tools: &[ToolSpec]) -> Value {
         .collect()
 }
 
-/// Reads Chat Completions `messages` back. Leading `system`/`developer` messages form
-/// the system prompt (joined by a blank line); one after the first turn is an error,
-/// since the canonical form has a single system prompt.
+/// Reads Chat Completions `messages` back. Every `system` and `developer` message, in
+/// order, forms the system prompt (joined by a blank line): that is where Anthropic
+/// and Gemini put a later one (spec/fidelity.md §2); a route of the OpenAI wire gets
+/// the client's own body, which keeps each in place.
 pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, CodecError> {
     let mut conv = Conversation::default();
     // Tool messages name only the call id; the name comes from the call.
@@ -97,20 +126,15 @@ pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, CodecErr
         let role = str_field(m, "role", &path)?;
         let content = m.get("content");
         match role {
-            "system" | "developer" if conv.turns.is_empty() => {
+            "system" | "developer" => {
                 let text = openai_text(content, &format!("{path}.content"))?;
                 conv.system = Some(match conv.system.take() {
                     Some(before) => format!("{before}\n\n{text}"),
                     None => text,
                 });
             }
-            "system" | "developer" => {
-                return Err(CodecError(format!(
-                    "{path} is a {role} message after the first turn; only leading ones count"
-                )))
-            }
             "user" => conv.turns.push(Turn::User {
-                text: openai_text(content, &format!("{path}.content"))?,
+                parts: openai_user_parts(content, &format!("{path}.content"))?,
             }),
             "assistant" => {
                 let tool_calls = openai_tool_calls(m, &path)?;
@@ -196,6 +220,85 @@ fn openai_tool_calls(message: &Value, path: &str) -> Result<Vec<ToolCall>, Codec
                 name: name.to_string(),
                 arguments: object(arguments, &apath)?,
             })
+        })
+        .collect()
+}
+
+/// A user message's content as parts: text, `image_url` (a data URL is inline bytes),
+/// and `file` with inline `file_data`. Audio and files by id have no canonical part.
+fn openai_user_parts(content: Option<&Value>, path: &str) -> Result<Vec<Part>, CodecError> {
+    let parts = match content {
+        None | Some(Value::Null) => return Ok(vec![Part::text("")]),
+        Some(Value::String(s)) => return Ok(vec![Part::text(s.clone())]),
+        Some(Value::Array(parts)) => parts,
+        Some(_) => {
+            return Err(CodecError(format!(
+                "{path} is neither a string nor an array of parts"
+            )))
+        }
+    };
+    parts
+        .iter()
+        .enumerate()
+        .map(|(k, p)| {
+            let ppath = format!("{path}[{k}]");
+            match p.get("type").and_then(Value::as_str) {
+                Some("text") => Ok(Part::text(str_field(p, "text", &ppath)?)),
+                Some("image_url") => {
+                    let ipath = format!("{ppath}.image_url");
+                    let image = p
+                        .get("image_url")
+                        .ok_or_else(|| CodecError(format!("{ipath} is missing")))?;
+                    // The older SDK shape: `image_url` as the URL string itself.
+                    let (url, detail) = match image {
+                        Value::String(u) => (u.as_str(), None),
+                        _ => (
+                            str_field(image, "url", &ipath)?,
+                            image.get("detail").and_then(Value::as_str),
+                        ),
+                    };
+                    Ok(Part::Image {
+                        source: Source::from_url(url, &format!("{ipath}.url"))?,
+                        detail: detail.map(str::to_string),
+                    })
+                }
+                Some("file") => {
+                    let fpath = format!("{ppath}.file");
+                    let file = p
+                        .get("file")
+                        .ok_or_else(|| CodecError(format!("{fpath} is missing")))?;
+                    let data = file
+                        .get("file_data")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| {
+                            CodecError(format!(
+                                "{fpath} has no `file_data`: a file by id exists only at OpenAI"
+                            ))
+                        })?;
+                    // A data URL, or (as some clients send) the bare base64 of a PDF.
+                    let source = if data.starts_with("data:") {
+                        Source::from_url(data, &format!("{fpath}.file_data"))?
+                    } else {
+                        Source::Base64 {
+                            media_type: "application/pdf".into(),
+                            data: data.to_string(),
+                        }
+                    };
+                    Ok(Part::Document {
+                        source,
+                        filename: file
+                            .get("filename")
+                            .and_then(Value::as_str)
+                            .map(str::to_string),
+                    })
+                }
+                Some(other) => Err(CodecError(format!(
+                    "{ppath} has type '{other}', which only the OpenAI wire carries"
+                ))),
+                None => Err(CodecError(format!(
+                    "{ppath}.type is missing or not a string"
+                ))),
+            }
         })
         .collect()
 }

@@ -1,0 +1,255 @@
+//! What a route can carry of a request (spec/fidelity.md §3), judged from the wire,
+//! the dialect and the provider's `drop_params` alone — never from health. A pure
+//! function, so the router can pass a route over before calling it, and the codec drops
+//! exactly what was named.
+//!
+//! Each field the route cannot carry is one of two kinds:
+//! - semantic (an image by URL on Gemini, `n: 2` on Anthropic, `logprobs` on another
+//!   wire, ...): the route is skipped with `cannot carry: FIELD`, unless its provider
+//!   says `drop_params: true`, which makes the field advisory there;
+//! - advisory (`seed` on Anthropic, `presence_penalty` on another wire, every field
+//!   this router does not know): the route is called without it, and it is named.
+
+use super::endpoint::Endpoint;
+use super::http::CallBody;
+use crate::classify::dialect::Dialect;
+use crate::core::conversation::{Part, Source};
+use crate::core::request::ChatRequest;
+use crate::core::vocab::Wire;
+use serde_json::Value;
+
+/// A semantic field the route cannot carry: it must not be called for this request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cannot {
+    /// The field, by its client-facing name (`image_url`, `n`, `logprobs`, ...), or the
+    /// reason the request cannot leave its own wire.
+    pub field: String,
+}
+
+/// The fields `endpoint` cannot carry of `req`: `Err` with the first semantic one when
+/// the route must be skipped, else the advisory ones it is called without (each named
+/// once, in the order found).
+pub fn carry(req: &ChatRequest, endpoint: &Endpoint) -> Result<Vec<String>, Cannot> {
+    let mut lacks: Vec<(String, bool)> = Vec::new();
+    if req.same_wire(endpoint.wire).is_none() {
+        if let Some(why) = req
+            .original
+            .as_deref()
+            .and_then(|o| o.untranslatable.as_deref())
+        {
+            // Nothing of this request can be translated: no drop_params helps.
+            return Err(Cannot {
+                field: why.to_string(),
+            });
+        }
+        cross_wire(req, endpoint.wire, &mut lacks);
+    }
+    for (field, semantic) in rejected_by(endpoint.dialect, req) {
+        lacks.push((field.to_string(), semantic));
+    }
+    let mut dropped: Vec<String> = Vec::new();
+    for (field, semantic) in lacks {
+        if semantic && !endpoint.drop_params {
+            return Err(Cannot { field });
+        }
+        if !dropped.contains(&field) {
+            dropped.push(field);
+        }
+    }
+    Ok(dropped)
+}
+
+/// What a route of another wire than the client's (or any route, for a library
+/// request) cannot express of the canonical request: `(field, semantic)`.
+fn cross_wire(req: &ChatRequest, wire: Wire, out: &mut Vec<(String, bool)>) {
+    let mut lack = |field: &str, semantic: bool| out.push((field.to_string(), semantic));
+    for part in req.parts() {
+        match (wire, part) {
+            (
+                Wire::Gemini,
+                Part::Image {
+                    source: Source::Url { .. },
+                    ..
+                },
+            ) => lack("image_url", true),
+            (
+                Wire::Gemini | Wire::OpenAi,
+                Part::Document {
+                    source: Source::Url { .. },
+                    ..
+                },
+            ) => lack("document_url", true),
+            (
+                Wire::Anthropic | Wire::Gemini,
+                Part::Image {
+                    detail: Some(_), ..
+                },
+            ) => lack("detail", false),
+            _ => {}
+        }
+    }
+    let n = req.n.unwrap_or(1);
+    // Gemini's `candidateCount` would carry it, but an answer of several candidates is
+    // not read back yet: the route is skipped rather than one answer returned.
+    if n > 1 && matches!(wire, Wire::Anthropic | Wire::Gemini) {
+        lack("n", true);
+    }
+    if req.parallel_tool_calls == Some(false) && wire == Wire::Gemini {
+        lack("parallel_tool_calls", true);
+    }
+    match wire {
+        Wire::Anthropic => {
+            if req.sampling.seed.is_some() {
+                lack("seed", false);
+            }
+            if !req.metadata.is_empty() {
+                lack("metadata", false);
+            }
+            if let Some(r) = req.reasoning {
+                let plan = super::anthropic::thinking_plan(req, r);
+                if !plan.enabled {
+                    lack("reasoning_effort", false);
+                }
+                if plan.drops_temperature {
+                    lack("temperature", false);
+                }
+            }
+        }
+        Wire::Gemini => {
+            if req.user.is_some() {
+                lack("user", false);
+            }
+            if !req.metadata.is_empty() {
+                lack("metadata", false);
+            }
+        }
+        Wire::OpenAi => {
+            if req.sampling.top_k.is_some() {
+                lack("top_k", false);
+            }
+        }
+    }
+    for u in &req.unmapped {
+        lack(&u.name, u.semantic);
+    }
+}
+
+/// Fields `dialect`'s provider rejects (HTTP 400 / 422) although its wire's owner
+/// accepts them (spec/fidelity.md §1), present in `req`: `(field, semantic)`. The
+/// README lists every OpenAI-compatible dialect, with what was found for each.
+fn rejected_by(dialect: Dialect, req: &ChatRequest) -> Vec<(&'static str, bool)> {
+    let n = req.n.unwrap_or(1);
+    let asks = |name: &str| req.unmapped.iter().any(|u| u.name == name);
+    let mut out = Vec::new();
+    match dialect {
+        // console.groq.com/docs/openai: "logprobs", "logit_bias", "top_logprobs",
+        // "messages[].name" and "n" other than 1 "will result in a 400 error".
+        Dialect::Groq => {
+            for f in ["logprobs", "top_logprobs"] {
+                if asks(f) {
+                    out.push((f, true));
+                }
+            }
+            for f in ["logit_bias", "messages[].name"] {
+                if asks(f) {
+                    out.push((f, false));
+                }
+            }
+            if n != 1 {
+                out.push(("n", true));
+            }
+        }
+        // Mistral forbids every field it does not know (422 `extra_forbidden`); its
+        // generated SDK's `ChatCompletionRequest` (chatcompletionrequest.py) has none of
+        // these. `max_completion_tokens` is sent as its `max_tokens`, and a stream goes
+        // without `stream_options` (both in `passthrough`).
+        Dialect::Mistral => {
+            for f in ["logprobs", "top_logprobs"] {
+                if asks(f) {
+                    out.push((f, true));
+                }
+            }
+            for f in [
+                "logit_bias",
+                "messages[].name",
+                "store",
+                "service_tier",
+                "modalities",
+                "user",
+                "seed",
+            ] {
+                let typed = match f {
+                    "user" => req.user.is_some(),
+                    "seed" => req.sampling.seed.is_some(),
+                    _ => false,
+                };
+                if typed || asks(f) {
+                    out.push((f, false));
+                }
+            }
+        }
+        // platform.kimi.ai models overview: `n` at most 5.
+        Dialect::Moonshot if n > 5 => out.push(("n", true)),
+        _ => {}
+    }
+    out
+}
+
+/// The body of a call to an OpenAI-compatible `endpoint` without the fields its
+/// provider rejects: `dropped` (the advisory ones [`carry`] named, and with
+/// `drop_params` the semantic ones), and on Mistral the two it has under other names or
+/// not at all (`max_completion_tokens` is its `max_tokens`; `stream_options` it
+/// rejects, sending the usage unasked). Another wire's body is built from what it can
+/// carry, and is returned as it is. A body with nothing to remove is not touched, so
+/// the client's bytes stay the client's bytes.
+pub fn fit(body: CallBody, dropped: &[String], endpoint: &Endpoint) -> CallBody {
+    if endpoint.wire != Wire::OpenAi {
+        return body;
+    }
+    let mistral = endpoint.dialect == Dialect::Mistral;
+    let mentions = |b: &[u8], key: &[u8]| b.windows(key.len()).any(|w| w == key);
+    let needed = !dropped.is_empty()
+        || (mistral
+            && match &body {
+                CallBody::Raw(b) => {
+                    mentions(b, b"\"max_completion_tokens\"") || mentions(b, b"\"stream_options\"")
+                }
+                CallBody::Json(v) => {
+                    v.get("max_completion_tokens").is_some() || v.get("stream_options").is_some()
+                }
+            });
+    if !needed {
+        return body;
+    }
+    let (mut v, raw) = match body {
+        CallBody::Json(v) => (v, false),
+        CallBody::Raw(b) => match serde_json::from_slice::<Value>(&b) {
+            Ok(v) => (v, true),
+            Err(_) => return CallBody::Raw(b),
+        },
+    };
+    if let Some(o) = v.as_object_mut() {
+        for field in dropped {
+            if field == "messages[].name" {
+                if let Some(Value::Array(ms)) = o.get_mut("messages") {
+                    for m in ms.iter_mut().filter_map(Value::as_object_mut) {
+                        m.remove("name");
+                    }
+                }
+            } else {
+                o.remove(field.as_str());
+            }
+        }
+        if mistral {
+            o.remove("stream_options");
+            if let Some(max) = o.remove("max_completion_tokens") {
+                o.entry("max_tokens").or_insert(max);
+            }
+        }
+    }
+    if raw {
+        CallBody::Raw(serde_json::to_vec(&v).unwrap_or_default().into())
+    } else {
+        CallBody::Json(v)
+    }
+}

@@ -1,0 +1,558 @@
+//! Cross wire through `poolctl serve` (spec/fidelity.md §2 and §3): a request that
+//! enters on one API and is served by a route of another is translated whole (content
+//! parts, images, later system messages, reasoning, `parallel_tool_calls`), and what a
+//! route cannot carry either skips it (semantic: `cannot_carry`, and a 400
+//! `unsupported_by_chain` when no route can) or is dropped and named (advisory:
+//! `x-poolctl-dropped-params`, the log line, `poolctl_dropped_params_total`). The built
+//! binary runs in front of recording wiremock upstreams; every upstream body is checked
+//! field by field. No test sleeps.
+
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+#[path = "support/gateway.rs"]
+mod gateway;
+use gateway::Gateway;
+
+const KEY_VAR: &str = "POOLCTL_CROSS_WIRE_TEST_KEY";
+const UPSTREAM_KEY: &str = "sk-upstream-CROSS-5d1f";
+
+const ANTHROPIC_ANSWER: &str = r#"{"id":"msg_01","type":"message","role":"assistant","model":"claude-x-20250101",
+  "content":[{"type":"text","text":"A red square."}],"stop_reason":"end_turn","stop_sequence":null,
+  "usage":{"input_tokens":12,"output_tokens":4}}"#;
+
+const OPENAI_ANSWER: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"gpt-x-2025",
+  "choices":[{"index":0,"message":{"role":"assistant","content":"Two answers."},"finish_reason":"stop"},
+             {"index":1,"message":{"role":"assistant","content":"Second."},"finish_reason":"stop"}],
+  "usage":{"prompt_tokens":12,"completion_tokens":4,"total_tokens":16}}"#;
+
+const GEMINI_ANSWER: &str = r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"A red square."}]},"finishReason":"STOP"}],
+  "usageMetadata":{"promptTokenCount":12,"candidatesTokenCount":4},"modelVersion":"gemini-x"}"#;
+
+/// One provider of the pool: its name, wire, upstream and extra YAML lines.
+struct Provider<'a> {
+    name: &'a str,
+    wire: &'a str,
+    server: &'a MockServer,
+    extra: &'a str,
+}
+
+/// `poolctl serve` with `providers` and the tier `high` of `routes`, in order.
+async fn serve(providers: &[Provider<'_>], routes: &[&str]) -> (tempfile::TempDir, Gateway) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut yaml = String::from("providers:\n");
+    for p in providers {
+        let base = match p.wire {
+            "openai" => format!("{}/v1", p.server.uri()),
+            _ => p.server.uri(),
+        };
+        yaml.push_str(&format!(
+            "  {}:\n    wire: {}\n    base_url: {base}\n    api_key_env: {KEY_VAR}\n{}",
+            p.name, p.wire, p.extra
+        ));
+    }
+    yaml.push_str("tiers:\n  high:\n");
+    for r in routes {
+        yaml.push_str(&format!("    - {r}\n"));
+    }
+    let cfg: PathBuf = dir.path().join("pool.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let gw = gateway::start(&cfg, &[], &[(KEY_VAR, UPSTREAM_KEY)]).await;
+    (dir, gw)
+}
+
+/// An upstream answering `answer` on `at`.
+async fn upstream(at: &str, answer: &'static str) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(at))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(answer, "application/json"))
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn anthropic() -> MockServer {
+    upstream("/v1/messages", ANTHROPIC_ANSWER).await
+}
+
+async fn openai() -> MockServer {
+    upstream("/v1/chat/completions", OPENAI_ANSWER).await
+}
+
+/// The JSON bodies the upstream received, in order.
+async fn bodies(server: &MockServer) -> Vec<Value> {
+    server
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).expect("the upstream got JSON"))
+        .collect()
+}
+
+async fn post(gw: &Gateway, at: &str, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut req = reqwest::Client::new().post(gw.url(at)).json(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    tokio::time::timeout(gateway::DEADLINE, req.send())
+        .await
+        .expect("the gateway answers in time")
+        .unwrap()
+}
+
+fn header(r: &reqwest::Response, name: &str) -> String {
+    r.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+/// The `request` log lines the gateway wrote.
+fn request_lines(stderr: &str) -> Vec<&str> {
+    stderr.lines().filter(|l| l.contains("request")).collect()
+}
+
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+
+fn image_request(extra: Value) -> Value {
+    let mut body = json!({
+        "model": "high",
+        "max_completion_tokens": 300,
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is in"},
+            {"type": "text", "text": "this image?"},
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{PNG}")}}
+        ]}]
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+/// Issue 20's acceptance: an inline image on `[anthropic route, openai route]` is
+/// served by the first, which receives a base64 image block beside its text blocks.
+#[tokio::test]
+async fn inline_image_is_served_by_the_anthropic_route_as_a_base64_image_block() {
+    let (ant, oai) = (anthropic().await, openai().await);
+    let (_dir, gw) = serve(
+        &[
+            Provider {
+                name: "ant",
+                wire: "anthropic",
+                server: &ant,
+                extra: "",
+            },
+            Provider {
+                name: "oai",
+                wire: "openai",
+                server: &oai,
+                extra: "",
+            },
+        ],
+        &["ant/claude-x", "oai/gpt-x"],
+    )
+    .await;
+    let r = post(&gw, "/v1/chat/completions", &image_request(json!({})), &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "ant/claude-x");
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(answer["choices"][0]["message"]["content"], "A red square.");
+    let sent = bodies(&ant).await;
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0]["messages"],
+        json!([{"role": "user", "content": [
+            {"type": "text", "text": "What is in"},
+            {"type": "text", "text": "this image?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+        ]}])
+    );
+    assert_eq!(sent[0]["max_tokens"], 300);
+    assert!(
+        bodies(&oai).await.is_empty(),
+        "the OpenAI route is not called"
+    );
+}
+
+/// Issue 20's acceptance: the same request with `n: 2` skips the Anthropic route (it
+/// has no `n`), with the reason in the log line, and is served by the OpenAI route,
+/// which receives the client's body.
+#[tokio::test]
+async fn n_2_skips_the_anthropic_route_with_the_reason_and_is_served_by_openai() {
+    let (ant, oai) = (anthropic().await, openai().await);
+    let (_dir, gw) = serve(
+        &[
+            Provider {
+                name: "ant",
+                wire: "anthropic",
+                server: &ant,
+                extra: "",
+            },
+            Provider {
+                name: "oai",
+                wire: "openai",
+                server: &oai,
+                extra: "",
+            },
+        ],
+        &["ant/claude-x", "oai/gpt-x"],
+    )
+    .await;
+    let r = post(
+        &gw,
+        "/v1/chat/completions",
+        &image_request(json!({"n": 2})),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "oai/gpt-x");
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(
+        answer["choices"].as_array().unwrap().len(),
+        2,
+        "both choices"
+    );
+    assert!(
+        bodies(&ant).await.is_empty(),
+        "the Anthropic route is never called"
+    );
+    let sent = bodies(&oai).await;
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["n"], 2);
+    assert_eq!(sent[0]["model"], "gpt-x");
+    let (_, stderr) = gw.stop().await;
+    let lines = request_lines(&stderr);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("ant/claude-x:cannot_carry:n")),
+        "the log line names the skip and its field: {lines:?}"
+    );
+}
+
+/// A request no route of its chain can carry is a 400 `unsupported_by_chain` that
+/// names the field and each route's reason; no upstream is called.
+#[tokio::test]
+async fn a_request_no_route_can_carry_is_a_400_unsupported_by_chain() {
+    let ant = anthropic().await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            name: "ant",
+            wire: "anthropic",
+            server: &ant,
+            extra: "",
+        }],
+        &["ant/claude-x"],
+    )
+    .await;
+    let r = post(
+        &gw,
+        "/v1/chat/completions",
+        &image_request(json!({"n": 3})),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(header(&r, "x-poolctl-outcome"), "failed");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "unsupported_by_chain");
+    assert_eq!(e["error"]["type"], "unsupported");
+    let msg = e["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("ant/claude-x: cannot carry: n"), "{msg}");
+    assert!(bodies(&ant).await.is_empty());
+}
+
+/// Advisory fields (`seed`, `presence_penalty`, a field this router does not know) are
+/// dropped on another wire and named: the response header, the log line, the metric.
+#[tokio::test]
+async fn advisory_fields_are_dropped_and_named_in_the_header_the_log_and_the_metric() {
+    let ant = anthropic().await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            name: "ant",
+            wire: "anthropic",
+            server: &ant,
+            extra: "",
+        }],
+        &["ant/claude-x"],
+    )
+    .await;
+    let body = json!({
+        "model": "high",
+        "messages": [{"role": "user", "name": "ada", "content": "hi"}],
+        "seed": 7, "presence_penalty": 0.5, "x_future": {"a": 1}
+    });
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let mut named: Vec<String> = header(&r, "x-poolctl-dropped-params")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    named.sort();
+    assert_eq!(
+        named,
+        ["messages[].name", "presence_penalty", "seed", "x_future"]
+    );
+    let sent = bodies(&ant).await;
+    for f in ["seed", "presence_penalty", "x_future", "n"] {
+        assert!(sent[0].get(f).is_none(), "{f} is not sent: {}", sent[0]);
+    }
+    assert_eq!(
+        sent[0]["messages"],
+        json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    );
+    let seed = gw
+        .metric("poolctl_dropped_params_total{param=\"seed\",wire=\"anthropic\"}")
+        .await;
+    assert_eq!(seed, 1.0);
+    let other = gw
+        .metric("poolctl_dropped_params_total{param=\"other\",wire=\"anthropic\"}")
+        .await;
+    assert_eq!(other, 1.0, "a client's own field name is counted as other");
+    let (_, stderr) = gw.stop().await;
+    assert!(
+        request_lines(&stderr)
+            .iter()
+            .any(|l| l.contains("dropped=") && l.contains("seed") && l.contains("x_future")),
+        "the log line names what was dropped: {stderr}"
+    );
+}
+
+/// `drop_params: true` on a provider makes a semantic field it cannot carry advisory
+/// there: the route is called without it, and it is named.
+#[tokio::test]
+async fn drop_params_calls_the_route_without_a_semantic_field_and_names_it() {
+    let ant = anthropic().await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            name: "ant",
+            wire: "anthropic",
+            server: &ant,
+            extra: "    drop_params: true\n",
+        }],
+        &["ant/claude-x"],
+    )
+    .await;
+    let body = json!({"model": "high", "messages": [{"role": "user", "content": "hi"}], "n": 2, "logprobs": true});
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let named = header(&r, "x-poolctl-dropped-params");
+    assert!(named.split(',').any(|f| f == "n"), "{named}");
+    assert!(named.split(',').any(|f| f == "logprobs"), "{named}");
+    assert_eq!(bodies(&ant).await.len(), 1);
+}
+
+/// OpenAI → Anthropic: a `developer` message and a system message after the first turn
+/// are appended to `system` in order; `reasoning_effort` becomes `thinking` with
+/// `max_tokens` = budget + the output asked for, and the temperature Anthropic refuses
+/// beside thinking is dropped and named; `parallel_tool_calls: false` becomes
+/// `disable_parallel_tool_use`.
+#[tokio::test]
+async fn openai_to_anthropic_keeps_later_system_messages_reasoning_and_serial_tools() {
+    let ant = anthropic().await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            name: "ant",
+            wire: "anthropic",
+            server: &ant,
+            extra: "",
+        }],
+        &["ant/claude-x"],
+    )
+    .await;
+    let body = json!({
+        "model": "high",
+        "messages": [
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": "Weather?"},
+            {"role": "system", "content": "Answer in French."},
+            {"role": "user", "content": "Paris."}
+        ],
+        "reasoning_effort": "low", "temperature": 0.3, "max_completion_tokens": 300,
+        "parallel_tool_calls": false,
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]
+    });
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "temperature");
+    let sent = &bodies(&ant).await[0];
+    assert_eq!(sent["system"], "Be brief.\n\nAnswer in French.");
+    assert_eq!(
+        sent["messages"],
+        json!([{"role": "user", "content": [
+            {"type": "text", "text": "Weather?"}, {"type": "text", "text": "Paris."}
+        ]}])
+    );
+    assert_eq!(
+        sent["thinking"],
+        json!({"type": "enabled", "budget_tokens": 1024})
+    );
+    assert_eq!(sent["max_tokens"], 1024 + 300);
+    assert!(sent.get("temperature").is_none());
+    assert_eq!(
+        sent["tool_choice"],
+        json!({"type": "auto", "disable_parallel_tool_use": true})
+    );
+}
+
+/// Anthropic → OpenAI: each text block stays a text part, an image block becomes an
+/// `image_url` data URL, `thinking.budget_tokens` becomes `reasoning_effort`,
+/// `max_tokens` is `max_completion_tokens` on the `openai` dialect, and `top_k` (which
+/// OpenAI lacks) is dropped and named.
+#[tokio::test]
+async fn anthropic_to_openai_keeps_parts_images_and_reasoning() {
+    let oai = openai().await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            name: "oai",
+            wire: "openai",
+            server: &oai,
+            extra: "    dialect: openai\n",
+        }],
+        &["oai/gpt-x"],
+    )
+    .await;
+    let body = json!({
+        "model": "high", "max_tokens": 200, "top_k": 5,
+        "system": [{"type": "text", "text": "Be brief."}],
+        "thinking": {"type": "enabled", "budget_tokens": 1500},
+        "tool_choice": {"type": "auto", "disable_parallel_tool_use": true},
+        "tools": [{"name": "t", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "One."},
+            {"type": "text", "text": "Two."},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+        ]}]
+    });
+    let r = post(
+        &gw,
+        "/v1/messages",
+        &body,
+        &[("anthropic-version", "2023-06-01")],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "top_k");
+    let sent = &bodies(&oai).await[0];
+    assert_eq!(
+        sent["messages"],
+        json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [
+                {"type": "text", "text": "One."},
+                {"type": "text", "text": "Two."},
+                {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{PNG}")}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+            ]}
+        ])
+    );
+    assert_eq!(sent["reasoning_effort"], "medium");
+    assert_eq!(sent["max_completion_tokens"], 200);
+    assert!(sent.get("max_tokens").is_none());
+    assert_eq!(sent["parallel_tool_calls"], false);
+    assert!(sent.get("top_k").is_none());
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(answer["type"], "message");
+    assert_eq!(answer["content"][0]["text"], "Two answers.");
+}
+
+/// Gemini has no part for an image by URL: the route is skipped with the field; an
+/// inline image reaches it as `inline_data`.
+#[tokio::test]
+async fn gemini_takes_inline_images_and_is_skipped_for_an_image_by_url() {
+    let gem = upstream("/v1beta/models/gemini-x:generateContent", GEMINI_ANSWER).await;
+    let oai = openai().await;
+    let (_dir, gw) = serve(
+        &[
+            Provider {
+                name: "gem",
+                wire: "gemini",
+                server: &gem,
+                extra: "",
+            },
+            Provider {
+                name: "oai",
+                wire: "openai",
+                server: &oai,
+                extra: "",
+            },
+        ],
+        &["gem/gemini-x", "oai/gpt-x"],
+    )
+    .await;
+    let r = post(&gw, "/v1/chat/completions", &image_request(json!({})), &[]).await;
+    assert_eq!(header(&r, "x-poolctl-served-by"), "gem/gemini-x");
+    let sent = &bodies(&gem).await[0];
+    assert_eq!(
+        sent["contents"],
+        json!([{"role": "user", "parts": [
+            {"text": "What is in"}, {"text": "this image?"},
+            {"inline_data": {"mime_type": "image/png", "data": PNG}}
+        ]}])
+    );
+    let by_url = json!({"model": "high", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    ]}]});
+    let r = post(&gw, "/v1/chat/completions", &by_url, &[]).await;
+    assert_eq!(header(&r, "x-poolctl-served-by"), "oai/gpt-x");
+    assert_eq!(
+        bodies(&gem).await.len(),
+        1,
+        "Gemini is not called for a URL"
+    );
+}
+
+/// Groq answers 400 to `logit_bias` and a message's `name` (console.groq.com/docs/openai):
+/// on the same wire they are removed from the client's body and named; `logprobs`,
+/// which changes the answer, skips the route.
+#[tokio::test]
+async fn groq_gets_the_client_body_without_the_fields_it_rejects() {
+    let groq = openai().await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            name: "groq",
+            wire: "openai",
+            server: &groq,
+            extra: "    dialect: groq\n",
+        }],
+        &["groq/llama-x"],
+    )
+    .await;
+    let body = json!({
+        "model": "high", "temperature": 0.2, "x_keep": true,
+        "messages": [{"role": "user", "name": "ada", "content": "hi"}],
+        "logit_bias": {"1": -100}
+    });
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let mut named: Vec<String> = header(&r, "x-poolctl-dropped-params")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    named.sort();
+    assert_eq!(named, ["logit_bias", "messages[].name"]);
+    let sent = &bodies(&groq).await[0];
+    assert_eq!(
+        sent,
+        &json!({"model": "llama-x", "temperature": 0.2, "x_keep": true,
+                "messages": [{"role": "user", "content": "hi"}]})
+    );
+    let r = post(
+        &gw,
+        "/v1/chat/completions",
+        &json!({"model": "high", "messages": [{"role": "user", "content": "hi"}], "logprobs": true}),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "unsupported_by_chain");
+    assert_eq!(bodies(&groq).await.len(), 1);
+}
