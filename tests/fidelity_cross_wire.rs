@@ -556,3 +556,206 @@ async fn groq_gets_the_client_body_without_the_fields_it_rejects() {
     assert_eq!(e["error"]["code"], "unsupported_by_chain");
     assert_eq!(bodies(&groq).await.len(), 1);
 }
+
+/// An upstream streaming `sse` (exact bytes) on `at`.
+async fn sse_upstream(at: &str, sse: &'static str) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(at))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream"))
+        .mount(&server)
+        .await;
+    server
+}
+
+/// The JSON of every `data:` line of an SSE body but `[DONE]`.
+fn data_lines(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).expect("each data line is JSON"))
+        .collect()
+}
+
+const ANTHROPIC_TOOL_STREAM: &str = "event: message_start\n\
+data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x-20250101\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":12,\"cache_read_input_tokens\":3,\"output_tokens\":1}}}\n\n\
+event: content_block_start\n\
+data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
+event: content_block_delta\n\
+data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Let me check.\"}}\n\n\
+event: content_block_stop\n\
+data: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+event: content_block_start\n\
+data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"get_weather\",\"input\":{}}}\n\n\
+event: content_block_delta\n\
+data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}\n\n\
+event: content_block_stop\n\
+data: {\"type\":\"content_block_stop\",\"index\":1}\n\n\
+event: message_delta\n\
+data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":9}}\n\n\
+event: message_stop\n\
+data: {\"type\":\"message_stop\"}\n\n";
+
+/// Guards issue 20: streamed tool calls from an Anthropic route reached an OpenAI
+/// client with `index: 1` after a text block (the SDK's `chat.completions.stream`
+/// helper crashed with IndexError), chunks named the configured model, and the usage
+/// lost the cache. Calls count from 0; every chunk names the model that answered; the
+/// final usage is the whole prompt with its cached part.
+#[tokio::test]
+async fn an_anthropic_stream_reaches_an_openai_client_with_calls_from_0_and_the_answering_model() {
+    let ant = sse_upstream("/v1/messages", ANTHROPIC_TOOL_STREAM).await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            name: "ant",
+            wire: "anthropic",
+            server: &ant,
+            extra: "",
+        }],
+        &["ant/claude-x"],
+    )
+    .await;
+    let body = json!({"model": "high", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]});
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let chunks = data_lines(&r.text().await.unwrap());
+    assert!(!chunks.is_empty());
+    for c in &chunks {
+        assert_eq!(c["model"], "claude-x-20250101", "every chunk: {c}");
+    }
+    let calls: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+        .flatten()
+        .collect();
+    assert!(!calls.is_empty());
+    assert!(calls.iter().all(|c| c["index"] == 0), "{calls:?}");
+    assert_eq!(calls[0]["id"], "toolu_1");
+    let finish: Vec<&Value> = chunks
+        .iter()
+        .map(|c| &c["choices"][0]["finish_reason"])
+        .filter(|f| !f.is_null())
+        .collect();
+    assert_eq!(finish, [&json!("tool_calls")]);
+    let usage = &chunks.last().unwrap()["usage"];
+    assert_eq!(usage["prompt_tokens"], 15, "input + cache reads: {usage}");
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 3);
+    assert_eq!(usage["completion_tokens"], 9);
+}
+
+/// OpenAI → an Anthropic client: `input_tokens` is the prompt less the cached part,
+/// which is `cache_read_input_tokens`; `stop` is `end_turn`; the answering model.
+#[tokio::test]
+async fn an_openai_answer_reaches_an_anthropic_client_with_its_cache_and_reasoning_counts() {
+    const ANSWER: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-x-2025",
+      "choices":[{"index":0,"message":{"role":"assistant","content":"Hi.","reasoning_content":"thought"},"finish_reason":"stop"}],
+      "usage":{"prompt_tokens":20,"completion_tokens":10,"prompt_tokens_details":{"cached_tokens":8},"completion_tokens_details":{"reasoning_tokens":4}}}"#;
+    let oai = upstream("/v1/chat/completions", ANSWER).await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            name: "oai",
+            wire: "openai",
+            server: &oai,
+            extra: "",
+        }],
+        &["oai/gpt-x"],
+    )
+    .await;
+    let body =
+        json!({"model": "high", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&gw, "/v1/messages", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    // A DeepSeek-style reasoning text cannot become a signed thinking block.
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "reasoning_content");
+    let m: Value = r.json().await.unwrap();
+    assert_eq!(m["model"], "gpt-x-2025");
+    assert_eq!(m["stop_reason"], "end_turn");
+    assert_eq!(m["content"], json!([{"type": "text", "text": "Hi."}]));
+    assert_eq!(
+        m["usage"],
+        json!({"input_tokens": 12, "cache_read_input_tokens": 8, "output_tokens": 10})
+    );
+}
+
+/// Anthropic → an OpenAI client: `thinking` text is `message.reasoning_content`, and the
+/// prompt tokens are input + cache writes + cache reads (fidelity.md §2).
+#[tokio::test]
+async fn anthropic_thinking_reaches_an_openai_client_as_reasoning_content() {
+    const ANSWER: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x-20250101",
+      "content":[{"type":"thinking","thinking":"Paris is in France.","signature":"sig"},{"type":"text","text":"France."}],
+      "stop_reason":"stop_sequence","stop_sequence":"END",
+      "usage":{"input_tokens":5,"cache_creation_input_tokens":2,"cache_read_input_tokens":3,"output_tokens":7}}"#;
+    let ant = upstream("/v1/messages", ANSWER).await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            name: "ant",
+            wire: "anthropic",
+            server: &ant,
+            extra: "",
+        }],
+        &["ant/claude-x"],
+    )
+    .await;
+    let body =
+        json!({"model": "high", "messages": [{"role": "user", "content": "Where is Paris?"}]});
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let c: Value = r.json().await.unwrap();
+    let message = &c["choices"][0]["message"];
+    assert_eq!(message["content"], "France.");
+    assert_eq!(message["reasoning_content"], "Paris is in France.");
+    assert_eq!(c["choices"][0]["finish_reason"], "stop");
+    assert_eq!(c["model"], "claude-x-20250101");
+    assert_eq!(c["usage"]["prompt_tokens"], 10);
+    assert_eq!(c["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+    assert_eq!(c["usage"]["completion_tokens"], 7);
+}
+
+const OPENAI_STREAM: &str = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x-2025\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hel\"},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x-2025\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\n\n\
+data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x-2025\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\n\
+data: [DONE]\n\n";
+
+/// Guards issue 20: an Anthropic stream served from an OpenAI-wire route reported
+/// `input_tokens: 0`. The last `message_delta` carries the whole usage, and
+/// `message_start` names the model that answered.
+#[tokio::test]
+async fn an_openai_stream_reaches_an_anthropic_client_with_the_whole_usage_at_the_end() {
+    let oai = sse_upstream("/v1/chat/completions", OPENAI_STREAM).await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            name: "oai",
+            wire: "openai",
+            server: &oai,
+            extra: "",
+        }],
+        &["oai/gpt-x"],
+    )
+    .await;
+    let body = json!({"model": "high", "max_tokens": 50, "stream": true,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&gw, "/v1/messages", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let events = data_lines(&r.text().await.unwrap());
+    let start = events
+        .iter()
+        .find(|e| e["type"] == "message_start")
+        .unwrap();
+    assert_eq!(start["message"]["model"], "gpt-x-2025");
+    let delta = events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "message_delta")
+        .unwrap();
+    assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+    assert_eq!(
+        delta["usage"],
+        json!({"input_tokens": 12, "cache_read_input_tokens": 8, "output_tokens": 2})
+    );
+    let text: String = events
+        .iter()
+        .filter_map(|e| e["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "Hello");
+}

@@ -334,10 +334,10 @@ async fn anthropic_stream_assembles_tool_use_blocks() {
     assert_eq!(answer.finish_reason, Some(FinishReason::ToolCalls));
     assert_eq!(answer.model.as_deref(), Some("claude-x-1"));
     let usage = answer.usage.unwrap();
-    // Input from message_start, output from message_delta.
+    // Input from message_start (11 uncached + 5 cache reads), output from message_delta.
     assert_eq!(
         (usage.input_tokens, usage.output_tokens, usage.cached_tokens),
-        (11, 7, Some(5))
+        (16, 7, Some(5))
     );
 }
 

@@ -56,6 +56,8 @@ pub struct Answer {
     /// The answer is the model's refusal (class `refusal`, fidelity.md §4): the
     /// refusal's own text where the wire has a field for it, else empty.
     pub refusal: Option<String>,
+    /// The model's reasoning text, where the wire shows it.
+    pub reasoning: Option<String>,
 }
 
 /// An answer's body as the upstream sent it, and the wire it came on.
@@ -80,6 +82,8 @@ pub enum StreamEvent<'a> {
     Text(&'a str),
     /// Refusal text (OpenAI `delta.refusal`): visible, delivered as the model sent it.
     Refusal(&'a str),
+    /// Reasoning text (Anthropic thinking): visible (fidelity.md §5).
+    Reasoning(&'a str),
     /// A piece of tool call `index`: its id and name when first seen, then argument text
     /// (JSON, possibly partial) to append.
     ToolCall {
@@ -91,6 +95,9 @@ pub enum StreamEvent<'a> {
     Finish(&'a FinishReason),
     /// The final usage, once the stream completed.
     Usage(&'a Usage),
+    /// The model the upstream says is answering, as soon as it says so: not visible,
+    /// but every chunk the client sees names it (fidelity.md §2).
+    Model(&'a str),
     /// One event of a same-wire stream, framed as the upstream sent its data, for a
     /// caller that forwards the stream as it came (spec/fidelity.md §1). It follows the
     /// parsed events of the same upstream event; `visible` says whether that event held

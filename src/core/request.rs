@@ -326,7 +326,10 @@ impl Request {
     }
 }
 
-/// Token counts of one call, as the provider reported them.
+/// Token counts of one call, as the provider reported them, in one meaning for every
+/// wire: `input_tokens` is the whole prompt (OpenAI's `prompt_tokens`; Anthropic's
+/// input, cache writes and cache reads together; Gemini's `promptTokenCount`), and
+/// `output_tokens` the whole output, reasoning included.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
@@ -334,6 +337,22 @@ pub struct Usage {
     /// Prompt tokens served from the provider's cache, where the wire reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<u64>,
+    /// Prompt tokens written to the cache (Anthropic), where the wire reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation_tokens: Option<u64>,
+    /// Output tokens spent reasoning, where the wire reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// Anthropic's `input_tokens`: the prompt less what was read from or written to
+    /// the cache.
+    pub fn uncached_input(&self) -> u64 {
+        self.input_tokens
+            .saturating_sub(self.cached_tokens.unwrap_or(0))
+            .saturating_sub(self.cache_creation_tokens.unwrap_or(0))
+    }
 }
 
 /// A rough token estimate for text: about four characters a token.

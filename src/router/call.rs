@@ -234,6 +234,7 @@ impl Router {
                         headers: Default::default(),
                         raw: None,
                         refusal: None,
+                        reasoning: None,
                     })),
                     Some(Err(f)) => Err(f),
                 };

@@ -316,6 +316,7 @@ impl Router {
                     usage,
                     raw: ok.raw.map(|bytes| Box::new(RawAnswer { wire, bytes })),
                     refusal: ok.refusal,
+                    reasoning: ok.reasoning,
                     ..Answer::default()
                 }
             }

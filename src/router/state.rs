@@ -187,6 +187,8 @@ pub(super) enum Held {
     },
     Finish(FinishReason),
     Usage(Usage),
+    Model(String),
+    Reasoning(String),
     Raw(Vec<u8>, bool),
 }
 
@@ -208,6 +210,8 @@ impl Held {
             },
             StreamEvent::Finish(f) => Held::Finish(f.clone()),
             StreamEvent::Usage(u) => Held::Usage(*u),
+            StreamEvent::Model(m) => Held::Model(m.to_string()),
+            StreamEvent::Reasoning(t) => Held::Reasoning(t.to_string()),
             StreamEvent::Raw { frame, visible } => Held::Raw(frame.to_vec(), visible),
         }
     }
@@ -229,6 +233,8 @@ impl Held {
             },
             Held::Finish(f) => StreamEvent::Finish(f),
             Held::Usage(u) => StreamEvent::Usage(u),
+            Held::Model(m) => StreamEvent::Model(m),
+            Held::Reasoning(t) => StreamEvent::Reasoning(t),
             Held::Raw(frame, visible) => StreamEvent::Raw {
                 frame,
                 visible: *visible,

@@ -53,6 +53,8 @@ pub struct Reply {
     /// The answer is a refusal (fidelity.md §4): the refusal's own text, or empty when
     /// a finish reason said so.
     pub refusal: Option<String>,
+    /// The model's reasoning text, where its wire showed it.
+    pub reasoning: Option<String>,
 }
 
 /// One piece of a streamed answer, as it arrives.
@@ -69,6 +71,10 @@ pub enum Event {
     },
     Finish(Finish),
     Usage(Usage),
+    /// The model the upstream says is answering (see `StreamEvent::Model`).
+    Model(String),
+    /// Reasoning text (see `StreamEvent::Reasoning`).
+    Reasoning(String),
     /// A same-wire stream's event as the upstream sent it (see `StreamEvent::Raw`).
     Raw {
         frame: bytes::Bytes,
@@ -146,6 +152,8 @@ fn event_of(e: StreamEvent<'_>) -> Event {
         },
         StreamEvent::Finish(f) => Event::Finish(finish_of(f)),
         StreamEvent::Usage(u) => Event::Usage(*u),
+        StreamEvent::Model(m) => Event::Model(m.to_string()),
+        StreamEvent::Reasoning(t) => Event::Reasoning(t.to_string()),
         StreamEvent::Raw { frame, visible } => Event::Raw {
             frame: bytes::Bytes::copy_from_slice(frame),
             visible,
@@ -172,6 +180,7 @@ fn reply_of(a: Answer, report: &Report) -> Reply {
         usage: a.usage,
         raw: a.raw,
         refusal: a.refusal,
+        reasoning: a.reasoning,
     }
 }
 

@@ -28,11 +28,20 @@ pub(super) fn anthropic_stop(f: &Finish) -> &str {
 }
 
 pub(super) fn openai_usage(u: &Usage) -> Value {
-    json!({
-        "prompt_tokens": u.input_tokens,
-        "completion_tokens": u.output_tokens,
-        "total_tokens": u.input_tokens + u.output_tokens,
-    })
+    serde_json::to_value(WireUsage::of(u)).unwrap_or_default()
+}
+
+/// A `usage` object in Anthropic's terms: `input_tokens` without the cache's reads and
+/// writes, which have counts of their own (fidelity.md §2).
+pub(super) fn anthropic_usage(u: &Usage) -> Value {
+    let mut v = json!({"input_tokens": u.uncached_input(), "output_tokens": u.output_tokens});
+    if let Some(c) = u.cached_tokens {
+        v["cache_read_input_tokens"] = json!(c);
+    }
+    if let Some(c) = u.cache_creation_tokens {
+        v["cache_creation_input_tokens"] = json!(c);
+    }
+    v
 }
 
 pub(super) fn to_bytes(v: &Value) -> Vec<u8> {
@@ -71,6 +80,7 @@ pub fn openai_completion(id: &str, created: i64, r: &Reply) -> Vec<u8> {
             logprobs: (),
             message: Message {
                 content,
+                reasoning_content: r.reasoning.as_deref(),
                 refusal,
                 role: "assistant",
                 tool_calls,
@@ -108,6 +118,9 @@ struct CompletionChoice<'a> {
 #[derive(serde::Serialize)]
 struct Message<'a> {
     content: Option<&'a str>,
+    /// The reasoning, where the other wire showed it (Anthropic `thinking` text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     refusal: Option<&'a str>,
     role: &'static str,
@@ -132,15 +145,33 @@ struct WireFunction<'a> {
 #[derive(serde::Serialize)]
 struct WireUsage {
     completion_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completion_tokens_details: Option<Reasoning>,
     prompt_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_tokens_details: Option<Cached>,
     total_tokens: u64,
+}
+
+#[derive(serde::Serialize)]
+struct Cached {
+    cached_tokens: u64,
+}
+
+#[derive(serde::Serialize)]
+struct Reasoning {
+    reasoning_tokens: u64,
 }
 
 impl WireUsage {
     fn of(u: &Usage) -> WireUsage {
         WireUsage {
             completion_tokens: u.output_tokens,
+            completion_tokens_details: u.reasoning_tokens.map(|r| Reasoning {
+                reasoning_tokens: r,
+            }),
             prompt_tokens: u.input_tokens,
+            prompt_tokens_details: u.cached_tokens.map(|c| Cached { cached_tokens: c }),
             total_tokens: u.input_tokens + u.output_tokens,
         }
     }
@@ -162,7 +193,7 @@ pub fn anthropic_message(id: &str, r: &Reply) -> Vec<u8> {
     to_bytes(&json!({
         "id": id, "type": "message", "role": "assistant", "model": r.model,
         "content": content, "stop_reason": anthropic_stop(&r.finish), "stop_sequence": null,
-        "usage": {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens},
+        "usage": anthropic_usage(&u),
     }))
 }
 
@@ -254,8 +285,10 @@ mod tests {
                 input_tokens: 5,
                 output_tokens: 2,
                 cached_tokens: None,
+                ..Default::default()
             }),
             refusal: None,
+            reasoning: None,
         }
     }
 
@@ -379,6 +412,7 @@ mod tests {
             input_tokens: 3,
             output_tokens: 4,
             cached_tokens: None,
+            ..Default::default()
         })))
         .unwrap();
         let u: Value = serde_json::from_str(usage.trim_start_matches("data: ").trim()).unwrap();
@@ -414,6 +448,7 @@ mod tests {
                 input_tokens: 1,
                 output_tokens: 9,
                 cached_tokens: None,
+                ..Default::default()
             }),
         ));
         let text = String::from_utf8(all).unwrap();

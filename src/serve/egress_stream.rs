@@ -3,7 +3,7 @@
 //! `: poolctl outcome=` comment.
 
 use super::adapter::{Event, Finish};
-use super::egress::{anthropic_stop, openai_finish, openai_usage, to_bytes};
+use super::egress::{anthropic_stop, anthropic_usage, openai_finish, openai_usage, to_bytes};
 use super::errors::ApiError;
 use crate::core::request::Usage;
 use serde_json::{json, Value};
@@ -64,6 +64,11 @@ pub struct OpenAiStream {
     pub model: String,
     pub include_usage: bool,
     role_sent: bool,
+    /// The upstream index of each tool call, in the order they started: the position
+    /// is the index the client sees. OpenAI clients count calls from 0 whatever blocks
+    /// came before (an Anthropic text block is index 0 upstream, its first tool_use 1;
+    /// the SDK's `chat.completions.stream` helper indexes a list with it).
+    calls: Vec<u32>,
 }
 
 impl OpenAiStream {
@@ -74,6 +79,7 @@ impl OpenAiStream {
             model,
             include_usage,
             role_sent: false,
+            calls: Vec::new(),
         }
     }
 
@@ -126,12 +132,21 @@ impl OpenAiStream {
             Event::Text(t) => self.text_chunk(t),
             // The refusal as OpenAI streams it: `delta.refusal`, the role on the first.
             Event::Refusal(t) => self.chunk(json!({"refusal": t}), None),
+            // Another wire's reasoning as OpenAI-compatible APIs stream it.
+            Event::Reasoning(t) => self.chunk(json!({"reasoning_content": t}), None),
             Event::ToolCall {
                 index,
                 id,
                 name,
                 arguments,
             } => {
+                let index = match self.calls.iter().position(|c| c == index) {
+                    Some(i) => i,
+                    None => {
+                        self.calls.push(*index);
+                        self.calls.len() - 1
+                    }
+                };
                 let mut call = json!({"index": index, "function": {"arguments": arguments}});
                 if let Some(id) = id {
                     call["id"] = json!(id);
@@ -151,8 +166,9 @@ impl OpenAiStream {
                 data_line(&v)
             }
             Event::Usage(_) => Vec::new(),
-            // A same-wire frame is forwarded as it is, never encoded.
-            Event::Raw { .. } => Vec::new(),
+            // Named in every chunk (`model`) from the start; a same-wire frame is
+            // forwarded as it is, never encoded.
+            Event::Model(_) | Event::Raw { .. } => Vec::new(),
         }
     }
 
@@ -178,7 +194,8 @@ pub struct AnthropicStream {
     blocks: usize,
     /// Upstream tool-call index of the open tool_use block.
     tool_index: Option<u32>,
-    output_tokens: u64,
+    /// The usage reported so far: `message_start` carries its input when known.
+    usage: Option<Usage>,
 }
 
 impl AnthropicStream {
@@ -190,7 +207,7 @@ impl AnthropicStream {
             open: None,
             blocks: 0,
             tool_index: None,
-            output_tokens: 0,
+            usage: None,
         }
     }
 
@@ -204,7 +221,7 @@ impl AnthropicStream {
             &json!({"type": "message_start", "message": {
             "id": self.id, "type": "message", "role": "assistant", "model": self.model,
             "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+            "usage": {"input_tokens": self.usage.map_or(0, |u| u.uncached_input()), "output_tokens": 0}}}),
         ));
     }
 
@@ -269,8 +286,9 @@ impl AnthropicStream {
                     ));
                 }
             }
-            Event::Usage(u) => self.output_tokens = u.output_tokens,
-            Event::Finish(_) | Event::Raw { .. } => {}
+            Event::Usage(u) => self.usage = Some(*u),
+            // Reasoning from another wire cannot become a signed `thinking` block.
+            Event::Finish(_) | Event::Model(_) | Event::Reasoning(_) | Event::Raw { .. } => {}
         }
         out
     }
@@ -283,12 +301,14 @@ impl AnthropicStream {
             self.open_block(&mut out, json!({"type": "text", "text": ""}), true);
         }
         self.close(&mut out);
-        let output = usage.map(|u| u.output_tokens).unwrap_or(self.output_tokens);
+        // The whole usage, input and cache counts included, as Anthropic's own last
+        // `message_delta` may carry it: a client's final message is then right.
+        let usage = usage.copied().or(self.usage).unwrap_or_default();
         out.extend(event_line(
             "message_delta",
             &json!({"type": "message_delta",
             "delta": {"stop_reason": anthropic_stop(finish), "stop_sequence": null},
-            "usage": {"output_tokens": output}}),
+            "usage": anthropic_usage(&usage)}),
         ));
         out.extend(event_line("message_stop", &json!({"type": "message_stop"})));
         out

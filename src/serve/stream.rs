@@ -91,6 +91,9 @@ struct LiveState {
     held_raw: Vec<(usize, Bytes)>,
     /// The upstream's `message_stop` was forwarded (Anthropic).
     stop_sent: bool,
+    /// The model an attempt's upstream said is answering, with that attempt: the
+    /// model every chunk names, where the route's configured name is only a guess.
+    answering: Option<(usize, String)>,
 }
 
 impl Live {
@@ -129,10 +132,17 @@ impl Live {
             // The upstream's own frames carry it.
             return;
         }
+        if let Event::Model(m) = &ev {
+            if s.encoder.is_none() {
+                let (_, attempt) = self.progress.current(&self.order);
+                s.answering = Some((attempt, m.clone()));
+            }
+            return;
+        }
         let visible = match &ev {
-            Event::Text(t) | Event::Refusal(t) => !t.is_empty(),
+            Event::Text(t) | Event::Refusal(t) | Event::Reasoning(t) => !t.is_empty(),
             Event::ToolCall { .. } => true,
-            Event::Finish(_) | Event::Usage(_) | Event::Raw { .. } => false,
+            Event::Finish(_) | Event::Usage(_) | Event::Model(_) | Event::Raw { .. } => false,
         };
         if s.encoder.is_none() {
             if !visible {
@@ -153,10 +163,13 @@ impl Live {
                 });
                 return;
             }
-            let model = route
-                .as_ref()
-                .map(|r| r.model().to_string())
-                .unwrap_or_default();
+            let model = match s.answering.take() {
+                Some((a, m)) if a == attempts => m,
+                _ => route
+                    .as_ref()
+                    .map(|r| r.model().to_string())
+                    .unwrap_or_default(),
+            };
             s.encoder = Some(match self.flavor {
                 Flavor::OpenAi => Encoder::OpenAi(OpenAiStream::new(
                     self.id.clone(),

@@ -115,14 +115,20 @@ pub fn finish_reason(s: &str) -> FinishReason {
     }
 }
 
-/// A `usage` object; cache reads are the cached prompt tokens.
+/// A `usage` object. Anthropic counts cache reads and writes apart from
+/// `input_tokens`; the whole prompt is their sum.
 pub fn usage(u: Option<&Value>) -> Usage {
+    let count = |k: &str| u.and_then(|u| u.get(k)).and_then(Value::as_u64);
+    let cached = count("cache_read_input_tokens");
+    let created = count("cache_creation_input_tokens");
     Usage {
-        input_tokens: tokens(u.and_then(|u| u.get("input_tokens"))),
+        input_tokens: tokens(u.and_then(|u| u.get("input_tokens")))
+            + cached.unwrap_or(0)
+            + created.unwrap_or(0),
         output_tokens: tokens(u.and_then(|u| u.get("output_tokens"))),
-        cached_tokens: u
-            .and_then(|u| u.get("cache_read_input_tokens"))
-            .and_then(Value::as_u64),
+        cached_tokens: cached,
+        cache_creation_tokens: created,
+        reasoning_tokens: None,
     }
 }
 
@@ -157,7 +163,19 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         usage: usage(v.get("usage")),
         id: v.get("id").and_then(Value::as_str).map(str::to_string),
         refusal,
+        reasoning: joined(
+            blocks
+                .iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) == Some("thinking"))
+                .filter_map(|b| b.get("thinking").and_then(Value::as_str)),
+        ),
     })
+}
+
+/// The texts joined, or `None` when there is none.
+pub(super) fn joined<'a>(texts: impl Iterator<Item = &'a str>) -> Option<String> {
+    let all: String = texts.collect();
+    (!all.is_empty()).then_some(all)
 }
 
 #[cfg(test)]
@@ -170,7 +188,8 @@ mod tests {
         let p = parse_chat(&v).ok().unwrap();
         assert_eq!(
             (p.text.as_str(), p.usage.input_tokens, p.id.as_deref()),
-            ("OK", 9, Some("msg_1"))
+            // The whole prompt: 9 uncached + 7 read from the cache.
+            ("OK", 16, Some("msg_1"))
         );
         assert_eq!(p.usage.cached_tokens, Some(7));
         assert_eq!(p.model.as_deref(), Some("claude-x-1"));

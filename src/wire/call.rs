@@ -28,6 +28,8 @@ pub struct ChatSuccess {
     pub raw: Option<bytes::Bytes>,
     /// A refusal (class `refusal`): see `ChatParsed::refusal`.
     pub refusal: Option<String>,
+    /// See `ChatParsed::reasoning`.
+    pub reasoning: Option<String>,
 }
 
 /// Sends one non-streaming chat call through `endpoint`'s wire.
@@ -71,6 +73,7 @@ pub async fn chat(
             headers: reply.headers,
             raw: raw.then_some(reply.raw),
             refusal: p.refusal,
+            reasoning: p.reasoning,
         }),
         Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
     }

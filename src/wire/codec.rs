@@ -22,6 +22,9 @@ pub struct ChatParsed {
     /// has a field for it (OpenAI `message.refusal`), else empty (a finish reason said
     /// so; the text, if any, is in `text`).
     pub refusal: Option<String>,
+    /// The model's reasoning text, where the answer shows it (Anthropic `thinking`
+    /// blocks, Gemini thought parts, an OpenAI-compatible `reasoning_content`).
+    pub reasoning: Option<String>,
 }
 
 /// How a wire spells the sampling fields: `None` where it has no such field.

@@ -75,18 +75,26 @@ pub fn finish_reason(s: &str, has_calls: bool) -> FinishReason {
     }
 }
 
-/// A `usageMetadata` object; `cachedContentTokenCount` is the cached prompt.
+/// A `usageMetadata` object; `cachedContentTokenCount` is the cached prompt, and the
+/// output is the candidates' tokens and the thoughts' together (fidelity.md §2).
 pub fn usage(u: Option<&Value>) -> Usage {
+    let thoughts = u
+        .and_then(|u| u.get("thoughtsTokenCount"))
+        .and_then(Value::as_u64);
     Usage {
         input_tokens: tokens(u.and_then(|u| u.get("promptTokenCount"))),
-        output_tokens: tokens(u.and_then(|u| u.get("candidatesTokenCount"))),
+        output_tokens: tokens(u.and_then(|u| u.get("candidatesTokenCount")))
+            + thoughts.unwrap_or(0),
         cached_tokens: u
             .and_then(|u| u.get("cachedContentTokenCount"))
             .and_then(Value::as_u64),
+        cache_creation_tokens: None,
+        reasoning_tokens: thoughts,
     }
 }
 
-/// The text parts of a candidate, joined (function-call parts carry none).
+/// The text parts of a candidate, joined (function-call parts carry none). A thought
+/// part's text is the model's reasoning, never its answer.
 pub fn candidate_text(candidate: &Value) -> String {
     candidate
         .pointer("/content/parts")
@@ -94,6 +102,7 @@ pub fn candidate_text(candidate: &Value) -> String {
         .map(|parts| {
             parts
                 .iter()
+                .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
                 .filter_map(|p| p.get("text").and_then(Value::as_str))
                 .collect()
         })
@@ -179,6 +188,15 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
             .and_then(Value::as_str)
             .map(str::to_string),
         refusal,
+        reasoning: super::anthropic::joined(
+            candidate
+                .pointer("/content/parts")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|p| p.get("thought").and_then(Value::as_bool) == Some(true))
+                .filter_map(|p| p.get("text").and_then(Value::as_str)),
+        ),
     })
 }
 

@@ -103,6 +103,10 @@ pub fn usage(u: Option<&Value>) -> Usage {
         cached_tokens: u
             .and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens"))
             .and_then(Value::as_u64),
+        cache_creation_tokens: None,
+        reasoning_tokens: u
+            .and_then(|u| u.pointer("/completion_tokens_details/reasoning_tokens"))
+            .and_then(Value::as_u64),
     }
 }
 
@@ -182,6 +186,12 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
         usage: usage(v.get("usage")),
         id: v.get("id").and_then(Value::as_str).map(str::to_string),
         refusal,
+        // DeepSeek, Qwen, Kimi and others put the reasoning beside the content.
+        reasoning: message
+            .and_then(|m| m.get("reasoning_content"))
+            .and_then(Value::as_str)
+            .filter(|r| !r.is_empty())
+            .map(str::to_string),
     })
 }
 

@@ -148,6 +148,8 @@ fn merge_usage(old: Option<Usage>, new: Usage) -> Usage {
         input_tokens: pick(new.input_tokens, old.input_tokens),
         output_tokens: pick(new.output_tokens, old.output_tokens),
         cached_tokens: new.cached_tokens.or(old.cached_tokens),
+        cache_creation_tokens: new.cache_creation_tokens.or(old.cache_creation_tokens),
+        reasoning_tokens: new.reasoning_tokens.or(old.reasoning_tokens),
     }
 }
 
@@ -204,8 +206,8 @@ impl Forward {
             }
         }
         let visible = parsed.iter().any(|e| match e {
-            // A refusal delta is a visible token (fidelity.md §5).
-            WireEvent::Delta(t) | WireEvent::Refusal(t) => !t.is_empty(),
+            // A refusal or reasoning delta is a visible token (fidelity.md §5).
+            WireEvent::Delta(t) | WireEvent::Refusal(t) | WireEvent::Reasoning(t) => !t.is_empty(),
             WireEvent::ToolCall { .. } => true,
             _ => false,
         });
@@ -345,6 +347,15 @@ async fn drive(
                         on_event(StreamEvent::Text(&t));
                         seen.text.push_str(&t);
                     }
+                    // Reasoning is visible output too (fidelity.md §5): it commits the
+                    // stream and stops the first-token deadline.
+                    WireEvent::Reasoning(t) => {
+                        if let Err(why) = watch.deliver(t.len()) {
+                            return Err(ended(&watch, why, Some(status), &headers));
+                        }
+                        seen.visible = true;
+                        on_event(StreamEvent::Reasoning(&t));
+                    }
                     // A refusal is visible output like text (fidelity.md §5); an empty
                     // one only marks the finish that follows as a refusal.
                     WireEvent::Refusal(t) => {
@@ -399,7 +410,10 @@ async fn drive(
                         }
                     }
                     WireEvent::Usage(u) => usage = Some(merge_usage(usage, u)),
-                    WireEvent::Model(m) => answering = Some(m),
+                    WireEvent::Model(m) => {
+                        on_event(StreamEvent::Model(&m));
+                        answering = Some(m);
+                    }
                     WireEvent::Terminator => finished = true,
                     WireEvent::Error(fields) => {
                         return Err(UpstreamFailure {
@@ -562,6 +576,7 @@ mod tests {
             input_tokens: input,
             output_tokens: output,
             cached_tokens: None,
+            ..Default::default()
         }
     }
 
@@ -711,9 +726,11 @@ mod tests {
             vec![
                 WireEvent::Model("claude-x-1".into()),
                 WireEvent::Usage(Usage {
-                    input_tokens: 9,
+                    // The whole prompt: 9 uncached + 6 read from the cache.
+                    input_tokens: 15,
                     output_tokens: 1,
-                    cached_tokens: Some(6)
+                    cached_tokens: Some(6),
+                    ..Default::default()
                 })
             ]
         );

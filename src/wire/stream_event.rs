@@ -17,6 +17,9 @@ pub enum WireEvent {
     /// `delta.refusal`), or empty where a finish reason says so (`content_filter`,
     /// Anthropic `refusal`, Gemini `SAFETY`, ...), just before that finish.
     Refusal(String),
+    /// Reasoning text (Anthropic `thinking_delta`, an OpenAI-compatible
+    /// `delta.reasoning_content`, a Gemini thought part): visible (fidelity.md §5).
+    Reasoning(String),
     /// A piece of tool call `index`: id and name when it starts, argument text to append.
     ToolCall {
         index: u32,
@@ -85,6 +88,14 @@ fn openai_event(v: &Value) -> Vec<WireEvent> {
         if let Some(text) = choice.pointer("/delta/content").and_then(Value::as_str) {
             if !text.is_empty() {
                 out.push(WireEvent::Delta(text.to_string()));
+            }
+        }
+        if let Some(text) = choice
+            .pointer("/delta/reasoning_content")
+            .and_then(Value::as_str)
+        {
+            if !text.is_empty() {
+                out.push(WireEvent::Reasoning(text.to_string()));
             }
         }
         if let Some(text) = choice.pointer("/delta/refusal").and_then(Value::as_str) {
@@ -180,6 +191,12 @@ fn anthropic_event(event: &str, v: &Value) -> Vec<WireEvent> {
                     false => vec![WireEvent::Delta(t.to_string())],
                 };
             }
+            if let Some(t) = v.pointer("/delta/thinking").and_then(Value::as_str) {
+                return match t.is_empty() {
+                    true => Vec::new(),
+                    false => vec![WireEvent::Reasoning(t.to_string())],
+                };
+            }
             match v.pointer("/delta/partial_json").and_then(Value::as_str) {
                 Some(json) => vec![WireEvent::ToolCall {
                     index,
@@ -235,6 +252,17 @@ fn gemini_event(v: &Value, calls_so_far: u32) -> Vec<WireEvent> {
         .and_then(|c| c.first());
     let mut calls = 0u32;
     if let Some(c) = candidate {
+        let thought: String = c
+            .pointer("/content/parts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|p| p.get("thought").and_then(Value::as_bool) == Some(true))
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect();
+        if !thought.is_empty() {
+            out.push(WireEvent::Reasoning(thought));
+        }
         let text = super::gemini::candidate_text(c);
         if !text.is_empty() {
             out.push(WireEvent::Delta(text));
