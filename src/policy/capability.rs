@@ -16,6 +16,10 @@ pub struct ModelFacts {
     pub tools: Option<bool>,
     pub json_schema: Option<bool>,
     pub images: Option<bool>,
+    /// PDF (document) input.
+    pub documents: Option<bool>,
+    /// More than one answer a request (`n > 1`).
+    pub n: Option<bool>,
     pub streaming: Option<bool>,
     /// Prices in US dollars per million tokens.
     pub input_usd_per_mtok: Option<f64>,
@@ -50,6 +54,8 @@ pub fn cannot_serve(facts: &ModelFacts, needs: &Needs) -> Option<String> {
     lacks(facts.tools, needs.tools, "tools")
         .or_else(|| lacks(facts.json_schema, needs.json_schema, "JSON-schema output"))
         .or_else(|| lacks(facts.images, needs.images, "image input"))
+        .or_else(|| lacks(facts.documents, needs.documents, "document input"))
+        .or_else(|| lacks(facts.n, needs.choices, "n > 1"))
         .or_else(|| lacks(facts.streaming, needs.streaming, "streaming"))
 }
 
@@ -77,6 +83,13 @@ pub fn backup_gaps(primary: &ModelFacts, backup: &ModelFacts) -> Vec<String> {
         &mut gaps,
     );
     flag(primary.images, backup.images, "image input", &mut gaps);
+    flag(
+        primary.documents,
+        backup.documents,
+        "document input",
+        &mut gaps,
+    );
+    flag(primary.n, backup.n, "n > 1", &mut gaps);
     flag(primary.streaming, backup.streaming, "streaming", &mut gaps);
     if let (Some(p), Some(b)) = (primary.context_window, backup.context_window) {
         if b < p {
@@ -125,6 +138,38 @@ mod tests {
             ..Default::default()
         };
         assert!(cannot_serve(&small, &after).is_some());
+    }
+
+    #[test]
+    fn images_documents_and_n_are_facts_an_absent_one_never_blocks() {
+        let none = ModelFacts {
+            images: Some(false),
+            documents: Some(false),
+            n: Some(false),
+            ..Default::default()
+        };
+        let need = |images, documents, choices| Needs {
+            images,
+            documents,
+            choices,
+            ..Default::default()
+        };
+        assert_eq!(
+            cannot_serve(&none, &need(true, false, false)).as_deref(),
+            Some("no image input")
+        );
+        assert_eq!(
+            cannot_serve(&none, &need(false, true, false)).as_deref(),
+            Some("no document input")
+        );
+        assert_eq!(
+            cannot_serve(&none, &need(false, false, true)).as_deref(),
+            Some("no n > 1")
+        );
+        assert_eq!(
+            cannot_serve(&ModelFacts::default(), &need(true, true, true)),
+            None
+        );
     }
 
     #[test]
