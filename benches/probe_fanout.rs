@@ -35,7 +35,7 @@ fn main() {
             ([127, 0, 0, 1], 0).into(),
             routes
                 .iter()
-                .map(|r| MockRoute { route: r.clone(), wire: Wire::OpenAi, path: CallPath::Chat, replies: vec![slow_ok.clone()], outage: None })
+                .map(|r| MockRoute { route: r.clone(), wire: Wire::OpenAi, path: CallPath::Chat, replies: vec![slow_ok.clone()], outage: None, record: false })
                 .collect(),
         )
         .await

@@ -46,6 +46,7 @@ async fn serve(route: &str, reply: Reply) -> (MockServer, Tier) {
             path: CallPath::Stream,
             replies: vec![reply],
             outage: None,
+            record: false,
         }],
     )
     .await

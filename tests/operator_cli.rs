@@ -82,6 +82,7 @@ async fn setup(
                 path: CallPath::Chat,
                 replies: vec![reply.clone()],
                 outage: None,
+                record: false,
             })
             .collect(),
     )
@@ -656,4 +657,65 @@ async fn walk_goes_through_admission_and_status_shows_the_buckets() {
     assert_eq!(v["routes"][0]["buckets"], json!(["p/big"]));
     let o = poolctl(&config, &["status"]).await;
     assert!(out(&o).contains("tpm 10/10"), "{}", out(&o));
+}
+
+/// `walk --image FILE` sends the prompt and the file inline as one user message of two
+/// parts; a route whose facts say `images: false` is skipped, never called.
+#[tokio::test(flavor = "multi_thread")]
+async fn walk_with_an_image_skips_a_route_without_image_input_and_sends_it_inline() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockServer::start(
+        ([127, 0, 0, 1], 0).into(),
+        ["a/text-only", "b/vision"]
+            .iter()
+            .map(|r| MockRoute {
+                route: route(r),
+                wire: Wire::OpenAi,
+                path: CallPath::Chat,
+                replies: vec![ok("a red pixel")],
+                outage: None,
+                record: true,
+            })
+            .collect(),
+    )
+    .await
+    .unwrap();
+    let yaml = format!(
+        "providers:\n  a:\n    wire: openai\n    base_url: {}\n    api_key_env: {KEY_VAR}\n  b:\n    wire: openai\n    base_url: {}\n    api_key_env: {KEY_VAR}\nmodels:\n  a/text-only: {{ images: false }}\ntiers:\n  t: [a/text-only, b/vision]\n",
+        mock.base_url("a", Wire::OpenAi),
+        mock.base_url("b", Wire::OpenAi)
+    );
+    let config = dir.path().join("pool.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let png = dir.path().join("pixel.png");
+    std::fs::write(&png, b"\x89PNG\r\n\x1a\n").unwrap();
+    let o = poolctl(
+        &config,
+        &[
+            "walk",
+            "t",
+            "--json",
+            "--prompt",
+            "What is it?",
+            "--image",
+            png.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["served_by"], "b/vision");
+    assert_eq!(v["skipped"][0]["route"], "a/text-only");
+    assert_eq!(mock.calls(&route("a/text-only")), 0);
+    let got = mock.received(&route("b/vision"));
+    assert_eq!(
+        got[0]["messages"][0]["content"],
+        json!([
+            {"type": "text", "text": "What is it?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+        ])
+    );
+    let o = poolctl(&config, &["walk", "t", "--image", "notes.txt"]).await;
+    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
+    assert!(out(&o).contains("--image notes.txt"), "{}", out(&o));
 }

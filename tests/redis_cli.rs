@@ -49,6 +49,7 @@ async fn setup(dir: &Path, routes: Vec<(&str, Reply)>, state: &str) -> (MockServ
                 path: CallPath::Chat,
                 replies: vec![reply.clone()],
                 outage: None,
+                record: false,
             })
             .collect(),
     )

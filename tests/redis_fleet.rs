@@ -188,6 +188,7 @@ async fn upstream() -> MockServer {
                 usage: None,
             }],
             outage: None,
+            record: false,
         }],
     )
     .await

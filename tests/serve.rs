@@ -30,6 +30,7 @@ fn mock_route(r: &str, wire: Wire, replies: Vec<Reply>) -> MockRoute {
         path: CallPath::Chat,
         replies,
         outage: None,
+        record: false,
     }
 }
 

@@ -26,6 +26,7 @@ fn mock_route(r: &str, wire: Wire, path: CallPath, replies: Vec<Reply>) -> MockR
         path,
         replies,
         outage: None,
+        record: false,
     }
 }
 

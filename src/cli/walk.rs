@@ -8,6 +8,7 @@ use super::exit::Exit;
 use super::look::Look;
 use super::{out, render};
 use crate::core::clock::SystemClock;
+use crate::core::conversation::{Part, Source, Turn};
 use crate::core::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
 use crate::core::trace::{Report, Step};
 use crate::core::vocab::{CallPath, Outcome, Route};
@@ -40,14 +41,77 @@ pub struct WalkArgs {
         default_value = "Reply with the single word OK."
     )]
     pub prompt: String,
+    /// Attach an image or a PDF to the prompt (repeatable): an https URL the provider
+    /// fetches, or a file (PNG, JPEG, GIF, WebP, PDF; at most 20 MB) sent inline. A
+    /// route that cannot carry it is skipped, as `cannot_carry`.
+    #[arg(long = "image", value_name = "URL|FILE")]
+    pub images: Vec<String>,
     /// Print JSON (spec/cli.md) instead of steps.
     #[arg(long)]
     pub json: bool,
 }
 
+/// The most bytes `--image` reads from a file: what providers take inline.
+const MAX_ATTACHMENT_BYTES: u64 = 20 * 1024 * 1024;
+
+/// `--image`: a URL as it is, or a file's bytes inline, its type from its extension.
+fn attachment(arg: &str) -> anyhow::Result<Part> {
+    if arg.starts_with("https://") || arg.starts_with("http://") {
+        return Ok(Part::Image {
+            source: Source::Url { url: arg.into() },
+            detail: None,
+        });
+    }
+    let ext = std::path::Path::new(arg)
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let media_type = match ext.as_deref() {
+        Some("png") => "image/png",
+        Some("jpg" | "jpeg") => "image/jpeg",
+        Some("gif") => "image/gif",
+        Some("webp") => "image/webp",
+        Some("pdf") => "application/pdf",
+        _ => anyhow::bail!(
+            "--image {arg}: not an https URL, nor a .png, .jpg, .gif, .webp or .pdf file"
+        ),
+    };
+    let size = std::fs::metadata(arg)
+        .map_err(|e| anyhow::anyhow!("--image {arg}: {e}"))?
+        .len();
+    if size > MAX_ATTACHMENT_BYTES {
+        anyhow::bail!("--image {arg}: {size} bytes, over the 20 MB providers take inline");
+    }
+    let bytes = std::fs::read(arg).map_err(|e| anyhow::anyhow!("--image {arg}: {e}"))?;
+    let source = Source::Base64 {
+        media_type: media_type.into(),
+        data: crate::serve::egress::base64_encode(&bytes),
+    };
+    Ok(if media_type == "application/pdf" {
+        Part::Document {
+            source,
+            filename: std::path::Path::new(arg)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .map(str::to_string),
+        }
+    } else {
+        Part::Image {
+            source,
+            detail: None,
+        }
+    })
+}
+
 pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
     let config = load_config(&args.config)?;
     let tier = config.tier(&args.tier, &env_key)?;
+    // Read before anything is printed: a bad `--image` is a usage error, not a step.
+    let attachments = args
+        .images
+        .iter()
+        .map(|a| attachment(a))
+        .collect::<anyhow::Result<Vec<Part>>>()?;
     let path = tier.path;
     let policy = match &args.workflow {
         Some(name) => config.policies.get(name).cloned().ok_or_else(|| {
@@ -116,9 +180,16 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
     if !args.json {
         opts.observer = Some(&print_step);
     }
+    let chat = || {
+        let mut req = ChatRequest::user(args.prompt.clone(), 64);
+        if let Some(Turn::User { parts }) = req.conversation.turns.first_mut() {
+            parts.extend(attachments.iter().cloned());
+        }
+        req
+    };
     let req = match path {
-        CallPath::Chat => Request::Chat(ChatRequest::user(args.prompt.clone(), 64)),
-        CallPath::Stream => Request::Stream(ChatRequest::user(args.prompt.clone(), 64)),
+        CallPath::Chat => Request::Chat(chat()),
+        CallPath::Stream => Request::Stream(chat()),
         CallPath::Embed => Request::Embed(EmbedRequest {
             inputs: vec![args.prompt.clone()],
             original: None,

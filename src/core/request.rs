@@ -89,6 +89,26 @@ impl Reasoning {
     }
 }
 
+impl Unmapped {
+    /// A top-level field of an OpenAI chat body, with its value: semantic for
+    /// `logprobs: true`, `top_logprobs`, `audio` and `modalities` other than text
+    /// (spec/fidelity.md §3), advisory otherwise.
+    pub fn openai(name: &str, value: &serde_json::Value) -> Unmapped {
+        let semantic = match name {
+            "logprobs" => value.as_bool() == Some(true),
+            "top_logprobs" | "audio" => true,
+            "modalities" => value
+                .as_array()
+                .is_some_and(|m| m.iter().any(|x| x.as_str() != Some("text"))),
+            _ => false,
+        };
+        Unmapped {
+            name: name.to_string(),
+            semantic,
+        }
+    }
+}
+
 /// A field of the client's request that the canonical form does not hold, by its
 /// client-facing name (`logprobs`, `presence_penalty`, `messages[].name`, an unknown
 /// field ...). A route of the client's own wire receives it in the body as it is; any

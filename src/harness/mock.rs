@@ -43,6 +43,8 @@ pub struct MockRoute {
     pub path: CallPath,
     pub replies: Vec<Reply>,
     pub outage: Option<Outage>,
+    /// Keep each request body (a scenario's `received:` reads them).
+    pub record: bool,
 }
 
 /// Until `until` on `clock` (the scenario's virtual clock), every call gets `reply`.
@@ -57,7 +59,13 @@ struct RouteState {
     spec: MockRoute,
     next: AtomicUsize,
     calls: AtomicU64,
+    /// The request bodies, when the route records them: at most `MAX_RECORDED`.
+    bodies: std::sync::Mutex<Vec<Value>>,
 }
+
+/// Bodies kept per recording route: a scenario checks a few requests, and a burst of
+/// `repeat` copies must not grow memory without bound.
+const MAX_RECORDED: usize = 1_000;
 
 struct Shared {
     /// Keyed by (provider, model).
@@ -131,6 +139,7 @@ impl MockServer {
                             spec,
                             next: AtomicUsize::new(0),
                             calls: AtomicU64::new(0),
+                            bodies: std::sync::Mutex::new(Vec::new()),
                         },
                     )
                 })
@@ -196,6 +205,15 @@ impl MockServer {
     }
 
     /// Calls received by a route since the server started.
+    /// The request bodies `route` received, when it records them.
+    pub fn received(&self, route: &Route) -> Vec<Value> {
+        self.shared
+            .routes
+            .get(&(route.provider().to_string(), route.model().to_string()))
+            .map(|r| r.bodies.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .unwrap_or_default()
+    }
+
     pub fn calls(&self, route: &Route) -> u64 {
         self.shared
             .routes
@@ -246,6 +264,12 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                 .get(state.spec.route.provider())
                 .map(InFlight::enter);
             state.calls.fetch_add(1, Ordering::SeqCst);
+            if state.spec.record {
+                let mut bodies = state.bodies.lock().unwrap_or_else(|p| p.into_inner());
+                if bodies.len() < MAX_RECORDED {
+                    bodies.push(request.clone());
+                }
+            }
             let down = state
                 .spec
                 .outage

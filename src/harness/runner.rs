@@ -31,13 +31,12 @@ pub fn scenario_chat_request() -> ChatRequest {
 
 /// The chat request of a scenario: the default prompt, shaped by its `request:`.
 pub fn shaped_chat_request(shape: Option<&RequestShape>) -> ChatRequest {
-    let mut req = scenario_chat_request();
-    if let Some(s) = shape {
-        req.token_estimate = s.prompt_tokens;
-        req.max_tokens = s.max_tokens.or(req.max_tokens);
-        req.json_schema = s.json_schema.clone();
+    let req = scenario_chat_request();
+    match shape {
+        // The shape was checked when the scenario loaded.
+        Some(s) => s.chat(req.clone()).unwrap_or(req),
+        None => req,
     }
-    req
 }
 
 /// What one request of a scenario did, and how it compared.
@@ -114,6 +113,7 @@ pub fn mock_routes(scenario: &Scenario, clock: &Arc<dyn Clock>, start: UnixMs) -
             wire: e.wire,
             path: scenario.path,
             replies: e.replies.clone(),
+            record: e.received.is_some(),
             outage: e.outage.as_ref().map(|o| Outage {
                 until: crate::core::clock::plus_ms(start, o.until_ms),
                 reply: o.reply.clone(),
@@ -241,6 +241,36 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
         let at = scenario.requests.as_ref().map(|_| entry);
         judge(spec, at, &mut runs);
         run.requests.extend(runs);
+    }
+    // `received:` is judged once every request has been sent, against every body the
+    // route's mock got; a difference is reported on the last request.
+    if let Some(last) = run.requests.last_mut() {
+        for (_, e) in scenario.entries() {
+            let Some(want) = &e.received else { continue };
+            let bodies = mock.received(&e.route);
+            let field = |f: &str| format!("chain[{}].received.{f}", e.route);
+            if bodies.is_empty() {
+                last.mismatches.push(Mismatch {
+                    field: field("calls"),
+                    expected: "at least one request".into(),
+                    got: "none".into(),
+                });
+            }
+            for (i, body) in bodies.iter().enumerate() {
+                for (f, expected, got) in want.check(body) {
+                    let copy = if bodies.len() > 1 {
+                        format!(" (request {} of {})", i + 1, bodies.len())
+                    } else {
+                        String::new()
+                    };
+                    last.mismatches.push(Mismatch {
+                        field: format!("{}{copy}", field(&f)),
+                        expected,
+                        got,
+                    });
+                }
+            }
+        }
     }
     run.passed = run.error.is_none() && run.requests.iter().all(|r| r.mismatches.is_empty());
     run.wall_ms = sw.elapsed().as_secs_f64() * 1000.0;

@@ -349,17 +349,7 @@ fn openai_unmapped(o: &Obj, messages: &[Value]) -> Vec<Unmapped> {
     let mut out: Vec<Unmapped> = o
         .iter()
         .filter(|(k, v)| !v.is_null() && !MAPPED.contains(&k.as_str()))
-        .map(|(k, v)| Unmapped {
-            name: k.clone(),
-            semantic: match k.as_str() {
-                "logprobs" => v.as_bool() == Some(true),
-                "top_logprobs" | "audio" => true,
-                "modalities" => v
-                    .as_array()
-                    .is_some_and(|m| m.iter().any(|x| x.as_str() != Some("text"))),
-                _ => false,
-            },
-        })
+        .map(|(k, v)| Unmapped::openai(k, v))
         .collect();
     if messages
         .iter()

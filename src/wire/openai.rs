@@ -265,31 +265,14 @@ pub fn floats(v: Option<&Value>) -> Result<Vec<f32>, BadSuccess> {
 
 /// Standard base64 (RFC 4648, padding optional) of little-endian f32s.
 fn base64_floats(s: &str) -> Option<Vec<f32>> {
-    fn sextet(c: u8) -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    }
-    let digits = s.trim_end_matches('=').as_bytes();
-    let mut bytes = Vec::with_capacity(digits.len() * 3 / 4);
-    for chunk in digits.chunks(4) {
-        let mut n = 0u32;
-        for (i, c) in chunk.iter().enumerate() {
-            n |= sextet(*c)? << (18 - 6 * i);
-        }
-        let out = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        match chunk.len() {
-            4 => bytes.extend_from_slice(&out),
-            3 => bytes.extend_from_slice(&out[..2]),
-            2 => bytes.push(out[0]),
-            _ => return None,
-        }
-    }
+    use base64::Engine;
+    // Padding optional: some compatible servers leave it off.
+    const LENIENT: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    let bytes = LENIENT.decode(s).ok()?;
     if bytes.len() % 4 != 0 {
         return None;
     }

@@ -9,7 +9,8 @@ mod script;
 
 pub use expect::{AttemptExpect, Expect, HealthExpect};
 pub use script::{
-    Body, ChainEntry, OutageSpec, Preset, Reply, StreamEnd, StreamItem, StreamReply, UsageSpec,
+    Body, ChainEntry, OutageSpec, Preset, Received, Reply, StreamEnd, StreamItem, StreamReply,
+    UsageSpec,
 };
 
 use crate::config::yaml::YamlError;
@@ -83,6 +84,95 @@ pub struct RequestShape {
     /// The workflow name recorded on every attempt.
     #[serde(default)]
     pub workflow: Option<String>,
+    /// The conversation, as OpenAI chat `messages` (content strings or parts: text,
+    /// `image_url` with an https or `data:` URL, `file` with `file_data`); the default
+    /// prompt when absent.
+    #[serde(default)]
+    pub messages: Option<Vec<serde_json::Value>>,
+    /// Tools offered: `{name, description, parameters}`.
+    #[serde(default)]
+    pub tools: Vec<ToolShape>,
+    #[serde(default)]
+    pub n: Option<u32>,
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// `low`, `medium` or `high`.
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Other client fields, which the canonical request does not hold (`logprobs`,
+    /// `presence_penalty`, ...): a route of another wire than the client's cannot carry
+    /// them (spec/fidelity.md §3). Semantic or advisory as the gateway judges them.
+    #[serde(default)]
+    pub fields: BTreeMap<String, serde_json::Value>,
+}
+
+/// A tool a scenario's request offers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolShape {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub parameters: Option<serde_json::Value>,
+}
+
+impl RequestShape {
+    /// The chat request this shape describes, on top of `base` (the default prompt).
+    pub fn chat(
+        &self,
+        mut base: crate::core::request::ChatRequest,
+    ) -> Result<crate::core::request::ChatRequest, String> {
+        use crate::core::request::{Effort, Reasoning, Unmapped};
+        if let Some(m) = &self.messages {
+            if m.is_empty() {
+                return Err("`messages` must not be empty".into());
+            }
+            base.conversation =
+                crate::wire::openai::history::from_openai_messages(m).map_err(|e| e.to_string())?;
+            base.conversation
+                .validate()
+                .map_err(|e| format!("messages: {e}"))?;
+        }
+        base.tools = self
+            .tools
+            .iter()
+            .map(|t| crate::core::conversation::ToolSpec {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                parameters: t
+                    .parameters
+                    .clone()
+                    .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+            })
+            .collect();
+        base.token_estimate = self.prompt_tokens;
+        base.max_tokens = self.max_tokens.or(base.max_tokens);
+        base.json_schema = self.json_schema.clone();
+        base.n = self.n;
+        base.parallel_tool_calls = self.parallel_tool_calls;
+        base.reasoning = match &self.reasoning_effort {
+            None => None,
+            Some(w) => Some(Reasoning::Effort(Effort::parse(w).ok_or_else(|| {
+                format!("`reasoning_effort` `{w}` is not low, medium or high")
+            })?)),
+        };
+        base.sampling.temperature = self.temperature;
+        base.sampling.seed = self.seed;
+        base.user = self.user.clone();
+        base.unmapped = self
+            .fields
+            .iter()
+            .map(|(k, v)| Unmapped::openai(k, v))
+            .collect();
+        Ok(base)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -204,6 +294,12 @@ impl Scenario {
         }
         if self.chain.is_empty() {
             return err("chain", "the chain needs at least one route".into());
+        }
+        if let Some(shape) = &self.request {
+            let base = crate::core::request::ChatRequest::user("", 16);
+            if let Err(e) = shape.chat(base) {
+                return err("request", format!("the request is not usable: {e}"));
+            }
         }
         let mut routes = BTreeSet::new();
         let mut wires: BTreeMap<&str, Wire> = BTreeMap::new();

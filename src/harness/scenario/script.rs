@@ -22,7 +22,61 @@ crate::provider_settings! {
         #[serde(default)]
         pub outage: Option<OutageSpec>,
         pub replies: Vec<Reply>,
+        /// What every request body this route's mock receives must hold.
+        #[serde(default)]
+        pub received: Option<Received>,
     }
+}
+
+/// What a route's mock must have received, in each request body: fields present,
+/// absent, or equal to a value. A field is a dotted path into the JSON body, with
+/// array indices as numbers (`messages.0.content.1.source.type`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Received {
+    #[serde(default)]
+    pub present: Vec<String>,
+    #[serde(default)]
+    pub absent: Vec<String>,
+    #[serde(default)]
+    pub equal: BTreeMap<String, serde_json::Value>,
+}
+
+impl Received {
+    /// Where `body` breaks this expectation: `(field, expected, got)` each.
+    pub fn check(&self, body: &serde_json::Value) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        let shown = |v: Option<&serde_json::Value>| match v {
+            Some(v) => v.to_string(),
+            None => "absent".to_string(),
+        };
+        for f in &self.present {
+            if at(body, f).is_none() {
+                out.push((f.clone(), "present".into(), "absent".into()));
+            }
+        }
+        for f in &self.absent {
+            if let Some(v) = at(body, f) {
+                out.push((f.clone(), "absent".into(), v.to_string()));
+            }
+        }
+        for (f, want) in &self.equal {
+            let got = at(body, f);
+            if got != Some(want) {
+                out.push((f.clone(), want.to_string(), shown(got)));
+            }
+        }
+        out
+    }
+}
+
+/// The value at a dotted path (`messages.0.content`), if there is one.
+pub fn at<'a>(body: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    path.split('.').try_fold(body, |v, key| match v {
+        serde_json::Value::Object(m) => m.get(key),
+        serde_json::Value::Array(a) => key.parse::<usize>().ok().and_then(|i| a.get(i)),
+        _ => None,
+    })
 }
 
 #[derive(Debug, Clone, Deserialize)]
