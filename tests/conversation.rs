@@ -264,6 +264,7 @@ fn tool_spec_shapes() {
         name: "f".into(),
         description: "does f".into(),
         parameters: json!({"type": "object", "properties": {"a": {"type": "integer"}}}),
+        strict: false,
     }];
     let schema = tools[0].parameters.clone();
     assert_eq!(

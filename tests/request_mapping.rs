@@ -67,6 +67,7 @@ fn rich_request() -> ChatRequest {
         name: "weather".into(),
         description: "Current weather".into(),
         parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        strict: false,
     }];
     req.tool_choice = Some(ToolChoice::Tool("weather".into()));
     req.sampling = Sampling {

@@ -71,6 +71,7 @@ fn history() -> ChatRequest {
         name: "weather".into(),
         description: "Current weather".into(),
         parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        strict: false,
     }];
     req
 }

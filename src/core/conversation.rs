@@ -162,6 +162,10 @@ pub struct ToolSpec {
     pub name: String,
     pub description: String,
     pub parameters: Value,
+    /// `strict`: a call's arguments must satisfy `parameters`. A wire without the mode
+    /// is not sent it; the router checks the arguments instead (fidelity.md §3).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict: bool,
 }
 
 impl Conversation {

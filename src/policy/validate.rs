@@ -22,6 +22,34 @@ pub fn violation(schema: &serde_json::Value, text: &str) -> Option<String> {
     (!errors.is_empty()).then(|| errors.join("; "))
 }
 
+/// Why a tool call of the answer breaks its tool's `strict` schema, if one does: the
+/// router's check where the serving wire has no strict mode (fidelity.md §3). A call of
+/// a tool that is not strict, or not offered, is not checked here.
+pub fn call_violation(
+    tools: &[crate::core::conversation::ToolSpec],
+    calls: &[crate::core::conversation::ToolCall],
+) -> Option<String> {
+    calls.iter().find_map(|call| {
+        let tool = tools.iter().find(|t| t.strict && t.name == call.name)?;
+        let validator = match jsonschema::validator_for(&tool.parameters) {
+            Ok(v) => v,
+            Err(e) => return Some(format!("tool `{}`'s schema is invalid: {e}", tool.name)),
+        };
+        let errors: Vec<String> = validator
+            .iter_errors(&call.arguments)
+            .take(3)
+            .map(|e| e.to_string())
+            .collect();
+        (!errors.is_empty()).then(|| {
+            format!(
+                "the call of tool `{}` breaks its strict schema: {}",
+                tool.name,
+                errors.join("; ")
+            )
+        })
+    })
+}
+
 /// A rejected answer as a failure the classifier reads as `invalid_output`.
 pub fn rejected(headers: &Headers, why: String) -> UpstreamFailure {
     UpstreamFailure {
@@ -55,5 +83,30 @@ mod tests {
             .unwrap()
             .contains("confidence"));
         assert!(violation(&schema, "not json").unwrap().contains("not JSON"));
+    }
+
+    #[test]
+    fn only_strict_tools_have_their_calls_checked() {
+        use crate::core::conversation::{ToolCall, ToolSpec};
+        let tool = |strict| ToolSpec {
+            name: "f".into(),
+            description: String::new(),
+            parameters: json!({"type": "object", "required": ["city"]}),
+            strict,
+        };
+        let call = |args| ToolCall {
+            id: "1".into(),
+            name: "f".into(),
+            arguments: args,
+        };
+        let bad = [call(json!({"town": "Paris"}))];
+        assert!(call_violation(&[tool(true)], &bad)
+            .unwrap()
+            .contains("tool `f`"));
+        assert_eq!(call_violation(&[tool(false)], &bad), None);
+        assert_eq!(
+            call_violation(&[tool(true)], &[call(json!({"city": "Paris"}))]),
+            None
+        );
     }
 }

@@ -85,9 +85,18 @@ impl Router {
                             // claims to satisfy the schema (fidelity.md §4).
                             Ok(ok) if ok.refusal.is_some() => Ok(Reply::Chat(ok)),
                             Ok(ok) => {
-                                match schema
-                                    .and_then(|s| crate::policy::validate::violation(s, &ok.text))
-                                {
+                                let text = || {
+                                    schema.and_then(|s| {
+                                        crate::policy::validate::violation(s, &ok.text)
+                                    })
+                                };
+                                let calls = || {
+                                    crate::policy::validate::call_violation(
+                                        &chat.tools,
+                                        &ok.tool_calls,
+                                    )
+                                };
+                                match text().or_else(calls) {
                                     Some(why) => {
                                         Err(crate::policy::validate::rejected(&ok.headers, why))
                                     }

@@ -150,6 +150,7 @@ fn tool_spec(
     name: Option<&Value>,
     desc: Option<&Value>,
     params: Option<&Value>,
+    strict: Option<&Value>,
     path: &str,
 ) -> Result<ToolSpec, ApiError> {
     let name = name
@@ -169,6 +170,7 @@ fn tool_spec(
         name: name.to_string(),
         description: desc.and_then(Value::as_str).unwrap_or_default().to_string(),
         parameters,
+        strict: strict.and_then(Value::as_bool).unwrap_or(false),
     })
 }
 
@@ -207,6 +209,7 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
                     f.get("name"),
                     f.get("description"),
                     f.get("parameters"),
+                    f.get("strict"),
                     &path,
                 )
             })
@@ -406,6 +409,7 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
                         t.get("name"),
                         t.get("description"),
                         t.get("input_schema"),
+                        t.get("strict"),
                         &format!("tools[{i}]"),
                     )
                 })

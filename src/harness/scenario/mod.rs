@@ -121,6 +121,9 @@ pub struct ToolShape {
     pub description: String,
     #[serde(default)]
     pub parameters: Option<serde_json::Value>,
+    /// The call's arguments must satisfy `parameters` (checked where a wire cannot).
+    #[serde(default)]
+    pub strict: bool,
 }
 
 impl RequestShape {
@@ -150,6 +153,7 @@ impl RequestShape {
                     .parameters
                     .clone()
                     .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+                strict: t.strict,
             })
             .collect();
         base.token_estimate = self.prompt_tokens;

@@ -105,10 +105,12 @@ pub fn openai_tools(tools: &[ToolSpec]) -> Value {
     tools
         .iter()
         .map(|t| {
-            json!({
-                "type": "function",
-                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
-            })
+            let mut function =
+                json!({"name": t.name, "description": t.description, "parameters": t.parameters});
+            if t.strict {
+                function["strict"] = json!(true);
+            }
+            json!({"type": "function", "function": function})
         })
         .collect()
 }
