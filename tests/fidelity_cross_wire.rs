@@ -759,3 +759,99 @@ async fn an_openai_stream_reaches_an_anthropic_client_with_the_whole_usage_at_th
         .collect();
     assert_eq!(text, "Hello");
 }
+
+const GEMINI_THINKING_ANSWER: &str = r#"{"candidates":[{"content":{"role":"model","parts":[
+    {"text":"Weighing it.","thought":true},{"text":"Calling."},{"functionCall":{"name":"get_weather","args":{"city":"Paris"}}}]},
+    "finishReason":"STOP"}],
+  "usageMetadata":{"promptTokenCount":30,"cachedContentTokenCount":10,"candidatesTokenCount":5,"thoughtsTokenCount":7},
+  "modelVersion":"gemini-x-001"}"#;
+
+/// A Gemini answer to both clients (fidelity.md §2): a thought part is reasoning, never
+/// text; a functionCall is a tool call and the finish `tool_calls` / `tool_use`; usage:
+/// prompt with its cached part, output = candidates + thoughts, reasoning = thoughts.
+#[tokio::test]
+async fn a_gemini_answer_reaches_both_clients_with_calls_reasoning_and_usage() {
+    let gem = upstream(
+        "/v1beta/models/gemini-x:generateContent",
+        GEMINI_THINKING_ANSWER,
+    )
+    .await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            name: "gem",
+            wire: "gemini",
+            server: &gem,
+            extra: "",
+        }],
+        &["gem/gemini-x"],
+    )
+    .await;
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
+    let body = json!({"model": "high", "messages": [{"role": "user", "content": "Paris?"}],
+        "tools": tools, "reasoning_effort": "medium"});
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let c: Value = r.json().await.unwrap();
+    let m = &c["choices"][0]["message"];
+    assert_eq!(m["content"], "Calling.");
+    assert_eq!(m["reasoning_content"], "Weighing it.");
+    assert_eq!(m["tool_calls"][0]["function"]["name"], "get_weather");
+    assert_eq!(c["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(c["model"], "gemini-x-001");
+    assert_eq!(c["usage"]["prompt_tokens"], 30);
+    assert_eq!(c["usage"]["prompt_tokens_details"]["cached_tokens"], 10);
+    assert_eq!(c["usage"]["completion_tokens"], 12);
+    assert_eq!(
+        c["usage"]["completion_tokens_details"]["reasoning_tokens"],
+        7
+    );
+    let sent = &bodies(&gem).await[0];
+    assert_eq!(
+        sent["generationConfig"]["thinkingConfig"],
+        json!({"thinkingBudget": 2048})
+    );
+
+    let body = json!({"model": "high", "max_tokens": 100,
+        "messages": [{"role": "user", "content": "Paris?"}],
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]});
+    let r = post(&gw, "/v1/messages", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "reasoning_content");
+    let m: Value = r.json().await.unwrap();
+    assert_eq!(m["stop_reason"], "tool_use");
+    assert_eq!(m["content"][0], json!({"type": "text", "text": "Calling."}));
+    assert_eq!(m["content"][1]["type"], "tool_use");
+    assert_eq!(m["content"][1]["input"], json!({"city": "Paris"}));
+    assert_eq!(
+        m["usage"],
+        json!({"input_tokens": 20, "cache_read_input_tokens": 10, "output_tokens": 12})
+    );
+    let sent = &bodies(&gem).await[1];
+    assert_eq!(sent["generationConfig"]["maxOutputTokens"], 100);
+}
+
+/// Embeddings across wires (fidelity.md §6): `dimensions` is Gemini's
+/// `outputDimensionality`, and `encoding_format: base64` is rendered by the gateway.
+#[tokio::test]
+async fn embeddings_dimensions_reach_gemini_and_base64_is_rendered_by_the_gateway() {
+    const EMBEDDED: &str = r#"{"embeddings":[{"values":[0.5,-1.0]},{"values":[0.25,2.0]}]}"#;
+    let gem = upstream("/v1beta/models/emb-x:batchEmbedContents", EMBEDDED).await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "providers:\n  gem:\n    wire: gemini\n    base_url: {}\n    api_key_env: {KEY_VAR}\ntiers:\n  emb:\n    - {{ route: gem/emb-x, path: embed }}\n",
+        gem.uri()
+    );
+    let cfg = dir.path().join("pool.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let gw = gateway::start(&cfg, &[], &[(KEY_VAR, UPSTREAM_KEY)]).await;
+    let body =
+        json!({"model": "emb", "input": ["a", "b"], "dimensions": 2, "encoding_format": "base64"});
+    let r = post(&gw, "/v1/embeddings", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let e: Value = r.json().await.unwrap();
+    // 0.5 and -1.0 as little-endian f32s.
+    assert_eq!(e["data"][0]["embedding"], "AAAAPwAAgL8=");
+    let sent = &bodies(&gem).await[0];
+    assert_eq!(sent["requests"][0]["outputDimensionality"], 2);
+    assert_eq!(sent["requests"][1]["outputDimensionality"], 2);
+}

@@ -201,6 +201,7 @@ expect: { outcome: queued }
     let queue = EmbedQueue::new();
     let batch = EmbedRequest {
         inputs: vec!["a".into(), "b".into()],
+        dimensions: None,
         original: None,
     };
     let first = queue.submit(&rig.router, &rig.tier, &policy, batch).await;

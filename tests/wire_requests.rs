@@ -210,6 +210,7 @@ async fn embeddings_and_rerank_request_shapes() {
     let client = wire::http_client();
     let req = EmbedRequest {
         inputs: vec!["a".into(), "b".into()],
+        dimensions: None,
         original: None,
     };
     let ok = wire::embed(

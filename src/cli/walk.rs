@@ -192,6 +192,7 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
         CallPath::Stream => Request::Stream(chat()),
         CallPath::Embed => Request::Embed(EmbedRequest {
             inputs: vec![args.prompt.clone()],
+            dimensions: None,
             original: None,
         }),
         CallPath::Rerank => Request::Rerank(RerankRequest {

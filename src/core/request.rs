@@ -273,6 +273,8 @@ fn part_tokens(p: &Part) -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EmbedRequest {
     pub inputs: Vec<String>,
+    /// The vectors' length (`dimensions`; Gemini's `outputDimensionality`), when asked.
+    pub dimensions: Option<u32>,
     /// The client's own body (the gateway), forwarded as it is to a route of its wire.
     pub original: Option<Arc<Original>>,
 }

@@ -281,6 +281,7 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
 pub fn scenario_embed_request() -> EmbedRequest {
     EmbedRequest {
         inputs: vec!["alpha".into(), "beta".into(), "gamma".into()],
+        dimensions: None,
         original: None,
     }
 }

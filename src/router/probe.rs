@@ -276,6 +276,7 @@ pub async fn probe_one(
             model,
             &EmbedRequest {
                 inputs: vec!["ping".into()],
+                dimensions: None,
                 original: None,
             },
         )

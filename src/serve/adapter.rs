@@ -234,6 +234,7 @@ pub struct Embedded {
 pub async fn embed(router: &Router, t: Target<'_>, e: &EmbedIn) -> Embedded {
     let req = Request::Embed(EmbedRequest {
         inputs: e.inputs.clone(),
+        dimensions: e.dimensions,
         original: e.original.clone(),
     });
     let called = router.call(t.tier, &req, t.options()).await;

@@ -36,6 +36,8 @@ pub struct EmbedIn {
     pub inputs: Vec<String>,
     /// `encoding_format: base64` (the openai SDK's default): little-endian f32s.
     pub base64: bool,
+    /// `dimensions`: Gemini's `outputDimensionality` on another wire (fidelity.md §6).
+    pub dimensions: Option<u32>,
     /// The client's body, for a route of its wire (spec/fidelity.md §6).
     pub original: Option<Arc<Original>>,
 }
@@ -597,6 +599,7 @@ pub fn embeddings(body: &[u8]) -> Result<EmbedIn, ApiError> {
         model,
         inputs,
         base64,
+        dimensions: opt_u32(&o, "dimensions")?,
         original: None,
     })
 }

@@ -121,8 +121,8 @@ pub async fn embed(
     let call = match (req.same_wire(endpoint.wire), endpoint.wire) {
         (_, Wire::Anthropic) => return Err(unsupported(endpoint, "embeddings")),
         (Some(orig), _) => super::passthrough::embed_call(endpoint, model, orig),
-        (None, Wire::OpenAi) => openai::embed_call(endpoint, model, &req.inputs),
-        (None, Wire::Gemini) => gemini::embed_call(endpoint, model, &req.inputs),
+        (None, Wire::OpenAi) => openai::embed_call(endpoint, model, &req.inputs, req.dimensions),
+        (None, Wire::Gemini) => gemini::embed_call(endpoint, model, &req.inputs, req.dimensions),
     };
     let raw = call.body.is_raw();
     let reply = send(client, call, endpoint.timeout_ms).await?;

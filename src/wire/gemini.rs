@@ -201,10 +201,22 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
 }
 
 /// `POST {base}/v1beta/models/{model}:batchEmbedContents`.
-pub fn embed_call(ep: &Endpoint, model: &str, inputs: &[String]) -> HttpCall {
+pub fn embed_call(
+    ep: &Endpoint,
+    model: &str,
+    inputs: &[String],
+    dimensions: Option<u32>,
+) -> HttpCall {
     let requests: Vec<Value> = inputs
         .iter()
-        .map(|t| json!({"model": format!("models/{model}"), "content": {"parts": [{"text": t}]}}))
+        .map(|t| {
+            let mut r =
+                json!({"model": format!("models/{model}"), "content": {"parts": [{"text": t}]}});
+            if let Some(d) = dimensions {
+                r["outputDimensionality"] = json!(d);
+            }
+            r
+        })
         .collect();
     HttpCall {
         url: ep.url(&format!("/v1beta/models/{model}:batchEmbedContents")),

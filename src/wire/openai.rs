@@ -213,11 +213,20 @@ pub fn finished_on_error(reason: &str) -> crate::classify::failure::ErrorFields 
 }
 
 /// `POST {base}/embeddings` with a batch `input`.
-pub fn embed_call(ep: &Endpoint, model: &str, inputs: &[String]) -> HttpCall {
+pub fn embed_call(
+    ep: &Endpoint,
+    model: &str,
+    inputs: &[String],
+    dimensions: Option<u32>,
+) -> HttpCall {
+    let mut body = json!({ "model": model, "input": inputs });
+    if let Some(d) = dimensions {
+        body["dimensions"] = json!(d);
+    }
     HttpCall {
         url: ep.url("/embeddings"),
         headers: vec![("authorization", format!("Bearer {}", ep.api_key.expose()))],
-        body: json!({ "model": model, "input": inputs }).into(),
+        body: body.into(),
     }
 }
 
