@@ -855,3 +855,58 @@ async fn embeddings_dimensions_reach_gemini_and_base64_is_rendered_by_the_gatewa
     assert_eq!(sent["requests"][0]["outputDimensionality"], 2);
     assert_eq!(sent["requests"][1]["outputDimensionality"], 2);
 }
+
+/// `n` on Gemini is `candidateCount`, and every candidate is a choice; a stream of
+/// several candidates is not read apart, so a streamed `n: 2` skips the Gemini route.
+#[tokio::test]
+async fn n_on_gemini_is_candidate_count_and_each_candidate_a_choice() {
+    const TWO: &str = r#"{"candidates":[
+        {"content":{"role":"model","parts":[{"text":"One."}]},"finishReason":"STOP","index":0},
+        {"content":{"role":"model","parts":[{"text":"Two."}]},"finishReason":"MAX_TOKENS","index":1}],
+      "usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":6},"modelVersion":"gemini-x-001"}"#;
+    let gem = upstream("/v1beta/models/gemini-x:generateContent", TWO).await;
+    let oai = sse_upstream("/v1/chat/completions", OPENAI_STREAM).await;
+    let (_dir, gw) = serve(
+        &[
+            Provider {
+                name: "gem",
+                wire: "gemini",
+                server: &gem,
+                extra: "",
+            },
+            Provider {
+                name: "oai",
+                wire: "openai",
+                server: &oai,
+                extra: "",
+            },
+        ],
+        &["gem/gemini-x", "oai/gpt-x"],
+    )
+    .await;
+    let body =
+        json!({"model": "high", "n": 2, "messages": [{"role": "user", "content": "Count."}]});
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(header(&r, "x-poolctl-served-by"), "gem/gemini-x");
+    let c: Value = r.json().await.unwrap();
+    let choices = c["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 2);
+    assert_eq!(choices[0]["message"]["content"], "One.");
+    assert_eq!(choices[1]["index"], 1);
+    assert_eq!(choices[1]["message"]["content"], "Two.");
+    assert_eq!(choices[1]["finish_reason"], "length");
+    assert_eq!(
+        bodies(&gem).await[0]["generationConfig"]["candidateCount"],
+        2
+    );
+
+    let body = json!({"model": "high", "n": 2, "stream": true,
+        "messages": [{"role": "user", "content": "Count."}]});
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(header(&r, "x-poolctl-served-by"), "oai/gpt-x");
+    assert_eq!(
+        bodies(&gem).await.len(),
+        1,
+        "the streamed n: 2 never reaches Gemini"
+    );
+}

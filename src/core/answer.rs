@@ -58,6 +58,17 @@ pub struct Answer {
     pub refusal: Option<String>,
     /// The model's reasoning text, where the wire shows it.
     pub reasoning: Option<String>,
+    /// The answers after the first, when the request asked for several (`n`) on a wire
+    /// that answers them apart from its own shape (Gemini's candidates).
+    pub more_choices: Vec<Choice>,
+}
+
+/// One more answer of a request that asked for several.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Choice {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<FinishReason>,
 }
 
 /// An answer's body as the upstream sent it, and the wire it came on.

@@ -244,6 +244,7 @@ impl Router {
                         raw: None,
                         refusal: None,
                         reasoning: None,
+                        more_choices: Vec::new(),
                     })),
                     Some(Err(f)) => Err(f),
                 };
@@ -354,7 +355,9 @@ impl Router {
                     .await;
                 let now = clock.now_ms();
                 let dropped = match walk.chat {
-                    Some(chat) => wire::carry(chat, &spec.endpoint).unwrap_or_default(),
+                    Some(chat) => {
+                        wire::carry(chat, &spec.endpoint, walk.needs.streaming).unwrap_or_default()
+                    }
                     None => Vec::new(),
                 };
                 let observed = match &result {

@@ -205,7 +205,10 @@ impl Router {
                 return skip(SkipWhy::Retired, health.reason().map(str::to_string))
             }
         }
-        if let Some(Err(cannot)) = walk.chat.map(|c| wire::carry(c, &spec.endpoint)) {
+        if let Some(Err(cannot)) = walk
+            .chat
+            .map(|c| wire::carry(c, &spec.endpoint, walk.needs.streaming))
+        {
             let why = format!("cannot carry: {}", cannot.field);
             return skip(SkipWhy::CannotCarry, Some(why));
         }
@@ -234,7 +237,7 @@ impl Router {
                 && cannot_serve(&spec.facts, &needs).is_none()
                 && walk
                     .chat
-                    .is_none_or(|c| wire::carry(c, &spec.endpoint).is_ok())
+                    .is_none_or(|c| wire::carry(c, &spec.endpoint, walk.needs.streaming).is_ok())
                 && larger_than.is_none_or(|w| spec.facts.context_window.is_some_and(|c| c > w))
                 && !self.breaker_open(spec, now).await;
             if !eligible {

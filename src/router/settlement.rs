@@ -317,6 +317,7 @@ impl Router {
                     raw: ok.raw.map(|bytes| Box::new(RawAnswer { wire, bytes })),
                     refusal: ok.refusal,
                     reasoning: ok.reasoning,
+                    more_choices: ok.more_choices,
                     ..Answer::default()
                 }
             }

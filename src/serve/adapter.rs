@@ -55,6 +55,8 @@ pub struct Reply {
     pub refusal: Option<String>,
     /// The model's reasoning text, where its wire showed it.
     pub reasoning: Option<String>,
+    /// The answers after the first (`n > 1` on a wire that answers them apart).
+    pub more_choices: Vec<(String, Vec<ToolCall>, Finish)>,
 }
 
 /// One piece of a streamed answer, as it arrives.
@@ -181,6 +183,18 @@ fn reply_of(a: Answer, report: &Report) -> Reply {
         raw: a.raw,
         refusal: a.refusal,
         reasoning: a.reasoning,
+        more_choices: a
+            .more_choices
+            .into_iter()
+            .map(|c| {
+                let finish = match &c.finish_reason {
+                    Some(f) => finish_of(f),
+                    None if !c.tool_calls.is_empty() => Finish::ToolCalls,
+                    None => Finish::Stop,
+                };
+                (c.text, c.tool_calls, finish)
+            })
+            .collect(),
     }
 }
 

@@ -48,12 +48,8 @@ pub(super) fn to_bytes(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
 
-/// A `chat.completion` body, serialized straight from typed fields: no `Value` tree
-/// (maps, strings copied in, all freed again) on every answer. Field order is the
-/// alphabetical one `json!` gives, so the bytes are the same as they always were.
-pub fn openai_completion(id: &str, created: i64, r: &Reply) -> Vec<u8> {
-    let tool_calls: Vec<WireToolCall<'_>> = r
-        .tool_calls
+fn wire_calls(calls: &[crate::core::conversation::ToolCall]) -> Vec<WireToolCall<'_>> {
+    calls
         .iter()
         .map(|c| WireToolCall {
             function: WireFunction {
@@ -63,7 +59,14 @@ pub fn openai_completion(id: &str, created: i64, r: &Reply) -> Vec<u8> {
             id: &c.id,
             kind: "function",
         })
-        .collect();
+        .collect()
+}
+
+/// A `chat.completion` body, serialized straight from typed fields: no `Value` tree
+/// (maps, strings copied in, all freed again) on every answer. Field order is the
+/// alphabetical one `json!` gives, so the bytes are the same as they always were.
+pub fn openai_completion(id: &str, created: i64, r: &Reply) -> Vec<u8> {
+    let tool_calls = wire_calls(&r.tool_calls);
     // A refusal with text of its own (OpenAI `message.refusal`) goes in `refusal`, with
     // `content: null` when the model said nothing else, as OpenAI answers it; a refusal
     // another wire signalled by its finish keeps its text as content (fidelity.md §4).
@@ -73,19 +76,37 @@ pub fn openai_completion(id: &str, created: i64, r: &Reply) -> Vec<u8> {
     } else {
         (r.tool_calls.is_empty() || !r.text.is_empty()).then_some(r.text.as_str())
     };
-    let body = Completion {
-        choices: [CompletionChoice {
-            finish_reason: openai_finish(&r.finish),
-            index: 0,
+    let first = CompletionChoice {
+        finish_reason: openai_finish(&r.finish),
+        index: 0,
+        logprobs: (),
+        message: Message {
+            content,
+            reasoning_content: r.reasoning.as_deref(),
+            refusal,
+            role: "assistant",
+            tool_calls,
+        },
+    };
+    // `n > 1` on a wire that answers the others apart (Gemini's candidates).
+    let more = r
+        .more_choices
+        .iter()
+        .enumerate()
+        .map(|(i, (text, calls, finish))| CompletionChoice {
+            finish_reason: openai_finish(finish),
+            index: i as u32 + 1,
             logprobs: (),
             message: Message {
-                content,
-                reasoning_content: r.reasoning.as_deref(),
-                refusal,
+                content: (calls.is_empty() || !text.is_empty()).then_some(text.as_str()),
+                reasoning_content: None,
+                refusal: None,
                 role: "assistant",
-                tool_calls,
+                tool_calls: wire_calls(calls),
             },
-        }],
+        });
+    let body = Completion {
+        choices: std::iter::once(first).chain(more).collect(),
         created,
         id,
         model: &r.model,
@@ -98,7 +119,7 @@ pub fn openai_completion(id: &str, created: i64, r: &Reply) -> Vec<u8> {
 // Field names in alphabetical order throughout: the order `serde_json::Value` writes.
 #[derive(serde::Serialize)]
 struct Completion<'a> {
-    choices: [CompletionChoice<'a>; 1],
+    choices: Vec<CompletionChoice<'a>>,
     created: i64,
     id: &'a str,
     model: &'a str,
@@ -273,6 +294,7 @@ mod tests {
             }),
             refusal: None,
             reasoning: None,
+            more_choices: Vec::new(),
         }
     }
 

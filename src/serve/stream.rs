@@ -396,7 +396,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                 .chain(target.degrade_tier)
                 .flat_map(|t| &t.routes)
                 .map(|r| {
-                    let d = crate::wire::carry(&c.request, &r.endpoint).unwrap_or_default();
+                    let d = crate::wire::carry(&c.request, &r.endpoint, true).unwrap_or_default();
                     (r.route.clone(), d)
                 })
                 .collect();

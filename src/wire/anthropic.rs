@@ -169,6 +169,7 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
                 .filter(|b| b.get("type").and_then(Value::as_str) == Some("thinking"))
                 .filter_map(|b| b.get("thinking").and_then(Value::as_str)),
         ),
+        more_choices: Vec::new(),
     })
 }
 

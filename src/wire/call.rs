@@ -30,6 +30,8 @@ pub struct ChatSuccess {
     pub refusal: Option<String>,
     /// See `ChatParsed::reasoning`.
     pub reasoning: Option<String>,
+    /// See `ChatParsed::more_choices`.
+    pub more_choices: Vec<crate::core::answer::Choice>,
 }
 
 /// Sends one non-streaming chat call through `endpoint`'s wire.
@@ -48,7 +50,7 @@ pub async fn chat(
     };
     let raw = call.body.is_raw();
     let mut call = call;
-    let dropped = super::carry::carry(req, endpoint).unwrap_or_default();
+    let dropped = super::carry::carry(req, endpoint, false).unwrap_or_default();
     call.body = super::carry::fit(call.body, &dropped, endpoint);
     let reply = send(client, call, endpoint.timeout_ms).await?;
     // An error some dialects report inside a 2xx (MiniMax `base_resp`) is never an answer.
@@ -74,6 +76,7 @@ pub async fn chat(
             raw: raw.then_some(reply.raw),
             refusal: p.refusal,
             reasoning: p.reasoning,
+            more_choices: p.more_choices,
         }),
         Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
     }

@@ -26,10 +26,14 @@ pub struct Cannot {
     pub field: String,
 }
 
-/// The fields `endpoint` cannot carry of `req`: `Err` with the first semantic one when
-/// the route must be skipped, else the advisory ones it is called without (each named
-/// once, in the order found).
-pub fn carry(req: &ChatRequest, endpoint: &Endpoint) -> Result<Vec<String>, Cannot> {
+/// The fields `endpoint` cannot carry of `req`, sent as a stream when `streaming`:
+/// `Err` with the first semantic one when the route must be skipped, else the advisory
+/// ones it is called without (each named once, in the order found).
+pub fn carry(
+    req: &ChatRequest,
+    endpoint: &Endpoint,
+    streaming: bool,
+) -> Result<Vec<String>, Cannot> {
     let mut lacks: Vec<(String, bool)> = Vec::new();
     if req.same_wire(endpoint.wire).is_none() {
         if let Some(why) = req
@@ -42,7 +46,7 @@ pub fn carry(req: &ChatRequest, endpoint: &Endpoint) -> Result<Vec<String>, Cann
                 field: why.to_string(),
             });
         }
-        cross_wire(req, endpoint.wire, &mut lacks);
+        cross_wire(req, endpoint.wire, streaming, &mut lacks);
     }
     for (field, semantic) in rejected_by(endpoint.dialect, req) {
         lacks.push((field.to_string(), semantic));
@@ -61,7 +65,7 @@ pub fn carry(req: &ChatRequest, endpoint: &Endpoint) -> Result<Vec<String>, Cann
 
 /// What a route of another wire than the client's (or any route, for a library
 /// request) cannot express of the canonical request: `(field, semantic)`.
-fn cross_wire(req: &ChatRequest, wire: Wire, out: &mut Vec<(String, bool)>) {
+fn cross_wire(req: &ChatRequest, wire: Wire, streaming: bool, out: &mut Vec<(String, bool)>) {
     let mut lack = |field: &str, semantic: bool| out.push((field.to_string(), semantic));
     for part in req.parts() {
         match (wire, part) {
@@ -89,9 +93,10 @@ fn cross_wire(req: &ChatRequest, wire: Wire, out: &mut Vec<(String, bool)>) {
         }
     }
     let n = req.n.unwrap_or(1);
-    // Gemini's `candidateCount` would carry it, but an answer of several candidates is
-    // not read back yet: the route is skipped rather than one answer returned.
-    if n > 1 && matches!(wire, Wire::Anthropic | Wire::Gemini) {
+    // Anthropic has no `n`. Gemini's `candidateCount` carries it on a whole answer; a
+    // stream of several candidates is not read apart, so a stream skips the route
+    // rather than splice the candidates into one answer.
+    if n > 1 && (wire == Wire::Anthropic || (wire == Wire::Gemini && streaming)) {
         lack("n", true);
     }
     if req.parallel_tool_calls == Some(false) && wire == Wire::Gemini {

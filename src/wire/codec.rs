@@ -25,6 +25,8 @@ pub struct ChatParsed {
     /// The model's reasoning text, where the answer shows it (Anthropic `thinking`
     /// blocks, Gemini thought parts, an OpenAI-compatible `reasoning_content`).
     pub reasoning: Option<String>,
+    /// The answers after the first (`n > 1`, Gemini's candidates).
+    pub more_choices: Vec<crate::core::answer::Choice>,
 }
 
 /// How a wire spells the sampling fields: `None` where it has no such field.

@@ -28,6 +28,9 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         config.insert("maxOutputTokens".into(), json!(max));
     }
     super::codec::put_sampling(&mut config, &req.sampling, &SAMPLING);
+    if let Some(n) = req.n.filter(|n| *n > 1) {
+        config.insert("candidateCount".into(), json!(n));
+    }
     if let Some(r) = req.reasoning {
         config.insert(
             "thinkingConfig".into(),
@@ -167,6 +170,31 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
     let refusal = finish
         .filter(|f| REFUSALS.contains(f))
         .map(|_| String::new());
+    // `candidateCount` > 1: each further candidate is one more answer.
+    let more_choices = v
+        .get("candidates")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .skip(1)
+                .map(|c| {
+                    let calls = c
+                        .pointer("/content/parts")
+                        .map(history::gemini_answer_tool_calls)
+                        .transpose()
+                        .ok()
+                        .flatten()
+                        .unwrap_or_default();
+                    let finish = c.get("finishReason").and_then(Value::as_str);
+                    crate::core::answer::Choice {
+                        text: candidate_text(c),
+                        finish_reason: finish.map(|f| finish_reason(f, !calls.is_empty())),
+                        tool_calls: calls,
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     if let Some(f) = finish.filter(|f| is_failed_finish(f)) {
         if text.is_empty() && tool_calls.is_empty() {
             return Err(BadSuccess::Malformed(format!(
@@ -197,6 +225,7 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
                 .filter(|p| p.get("thought").and_then(Value::as_bool) == Some(true))
                 .filter_map(|p| p.get("text").and_then(Value::as_str)),
         ),
+        more_choices,
     })
 }
 

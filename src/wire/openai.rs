@@ -192,6 +192,7 @@ pub fn parse_chat(v: &Value) -> Result<ChatParsed, BadSuccess> {
             .and_then(Value::as_str)
             .filter(|r| !r.is_empty())
             .map(str::to_string),
+        more_choices: Vec::new(),
     })
 }
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 pub fn stream_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     let mut call = stream_call_whole(ep, model, req);
-    let dropped = super::carry::carry(req, ep).unwrap_or_default();
+    let dropped = super::carry::carry(req, ep, true).unwrap_or_default();
     call.body = super::carry::fit(call.body, &dropped, ep);
     call
 }
