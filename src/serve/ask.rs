@@ -36,6 +36,38 @@ struct Line {
 
 impl Line {
     fn of(report: &Report, status: u16) -> Line {
+        // Each list is pushed into one string: a `format!` per attempt and a `join` were
+        // a string and a vector a request for one log field.
+        let mut attempts = String::new();
+        for (i, a) in report.attempts.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            for part in [
+                sep,
+                a.route.as_str(),
+                ":",
+                a.class.as_str(),
+                ":",
+                a.action.as_str(),
+            ] {
+                attempts.push_str(part);
+            }
+        }
+        let skipped = (!report.skipped.is_empty()).then(|| {
+            let mut out = String::new();
+            for (i, s) in report.skipped.iter().enumerate() {
+                let sep = if i == 0 { "" } else { "," };
+                for part in [sep, s.route.as_str(), ":", s.why.as_str()] {
+                    out.push_str(part);
+                }
+                // The field is the reason: `anthropic/claude:cannot_carry:n`.
+                if s.why == SkipWhy::CannotCarry {
+                    let field = s.cause.as_deref().unwrap_or("");
+                    out.push(':');
+                    out.push_str(field.trim_start_matches("cannot carry: "));
+                }
+            }
+            out
+        });
         Line {
             status,
             outcome: report.outcome.as_str(),
@@ -43,33 +75,10 @@ impl Line {
             served_by: report
                 .served_by
                 .as_ref()
-                .map(|r| r.to_string())
+                .map(|r| r.as_str().to_string())
                 .unwrap_or_default(),
-            attempts: report
-                .attempts
-                .iter()
-                .map(|a| format!("{}:{}:{}", a.route, a.class, a.action))
-                .collect::<Vec<_>>()
-                .join(","),
-            skipped: (!report.skipped.is_empty()).then(|| {
-                report
-                    .skipped
-                    .iter()
-                    .map(|s| match s.why {
-                        // The field is the reason: `anthropic/claude:cannot_carry:n`.
-                        SkipWhy::CannotCarry => format!(
-                            "{}:cannot_carry:{}",
-                            s.route,
-                            s.cause
-                                .as_deref()
-                                .map(|c| c.trim_start_matches("cannot carry: "))
-                                .unwrap_or("")
-                        ),
-                        _ => format!("{}:{}", s.route, s.why.as_str()),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(",")
-            }),
+            attempts,
+            skipped,
             dropped: served_attempt(report)
                 .filter(|a| !a.dropped.is_empty())
                 .map(|a| a.dropped.join(",")),

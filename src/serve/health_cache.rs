@@ -17,34 +17,75 @@
 //! A transition that changes nothing on the current (just validated) health is
 //! answered here, ordered at that look-up, exactly as the SQLite store answers it at
 //! its own read; any other goes to the store, and drops the cache.
+//!
+//! One cache per thread that uses it (`Slot`s, each with a watch of its own), not one
+//! for all: `serve` runs a lane per core, every request looks health up twice, and one
+//! shared lock held across the watch's `read(2)` was contended on every other request,
+//! each time a futex wait on one lane and a wake from the other (a cross-thread
+//! hand-off that cost more than the look-up itself). Every watch sees every change to
+//! the file, so each slot is validated exactly as the single cache was.
 
 use crate::core::clock::UnixMs;
 use crate::core::vocab::Route;
 use crate::policy::breaker::{self, BreakerConfig};
 use crate::policy::health::{apply, Health, Transition};
 use crate::store::{HealthStore, StoreError, StoreFuture};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// `store` (the SQLite file at `path`) behind the cache, or `store` itself when the
 /// file cannot be watched here.
 pub fn over(store: Arc<dyn HealthStore>, path: &Path) -> Arc<dyn HealthStore> {
-    match Watch::new(path) {
-        Some(watch) => Arc::new(HealthCache {
-            inner: store,
-            state: Mutex::new(State {
-                watch,
-                generation: 0,
-                known: Vec::new(),
-            }),
-        }),
-        None => store,
-    }
+    // The first slot's watch is made now: a file that cannot be watched is used uncached.
+    let Some(watch) = Watch::new(path) else {
+        return store;
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Twice the cores: the lanes (one a core by default) and the few other threads that
+    // read health (the main runtime's, for /readyz and /metrics) each find a slot of
+    // their own. More threads than slots share them, as correctly, only contended.
+    let slots: Vec<Mutex<Slot>> = (0..(2 * threads).clamp(2, 32))
+        .map(|_| Mutex::new(Slot::Unwatched))
+        .collect();
+    *lock(&slots[0]) = Slot::Watched(State::new(watch));
+    Arc::new(HealthCache {
+        inner: store,
+        path: path.to_path_buf(),
+        slots: slots.into_boxed_slice(),
+    })
 }
 
 pub struct HealthCache {
     inner: Arc<dyn HealthStore>,
-    state: Mutex<State>,
+    /// The store's file, for the watches of slots made later.
+    path: PathBuf,
+    slots: Box<[Mutex<Slot>]>,
+}
+
+/// One thread's cache (or a few threads', when there are more threads than slots).
+enum Slot {
+    /// No thread has used it yet: its watch is made at the first look-up.
+    Unwatched,
+    Watched(State),
+    /// Its watch could not be made (out of inotify instances): every read and
+    /// transition goes to the store.
+    Uncached,
+}
+
+/// This thread's slot number, given out in turn at its first look-up in any cache.
+fn thread_slot() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SLOT.with(|s| *s)
+}
+
+fn lock(m: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
+    // Each critical section is a look-up or a small update: a panic cannot leave
+    // the cache half-changed in a way a later validation does not repair.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 struct State {
@@ -56,6 +97,14 @@ struct State {
 }
 
 impl State {
+    fn new(watch: Watch) -> State {
+        State {
+            watch,
+            generation: 0,
+            known: Vec::new(),
+        }
+    }
+
     /// Drops what is known when the file changed since the last look-up.
     fn validate(&mut self) {
         if self.watch.changed() {
@@ -84,35 +133,72 @@ impl State {
 }
 
 impl HealthCache {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // Each critical section is a look-up or a small update: a panic cannot leave
-        // the cache half-changed in a way a later validation does not repair.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// This thread's slot, its watch made at its first use. Held only for a look-up or
+    /// an update, never across a store call.
+    fn slot(&self) -> (usize, MutexGuard<'_, Slot>) {
+        let i = thread_slot() % self.slots.len();
+        let mut slot = lock(&self.slots[i]);
+        if matches!(*slot, Slot::Unwatched) {
+            *slot = match Watch::new(&self.path) {
+                Some(watch) => Slot::Watched(State::new(watch)),
+                None => Slot::Uncached,
+            };
+        }
+        (i, slot)
     }
 
-    /// The validated cached health of `route`, and the generation a miss reads in.
-    fn look(&self, route: &Route) -> (u64, Option<Health>) {
-        let mut s = self.lock();
+    /// Slot `i`'s state, when it has one. A slot stays the one a look-up began in
+    /// (what a miss read keeps goes there), whichever thread the read finishes on.
+    fn state(&self, i: usize) -> Option<MutexGuard<'_, Slot>> {
+        let slot = lock(&self.slots[i]);
+        matches!(*slot, Slot::Watched(_)).then_some(slot)
+    }
+
+    /// The validated cached health of `route` in this thread's slot, the slot, and the
+    /// generation a miss reads in; `None` when the slot is uncached.
+    fn look(&self, route: &Route) -> Option<(usize, u64, Option<Health>)> {
+        let (i, mut slot) = self.slot();
+        let Slot::Watched(s) = &mut *slot else {
+            return None;
+        };
         s.validate();
-        (s.generation, s.get(route).cloned())
+        Some((i, s.generation, s.get(route).cloned()))
+    }
+
+    fn keep(&self, i: usize, generation: u64, route: &Route, health: &Health) {
+        if let Some(mut slot) = self.state(i) {
+            if let Slot::Watched(s) = &mut *slot {
+                s.keep(generation, route, health);
+            }
+        }
+    }
+
+    fn drop_all(&self, i: usize) {
+        if let Some(mut slot) = self.state(i) {
+            if let Slot::Watched(s) = &mut *slot {
+                s.drop_all();
+            }
+        }
     }
 }
 
 impl HealthStore for HealthCache {
     fn get<'a>(&'a self, route: &'a Route) -> StoreFuture<'a, Health> {
-        let (generation, hit) = self.look(route);
+        let Some((i, generation, hit)) = self.look(route) else {
+            return self.inner.get(route);
+        };
         if let Some(h) = hit {
             return StoreFuture::Ready(Some(Ok(h)));
         }
         match self.inner.get(route) {
             StoreFuture::Ready(Some(Ok(h))) => {
-                self.lock().keep(generation, route, &h);
+                self.keep(i, generation, route, &h);
                 StoreFuture::Ready(Some(Ok(h)))
             }
             StoreFuture::Ready(other) => StoreFuture::Ready(other),
             StoreFuture::Waiting(work) => StoreFuture::waiting(async move {
                 let h = work.await?;
-                self.lock().keep(generation, route, &h);
+                self.keep(i, generation, route, &h);
                 Ok(h)
             }),
         }
@@ -123,22 +209,25 @@ impl HealthStore for HealthCache {
         routes: &'a [&'a Route],
         out: &'a mut Vec<Health>,
     ) -> StoreFuture<'a, ()> {
-        let generation = {
-            let mut s = self.lock();
+        let (i, generation) = {
+            let (i, mut slot) = self.slot();
+            let Slot::Watched(s) = &mut *slot else {
+                drop(slot);
+                return self.inner.get_many(routes, out);
+            };
             s.validate();
             let hits: Option<Vec<Health>> = routes.iter().map(|r| s.get(r).cloned()).collect();
             if let Some(hits) = hits {
                 out.extend(hits);
                 return StoreFuture::Ready(Some(Ok(())));
             }
-            s.generation
+            (i, s.generation)
         };
         StoreFuture::waiting(async move {
             let start = out.len();
             self.inner.get_many(routes, out).await?;
-            let mut s = self.lock();
             for (r, h) in routes.iter().zip(&out[start..]) {
-                s.keep(generation, r, h);
+                self.keep(i, generation, r, h);
             }
             Ok(())
         })
@@ -149,15 +238,19 @@ impl HealthStore for HealthCache {
     }
 
     fn apply<'a>(&'a self, route: &'a Route, t: Transition) -> StoreFuture<'a, (Health, Health)> {
-        if let (_, Some(seen)) = self.look(route) {
+        let Some((i, _, seen)) = self.look(route) else {
+            return self.inner.apply(route, t);
+        };
+        if let Some(seen) = seen {
             if apply(&seen, t.clone()) == seen {
                 return StoreFuture::Ready(Some(Ok((seen.clone(), seen))));
             }
         }
-        let done = |r: Result<(Health, Health), StoreError>| {
+        let done = move |r: Result<(Health, Health), StoreError>| {
             if !r.as_ref().is_ok_and(|(old, new)| old == new) {
-                // The watch sees the write too; dropping now does not wait for it.
-                self.lock().drop_all();
+                // This slot's watch sees the write too (and every other slot's does);
+                // dropping now does not wait for it.
+                self.drop_all(i);
             }
             r
         };
@@ -320,6 +413,36 @@ mod tests {
         assert_eq!((old, again), (new.clone(), new.clone()));
         let reopened = SqliteStore::open(&path).unwrap();
         assert_eq!(block_on(reopened.get(&route)).unwrap(), new);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_change_through_another_threads_slot_is_seen_at_the_next_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let route = Route::parse("a/x").unwrap();
+        let cached = over(Arc::new(SqliteStore::open(&path).unwrap()), &path);
+        // This thread's slot knows the route as ready.
+        assert_eq!(block_on(cached.get(&route)).unwrap(), Health::Ready);
+        // Another thread (another lane) cools it through its own slot of the same cache.
+        let cool = Transition::Cool {
+            until: 42,
+            reason: "rate_limited".into(),
+        };
+        let other = std::thread::spawn({
+            let (cached, route) = (cached.clone(), route.clone());
+            move || {
+                assert_eq!(block_on(cached.get(&route)).unwrap(), Health::Ready);
+                block_on(cached.apply(&route, cool)).unwrap().1
+            }
+        });
+        let cooled = other.join().unwrap();
+        assert!(matches!(cooled, Health::Cooling { until: 42, .. }));
+        assert_eq!(block_on(cached.get(&route)).unwrap(), cooled);
+        // And a success settled here goes to the store against the cooling, not against
+        // the ready this slot had read before.
+        let (old, _) = block_on(cached.apply(&route, Transition::Succeeded)).unwrap();
+        assert_eq!(old, cooled);
     }
 
     #[cfg(target_os = "linux")]

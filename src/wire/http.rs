@@ -53,7 +53,11 @@ impl CallBody {
 
 /// A POST of `call` (its URL, headers and body) on `client`.
 pub fn post(client: &reqwest::Client, call: &HttpCall) -> reqwest::RequestBuilder {
-    let builder = client.post(&call.url);
+    let builder = match parsed_url(&call.url) {
+        Some(url) => client.post(url),
+        // Not a URL: reqwest parses it again and reports the error it finds.
+        None => client.post(&call.url),
+    };
     let mut builder = match &call.body {
         CallBody::Json(v) => builder.json(v),
         // Refcounted: the client's bytes are not copied.
@@ -65,6 +69,38 @@ pub fn post(client: &reqwest::Client, call: &HttpCall) -> reqwest::RequestBuilde
         builder = builder.header(*name, value);
     }
     builder
+}
+
+/// URLs parsed on this thread, most recently used first. A route's URLs are the same
+/// on every request, and parsing one (the url crate's full WHATWG parse, IDNA mapping of
+/// the host, the serialisation of an IP address) was a few percent of the gateway's
+/// CPU per request; a hit costs a string comparison and a clone. Per thread, so no
+/// lock: each of `serve`'s lanes keeps its own. Few entries: a gateway has a handful
+/// of routes, and a miss is only the parse it replaces.
+const PARSED_URLS: usize = 16;
+
+thread_local! {
+    static URLS: std::cell::RefCell<Vec<(Box<str>, reqwest::Url)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `url` parsed, from this thread's cache when it was parsed before; `None` when it
+/// does not parse.
+fn parsed_url(url: &str) -> Option<reqwest::Url> {
+    URLS.with(|cell| {
+        let mut urls = cell.borrow_mut();
+        if let Some(i) = urls.iter().position(|(s, _)| &**s == url) {
+            if i > 0 {
+                let hit = urls.remove(i);
+                urls.insert(0, hit);
+            }
+            return Some(urls[0].1.clone());
+        }
+        let parsed = reqwest::Url::parse(url).ok()?;
+        urls.truncate(PARSED_URLS - 1);
+        urls.insert(0, (url.into(), parsed.clone()));
+        Some(parsed)
+    })
 }
 
 /// The HTTP client every wire shares. reqwest 0.12 has no retry layer of its own, and
@@ -195,5 +231,31 @@ pub fn body_cut_off(status: u16, headers: Headers, cut: UpstreamFailure) -> Upst
     UpstreamFailure {
         malformed: Some(why),
         ..UpstreamFailure::from_response(status, headers, &[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_url_is_the_url_parsed_anew() {
+        let urls: Vec<String> = (0..PARSED_URLS + 4)
+            .map(|i| format!("http://127.0.0.1:{}/v1/chat/completions?key=k{i}", 8000 + i))
+            .collect();
+        // Twice round more URLs than the cache holds: hits, misses and evictions alike
+        // answer what a fresh parse does.
+        for _ in 0..2 {
+            for u in &urls {
+                assert_eq!(parsed_url(u), Some(reqwest::Url::parse(u).unwrap()));
+                assert_eq!(parsed_url(u), Some(reqwest::Url::parse(u).unwrap()));
+            }
+        }
+        URLS.with(|c| assert_eq!(c.borrow().len(), PARSED_URLS));
+        assert_eq!(parsed_url("not a url"), None);
+        assert_eq!(
+            parsed_url("http://BÜCHER.example/x").map(String::from),
+            Some("http://xn--bcher-kva.example/x".to_string())
+        );
     }
 }
