@@ -248,7 +248,12 @@ impl ChatRequest {
             prompt_tokens: self.token_estimate.unwrap_or(text),
             max_output_tokens: self.max_tokens.unwrap_or(0) as u64,
             tools: !self.tools.is_empty(),
-            json_schema: self.json_schema.is_some(),
+            // `json_object` (the schema `{"type": "object"}`) asks no schema support of
+            // the model: a route whose facts say `json_schema: false` can still serve it.
+            json_schema: self
+                .json_schema
+                .as_ref()
+                .is_some_and(|s| *s != serde_json::json!({"type": "object"})),
             images: self.parts().any(|p| matches!(p, Part::Image { .. })),
             documents: self.parts().any(|p| matches!(p, Part::Document { .. })),
             choices: self.n.is_some_and(|n| n > 1),
@@ -399,4 +404,30 @@ pub struct Needs {
     /// A route already answered `context_overflow` with this window: only a larger one
     /// may serve.
     pub min_window: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `response_format: json_object` reads as the schema `{"type": "object"}`, which
+    /// asks no JSON-schema support of a route; a real schema does.
+    #[test]
+    fn json_object_needs_no_schema_support_and_a_schema_does() {
+        let mut r = ChatRequest::user("hi", 8);
+        r.json_schema = Some(serde_json::json!({"type": "object"}));
+        assert!(!r.needs(false).json_schema);
+        r.json_schema = Some(serde_json::json!({"type": "object", "required": ["a"]}));
+        assert!(r.needs(false).json_schema);
+    }
+
+    #[test]
+    fn a_budget_and_an_effort_map_both_ways() {
+        assert_eq!(Reasoning::Budget(1024).effort(), Effort::Low);
+        assert_eq!(Reasoning::Budget(1500).effort(), Effort::Medium);
+        assert_eq!(Reasoning::Budget(3000).effort(), Effort::High);
+        assert_eq!(Reasoning::Effort(Effort::Medium).budget_tokens(), 2048);
+        assert_eq!(Effort::parse("minimal"), Some(Effort::Low));
+        assert_eq!(Effort::parse("none"), None);
+    }
 }
