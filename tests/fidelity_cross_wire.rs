@@ -39,6 +39,16 @@ struct Provider<'a> {
     extra: &'a str,
 }
 
+/// A provider of `wire` named `name` in front of `server`, with no extra settings.
+fn route_of<'a>(name: &'a str, wire: &'a str, server: &'a MockServer) -> Provider<'a> {
+    Provider {
+        name,
+        wire,
+        server,
+        extra: "",
+    }
+}
+
 /// `poolctl serve` with `providers` and the tier `high` of `routes`, in order.
 async fn serve(providers: &[Provider<'_>], routes: &[&str]) -> (tempfile::TempDir, Gateway) {
     let dir = tempfile::tempdir().unwrap();
@@ -141,18 +151,8 @@ async fn inline_image_is_served_by_the_anthropic_route_as_a_base64_image_block()
     let (ant, oai) = (anthropic().await, openai().await);
     let (_dir, gw) = serve(
         &[
-            Provider {
-                name: "ant",
-                wire: "anthropic",
-                server: &ant,
-                extra: "",
-            },
-            Provider {
-                name: "oai",
-                wire: "openai",
-                server: &oai,
-                extra: "",
-            },
+            route_of("ant", "anthropic", &ant),
+            route_of("oai", "openai", &oai),
         ],
         &["ant/claude-x", "oai/gpt-x"],
     )
@@ -187,18 +187,8 @@ async fn n_2_skips_the_anthropic_route_with_the_reason_and_is_served_by_openai()
     let (ant, oai) = (anthropic().await, openai().await);
     let (_dir, gw) = serve(
         &[
-            Provider {
-                name: "ant",
-                wire: "anthropic",
-                server: &ant,
-                extra: "",
-            },
-            Provider {
-                name: "oai",
-                wire: "openai",
-                server: &oai,
-                extra: "",
-            },
+            route_of("ant", "anthropic", &ant),
+            route_of("oai", "openai", &oai),
         ],
         &["ant/claude-x", "oai/gpt-x"],
     )
@@ -241,16 +231,7 @@ async fn n_2_skips_the_anthropic_route_with_the_reason_and_is_served_by_openai()
 #[tokio::test]
 async fn a_request_no_route_can_carry_is_a_400_unsupported_by_chain() {
     let ant = anthropic().await;
-    let (_dir, gw) = serve(
-        &[Provider {
-            name: "ant",
-            wire: "anthropic",
-            server: &ant,
-            extra: "",
-        }],
-        &["ant/claude-x"],
-    )
-    .await;
+    let (_dir, gw) = serve(&[route_of("ant", "anthropic", &ant)], &["ant/claude-x"]).await;
     let r = post(
         &gw,
         "/v1/chat/completions",
@@ -273,16 +254,7 @@ async fn a_request_no_route_can_carry_is_a_400_unsupported_by_chain() {
 #[tokio::test]
 async fn advisory_fields_are_dropped_and_named_in_the_header_the_log_and_the_metric() {
     let ant = anthropic().await;
-    let (_dir, gw) = serve(
-        &[Provider {
-            name: "ant",
-            wire: "anthropic",
-            server: &ant,
-            extra: "",
-        }],
-        &["ant/claude-x"],
-    )
-    .await;
+    let (_dir, gw) = serve(&[route_of("ant", "anthropic", &ant)], &["ant/claude-x"]).await;
     let body = json!({
         "model": "high",
         "messages": [{"role": "user", "name": "ada", "content": "hi"}],
@@ -331,10 +303,8 @@ async fn drop_params_calls_the_route_without_a_semantic_field_and_names_it() {
     let ant = anthropic().await;
     let (_dir, gw) = serve(
         &[Provider {
-            name: "ant",
-            wire: "anthropic",
-            server: &ant,
             extra: "    drop_params: true\n",
+            ..route_of("ant", "anthropic", &ant)
         }],
         &["ant/claude-x"],
     )
@@ -356,16 +326,7 @@ async fn drop_params_calls_the_route_without_a_semantic_field_and_names_it() {
 #[tokio::test]
 async fn openai_to_anthropic_keeps_later_system_messages_reasoning_and_serial_tools() {
     let ant = anthropic().await;
-    let (_dir, gw) = serve(
-        &[Provider {
-            name: "ant",
-            wire: "anthropic",
-            server: &ant,
-            extra: "",
-        }],
-        &["ant/claude-x"],
-    )
-    .await;
+    let (_dir, gw) = serve(&[route_of("ant", "anthropic", &ant)], &["ant/claude-x"]).await;
     let body = json!({
         "model": "high",
         "messages": [
@@ -410,10 +371,8 @@ async fn anthropic_to_openai_keeps_parts_images_and_reasoning() {
     let oai = openai().await;
     let (_dir, gw) = serve(
         &[Provider {
-            name: "oai",
-            wire: "openai",
-            server: &oai,
             extra: "    dialect: openai\n",
+            ..route_of("oai", "openai", &oai)
         }],
         &["oai/gpt-x"],
     )
@@ -471,18 +430,8 @@ async fn gemini_takes_inline_images_and_is_skipped_for_an_image_by_url() {
     let oai = openai().await;
     let (_dir, gw) = serve(
         &[
-            Provider {
-                name: "gem",
-                wire: "gemini",
-                server: &gem,
-                extra: "",
-            },
-            Provider {
-                name: "oai",
-                wire: "openai",
-                server: &oai,
-                extra: "",
-            },
+            route_of("gem", "gemini", &gem),
+            route_of("oai", "openai", &oai),
         ],
         &["gem/gemini-x", "oai/gpt-x"],
     )
@@ -517,10 +466,8 @@ async fn groq_gets_the_client_body_without_the_fields_it_rejects() {
     let groq = openai().await;
     let (_dir, gw) = serve(
         &[Provider {
-            name: "groq",
-            wire: "openai",
-            server: &groq,
             extra: "    dialect: groq\n",
+            ..route_of("groq", "openai", &groq)
         }],
         &["groq/llama-x"],
     )
@@ -604,16 +551,7 @@ data: {\"type\":\"message_stop\"}\n\n";
 #[tokio::test]
 async fn an_anthropic_stream_reaches_an_openai_client_with_calls_from_0_and_the_answering_model() {
     let ant = sse_upstream("/v1/messages", ANTHROPIC_TOOL_STREAM).await;
-    let (_dir, gw) = serve(
-        &[Provider {
-            name: "ant",
-            wire: "anthropic",
-            server: &ant,
-            extra: "",
-        }],
-        &["ant/claude-x"],
-    )
-    .await;
+    let (_dir, gw) = serve(&[route_of("ant", "anthropic", &ant)], &["ant/claude-x"]).await;
     let body = json!({"model": "high", "stream": true, "stream_options": {"include_usage": true},
         "messages": [{"role": "user", "content": "Weather in Paris?"}],
         "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]});
@@ -652,16 +590,7 @@ async fn an_openai_answer_reaches_an_anthropic_client_with_its_cache_and_reasoni
       "choices":[{"index":0,"message":{"role":"assistant","content":"Hi.","reasoning_content":"thought"},"finish_reason":"stop"}],
       "usage":{"prompt_tokens":20,"completion_tokens":10,"prompt_tokens_details":{"cached_tokens":8},"completion_tokens_details":{"reasoning_tokens":4}}}"#;
     let oai = upstream("/v1/chat/completions", ANSWER).await;
-    let (_dir, gw) = serve(
-        &[Provider {
-            name: "oai",
-            wire: "openai",
-            server: &oai,
-            extra: "",
-        }],
-        &["oai/gpt-x"],
-    )
-    .await;
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
     let body =
         json!({"model": "high", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]});
     let r = post(&gw, "/v1/messages", &body, &[]).await;
@@ -687,16 +616,7 @@ async fn anthropic_thinking_reaches_an_openai_client_as_reasoning_content() {
       "stop_reason":"stop_sequence","stop_sequence":"END",
       "usage":{"input_tokens":5,"cache_creation_input_tokens":2,"cache_read_input_tokens":3,"output_tokens":7}}"#;
     let ant = upstream("/v1/messages", ANSWER).await;
-    let (_dir, gw) = serve(
-        &[Provider {
-            name: "ant",
-            wire: "anthropic",
-            server: &ant,
-            extra: "",
-        }],
-        &["ant/claude-x"],
-    )
-    .await;
+    let (_dir, gw) = serve(&[route_of("ant", "anthropic", &ant)], &["ant/claude-x"]).await;
     let body =
         json!({"model": "high", "messages": [{"role": "user", "content": "Where is Paris?"}]});
     let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
@@ -723,16 +643,7 @@ data: [DONE]\n\n";
 #[tokio::test]
 async fn an_openai_stream_reaches_an_anthropic_client_with_the_whole_usage_at_the_end() {
     let oai = sse_upstream("/v1/chat/completions", OPENAI_STREAM).await;
-    let (_dir, gw) = serve(
-        &[Provider {
-            name: "oai",
-            wire: "openai",
-            server: &oai,
-            extra: "",
-        }],
-        &["oai/gpt-x"],
-    )
-    .await;
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
     let body = json!({"model": "high", "max_tokens": 50, "stream": true,
         "messages": [{"role": "user", "content": "hi"}]});
     let r = post(&gw, "/v1/messages", &body, &[]).await;
@@ -776,16 +687,7 @@ async fn a_gemini_answer_reaches_both_clients_with_calls_reasoning_and_usage() {
         GEMINI_THINKING_ANSWER,
     )
     .await;
-    let (_dir, gw) = serve(
-        &[Provider {
-            name: "gem",
-            wire: "gemini",
-            server: &gem,
-            extra: "",
-        }],
-        &["gem/gemini-x"],
-    )
-    .await;
+    let (_dir, gw) = serve(&[route_of("gem", "gemini", &gem)], &["gem/gemini-x"]).await;
     let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
     let body = json!({"model": "high", "messages": [{"role": "user", "content": "Paris?"}],
         "tools": tools, "reasoning_effort": "medium"});
@@ -868,18 +770,8 @@ async fn n_on_gemini_is_candidate_count_and_each_candidate_a_choice() {
     let oai = sse_upstream("/v1/chat/completions", OPENAI_STREAM).await;
     let (_dir, gw) = serve(
         &[
-            Provider {
-                name: "gem",
-                wire: "gemini",
-                server: &gem,
-                extra: "",
-            },
-            Provider {
-                name: "oai",
-                wire: "openai",
-                server: &oai,
-                extra: "",
-            },
+            route_of("gem", "gemini", &gem),
+            route_of("oai", "openai", &oai),
         ],
         &["gem/gemini-x", "oai/gpt-x"],
     )

@@ -82,17 +82,7 @@ fn gemini_inline(p: &Value, path: &str) -> Result<Option<Part>, CodecError> {
             .get("mime_type")
             .or_else(|| file.get("mimeType"))
             .and_then(Value::as_str);
-        return Ok(Some(if mime == Some("application/pdf") {
-            Part::Document {
-                source,
-                filename: None,
-            }
-        } else {
-            Part::Image {
-                source,
-                detail: None,
-            }
-        }));
+        return Ok(Some(part_of(source, mime)));
     }
     let Some(inline) = p.get("inline_data").or_else(|| p.get("inlineData")) else {
         return Ok(None);
@@ -106,7 +96,12 @@ fn gemini_inline(p: &Value, path: &str) -> Result<Option<Part>, CodecError> {
         media_type: mime.to_string(),
         data: str_field(inline, "data", &format!("{path}.inline_data"))?.to_string(),
     };
-    Ok(Some(if mime == "application/pdf" {
+    Ok(Some(part_of(source, Some(mime))))
+}
+
+/// A PDF is a document part, anything else an image.
+fn part_of(source: Source, mime: Option<&str>) -> Part {
+    if mime == Some("application/pdf") {
         Part::Document {
             source,
             filename: None,
@@ -116,7 +111,7 @@ fn gemini_inline(p: &Value, path: &str) -> Result<Option<Part>, CodecError> {
             source,
             detail: None,
         }
-    }))
+    }
 }
 
 /// `tools` for generateContent.
