@@ -802,3 +802,126 @@ async fn n_on_gemini_is_candidate_count_and_each_candidate_a_choice() {
         "the streamed n: 2 never reaches Gemini"
     );
 }
+
+/// Guards review finding 4: an Anthropic client's own stray top-level fields
+/// (`max_completion_tokens`, `user`, `stream_options`) are advisory on another wire,
+/// named, and never remove the fields the translation itself wrote under those names.
+#[tokio::test]
+async fn an_anthropic_clients_stray_fields_never_remove_what_the_translation_wrote() {
+    let oai = openai().await;
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
+    let body = json!({"model": "high", "max_tokens": 100, "max_completion_tokens": 100,
+        "metadata": {"user_id": "u1"}, "user": "x",
+        "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&gw, "/v1/messages", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let mut named: Vec<String> = header(&r, "x-poolctl-dropped-params")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    named.sort();
+    assert_eq!(named, ["max_completion_tokens", "user"]);
+    let sent = &bodies(&oai).await[0];
+    assert_eq!(sent["max_completion_tokens"], 100);
+    assert_eq!(
+        sent["user"], "u1",
+        "metadata.user_id, as the translation wrote it"
+    );
+}
+
+/// Guards review findings 5 and 10: `thinking` other than a budget is semantic (a
+/// route of another wire is skipped), a malformed budget is the client's 400, and
+/// `reasoning_effort: none` asks for nothing another wire lacks.
+#[tokio::test]
+async fn thinking_and_reasoning_effort_none_are_judged_not_dropped_silently() {
+    let (ant, oai) = (anthropic().await, openai().await);
+    let (_dir, gw) = serve(
+        &[
+            route_of("ant", "anthropic", &ant),
+            route_of("oai", "openai", &oai),
+        ],
+        &["oai/gpt-x"],
+    )
+    .await;
+    let msgs = json!([{"role": "user", "content": "hi"}]);
+    let adaptive = json!({"model": "high", "max_tokens": 10, "thinking": {"type": "adaptive"}, "messages": msgs});
+    let r = post(&gw, "/v1/messages", &adaptive, &[]).await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot carry: thinking"),
+        "{e}"
+    );
+    let no_budget = json!({"model": "high", "max_tokens": 10, "thinking": {"type": "enabled"}, "messages": msgs});
+    let r = post(&gw, "/v1/messages", &no_budget, &[]).await;
+    assert_eq!(r.status(), 400);
+    assert!(bodies(&oai).await.is_empty());
+    let none = json!({"model": "high", "reasoning_effort": "none", "messages": msgs});
+    let r = post(&gw, "/v1/chat/completions", &none, &[]).await;
+    assert_eq!(r.status(), 200, "same wire");
+    let zero = json!({"model": "high", "n": 0, "messages": msgs});
+    let r = post(&gw, "/v1/chat/completions", &zero, &[]).await;
+    assert_eq!(r.status(), 400);
+}
+
+/// Guards review findings 6, 8, 9 and 14: `logprobs: false` is advisory on Groq;
+/// `parallel_tool_calls: false` without tools asks nothing of Gemini; an OpenAI
+/// client's `top_k` reaches Anthropic; a field name a header cannot hold is `other`
+/// there, and the other names stay.
+#[tokio::test]
+async fn advisory_judgements_follow_the_value_and_names_survive_a_bad_one() {
+    let (groq, gem, ant) = (
+        openai().await,
+        upstream("/v1beta/models/gemini-x:generateContent", GEMINI_ANSWER).await,
+        anthropic().await,
+    );
+    let (_dir, gw) = serve(
+        &[
+            Provider {
+                extra: "    dialect: groq\n",
+                ..route_of("groq", "openai", &groq)
+            },
+            route_of("gem", "gemini", &gem),
+            route_of("ant", "anthropic", &ant),
+        ],
+        &["groq/llama-x", "gem/gemini-x", "ant/claude-x"],
+    )
+    .await;
+    let msgs = json!([{"role": "user", "content": "hi"}]);
+    let r = post(
+        &gw,
+        "/v1/chat/completions",
+        &json!({"model": "groq/llama-x", "logprobs": false, "messages": msgs}),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "logprobs");
+    assert!(bodies(&groq).await[0].get("logprobs").is_none());
+    let r = post(
+        &gw,
+        "/v1/chat/completions",
+        &json!({"model": "gem/gemini-x", "parallel_tool_calls": false, "messages": msgs}),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let r = post(
+        &gw,
+        "/v1/chat/completions",
+        &json!({"model": "ant/claude-x", "top_k": 5, "seed": 1, "a\nb": 1, "messages": msgs}),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(bodies(&ant).await[0]["top_k"], 5);
+    let mut named: Vec<String> = header(&r, "x-poolctl-dropped-params")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    named.sort();
+    assert_eq!(named, ["other", "seed"]);
+}

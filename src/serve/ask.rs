@@ -93,6 +93,17 @@ fn served_attempt(report: &Report) -> Option<&AttemptRecord> {
     report.attempts.iter().rev().find(|a| &a.route == served)
 }
 
+/// Names `field` as dropped by the serving attempt: something of the answer its route
+/// gave that the client's API cannot hold.
+pub(super) fn name_dropped(report: &mut Report, field: &str) {
+    let Some(served) = report.served_by.clone() else {
+        return;
+    };
+    if let Some(a) = report.attempts.iter_mut().rev().find(|a| a.route == served) {
+        a.dropped.push(field.to_string());
+    }
+}
+
 /// The request fields the route that served `report` was called without.
 pub(super) fn served_dropped(report: &Report) -> &[String] {
     served_attempt(report).map_or(&[], |a| a.dropped.as_slice())

@@ -193,7 +193,7 @@ impl WireUsage {
             }),
             prompt_tokens: u.input_tokens,
             prompt_tokens_details: u.cached_tokens.map(|c| Cached { cached_tokens: c }),
-            total_tokens: u.input_tokens + u.output_tokens,
+            total_tokens: u.input_tokens.saturating_add(u.output_tokens),
         }
     }
 }

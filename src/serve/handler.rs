@@ -397,7 +397,7 @@ async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
         .then(|| last_user_text(&c))
         .flatten();
     let rt = Stopwatch::start();
-    let Called { report, reply } = adapter::chat(&gw.router, ask.target(&choice), &c).await;
+    let Called { mut report, reply } = adapter::chat(&gw.router, ask.target(&choice), &c).await;
     let in_router = rt.elapsed();
     // Reasoning another wire showed cannot become a signed Anthropic `thinking`
     // block: it is dropped, and named (fidelity.md §2).
@@ -405,6 +405,10 @@ async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
         && reply.as_ref().is_some_and(|r| {
             r.reasoning.is_some() && r.raw.as_ref().is_none_or(|w| w.wire != wire)
         });
+    if unsigned {
+        // Named like any dropped field: the header, the log line and the metric.
+        super::ask::name_dropped(&mut report, "reasoning_content");
+    }
     let response = match reply {
         // Same wire: the answer as the upstream sent it (keys masked by `full`).
         Some(Reply { raw: Some(raw), .. }) if raw.wire == wire => json_response(200, raw.bytes),
@@ -429,11 +433,7 @@ async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
         report.outcome.as_str(),
         report.attempts.len(),
     );
-    let mut dropped = served_dropped(&report).to_vec();
-    if unsigned {
-        dropped.push("reasoning_content".into());
-    }
-    dropped_header(response.headers_mut(), &dropped);
+    dropped_header(response.headers_mut(), served_dropped(&report));
     ask.finish(
         &choice,
         &c.model,

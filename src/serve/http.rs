@@ -36,9 +36,23 @@ const DROPPED: HeaderName = HeaderName::from_static("x-poolctl-dropped-params");
 /// `x-poolctl-dropped-params: seed,logit_bias`: the request fields the serving route
 /// was called without (spec/fidelity.md §3); absent when none was.
 pub(super) fn dropped_header(h: &mut HeaderMap, dropped: &[String]) {
-    if !dropped.is_empty() {
-        set(h, DROPPED, &dropped.join(","));
+    if dropped.is_empty() {
+        return;
     }
+    // Clients choose field names: one a header cannot hold (a control character, a
+    // comma) is `other` here, as in the metric, and never costs the others their place.
+    let names: Vec<&str> = dropped
+        .iter()
+        .map(|n| {
+            let fits = n.bytes().all(|b| b.is_ascii_graphic() && b != b',');
+            if fits {
+                n.as_str()
+            } else {
+                "other"
+            }
+        })
+        .collect();
+    set(h, DROPPED, &names.join(","));
 }
 
 fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {

@@ -190,6 +190,9 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
         Err(e) => (Conversation::default(), Some(bad(e.to_string()))),
     };
     let n = opt_u32(&o, "n")?;
+    if n == Some(0) {
+        return Err(bad("`n` must be at least 1"));
+    }
     let tools = match o.get("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(ts)) => ts
@@ -283,7 +286,9 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
         .and_then(Value::as_bool)
         .unwrap_or(false);
     let reasoning = match opt_str(&o, "reasoning_effort")? {
+        // `none` asks for no reasoning, which is every other wire's default.
         None => None,
+        Some(word) if word == "none" => None,
         Some(word) => match Effort::parse(&word) {
             Some(e) => Some(Reasoning::Effort(e)),
             // `none` and words to come: the client's own wire knows them.
@@ -305,7 +310,9 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
             top_p: opt_f64(&o, "top_p")?,
             stop: strings(o.get("stop"), "stop")?,
             seed,
-            top_k: None,
+            // Not OpenAI's, but clients of compatible APIs send it; Anthropic and Gemini
+            // have it (fidelity.md §2).
+            top_k: opt_u32(&o, "top_k")?,
         },
         json_schema,
         n,
@@ -350,6 +357,7 @@ fn openai_unmapped(o: &Obj, messages: &[Value]) -> Vec<Unmapped> {
         "metadata",
         "parallel_tool_calls",
         "reasoning_effort",
+        "top_k",
     ];
     let mut out: Vec<Unmapped> = o
         .iter()
@@ -443,14 +451,26 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         .and_then(|m| m.get("user_id"))
         .and_then(Value::as_str)
         .map(str::to_string);
-    let reasoning = match o.get("thinking") {
-        Some(t) if t.get("type").and_then(Value::as_str) == Some("enabled") => t
-            .get("budget_tokens")
-            .and_then(Value::as_u64)
-            .and_then(|b| u32::try_from(b).ok())
-            .map(Reasoning::Budget),
-        _ => None,
-    };
+    // `thinking` is semantic (fidelity.md §3): a budget is translated; any other kind
+    // (`adaptive`, and kinds to come) only the Anthropic wire carries.
+    let mut thinking_unmapped = false;
+    let reasoning =
+        match o.get("thinking") {
+            None | Some(Value::Null) => None,
+            Some(t) => match t.get("type").and_then(Value::as_str) {
+                Some("disabled") => None,
+                Some("enabled") => match t.get("budget_tokens").and_then(Value::as_u64) {
+                    Some(b) => Some(Reasoning::Budget(u32::try_from(b).unwrap_or(u32::MAX))),
+                    None => return Err(bad(
+                        "`thinking.budget_tokens` must be a non-negative integer with type enabled",
+                    )),
+                },
+                _ => {
+                    thinking_unmapped = true;
+                    None
+                }
+            },
+        };
     cache_control |= messages.iter().any(|m| {
         m.get("content")
             .and_then(Value::as_array)
@@ -472,7 +492,16 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         n: None,
         parallel_tool_calls,
         reasoning,
-        unmapped: anthropic_unmapped(&o, cache_control),
+        unmapped: {
+            let mut u = anthropic_unmapped(&o, cache_control);
+            if thinking_unmapped {
+                u.push(Unmapped {
+                    name: "thinking".into(),
+                    semantic: true,
+                });
+            }
+            u
+        },
         user,
         metadata: BTreeMap::new(),
         token_estimate: None,

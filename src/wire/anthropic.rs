@@ -118,7 +118,7 @@ pub fn finish_reason(s: &str) -> FinishReason {
 /// A `usage` object. Anthropic counts cache reads and writes apart from
 /// `input_tokens`; the whole prompt is their sum.
 pub fn usage(u: Option<&Value>) -> Usage {
-    let count = |k: &str| u.and_then(|u| u.get(k)).and_then(Value::as_u64);
+    let count = |k: &str| super::codec::count(u.and_then(|u| u.get(k)));
     let cached = count("cache_read_input_tokens");
     let created = count("cache_creation_input_tokens");
     Usage {
@@ -182,6 +182,22 @@ pub(super) fn joined<'a>(texts: impl Iterator<Item = &'a str>) -> Option<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards review finding 1: `2^64 - 1` input tokens plus cache reads overflowed the
+    /// sum (a panic, a 500). Counts are capped, so no sum of them can overflow.
+    #[test]
+    fn absurd_token_counts_are_capped_never_overflow() {
+        let u = usage(Some(
+            &json!({"input_tokens": u64::MAX, "cache_read_input_tokens": 5,
+            "cache_creation_input_tokens": u64::MAX, "output_tokens": u64::MAX}),
+        ));
+        let cap = super::super::codec::MAX_TOKEN_COUNT;
+        assert_eq!(u.input_tokens, cap + 5 + cap);
+        assert_eq!(u.output_tokens, cap);
+        let g = crate::wire::gemini::usage(Some(&json!({"candidatesTokenCount": u64::MAX,
+            "thoughtsTokenCount": u64::MAX})));
+        assert_eq!(g.output_tokens, 2 * cap);
+    }
 
     #[test]
     fn parses_a_message() {

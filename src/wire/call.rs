@@ -50,8 +50,7 @@ pub async fn chat(
     };
     let raw = call.body.is_raw();
     let mut call = call;
-    let dropped = super::carry::carry(req, endpoint, false).unwrap_or_default();
-    call.body = super::carry::fit(call.body, &dropped, endpoint);
+    call.body = super::carry::fit(call.body, req, endpoint);
     let reply = send(client, call, endpoint.timeout_ms).await?;
     // An error some dialects report inside a 2xx (MiniMax `base_resp`) is never an answer.
     if let Some(fields) = crate::classify::in_band::error_in_success(endpoint.dialect, &reply.json)

@@ -99,7 +99,8 @@ fn cross_wire(req: &ChatRequest, wire: Wire, streaming: bool, out: &mut Vec<(Str
     if n > 1 && (wire == Wire::Anthropic || (wire == Wire::Gemini && streaming)) {
         lack("n", true);
     }
-    if req.parallel_tool_calls == Some(false) && wire == Wire::Gemini {
+    // With no tools offered there is nothing to run in parallel.
+    if req.parallel_tool_calls == Some(false) && !req.tools.is_empty() && wire == Wire::Gemini {
         lack("parallel_tool_calls", true);
     }
     match wire {
@@ -145,19 +146,17 @@ fn cross_wire(req: &ChatRequest, wire: Wire, streaming: bool, out: &mut Vec<(Str
 fn rejected_by(dialect: Dialect, req: &ChatRequest) -> Vec<(&'static str, bool)> {
     let n = req.n.unwrap_or(1);
     let asks = |name: &str| req.unmapped.iter().any(|u| u.name == name);
+    // Whether the client's field is semantic where it is asked (`logprobs: true` is,
+    // `logprobs: false` is not; `modalities` only beyond text).
+    let semantic = |name: &str| req.unmapped.iter().any(|u| u.name == name && u.semantic);
     let mut out = Vec::new();
     match dialect {
         // console.groq.com/docs/openai: "logprobs", "logit_bias", "top_logprobs",
         // "messages[].name" and "n" other than 1 "will result in a 400 error".
         Dialect::Groq => {
-            for f in ["logprobs", "top_logprobs"] {
+            for f in ["logprobs", "top_logprobs", "logit_bias", "messages[].name"] {
                 if asks(f) {
-                    out.push((f, true));
-                }
-            }
-            for f in ["logit_bias", "messages[].name"] {
-                if asks(f) {
-                    out.push((f, false));
+                    out.push((f, semantic(f)));
                 }
             }
             if n != 1 {
@@ -169,12 +168,9 @@ fn rejected_by(dialect: Dialect, req: &ChatRequest) -> Vec<(&'static str, bool)>
         // these. `max_completion_tokens` is sent as its `max_tokens`, and a stream goes
         // without `stream_options` (both in `passthrough`).
         Dialect::Mistral => {
-            for f in ["logprobs", "top_logprobs"] {
-                if asks(f) {
-                    out.push((f, true));
-                }
-            }
             for f in [
+                "logprobs",
+                "top_logprobs",
                 "logit_bias",
                 "messages[].name",
                 "store",
@@ -189,7 +185,7 @@ fn rejected_by(dialect: Dialect, req: &ChatRequest) -> Vec<(&'static str, bool)>
                     _ => false,
                 };
                 if typed || asks(f) {
-                    out.push((f, false));
+                    out.push((f, semantic(f)));
                 }
             }
         }
@@ -201,16 +197,21 @@ fn rejected_by(dialect: Dialect, req: &ChatRequest) -> Vec<(&'static str, bool)>
 }
 
 /// The body of a call to an OpenAI-compatible `endpoint` without the fields its
-/// provider rejects: `dropped` (the advisory ones [`carry`] named, and with
-/// `drop_params` the semantic ones), and on Mistral the two it has under other names or
-/// not at all (`max_completion_tokens` is its `max_tokens`; `stream_options` it
-/// rejects, sending the usage unasked). Another wire's body is built from what it can
-/// carry, and is returned as it is. A body with nothing to remove is not touched, so
-/// the client's bytes stay the client's bytes.
-pub fn fit(body: CallBody, dropped: &[String], endpoint: &Endpoint) -> CallBody {
+/// provider rejects ([`rejected_by`]: advisory ones, and with `drop_params` semantic
+/// ones; a route that would need a semantic one removed is never called), and on
+/// Mistral the two it has under other names or not at all (`max_completion_tokens` is
+/// its `max_tokens`; `stream_options` it rejects, sending the usage unasked). Only
+/// those: any other field a body holds is one the codec wrote, or the client's own on
+/// its own wire. A body with nothing to remove is not touched, so the client's bytes
+/// stay the client's bytes.
+pub fn fit(body: CallBody, req: &ChatRequest, endpoint: &Endpoint) -> CallBody {
     if endpoint.wire != Wire::OpenAi {
         return body;
     }
+    let dropped: Vec<&str> = rejected_by(endpoint.dialect, req)
+        .into_iter()
+        .map(|(f, _)| f)
+        .collect();
     let mistral = endpoint.dialect == Dialect::Mistral;
     let mentions = |b: &[u8], key: &[u8]| b.windows(key.len()).any(|w| w == key);
     let needed = !dropped.is_empty()
@@ -242,7 +243,7 @@ pub fn fit(body: CallBody, dropped: &[String], endpoint: &Endpoint) -> CallBody 
                     }
                 }
             } else {
-                o.remove(field.as_str());
+                o.remove(field);
             }
         }
         if mistral {

@@ -99,5 +99,16 @@ pub fn bad_success(status: u16, headers: Headers, raw: &[u8], bad: BadSuccess) -
 
 /// Reads a JSON number as a token count; absent or odd values count as 0.
 pub fn tokens(v: Option<&Value>) -> u64 {
-    v.and_then(Value::as_u64).unwrap_or(0)
+    count(v).unwrap_or(0)
+}
+
+/// No real count comes near this (a trillion tokens); a hostile or broken upstream's
+/// `2^64 - 1` is cut to it, so the sums made of counts (input + cache reads + cache
+/// writes, candidates + thoughts, a bucket's spend) can never overflow.
+pub const MAX_TOKEN_COUNT: u64 = 1 << 40;
+
+/// A token count when the field is a non-negative integer, capped at
+/// [`MAX_TOKEN_COUNT`].
+pub fn count(v: Option<&Value>) -> Option<u64> {
+    v.and_then(Value::as_u64).map(|n| n.min(MAX_TOKEN_COUNT))
 }

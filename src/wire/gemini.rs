@@ -81,16 +81,12 @@ pub fn finish_reason(s: &str, has_calls: bool) -> FinishReason {
 /// A `usageMetadata` object; `cachedContentTokenCount` is the cached prompt, and the
 /// output is the candidates' tokens and the thoughts' together (fidelity.md §2).
 pub fn usage(u: Option<&Value>) -> Usage {
-    let thoughts = u
-        .and_then(|u| u.get("thoughtsTokenCount"))
-        .and_then(Value::as_u64);
+    let thoughts = super::codec::count(u.and_then(|u| u.get("thoughtsTokenCount")));
     Usage {
         input_tokens: tokens(u.and_then(|u| u.get("promptTokenCount"))),
         output_tokens: tokens(u.and_then(|u| u.get("candidatesTokenCount")))
             + thoughts.unwrap_or(0),
-        cached_tokens: u
-            .and_then(|u| u.get("cachedContentTokenCount"))
-            .and_then(Value::as_u64),
+        cached_tokens: super::codec::count(u.and_then(|u| u.get("cachedContentTokenCount"))),
         cache_creation_tokens: None,
         reasoning_tokens: thoughts,
     }

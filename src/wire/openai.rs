@@ -37,7 +37,8 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     if let Some(n) = req.n {
         body["n"] = json!(n);
     }
-    if let Some(p) = req.parallel_tool_calls {
+    // OpenAI refuses `parallel_tool_calls` and `tool_choice` without `tools`.
+    if let Some(p) = req.parallel_tool_calls.filter(|_| !req.tools.is_empty()) {
         body["parallel_tool_calls"] = json!(p);
     }
     if let Some(r) = req.reasoning {
@@ -46,7 +47,7 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     if !req.tools.is_empty() {
         body["tools"] = history::openai_tools(&req.tools);
     }
-    if let Some(choice) = &req.tool_choice {
+    if let Some(choice) = req.tool_choice.as_ref().filter(|_| !req.tools.is_empty()) {
         body["tool_choice"] = match choice {
             ToolChoice::Auto => json!("auto"),
             ToolChoice::None => json!("none"),
@@ -100,13 +101,13 @@ pub fn usage(u: Option<&Value>) -> Usage {
     Usage {
         input_tokens: tokens(u.and_then(|u| u.get("prompt_tokens"))),
         output_tokens: tokens(u.and_then(|u| u.get("completion_tokens"))),
-        cached_tokens: u
-            .and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens"))
-            .and_then(Value::as_u64),
+        cached_tokens: super::codec::count(
+            u.and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens")),
+        ),
         cache_creation_tokens: None,
-        reasoning_tokens: u
-            .and_then(|u| u.pointer("/completion_tokens_details/reasoning_tokens"))
-            .and_then(Value::as_u64),
+        reasoning_tokens: super::codec::count(
+            u.and_then(|u| u.pointer("/completion_tokens_details/reasoning_tokens")),
+        ),
     }
 }
 

@@ -20,8 +20,7 @@ use std::time::Duration;
 
 pub fn stream_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     let mut call = stream_call_whole(ep, model, req);
-    let dropped = super::carry::carry(req, ep, true).unwrap_or_default();
-    call.body = super::carry::fit(call.body, &dropped, ep);
+    call.body = super::carry::fit(call.body, req, ep);
     call
 }
 
@@ -785,6 +784,8 @@ mod tests {
         }
     }
 
+    /// Also guards review finding 2: a streamed Gemini call had no id, so a client could
+    /// not answer it; it gets the `call_{k}` the whole answer gives.
     #[test]
     fn gemini_function_calls_are_numbered_across_chunks() {
         let c = r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"get","args":{"q":1}}}]},"finishReason":"STOP"}]}"#;
@@ -793,7 +794,7 @@ mod tests {
             vec![
                 WireEvent::ToolCall {
                     index: 2,
-                    id: None,
+                    id: Some("call_2".into()),
                     name: Some("get".into()),
                     arguments: r#"{"q":1}"#.into()
                 },

@@ -274,9 +274,11 @@ fn gemini_event(v: &Value, calls_so_far: u32) -> Vec<WireEvent> {
             .flatten()
             .filter_map(|p| p.get("functionCall"))
         {
+            // Gemini has no call ids: the same `call_{k}` the whole answer gets, so a
+            // client can answer the call (an OpenAI SDK reads `id` from its first delta).
             out.push(WireEvent::ToolCall {
                 index: calls_so_far + calls,
-                id: None,
+                id: Some(format!("call_{}", calls_so_far + calls)),
                 name: call.get("name").and_then(Value::as_str).map(str::to_string),
                 arguments: call
                     .get("args")

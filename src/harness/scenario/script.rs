@@ -62,7 +62,14 @@ impl Received {
         }
         for (f, want) in &self.equal {
             let got = at(body, f);
-            if got != Some(want) {
+            // Numbers compare as numbers: YAML's `2.0` is the body's `2`.
+            let same = match (got, want) {
+                (Some(serde_json::Value::Number(a)), serde_json::Value::Number(b)) => {
+                    a.as_f64() == b.as_f64()
+                }
+                (g, w) => g == Some(w),
+            };
+            if !same {
                 out.push((f.clone(), want.to_string(), shown(got)));
             }
         }

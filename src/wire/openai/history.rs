@@ -305,16 +305,19 @@ fn openai_user_parts(content: Option<&Value>, path: &str) -> Result<Vec<Part>, C
         .collect()
 }
 
-/// OpenAI content: a string, null (none), or an array of text parts read as one text.
+/// OpenAI content: a string, null (none), or an array of text parts read as one text,
+/// a blank line between parts (as Anthropic's system blocks are joined), so that two
+/// parts never run their words together.
 fn openai_text(content: Option<&Value>, path: &str) -> Result<String, CodecError> {
     match content {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Array(parts)) => parts
+        Some(Value::Array(parts)) => Ok(parts
             .iter()
             .enumerate()
             .map(|(k, p)| text_part(p, &format!("{path}[{k}]")))
-            .collect(),
+            .collect::<Result<Vec<String>, CodecError>>()?
+            .join("\n\n")),
         Some(_) => Err(CodecError(format!(
             "{path} is neither a string nor an array of parts"
         ))),
