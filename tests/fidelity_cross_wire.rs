@@ -925,3 +925,52 @@ async fn advisory_judgements_follow_the_value_and_names_survive_a_bad_one() {
     named.sort();
     assert_eq!(named, ["other", "seed"]);
 }
+
+/// Guards review finding 3: an OpenAI-compatible stream that interleaves two tool
+/// calls reached an Anthropic client as four blocks, two with no id or name and the
+/// arguments cut apart. Each piece goes to its own call's block.
+#[tokio::test]
+async fn interleaved_openai_tool_calls_reach_an_anthropic_client_as_two_whole_calls() {
+    fn chunk(call: Value) -> String {
+        let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x",
+            "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]});
+        format!("data: {c}\n\n")
+    }
+    let sse = [
+        chunk(json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": ""}})),
+        chunk(json!({"index": 1, "id": "call_b", "type": "function", "function": {"name": "g", "arguments": "{\"x\""}})),
+        chunk(json!({"index": 0, "function": {"arguments": "{\"y\":2}"}})),
+        chunk(json!({"index": 1, "function": {"arguments": ":1}"}})),
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n".to_string(),
+        "data: [DONE]\n\n".to_string(),
+    ]
+    .concat();
+    let oai = sse_upstream("/v1/chat/completions", Box::leak(sse.into_boxed_str())).await;
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
+    let body = json!({"model": "high", "max_tokens": 50, "stream": true,
+        "tools": [{"name": "f", "input_schema": {"type": "object"}}, {"name": "g", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "go"}]});
+    let r = post(&gw, "/v1/messages", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let events = data_lines(&r.text().await.unwrap());
+    let starts: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_start")
+        .collect();
+    assert_eq!(starts.len(), 2, "one block per call: {starts:?}");
+    let mut args = ["".to_string(), "".to_string()];
+    for e in events.iter().filter(|e| e["type"] == "content_block_delta") {
+        let i = e["index"].as_u64().unwrap() as usize;
+        args[i].push_str(e["delta"]["partial_json"].as_str().unwrap_or(""));
+    }
+    assert_eq!(starts[0]["content_block"]["id"], "call_a");
+    assert_eq!(starts[1]["content_block"]["id"], "call_b");
+    assert_eq!(
+        serde_json::from_str::<Value>(&args[0]).unwrap(),
+        json!({"y": 2})
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&args[1]).unwrap(),
+        json!({"x": 1})
+    );
+}

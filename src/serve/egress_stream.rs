@@ -194,6 +194,11 @@ pub struct AnthropicStream {
     blocks: usize,
     /// Upstream tool-call index of the open tool_use block.
     tool_index: Option<u32>,
+    /// Each upstream tool call's block: a piece of a call that arrives after another
+    /// call's block opened (an OpenAI-compatible stream may interleave its calls) goes
+    /// to its own block's index, never to a new block with no id and no name. Clients
+    /// (the Anthropic SDKs) assemble a block's input by its index.
+    call_blocks: Vec<(u32, usize)>,
     /// The usage reported so far: `message_start` carries its input when known.
     usage: Option<Usage>,
 }
@@ -207,6 +212,7 @@ impl AnthropicStream {
             open: None,
             blocks: 0,
             tool_index: None,
+            call_blocks: Vec::new(),
             usage: None,
         }
     }
@@ -269,13 +275,23 @@ impl AnthropicStream {
                 name,
                 arguments,
             } => {
-                let index = match (self.open, self.tool_index) {
-                    (Some((i, false)), Some(c)) if c == *call && id.is_none() => i,
+                let known = self
+                    .call_blocks
+                    .iter()
+                    .find(|(c, _)| c == call)
+                    .map(|(_, b)| *b);
+                let index = match (self.open, self.tool_index, known) {
+                    (Some((i, false)), Some(c), _) if c == *call && id.is_none() => i,
+                    // A later piece of an earlier call: its own block.
+                    (_, _, Some(b)) if id.is_none() => b,
                     _ => {
                         self.tool_index = Some(*call);
                         let block = json!({"type": "tool_use", "id": id.clone().unwrap_or_default(),
                                            "name": name.clone().unwrap_or_default(), "input": {}});
-                        self.open_block(&mut out, block, false)
+                        let b = self.open_block(&mut out, block, false);
+                        self.call_blocks.retain(|(c, _)| c != call);
+                        self.call_blocks.push((*call, b));
+                        b
                     }
                 };
                 if !arguments.is_empty() {
