@@ -61,7 +61,7 @@ pub async fn chat(
     let (status, headers, body, parsed) = match plain {
         Some(p) => (reply.status, reply.headers, reply.raw.into(), Ok(p)),
         None => {
-            let reply = reply.json()?;
+            let reply = reply.json().map_err(|e| *e)?;
             // An error some dialects report inside a 2xx (MiniMax `base_resp`) is never
             // an answer.
             if let Some(fields) =

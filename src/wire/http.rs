@@ -130,8 +130,9 @@ pub struct BytesReply {
 }
 
 impl BytesReply {
-    /// The body parsed as JSON, or the bad success a body that is not JSON is.
-    pub fn json(self) -> Result<JsonReply, UpstreamFailure> {
+    /// The body parsed as JSON, or the bad success a body that is not JSON is (boxed:
+    /// an `UpstreamFailure` is large; the async callers unbox it into their own error).
+    pub fn json(self) -> Result<JsonReply, Box<UpstreamFailure>> {
         let BytesReply {
             status,
             headers,
@@ -144,12 +145,12 @@ impl BytesReply {
                 json,
                 raw: raw.into(),
             }),
-            Err(e) => Err(bad_success(
+            Err(e) => Err(Box::new(bad_success(
                 status,
                 headers,
                 &raw,
                 BadSuccess::Malformed(format!("success body is not JSON: {e}")),
-            )),
+            ))),
         }
     }
 }
@@ -162,7 +163,10 @@ pub async fn send(
     call: HttpCall,
     timeout_ms: u64,
 ) -> Result<JsonReply, UpstreamFailure> {
-    send_bytes(client, call, timeout_ms).await?.json()
+    send_bytes(client, call, timeout_ms)
+        .await?
+        .json()
+        .map_err(|e| *e)
 }
 
 /// `send` short of parsing the 2xx body: for a caller that reads common bodies without
