@@ -3,7 +3,7 @@
 //! surface is a change of this file alone. No routing logic lives here: it translates
 //! requests in and answers out, and reads health only to tell a client when to retry.
 
-use super::ingress::{ChatIn, EmbedIn, RerankIn};
+use super::ingress::{EmbedIn, RerankIn};
 use crate::config::route::Tier;
 use crate::core::answer::{Answer, FinishReason, StreamEvent};
 use crate::core::conversation::ToolCall;
@@ -114,11 +114,11 @@ pub struct Called {
     pub reply: Option<Reply>,
 }
 
-fn chat_request(c: &ChatIn) -> ChatRequest {
-    let mut r = c.request.clone();
-    // A conversation the canonical form could not hold is empty: its size is guessed
-    // from the body (about four bytes a token).
-    if c.untranslatable.is_some() {
+/// The router's request: the client's, moved, not copied (a conversation can be large).
+/// `untranslatable`: the canonical form could not hold the conversation (it is empty),
+/// so its size is guessed from the body (about four bytes a token).
+fn chat_request(mut r: ChatRequest, untranslatable: bool) -> ChatRequest {
+    if untranslatable {
         r.token_estimate = r
             .original
             .as_ref()
@@ -206,21 +206,32 @@ fn served_model(report: &Report) -> String {
         .unwrap_or_default()
 }
 
-pub async fn chat(router: &Router, t: Target<'_>, c: &ChatIn) -> Called {
+/// Calls `request` (a `ChatIn`'s, `untranslatable` when its conversation could not be read).
+pub async fn chat(
+    router: &Router,
+    t: Target<'_>,
+    request: ChatRequest,
+    untranslatable: bool,
+) -> Called {
     let called = router
-        .call(t.tier, &Request::Chat(chat_request(c)), t.options())
+        .call(
+            t.tier,
+            &Request::Chat(chat_request(request, untranslatable)),
+            t.options(),
+        )
         .await;
     let report = called.report;
     let reply = called.answer.map(|a| reply_of(a, &report));
     Called { report, reply }
 }
 
-/// Streams `c`: each event reaches `on_event` as it arrives, each attempt and skip
-/// reaches `progress` as it happens.
+/// Streams `request` (as `chat` takes it): each event reaches `on_event` as it arrives,
+/// each attempt and skip reaches `progress` as it happens.
 pub async fn stream(
     router: &Router,
     t: Target<'_>,
-    c: &ChatIn,
+    request: ChatRequest,
+    untranslatable: bool,
     on_event: &(dyn Fn(Event) + Send + Sync),
     progress: &Progress,
 ) -> Called {
@@ -230,7 +241,11 @@ pub async fn stream(
     opts.observer = Some(&observe);
     opts.on_event = Some(&forward);
     let called = router
-        .call(t.tier, &Request::Stream(chat_request(c)), opts)
+        .call(
+            t.tier,
+            &Request::Stream(chat_request(request, untranslatable)),
+            opts,
+        )
         .await;
     let report = called.report;
     let reply = called.answer.map(|a| reply_of(a, &report));

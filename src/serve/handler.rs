@@ -397,7 +397,9 @@ async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
         .then(|| last_user_text(&c))
         .flatten();
     let rt = Stopwatch::start();
-    let Called { mut report, reply } = adapter::chat(&gw.router, ask.target(&choice), &c).await;
+    let untranslatable = c.untranslatable.is_some();
+    let Called { mut report, reply } =
+        adapter::chat(&gw.router, ask.target(&choice), c.request, untranslatable).await;
     let in_router = rt.elapsed();
     // Reasoning another wire showed cannot become a signed Anthropic `thinking`
     // block: it is dropped, and named (fidelity.md §2).

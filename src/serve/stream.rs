@@ -418,10 +418,12 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                 .flatten();
             let rt = Stopwatch::start();
             let on_event = |ev: Event| live.on_event(ev);
+            let untranslatable = c.untranslatable.is_some();
             let called = adapter::stream(
                 &gw.router,
                 ask.target(&choice),
-                &c,
+                c.request,
+                untranslatable,
                 &on_event,
                 &live.progress,
             )

@@ -51,17 +51,31 @@ pub async fn chat(
     let raw = call.body.is_raw();
     let mut call = call;
     call.body = super::carry::fit(call.body, req, endpoint);
-    let reply = send(client, call, endpoint.timeout_ms).await?;
-    // An error some dialects report inside a 2xx (MiniMax `base_resp`) is never an answer.
-    if let Some(fields) = crate::classify::in_band::error_in_success(endpoint.dialect, &reply.json)
-    {
-        let bad = BadSuccess::Failed(Box::new(fields));
-        return Err(bad_success(reply.status, reply.headers, &reply.raw, bad));
-    }
-    let parsed = match endpoint.wire {
-        Wire::OpenAi => openai::parse_chat(&reply.json),
-        Wire::Anthropic => anthropic::parse_chat(&reply.json),
-        Wire::Gemini => gemini::parse_chat(&reply.json),
+    let reply = super::http::send_bytes(client, call, endpoint.timeout_ms).await?;
+    // The common OpenAI answer is read from its bytes; the rest, a `Value` first.
+    let plain = match endpoint.wire {
+        Wire::OpenAi => openai::reply::plain_chat(&reply.raw),
+        _ => None,
+    };
+    let (status, headers, body, parsed) = match plain {
+        Some(p) => (reply.status, reply.headers, reply.raw.into(), Ok(p)),
+        None => {
+            let reply = reply.json().map_err(|e| *e)?;
+            // An error some dialects report inside a 2xx (MiniMax `base_resp`) is never
+            // an answer.
+            if let Some(fields) =
+                crate::classify::in_band::error_in_success(endpoint.dialect, &reply.json)
+            {
+                let bad = BadSuccess::Failed(Box::new(fields));
+                return Err(bad_success(reply.status, reply.headers, &reply.raw, bad));
+            }
+            let parsed = match endpoint.wire {
+                Wire::OpenAi => openai::parse_chat(&reply.json),
+                Wire::Anthropic => anthropic::parse_chat(&reply.json),
+                Wire::Gemini => gemini::parse_chat(&reply.json),
+            };
+            (reply.status, reply.headers, reply.raw, parsed)
+        }
     };
     match parsed {
         Ok(p) => Ok(ChatSuccess {
@@ -70,14 +84,14 @@ pub async fn chat(
             finish_reason: p.finish_reason,
             model: p.model,
             usage: p.usage,
-            request_id: reply.headers.request_id().map(str::to_string).or(p.id),
-            headers: reply.headers,
-            raw: raw.then_some(reply.raw),
+            request_id: headers.request_id().map(str::to_string).or(p.id),
+            headers,
+            raw: raw.then_some(body),
             refusal: p.refusal,
             reasoning: p.reasoning,
             more_choices: p.more_choices,
         }),
-        Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
+        Err(bad) => Err(bad_success(status, headers, &body, bad)),
     }
 }
 

@@ -122,6 +122,39 @@ pub struct JsonReply {
     pub raw: bytes::Bytes,
 }
 
+/// A 2xx body within `SUCCESS_BODY_CAP`, not parsed yet.
+pub struct BytesReply {
+    pub status: u16,
+    pub headers: Headers,
+    pub raw: Vec<u8>,
+}
+
+impl BytesReply {
+    /// The body parsed as JSON, or the bad success a body that is not JSON is (boxed:
+    /// an `UpstreamFailure` is large; the async callers unbox it into their own error).
+    pub fn json(self) -> Result<JsonReply, Box<UpstreamFailure>> {
+        let BytesReply {
+            status,
+            headers,
+            raw,
+        } = self;
+        match serde_json::from_slice::<Value>(&raw) {
+            Ok(json) => Ok(JsonReply {
+                status,
+                headers,
+                json,
+                raw: raw.into(),
+            }),
+            Err(e) => Err(Box::new(bad_success(
+                status,
+                headers,
+                &raw,
+                BadSuccess::Malformed(format!("success body is not JSON: {e}")),
+            ))),
+        }
+    }
+}
+
 /// Sends a call and returns a 2xx JSON body, or the failure: a non-2xx response (body
 /// read up to `ERROR_BODY_CAP`), a transport error, a timeout, or a 2xx that is not
 /// JSON or is larger than `SUCCESS_BODY_CAP`.
@@ -130,6 +163,19 @@ pub async fn send(
     call: HttpCall,
     timeout_ms: u64,
 ) -> Result<JsonReply, UpstreamFailure> {
+    send_bytes(client, call, timeout_ms)
+        .await?
+        .json()
+        .map_err(|e| *e)
+}
+
+/// `send` short of parsing the 2xx body: for a caller that reads common bodies without
+/// a `Value` (`openai::reply`) and calls `BytesReply::json` for the rest.
+pub async fn send_bytes(
+    client: &reqwest::Client,
+    call: HttpCall,
+    timeout_ms: u64,
+) -> Result<BytesReply, UpstreamFailure> {
     let deadline = Duration::from_millis(timeout_ms);
     let work = async {
         let resp = post(client, &call)
@@ -154,20 +200,11 @@ pub async fn send(
                 BadSuccess::Malformed(format!("success body over {} MiB", cap >> 20)),
             ));
         }
-        match serde_json::from_slice::<Value>(&raw) {
-            Ok(json) => Ok(JsonReply {
-                status,
-                headers,
-                json,
-                raw: raw.into(),
-            }),
-            Err(e) => Err(bad_success(
-                status,
-                headers,
-                &raw,
-                BadSuccess::Malformed(format!("success body is not JSON: {e}")),
-            )),
-        }
+        Ok(BytesReply {
+            status,
+            headers,
+            raw,
+        })
     };
     match tokio::time::timeout(deadline, work).await {
         Ok(result) => result,

@@ -4,6 +4,7 @@
 
 pub mod history;
 pub use history::*;
+pub mod reply;
 
 use super::codec::{tokens, BadSuccess, ChatParsed};
 use super::endpoint::Endpoint;

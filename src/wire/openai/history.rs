@@ -124,31 +124,44 @@ pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, CodecErr
     // Tool messages name only the call id; the name comes from the call.
     let mut names: HashMap<String, String> = HashMap::new();
     for (i, m) in messages.iter().enumerate() {
-        let path = format!("messages[{i}]");
-        let role = str_field(m, "role", &path)?;
+        // The paths name a field in an error only: built when one is reported, not for
+        // every message (two `format!`s a message were a tenth of reading a long one).
+        let path = || format!("messages[{i}]");
+        let content_path = || format!("messages[{i}].content");
+        let role = match m.get("role").and_then(Value::as_str) {
+            Some(role) => role,
+            None => str_field(m, "role", &path())?,
+        };
         let content = m.get("content");
         match role {
             "system" | "developer" => {
-                let text = openai_text(content, &format!("{path}.content"))?;
+                let text = openai_text_at(content, content_path)?;
                 conv.system = Some(match conv.system.take() {
                     Some(before) => format!("{before}\n\n{text}"),
                     None => text,
                 });
             }
             "user" => conv.turns.push(Turn::User {
-                parts: openai_user_parts(content, &format!("{path}.content"))?,
+                parts: match content {
+                    Some(Value::String(s)) => vec![Part::text(s.clone())],
+                    _ => openai_user_parts(content, &content_path())?,
+                },
             }),
             "assistant" => {
-                let tool_calls = openai_tool_calls(m, &path)?;
+                let tool_calls = match m.get("tool_calls") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(_) => openai_tool_calls(m, &path())?,
+                };
                 for call in &tool_calls {
                     names.insert(call.id.clone(), call.name.clone());
                 }
                 conv.turns.push(Turn::Assistant {
-                    text: openai_text(content, &format!("{path}.content"))?,
+                    text: openai_text_at(content, content_path)?,
                     tool_calls,
                 });
             }
             "tool" => {
+                let path = path();
                 let call_id = str_field(m, "tool_call_id", &path)?;
                 let name = names.get(call_id).ok_or_else(|| {
                     format!(
@@ -171,12 +184,25 @@ pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, CodecErr
             }
             other => {
                 return Err(CodecError(format!(
-                    "{path}.role '{other}' is not supported"
+                    "{}.role '{other}' is not supported",
+                    path()
                 )))
             }
         }
     }
     Ok(conv)
+}
+
+/// `openai_text`, its path built only when the content is not plain text.
+fn openai_text_at(
+    content: Option<&Value>,
+    path: impl FnOnce() -> String,
+) -> Result<String, CodecError> {
+    match content {
+        Some(Value::String(s)) => Ok(s.clone()),
+        None | Some(Value::Null) => Ok(String::new()),
+        other => openai_text(other, &path()),
+    }
 }
 
 /// The tool calls of an answer's `choices[0].message`. A malformed call is an error: a
