@@ -1,7 +1,7 @@
 //! What a route can carry of a request (spec/fidelity.md §3), judged from the wire,
 //! the dialect and the provider's `drop_params` alone — never from health. A pure
-//! function, so the router can pass a route over before calling it, and the codec drops
-//! exactly what was named.
+//! function, so the router can pass a route over before calling it; what it names is
+//! never sent (a codec has no place for it, or [`fit`] removes it).
 //!
 //! Each field the route cannot carry is one of two kinds:
 //! - semantic (an image by URL on Gemini, `n: 2` on Anthropic, `logprobs` on another
@@ -257,5 +257,85 @@ pub fn fit(body: CallBody, req: &ChatRequest, endpoint: &Endpoint) -> CallBody {
         CallBody::Raw(serde_json::to_vec(&v).unwrap_or_default().into())
     } else {
         CallBody::Json(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::conversation::ToolSpec;
+    use crate::core::request::Unmapped;
+
+    fn endpoint(wire: Wire, dialect: Dialect, drop_params: bool) -> Endpoint {
+        Endpoint {
+            provider: "p".into(),
+            wire,
+            dialect,
+            base_url: "http://127.0.0.1:9".into(),
+            api_key: crate::core::secret::Secret::new("sk-carry-test"),
+            timeout_ms: 1,
+            first_token_timeout_ms: 1,
+            stream_idle_ms: 1,
+            stream_max_ms: 1,
+            max_stream_bytes: 1,
+            max_event_bytes: 1,
+            drop_params,
+        }
+    }
+
+    #[test]
+    fn semantic_fields_skip_unless_drop_params_and_advisory_ones_are_named() {
+        let mut r = ChatRequest::user("hi", 8);
+        r.n = Some(2);
+        r.sampling.seed = Some(7);
+        let ant = endpoint(Wire::Anthropic, Dialect::Anthropic, false);
+        assert_eq!(carry(&r, &ant, false), Err(Cannot { field: "n".into() }));
+        let lenient = endpoint(Wire::Anthropic, Dialect::Anthropic, true);
+        assert_eq!(
+            carry(&r, &lenient, false),
+            Ok(vec!["n".into(), "seed".into()])
+        );
+        // Gemini carries n on a whole answer, not on a stream.
+        let gem = endpoint(Wire::Gemini, Dialect::Gemini, false);
+        assert!(carry(&r, &gem, false).is_ok());
+        assert_eq!(carry(&r, &gem, true), Err(Cannot { field: "n".into() }));
+    }
+
+    #[test]
+    fn a_dialect_rejection_follows_the_value_and_only_it_is_removed() {
+        let mut r = ChatRequest::user("hi", 8);
+        r.unmapped = vec![Unmapped::openai("logprobs", &serde_json::json!(false))];
+        let groq = endpoint(Wire::OpenAi, Dialect::Groq, false);
+        assert_eq!(carry(&r, &groq, false), Ok(vec!["logprobs".into()]));
+        r.unmapped = vec![Unmapped::openai("logprobs", &serde_json::json!(true))];
+        assert!(carry(&r, &groq, false).is_err());
+        let body = CallBody::Json(serde_json::json!({"model": "m", "logprobs": true, "user": "u"}));
+        let lenient = endpoint(Wire::OpenAi, Dialect::Groq, true);
+        match fit(body, &r, &lenient) {
+            CallBody::Json(v) => {
+                assert_eq!(v, serde_json::json!({"model": "m", "user": "u"}))
+            }
+            CallBody::Raw(_) => panic!("a built body stays built"),
+        }
+    }
+
+    #[test]
+    fn serial_tool_calls_matter_only_beside_tools() {
+        let mut r = ChatRequest::user("hi", 8);
+        r.parallel_tool_calls = Some(false);
+        let gem = endpoint(Wire::Gemini, Dialect::Gemini, false);
+        assert!(carry(&r, &gem, false).is_ok());
+        r.tools = vec![ToolSpec {
+            name: "f".into(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+            strict: false,
+        }];
+        assert_eq!(
+            carry(&r, &gem, false),
+            Err(Cannot {
+                field: "parallel_tool_calls".into()
+            })
+        );
     }
 }
