@@ -499,7 +499,9 @@ async fn capacity_reports_utilisation_and_a_failing_ceiling_from_redis() {
         "http://127.0.0.1:9",
         "up/m1, b/x",
         "  up/m1: { rpm: 100, tpm: 100000 }\n  b: { rpm: 30 }\n",
-        "headroom: 0.9\n",
+        // The store's 200 ms default deadline is for production; a fresh redis-server
+        // on a CI machine busy compiling once missed it on its first connection.
+        "headroom: 0.9\nstate_timeout_ms: 2000\n",
     );
     let (code, v, t) = capacity(&config, "30m").await;
     assert_eq!(v["window_ms"], 1_800_000);
