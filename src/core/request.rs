@@ -90,6 +90,30 @@ impl Reasoning {
 }
 
 impl Unmapped {
+    /// The top-level fields of an OpenAI chat body the canonical request maps itself;
+    /// every other one is unmapped (the gateway's ingress, a scenario's `fields:`).
+    pub const OPENAI_MAPPED: &'static [&'static str] = &[
+        "model",
+        "messages",
+        "stream",
+        "stream_options",
+        "tools",
+        "tool_choice",
+        "response_format",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "seed",
+        "n",
+        "user",
+        "metadata",
+        "parallel_tool_calls",
+        "reasoning_effort",
+        "top_k",
+    ];
+
     /// A top-level field of an OpenAI chat body, with its value: semantic for
     /// `logprobs: true`, `top_logprobs`, `audio` and `modalities` other than text
     /// (spec/fidelity.md §3), advisory otherwise.

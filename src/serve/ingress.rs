@@ -338,30 +338,9 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
 /// `name`. Semantic: `logprobs: true`, `top_logprobs`, `modalities` other than text,
 /// `audio`; every other one is advisory. A null is no field at all.
 fn openai_unmapped(o: &Obj, messages: &[Value]) -> Vec<Unmapped> {
-    const MAPPED: &[&str] = &[
-        "model",
-        "messages",
-        "stream",
-        "stream_options",
-        "tools",
-        "tool_choice",
-        "response_format",
-        "max_tokens",
-        "max_completion_tokens",
-        "temperature",
-        "top_p",
-        "stop",
-        "seed",
-        "n",
-        "user",
-        "metadata",
-        "parallel_tool_calls",
-        "reasoning_effort",
-        "top_k",
-    ];
     let mut out: Vec<Unmapped> = o
         .iter()
-        .filter(|(k, v)| !v.is_null() && !MAPPED.contains(&k.as_str()))
+        .filter(|(k, v)| !v.is_null() && !Unmapped::OPENAI_MAPPED.contains(&k.as_str()))
         .map(|(k, v)| Unmapped::openai(k, v))
         .collect();
     if messages

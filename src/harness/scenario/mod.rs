@@ -172,28 +172,11 @@ impl RequestShape {
         base.user = self.user.clone();
         // A field the request maps itself is set above, never twice (a `model` here
         // would be removed from every body sent).
-        const MAPPED: &[&str] = &[
-            "model",
-            "messages",
-            "stream",
-            "stream_options",
-            "tools",
-            "tool_choice",
-            "response_format",
-            "max_tokens",
-            "max_completion_tokens",
-            "temperature",
-            "top_p",
-            "stop",
-            "seed",
-            "n",
-            "user",
-            "metadata",
-            "parallel_tool_calls",
-            "reasoning_effort",
-            "top_k",
-        ];
-        if let Some(k) = self.fields.keys().find(|k| MAPPED.contains(&k.as_str())) {
+        if let Some(k) = self
+            .fields
+            .keys()
+            .find(|k| Unmapped::OPENAI_MAPPED.contains(&k.as_str()))
+        {
             return Err(format!(
                 "`fields.{k}` is a field the request maps itself; set it as `request.{k}` where it has one"
             ));
