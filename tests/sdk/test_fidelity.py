@@ -23,7 +23,6 @@ Plain Python, no pytest; prints one line per check, then `N passed, M failed`.
 import http.server
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -34,10 +33,12 @@ import traceback
 import anthropic
 import openai
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_sdks import launch_serve  # noqa: E402 - the one way both suites start serve
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POOLCTL = os.path.abspath(os.environ.get("POOLCTL_BIN", os.path.join(ROOT, "target", "debug", "poolctl")))
 TIMEOUT_S = 10.0
-STARTUP_S = 20.0
 UPSTREAM_KEY = "sk-fidelity-upstream-3f9a"
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 
@@ -190,25 +191,7 @@ def start_gateway(port, workdir):
             "  an: [ant/claude-x]\n"
             "  mix: [ant/claude-x, oai/gpt-x]\n"
         )
-    errf = tempfile.TemporaryFile(mode="w+")
-    env = dict(os.environ, POOLCTL_FIDELITY_KEY=UPSTREAM_KEY)
-    env.pop("POOLCTL_SERVE_TOKEN", None)
-    proc = subprocess.Popen(
-        [POOLCTL, "serve", "--config", config, "--listen", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, stderr=errf, text=True, cwd=workdir, env=env,
-    )
-    lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout] and None, daemon=True).start()
-    try:
-        line = lines.get(timeout=STARTUP_S)
-    except queue.Empty:
-        line = ""
-    if "listening on http://" not in line:
-        proc.kill()
-        proc.wait()
-        errf.seek(0)
-        sys.exit(f"poolctl serve did not start (printed {line!r}); stderr:\n{errf.read()}")
-    return proc, errf, line.strip().rsplit(" ", 1)[1]
+    return launch_serve(config, workdir, {"POOLCTL_FIDELITY_KEY": UPSTREAM_KEY})
 
 
 def only(up, mark, prefix):

@@ -289,8 +289,15 @@ def start_gateway(chat_urls, embed_urls, workdir):
             "limits:\n"
             "  gw/shed-model: { rpm: 2 }\n"
         )
+    return launch_serve(config, workdir, {"POOLCTL_MOCK_KEY": KEY})
+
+
+def launch_serve(config, workdir, env_extra):
+    """Starts `poolctl serve --config CONFIG` on a free loopback port, with `env_extra`
+    set and no inherited POOLCTL_SERVE_TOKEN, once it prints its address.
+    Returns (process, stderr file, base URL)."""
     errf = tempfile.TemporaryFile(mode="w+")
-    env = dict(os.environ, POOLCTL_MOCK_KEY=KEY)
+    env = dict(os.environ, **env_extra)
     env.pop("POOLCTL_SERVE_TOKEN", None)
     proc = subprocess.Popen(
         [POOLCTL, "serve", "--config", config, "--listen", "127.0.0.1:0"],
