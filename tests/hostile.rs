@@ -409,7 +409,7 @@ async fn mock_bounds_the_memory_of_buffered_request_bodies() {
     let clients = (0..40).map(|_| async move {
         let mut s = TcpStream::connect(addr).await.unwrap();
         let head = format!(
-            "POST /dashscope/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {body_len}\r\n\r\n"
+            "POST /dashscope/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {body_len}\r\n\r\n"
         );
         let body = vec![b' '; body_len - 1];
         let send = async {

@@ -466,6 +466,7 @@ async fn hostile_requests_get_clear_openai_shaped_4xx() {
         futures_util::stream::iter((0..8).map(|_| Ok::<_, std::io::Error>(vec![b' '; 1024])));
     let r = client
         .post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
         .body(reqwest::Body::wrap_stream(chunks))
         .send()
         .await
@@ -495,9 +496,11 @@ async fn headers_that_never_finish_get_408_after_the_header_timeout() {
     );
     let gw = start(&config, &["--header-timeout-ms", "200"], &[]).await;
     let mut tcp = TcpStream::connect(gw.addr).await.unwrap();
-    tcp.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/js")
-        .await
-        .unwrap();
+    tcp.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/js",
+    )
+    .await
+    .unwrap();
     let mut got = Vec::new();
     tokio::time::timeout(DEADLINE, tcp.read_to_end(&mut got))
         .await
@@ -528,7 +531,7 @@ async fn connections_past_the_cap_get_429_and_are_closed() {
     let mut held = Vec::new();
     for _ in 0..2 {
         let mut tcp = TcpStream::connect(gw.addr).await.unwrap();
-        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
             .await
             .unwrap();
         let mut buf = [0u8; 512];
@@ -541,7 +544,7 @@ async fn connections_past_the_cap_get_429_and_are_closed() {
     }
     let mut third = TcpStream::connect(gw.addr).await.unwrap();
     third
-        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
         .await
         .unwrap();
     let mut got = Vec::new();
@@ -1270,7 +1273,7 @@ async fn buffered_request_bodies_are_bounded_in_total_across_connections() {
     // A holds 900 of the 1000 buffered bytes and does not finish its body.
     let mut a = TcpStream::connect(gw.addr).await.unwrap();
     a.write_all(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n",
     )
     .await
     .unwrap();

@@ -3,11 +3,12 @@
 //! socket to `serve::listener`. Exit 0 after a clean drain; 2 on config or bind errors.
 
 use super::args::ConfigArg;
-use super::context::{env_key, load_config, open_routing_store, Admission};
+use super::context::{env_key, load_config, open_redis, open_routing_store, Admission};
 use super::exit::Exit;
+use crate::config::pool::StateLocation;
 use crate::core::clock::SystemClock;
 use crate::core::secret::Secret;
-use crate::serve::{self, choose::Lineup, Gateway, Settings};
+use crate::serve::{self, choose::Lineup, Gateway, Readiness, Settings};
 use clap::Args;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,6 +46,14 @@ pub struct ServeArgs {
     /// start to end on one thread (default: one per core).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
+    /// An origin (`https://app.example.com`) whose web pages may call the gateway;
+    /// repeat it for more, `*` for any. Without it, a request carrying `Origin` is 403.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+    /// Serve `/metrics` on an address of its own too, without the token (a scrape
+    /// network the clients cannot reach). `/metrics` on --listen stays behind it.
+    #[arg(long, value_name = "ADDR", value_parser = super::args::listen_addr)]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// The lanes `serve` runs (see `ServeArgs::workers`).
@@ -60,11 +69,21 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     // With `state: redis://`, health goes on with this process's own view while Redis
     // cannot be reached (each such decision counted in /metrics).
     let (store, shared_health) = open_routing_store(&config)?;
+    // `/readyz` reads the store itself: through the cache or the fallback it would
+    // always answer. A shared store gets a connection of its own for it.
+    let readiness = Readiness {
+        store: match config.state_location() {
+            StateLocation::File(_) => store.clone(),
+            StateLocation::Redis(url) => Arc::new(open_redis(&config, &url)?),
+        },
+        shared: shared_health.is_some(),
+        on_store_error: config.on_store_error,
+    };
     // A SQLite file is cached, and validated by an inotify watch on it: a request's two
     // health reads cost no SQLite transaction, and a change by any process is seen at once.
     let store = match config.state_location() {
-        crate::config::pool::StateLocation::File(path) => serve::health_cache::over(store, &path),
-        crate::config::pool::StateLocation::Redis(_) => store,
+        StateLocation::File(path) => serve::health_cache::over(store, &path),
+        StateLocation::Redis(_) => store,
     };
     // Admission (the config's `limits`): this process's buckets, as `walk` has, or the
     // fleet's in Redis.
@@ -93,6 +112,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         drain: Duration::from_millis(args.drain_ms),
         token,
         log_prompts: args.log_prompts,
+        allow_origins: args.allow_origins.clone(),
     };
     let stop = stop_signal();
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -105,6 +125,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     };
     let mut gw = Gateway::new(lineup, router, settings);
     gw.shared_health = shared_health;
+    gw.readiness = Some(Arc::new(readiness));
     // One gateway per lane, each with an upstream pool of its own (see
     // `serve::listener::serve`).
     let lanes = (0..worker_threads(&args))
@@ -124,7 +145,28 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
             String::new()
         }
     ));
+    let metrics_task = match args.metrics_listen {
+        Some(at) => {
+            let l = tokio::net::TcpListener::bind(at)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {at} (--metrics-listen): {e}"))?;
+            crate::cli::out::line(&format!(
+                "poolctl serve: metrics on http://{}/metrics",
+                l.local_addr()?
+            ))?;
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(serve::listener::serve_metrics(l, gw.clone(), async {
+                let _ = rx.await;
+            }));
+            Some((tx, task))
+        }
+        None => None,
+    };
     serve::listener::serve(listener, gw, lanes, stop).await;
+    if let Some((tx, task)) = metrics_task {
+        let _ = tx.send(());
+        let _ = task.await;
+    }
     if let Some(f) = flusher {
         f.abort();
     }

@@ -5,6 +5,7 @@
 //! Imports: nothing of this crate outside `core`. Every other folder may import it.
 
 pub mod answer;
+pub mod clip;
 pub mod clock;
 pub mod conversation;
 pub mod limits;

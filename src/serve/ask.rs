@@ -9,6 +9,7 @@ use super::http::{refusal, Body};
 use super::ingress::ChatIn;
 use super::respond::{self, Context};
 use super::Gateway;
+use crate::core::clip::{clip, LOG_FIELD_BYTES};
 use crate::core::clock::Stopwatch;
 use crate::core::trace::{AttemptRecord, Report, SkipWhy};
 use crate::core::vocab::Outcome;
@@ -110,20 +111,40 @@ pub(super) fn served_dropped(report: &Report) -> &[String] {
 }
 
 fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
+    // What a client chose (path, model, field names, the prompt) is recorded as a
+    // string, so the formatter quotes it and escapes newlines, control characters and
+    // ANSI codes (no forged second line, no escape reaching a terminal), and is cut to
+    // a bound with the cut marked.
+    let (path, model) = (
+        clip(path, LOG_FIELD_BYTES),
+        clip(&line.model, LOG_FIELD_BYTES),
+    );
+    let skipped = line
+        .skipped
+        .as_deref()
+        .map(|s| clip(s, LOG_FIELD_BYTES * 4));
+    let dropped = line
+        .dropped
+        .as_deref()
+        .map(|s| clip(s, LOG_FIELD_BYTES * 4));
+    let prompt = line
+        .prompt
+        .as_deref()
+        .map(|s| clip(s, LOG_FIELD_BYTES * 16));
     tracing::info!(
         target: "poolctl::serve",
         method = %method,
-        path,
-        model = %line.model,
+        path = path.as_ref(),
+        model = model.as_ref(),
         workflow = %line.workflow,
         status = line.status,
         outcome = line.outcome,
         reason = line.reason,
         served_by = %line.served_by,
         attempts = %line.attempts,
-        skipped = line.skipped.as_deref(),
-        dropped = line.dropped.as_deref(),
-        prompt = line.prompt.as_deref(),
+        skipped = skipped.as_deref(),
+        dropped = dropped.as_deref(),
+        prompt = prompt.as_deref(),
         elapsed_us = elapsed.as_micros() as u64,
         "request"
     );

@@ -4,6 +4,7 @@
 //! `x-should-retry: false`: the router already spent the request's recovery budget, and
 //! the official SDKs honour the header, so their retries never stack on the router's.
 
+use crate::core::clip::{clip, MESSAGE_BYTES};
 use bytes::Bytes;
 use serde_json::json;
 
@@ -45,12 +46,15 @@ impl ApiError {
 
     /// The body of the error for `flavor`.
     pub fn body(&self, flavor: Flavor) -> Vec<u8> {
+        // A message may echo what a client sent (a model name, a field): bounded here,
+        // once for every error the gateway writes. JSON escapes its control characters.
+        let message = clip(&self.message, MESSAGE_BYTES);
         let v = match flavor {
             Flavor::OpenAi => json!({"error": {
-                "message": self.message, "type": self.kind, "code": self.code, "param": null,
+                "message": message, "type": self.kind, "code": self.code, "param": null,
             }}),
             Flavor::Anthropic => json!({"type": "error", "error": {
-                "type": self.kind, "message": self.message,
+                "type": self.kind, "message": message,
             }}),
         };
         serde_json::to_vec(&v).unwrap_or_default()

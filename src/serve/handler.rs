@@ -7,6 +7,7 @@ use super::ask::{last_user_text, served_dropped, Ask};
 use super::choose::Wants;
 use super::egress;
 use super::errors::{ApiError, Flavor};
+use super::guard;
 use super::http::{
     dropped_header, error_response, full, json_response, refusal, trace_headers, Body,
 };
@@ -18,7 +19,11 @@ use crate::core::vocab::{Outcome, Wire};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{
+    HeaderValue, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_MAX_AGE, ACCESS_CONTROL_REQUEST_HEADERS,
+    CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, VARY,
+};
 use hyper::{HeaderMap, Method, Request, Response};
 use std::sync::Arc;
 
@@ -36,6 +41,22 @@ fn credential(headers: &HeaderMap) -> Option<&[u8]> {
         }
     }
     headers.get("x-api-key").map(HeaderValue::as_bytes)
+}
+
+/// The answer to a listed origin's CORS preflight: what its `fetch` may send.
+fn preflight(headers: &HeaderMap) -> Response<Body> {
+    let mut r = Response::new(full(Bytes::new()));
+    *r.status_mut() = hyper::StatusCode::NO_CONTENT;
+    let h = r.headers_mut();
+    h.insert(
+        ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, OPTIONS"),
+    );
+    if let Some(asked) = headers.get(ACCESS_CONTROL_REQUEST_HEADERS) {
+        h.insert(ACCESS_CONTROL_ALLOW_HEADERS, asked.clone());
+    }
+    h.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+    r
 }
 
 fn flavor_of(path: &str) -> Flavor {
@@ -69,48 +90,104 @@ fn degraded_metrics(gw: &Gateway) -> String {
 
 /// Serves one request. Never panics outward: the listener catches what escapes.
 pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
+    let origin = req.headers().get(ORIGIN).cloned();
+    let mut r = answer(gw, req).await;
+    if let Some(origin) = origin {
+        // Only a listed origin gets this far (`guard`): the browser may read the answer.
+        let h = r.headers_mut();
+        h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        h.insert(VARY, HeaderValue::from_static("origin"));
+    }
+    r
+}
+
+/// The Prometheus scrape: routes, workflows, classes, bucket levels and health.
+pub async fn metrics(gw: &Gateway) -> Response<Body> {
+    let state = gw.scrape_state().await;
+    let (health, levels) = (&state.0, &state.1);
+    let buckets = gw.router.buckets();
+    let mut body = gw.metrics.render(health, &buckets.sheds(), levels);
+    body.push_str(&format!(
+        "# HELP poolctl_buffered_body_bytes Request-body bytes buffered now, over all requests.\n\
+         # TYPE poolctl_buffered_body_bytes gauge\npoolctl_buffered_body_bytes {}\n\
+         # HELP poolctl_body_waits_total Request bodies that waited for the buffered-body budget.\n\
+         # TYPE poolctl_body_waits_total counter\npoolctl_body_waits_total {}\n",
+        gw.buffered_body_bytes(),
+        gw.metrics.body_waits()
+    ));
+    body.push_str(&degraded_metrics(gw));
+    let mut r = Response::new(full(body));
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
+/// Whether the client sent the gateway's token (always, when none is set).
+fn authorized(gw: &Gateway, headers: &HeaderMap) -> bool {
+    match &gw.settings.token {
+        Some(token) => credential(headers).is_some_and(|c| same(c, token.expose().as_bytes())),
+        None => true,
+    }
+}
+
+fn unauthorized(gw: &Gateway, flavor: Flavor) -> Response<Body> {
+    gw.metrics.rejected("unauthorized");
+    let e = ApiError::new(
+        401,
+        "authentication_error",
+        "invalid_api_key",
+        format!(
+            "this gateway requires the token in ${} as `Authorization: Bearer` (or `x-api-key`)",
+            super::TOKEN_ENV
+        ),
+    );
+    refusal(&e, flavor)
+}
+
+async fn answer(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
     let sw = Stopwatch::start();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let flavor = flavor_of(&path);
+    // The browser guards come first, on every path: a rebound page must not read even
+    // `/metrics` or `/readyz`.
+    let host = req.headers().get(HOST).map(HeaderValue::as_bytes);
+    if !guard::host_allowed(gw.settings.listen, host) {
+        gw.metrics.rejected("misdirected_host");
+        return refusal(&ApiError::new(421, "invalid_request_error", "misdirected_request",
+            "this gateway listens on a loopback address and answers only `Host: localhost`, `127.0.0.1` or `[::1]` (with the port)"), flavor);
+    }
+    if let Some(origin) = req.headers().get(ORIGIN) {
+        if !guard::origin_allowed(&gw.settings.allow_origins, origin.as_bytes()) {
+            gw.metrics.rejected("origin_not_allowed");
+            return refusal(&ApiError::new(403, "permission_error", "origin_not_allowed",
+                format!("requests from a web page (`Origin: {}`) are refused unless `poolctl serve --allow-origin` lists the origin",
+                    String::from_utf8_lossy(origin.as_bytes()))), flavor);
+        }
+        if method == Method::OPTIONS {
+            return preflight(req.headers());
+        }
+    }
     match (&method, path.as_str()) {
-        (&Method::GET, "/healthz") => return json_response(200, br#"{"status":"ok"}"#.to_vec()),
-        (&Method::GET, "/readyz") => return readyz(&gw).await,
-        (&Method::GET, "/metrics") => {
-            let health = adapter::route_states(&gw.router, &gw.lineup.routes()).await;
-            let buckets = gw.router.buckets();
-            let now = crate::core::clock::wall_now_ms();
-            // Levels as admission sees them: the fleet's when the buckets are shared.
-            let levels = match gw.router.shared_buckets() {
-                Some(shared) => shared.snapshot(now).await,
-                None => buckets.snapshot(now),
-            };
-            let mut body = gw.metrics.render(&health, &buckets.sheds(), &levels);
-            body.push_str(&format!(
-                "# HELP poolctl_buffered_body_bytes Request-body bytes buffered now, over all requests.\n\
-                 # TYPE poolctl_buffered_body_bytes gauge\npoolctl_buffered_body_bytes {}\n\
-                 # HELP poolctl_body_waits_total Request bodies that waited for the buffered-body budget.\n\
-                 # TYPE poolctl_body_waits_total counter\npoolctl_body_waits_total {}\n",
-                gw.buffered_body_bytes(),
-                gw.metrics.body_waits()
-            ));
-            body.push_str(&degraded_metrics(&gw));
-            let mut r = Response::new(full(body));
-            r.headers_mut().insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4"),
-            );
-            return r;
+        // HEAD answers as GET does; hyper sends the head without the body.
+        (&Method::GET | &Method::HEAD, "/healthz") => {
+            return json_response(200, br#"{"status":"ok"}"#.to_vec())
+        }
+        (&Method::GET | &Method::HEAD, "/readyz") => return readyz(&gw).await,
+        (&Method::GET | &Method::HEAD, "/metrics") => {
+            // The scrape names routes, workflows and health, as `/v1/models` does: the
+            // same token guards both (Prometheus sends it with `authorization:`).
+            if !authorized(&gw, req.headers()) {
+                return unauthorized(&gw, flavor);
+            }
+            return metrics(&gw).await;
         }
         _ => {}
     }
-    if let Some(token) = &gw.settings.token {
-        if !credential(req.headers()).is_some_and(|c| same(c, token.expose().as_bytes())) {
-            gw.metrics.rejected("unauthorized");
-            let e = ApiError::new(401, "authentication_error", "invalid_api_key",
-                format!("this gateway requires the token in ${} as `Authorization: Bearer` (or `x-api-key`)", super::TOKEN_ENV));
-            return refusal(&e, flavor);
-        }
+    if !authorized(&gw, req.headers()) {
+        return unauthorized(&gw, flavor);
     }
     let wants = match (&method, path.as_str()) {
         (&Method::GET, "/v1/models") => return json_response(200, gw.lineup.models_json()),
@@ -159,6 +236,18 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
                 "unavailable",
                 "draining",
                 "the gateway is shutting down",
+            ),
+            flavor,
+        );
+    }
+    if !guard::is_json(req.headers().get(CONTENT_TYPE).map(HeaderValue::as_bytes)) {
+        gw.metrics.rejected("unsupported_media_type");
+        return refusal(
+            &ApiError::new(
+                415,
+                "invalid_request_error",
+                "unsupported_media_type",
+                format!("{path} takes a JSON body: send `Content-Type: application/json`"),
             ),
             flavor,
         );
@@ -218,14 +307,53 @@ async fn readyz(gw: &Gateway) -> Response<Body> {
     if gw.draining() {
         not_ready.push("draining".into());
     }
-    if not_ready.is_empty() {
-        json_response(200, br#"{"ready":true}"#.to_vec())
-    } else {
-        json_response(
-            503,
-            serde_json::to_vec(&serde_json::json!({"ready": false, "why": not_ready}))
-                .unwrap_or_default(),
-        )
+    let mut body = serde_json::Map::new();
+    if let Some(r) = &gw.readiness {
+        if let Err(reason) = store_answers(r).await {
+            let reason = gw.mask(&reason);
+            // A shared store's outage is one `local_share` is built to survive: every
+            // process of a fleet going out of rotation at once would turn a Redis
+            // outage into a full one. A SQLite file that cannot be read, or a fleet
+            // that sheds without its store (`fail_closed`), cannot serve as it should.
+            let survivable = r.shared && r.on_store_error == crate::store::OnStoreError::LocalShare;
+            body.insert(
+                "store".into(),
+                if survivable {
+                    "degraded"
+                } else {
+                    "unreachable"
+                }
+                .into(),
+            );
+            body.insert("reason".into(), reason.clone().into());
+            if !survivable {
+                not_ready.push(format!("state store unreachable: {reason}"));
+            }
+        }
+    }
+    let ready = not_ready.is_empty();
+    body.insert("ready".into(), ready.into());
+    if !ready {
+        body.insert("why".into(), not_ready.into());
+    }
+    let status = if ready { 200 } else { 503 };
+    json_response(status, serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// Whether the state store answers a read now: one key's read, bounded by the store's
+/// own deadline and, whatever the store, by `READY_DEADLINE`.
+async fn store_answers(r: &super::Readiness) -> Result<(), String> {
+    const READY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+    let Ok(probe) = crate::core::vocab::Route::parse("poolctl/readyz") else {
+        return Ok(());
+    };
+    match tokio::time::timeout(READY_DEADLINE, r.store.get(&probe)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "no answer within {} ms",
+            READY_DEADLINE.as_millis()
+        )),
     }
 }
 

@@ -305,3 +305,75 @@ async fn refuse(mut tcp: TcpStream, e: ApiError) {
     };
     let _ = tokio::time::timeout(REFUSAL_DEADLINE, drain).await;
 }
+
+/// Serves `/metrics` alone on `listener` (`--metrics-listen`), without the token: an
+/// address of their own, on a scrape network the clients cannot reach. Ends when
+/// `shutdown` resolves; a scrape has no drain worth waiting for.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    gw: Arc<Gateway>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let http = http_builder(&gw);
+    let addr = listener.local_addr().ok();
+    // A handful at once is plenty for scrapers; more wait in the kernel's backlog.
+    let permits = Arc::new(Semaphore::new(16));
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, _) = tokio::select! {
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(_) => {
+                    real_sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => return,
+        };
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let (gw, http) = (gw.clone(), http.clone());
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let gw = gw.clone();
+                async move { Ok::<_, Infallible>(scrape(&gw, addr, req).await) }
+            });
+            let _ = http.serve_connection(TokioIo::new(tcp), svc).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn scrape(
+    gw: &Gateway,
+    addr: Option<std::net::SocketAddr>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    use hyper::Method;
+    let host = req.headers().get(hyper::header::HOST).map(|v| v.as_bytes());
+    let refused = |status: u16, code: &str, message: &str| {
+        super::http::error_response(
+            &ApiError::new(status, "invalid_request_error", code, message),
+            Flavor::OpenAi,
+        )
+    };
+    if addr.is_some_and(|a| !super::guard::host_allowed(a, host)) {
+        return refused(
+            421,
+            "misdirected_request",
+            "this address is loopback: `Host` must name loopback",
+        );
+    }
+    if req.headers().contains_key(hyper::header::ORIGIN) {
+        return refused(
+            403,
+            "origin_not_allowed",
+            "the metrics address answers no web page",
+        );
+    }
+    match (req.method(), req.uri().path()) {
+        (&Method::GET | &Method::HEAD, "/metrics") => handler::metrics(gw).await,
+        _ => refused(404, "unknown_url", "this address serves GET /metrics only"),
+    }
+}

@@ -9,6 +9,7 @@ pub mod choose;
 pub mod egress;
 pub mod egress_stream;
 pub mod errors;
+pub mod guard;
 pub mod handler;
 pub mod health_cache;
 pub mod http;
@@ -54,6 +55,8 @@ pub struct Settings {
     pub token: Option<Secret>,
     /// Log the last user message of each chat request (off by default).
     pub log_prompts: bool,
+    /// Origins whose web pages may call the gateway (`--allow-origin`); none by default.
+    pub allow_origins: Vec<String>,
 }
 
 impl Default for Settings {
@@ -68,8 +71,19 @@ impl Default for Settings {
             drain: Duration::from_secs(30),
             token: None,
             log_prompts: false,
+            allow_origins: Vec::new(),
         }
     }
+}
+
+/// What `/readyz` reads to say whether the state store answers.
+pub struct Readiness {
+    /// The store itself: a SQLite file, or the shared store without its fallback.
+    pub store: Arc<dyn crate::store::HealthStore>,
+    /// Whether it is shared (`state: redis://`), so that an outage is survivable.
+    pub shared: bool,
+    /// What admission does meanwhile: with `local_share` the gateway still serves.
+    pub on_store_error: crate::store::OnStoreError,
 }
 
 /// Everything a request handler shares. Each of the listener's lanes has one of its
@@ -81,6 +95,8 @@ pub struct Gateway {
     pub settings: Settings,
     /// The shared health store's wrapper (`state: redis://`), for its degraded counts.
     pub shared_health: Option<std::sync::Arc<crate::store::FallbackStore>>,
+    /// The state store as `/readyz` reads it (no cache, no fallback); `None`: not read.
+    pub readiness: Option<Arc<Readiness>>,
     /// The upstream keys, only to mask them out of upstream messages.
     keys: Vec<Secret>,
     /// One permit per request-body byte buffered now (`max_buffered_body_bytes`).
@@ -88,7 +104,24 @@ pub struct Gateway {
     body_budget_total: usize,
     next_id: Arc<AtomicU64>,
     draining: Arc<AtomicBool>,
+    /// What the last scrape read from the store, and when (`scrape_state`).
+    scraped: Arc<tokio::sync::Mutex<Option<Scraped>>>,
 }
+
+/// Route health and bucket levels as a scrape last read them.
+type ScrapeState = (
+    Vec<(crate::core::vocab::Route, &'static str)>,
+    Vec<crate::admission::buckets::BucketView>,
+);
+
+struct Scraped {
+    at: crate::core::clock::Stopwatch,
+    state: Arc<ScrapeState>,
+}
+
+/// How long a scrape's store reads serve later scrapes: whoever scrapes, and however
+/// often, `/metrics` costs the shared store at most one read of each key a second.
+pub const SCRAPE_CACHE: Duration = Duration::from_secs(1);
 
 impl Gateway {
     pub fn new(lineup: choose::Lineup, router: Router, settings: Settings) -> Self {
@@ -113,9 +146,11 @@ impl Gateway {
             metrics: Arc::default(),
             settings,
             shared_health: None,
+            readiness: None,
             keys,
             next_id: Arc::new(AtomicU64::new(1)),
             draining: Arc::new(AtomicBool::new(false)),
+            scraped: Arc::default(),
         }
     }
 
@@ -129,11 +164,13 @@ impl Gateway {
             metrics: self.metrics.clone(),
             settings: self.settings.clone(),
             shared_health: self.shared_health.clone(),
+            readiness: self.readiness.clone(),
             keys: self.keys.clone(),
             body_budget: self.body_budget.clone(),
             body_budget_total: self.body_budget_total,
             next_id: self.next_id.clone(),
             draining: self.draining.clone(),
+            scraped: self.scraped.clone(),
         }
     }
 
@@ -152,6 +189,28 @@ impl Gateway {
     pub fn buffered_body_bytes(&self) -> usize {
         self.body_budget_total
             .saturating_sub(self.body_budget.available_permits())
+    }
+
+    /// Route health and bucket levels for a scrape: read from the store at most once
+    /// per [`SCRAPE_CACHE`], one scrape reading while the others wait for its answer.
+    pub async fn scrape_state(&self) -> Arc<ScrapeState> {
+        let mut cached = self.scraped.lock().await;
+        if let Some(c) = cached.as_ref().filter(|c| c.at.elapsed() < SCRAPE_CACHE) {
+            return c.state.clone();
+        }
+        let health = adapter::route_states(&self.router, &self.lineup.routes()).await;
+        let now = crate::core::clock::wall_now_ms();
+        // Levels as admission sees them: the fleet's when the buckets are shared.
+        let levels = match self.router.shared_buckets() {
+            Some(shared) => shared.snapshot(now).await,
+            None => self.router.buckets().snapshot(now),
+        };
+        let state = Arc::new((health, levels));
+        *cached = Some(Scraped {
+            at: crate::core::clock::Stopwatch::start(),
+            state: state.clone(),
+        });
+        state
     }
 
     pub fn start_draining(&self) {

@@ -1,0 +1,46 @@
+//! Cutting a client-supplied value to a bound before it is echoed (a log line, an error
+//! message), with the cut marked: a 1 MB `model` must not become a 1 MB log line or a
+//! 1 MB 404 body, and a reader must see that what they read is not the whole value.
+
+use std::borrow::Cow;
+
+/// The longest client value a log field holds.
+pub const LOG_FIELD_BYTES: usize = 256;
+/// The longest message an error body holds.
+pub const MESSAGE_BYTES: usize = 4096;
+
+/// `s` itself when it fits in `max` bytes; else its first `max` bytes (cut at a
+/// character boundary) followed by `…[cut N bytes]`, N being what was left out.
+pub fn clip(s: &str, max: usize) -> Cow<'_, str> {
+    if s.len() <= max {
+        return Cow::Borrowed(s);
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}…[cut {} bytes]", &s[..end], s.len() - end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_that_fits_is_untouched() {
+        assert!(matches!(clip("gpt-4o", 256), Cow::Borrowed("gpt-4o")));
+    }
+
+    #[test]
+    fn a_long_value_is_cut_and_the_cut_is_marked() {
+        let long = "m".repeat(1_000_000);
+        let c = clip(&long, 256);
+        assert_eq!(c, format!("{}…[cut 999744 bytes]", "m".repeat(256)));
+    }
+
+    #[test]
+    fn the_cut_never_splits_a_character() {
+        // "é" is two bytes: a cut at byte 3 of "aéé" falls inside the second one.
+        assert_eq!(clip("aééé", 4), "aé…[cut 4 bytes]");
+    }
+}

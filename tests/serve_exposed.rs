@@ -1,0 +1,461 @@
+//! Issue 21: `poolctl serve` safe to expose. Each test drives the built binary over
+//! loopback, with a real client or a raw socket, against loopback mock providers (and a
+//! real `redis-server` where the store is shared). Socket deadlines are real time and
+//! small; nothing sleeps.
+
+use poolctl::core::vocab::{CallPath, Route, Wire};
+use poolctl::harness::mock::{MockRoute, MockServer};
+use poolctl::harness::redis_server::RedisServer;
+use poolctl::harness::scenario::Reply;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[path = "support/gateway.rs"]
+mod gateway;
+use gateway::{Gateway, DEADLINE};
+
+const KEY_VAR: &str = "POOLCTL_EXPOSED_TEST_KEY";
+const KEY: &str = "sk-exposed-SENTINEL-9f2c";
+
+/// The model string of issue 21: a newline, a forged INFO line and an ANSI escape.
+const FORGED: &str =
+    "nope\n2026-12-01T00:00:00Z  INFO request … status=200 outcome=\"success\" \u{1b}[31mRED";
+
+async fn mock_ok() -> MockServer {
+    MockServer::start(
+        ([127, 0, 0, 1], 0).into(),
+        vec![MockRoute {
+            route: Route::parse("prim/model-a").unwrap(),
+            wire: Wire::OpenAi,
+            path: CallPath::Chat,
+            replies: vec![Reply::Ok {
+                text: "hi".into(),
+                headers: vec![],
+                usage: None,
+            }],
+            outage: None,
+            record: false,
+        }],
+    )
+    .await
+    .unwrap()
+}
+
+/// A config of tier `high` = `prim/model-a` on `mock`, plus `extra` top-level YAML.
+fn config(dir: &Path, mock: &MockServer, extra: &str) -> PathBuf {
+    let yaml = format!(
+        "providers:\n  prim:\n    wire: openai\n    base_url: {}\n    api_key_env: {KEY_VAR}\n\
+         tiers:\n  high:\n    - prim/model-a\n{extra}",
+        mock.base_url("prim", Wire::OpenAi)
+    );
+    let path = dir.join("pool.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+async fn start(config: &Path, flags: &[&str], env: &[(&str, &str)]) -> Gateway {
+    let mut all = vec![(KEY_VAR, KEY)];
+    all.extend_from_slice(env);
+    gateway::start(config, flags, &all).await
+}
+
+fn chat(model: &str) -> Value {
+    json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// Sends `request` whole on a fresh connection and reads the answer to its close.
+async fn raw(gw: &Gateway, request: &[u8]) -> String {
+    let mut tcp = TcpStream::connect(gw.addr).await.unwrap();
+    tcp.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(DEADLINE, tcp.read_to_end(&mut out))
+        .await
+        .expect("the gateway answers and closes in time")
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The gateway's `request` log lines.
+fn request_lines(stderr: &str) -> Vec<&str> {
+    stderr.lines().filter(|l| l.contains(" request ")).collect()
+}
+
+#[tokio::test]
+async fn a_model_that_forges_a_log_line_is_quoted_escaped_and_cut() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, ""), &[], &[]).await;
+    let client = reqwest::Client::new();
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat(FORGED))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    // A 1 MB model is cut in the log line and in the 404 body alike.
+    let huge = "m".repeat(1 << 20);
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat(&huge))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let body = r.text().await.unwrap();
+    assert!(
+        body.len() < 8 * 1024,
+        "the 404 body is {} bytes",
+        body.len()
+    );
+    assert!(body.contains("…[cut "), "{body}");
+    let (_, stderr) = gw.stop().await;
+    assert!(!stderr.contains('\u{1b}'), "no raw escape reaches the log");
+    let lines = request_lines(&stderr);
+    assert_eq!(
+        lines.len(),
+        2,
+        "one line per request, none forged:\n{stderr}"
+    );
+    assert!(
+        lines[0].contains(r#"model="nope\n2026-12-01T00:00:00Z  INFO request … status=200 outcome=\"success\" \u{1b}[31mRED""#),
+        "the model is one quoted, escaped field: {}",
+        lines[0]
+    );
+    assert!(!stderr
+        .lines()
+        .any(|l| l.starts_with("2026-12-01T00:00:00Z")));
+    assert!(
+        lines[1].len() < 2048,
+        "the 1 MB model's line is {} bytes",
+        lines[1].len()
+    );
+    assert!(lines[1].contains("…[cut 1048320 bytes]"), "{}", lines[1]);
+    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 0);
+}
+
+#[tokio::test]
+async fn a_json_endpoint_refuses_text_plain_and_a_missing_content_type_with_415() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, ""), &[], &[]).await;
+    let client = reqwest::Client::new();
+    let body = chat("high").to_string();
+    for ct in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        None,
+    ] {
+        let mut req = client
+            .post(gw.url("/v1/chat/completions"))
+            .body(body.clone());
+        if let Some(ct) = ct {
+            req = req.header("content-type", ct);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 415, "content-type {ct:?}");
+        let b: Value = r.json().await.unwrap();
+        assert_eq!(b["error"]["code"], "unsupported_media_type", "{b}");
+    }
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json; charset=utf-8")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 1);
+}
+
+#[tokio::test]
+async fn a_loopback_gateway_refuses_a_rebound_host_name() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, ""), &[], &[]).await;
+    let body = chat("high").to_string();
+    let post = |host: &str| {
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let port = gw.addr.port();
+    for evil in ["evil.example.com", &format!("evil.example.com:{port}")] {
+        let answer = raw(&gw, post(evil).as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 421"), "{evil}: {answer}");
+        assert!(answer.contains("misdirected_request"), "{answer}");
+        let metrics = raw(
+            &gw,
+            format!("GET /metrics HTTP/1.1\r\nhost: {evil}\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await;
+        assert!(metrics.starts_with("HTTP/1.1 421"), "{metrics}");
+    }
+    for good in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        "localhost".to_string(),
+    ] {
+        let answer = raw(&gw, post(&good).as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{good}: {answer}");
+    }
+    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 3);
+}
+
+#[tokio::test]
+async fn a_request_from_a_web_page_is_refused_unless_its_origin_is_allowed() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &mock, "");
+    let client = reqwest::Client::new();
+    let gw = start(&cfg, &[], &[]).await;
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .header("origin", "https://evil.example.com")
+        .json(&chat("high"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["error"]["code"], "origin_not_allowed");
+    drop(gw);
+
+    let gw = start(&cfg, &["--allow-origin", "https://app.example.com"], &[]).await;
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .header("origin", "https://evil.example.com")
+        .json(&chat("high"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "an origin not listed is still refused");
+    let r = client
+        .request(reqwest::Method::OPTIONS, gw.url("/v1/chat/completions"))
+        .header("origin", "https://app.example.com")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "authorization, content-type",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204, "the listed origin's preflight");
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "https://app.example.com"
+    );
+    assert_eq!(
+        r.headers()["access-control-allow-headers"],
+        "authorization, content-type"
+    );
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .header("origin", "https://app.example.com")
+        .json(&chat("high"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "https://app.example.com"
+    );
+    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 1);
+}
+
+#[tokio::test]
+async fn head_healthz_and_readyz_answer_like_get_without_a_body() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, ""), &[], &[]).await;
+    for path in ["/healthz", "/readyz"] {
+        let get = raw(
+            &gw,
+            format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await;
+        let head = raw(
+            &gw,
+            format!("HEAD {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await;
+        let (get_head, get_body) = get.split_once("\r\n\r\n").unwrap();
+        assert!(get_head.starts_with("HTTP/1.1 200"), "{get}");
+        assert!(!get_body.is_empty());
+        assert!(head.starts_with("HTTP/1.1 200"), "HEAD {path}: {head}");
+        assert!(
+            head.ends_with("\r\n\r\n"),
+            "HEAD {path} has no body: {head:?}"
+        );
+        assert!(
+            head.contains(&format!("content-length: {}", get_body.len())),
+            "HEAD {path} says how long GET's body is: {head}"
+        );
+    }
+}
+
+/// A loopback port nothing listens on.
+fn dead_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn readyz_is_degraded_with_local_share_and_503_with_fail_closed_when_redis_is_down() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let state = format!(
+        "state: redis://127.0.0.1:{}/0\nstate_timeout_ms: 200\n",
+        dead_port()
+    );
+    for (policy, status) in [("local_share", 200), ("fail_closed", 503)] {
+        let cfg = config(
+            dir.path(),
+            &mock,
+            &format!("{state}on_store_error: {policy}\n"),
+        );
+        let gw = start(&cfg, &[], &[]).await;
+        let r = client.get(gw.url("/readyz")).send().await.unwrap();
+        assert_eq!(r.status(), status, "{policy}");
+        let b: Value = r.json().await.unwrap();
+        assert_eq!(b["ready"], status == 200, "{policy}: {b}");
+        let expect = if status == 200 {
+            "degraded"
+        } else {
+            "unreachable"
+        };
+        assert_eq!(b["store"], expect, "{policy}: {b}");
+        assert!(!b["reason"].as_str().unwrap_or("").is_empty(), "{b}");
+        assert_eq!(
+            client
+                .get(gw.url("/healthz"))
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            200,
+            "liveness is not readiness"
+        );
+    }
+}
+
+#[tokio::test]
+async fn readyz_answers_ready_with_a_reachable_redis_and_503_for_an_unreadable_sqlite_file() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let redis = RedisServer::must_start();
+    let cfg = config(dir.path(), &mock, &format!("state: {}\n", redis.url()));
+    let gw = start(&cfg, &[], &[]).await;
+    let r = client.get(gw.url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b, json!({"ready": true}));
+    drop(gw);
+
+    let file = dir.path().join("state.db");
+    let cfg = config(dir.path(), &mock, &format!("state: {}\n", file.display()));
+    let gw = start(&cfg, &[], &[]).await;
+    assert_eq!(
+        client.get(gw.url("/readyz")).send().await.unwrap().status(),
+        200
+    );
+    // The file and its write-ahead log overwritten: SQLite can no longer read them.
+    for name in ["state.db", "state.db-wal", "state.db-shm"] {
+        let path = dir.path().join(name);
+        if let Ok(bytes) = std::fs::read(&path) {
+            std::fs::write(&path, vec![b'x'; bytes.len().max(4096)]).unwrap();
+        }
+    }
+    let r = client.get(gw.url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["store"], "unreachable", "{b}");
+}
+
+#[tokio::test]
+async fn metrics_require_the_token_when_set_or_are_served_on_their_own_address() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &mock, "");
+    let free = dead_port();
+    let gw = start(
+        &cfg,
+        &["--metrics-listen", &format!("127.0.0.1:{free}")],
+        &[("POOLCTL_SERVE_TOKEN", "gw-token-77")],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let r = client.get(gw.url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), 401, "no token, no metrics");
+    let r = client
+        .get(gw.url("/metrics"))
+        .bearer_auth("gw-token-77")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("poolctl_route_health"));
+    let own = format!("http://127.0.0.1:{free}/metrics");
+    let r = client.get(&own).send().await.unwrap();
+    assert_eq!(r.status(), 200, "the metrics address needs no token");
+    assert!(r.text().await.unwrap().contains("poolctl_route_health"));
+    let r = client
+        .get(format!("http://127.0.0.1:{free}/v1/models"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "the metrics address serves nothing else");
+}
+
+/// Commands Redis has processed so far.
+fn redis_commands(redis: &RedisServer) -> u64 {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port().to_string(), "INFO", "stats"])
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("INFO stats names total_commands_processed")
+}
+
+#[tokio::test]
+async fn twenty_scrapes_in_a_burst_read_the_shared_store_about_once() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::must_start();
+    let cfg = config(
+        dir.path(),
+        &mock,
+        &format!(
+            "state: {}\nlimits:\n  prim/model-a: {{ rpm: 60 }}\n",
+            redis.url()
+        ),
+    );
+    let gw = start(&cfg, &[], &[]).await;
+    gw.metrics().await; // connections open, scripts loaded
+    let before = redis_commands(&redis);
+    for _ in 0..20 {
+        gw.metrics().await;
+    }
+    let during = redis_commands(&redis) - before - 1; // the INFO itself
+                                                      // One scrape reads one route's health and one bucket's level: a few commands. Twenty
+                                                      // uncached scrapes were ≥ 40; within the second they share one read (two at most,
+                                                      // should the burst straddle the cache's second).
+    assert!(during <= 8, "20 scrapes cost Redis {during} commands");
+}
