@@ -459,3 +459,53 @@ async fn twenty_scrapes_in_a_burst_read_the_shared_store_about_once() {
                                                       // should the burst straddle the cache's second).
     assert!(during <= 8, "20 scrapes cost Redis {during} commands");
 }
+
+#[tokio::test]
+async fn a_request_no_bucket_can_ever_hold_is_a_429_request_too_large_without_retry_after() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &mock,
+        "limits:\n  prim/model-a: { tpm: 100000 }\nheadroom: 1.0\n",
+    );
+    let gw = start(&cfg, &[], &[]).await;
+    let client = reqwest::Client::new();
+    for _ in 0..2 {
+        let mut body = chat("high");
+        body["max_tokens"] = json!(200000);
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 429);
+        assert!(
+            r.headers().get("retry-after").is_none(),
+            "no wait would admit it"
+        );
+        assert_eq!(r.headers()["x-should-retry"], "false");
+        let b: Value = r.json().await.unwrap();
+        assert_eq!(b["error"]["code"], "request_too_large", "{b}");
+        assert_eq!(b["error"]["type"], "too_large", "{b}");
+        let message = b["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("holds at most 100000 tokens") && message.contains("reserves 2000"),
+            "the message names the capacity and the reservation: {message}"
+        );
+    }
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat("high"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the bucket was never spent on it");
+    let (_, stderr) = gw.stop().await;
+    assert!(
+        stderr.contains("skipped=\"prim/model-a:exceeds_bucket\""),
+        "the skip reason is in the log line: {stderr}"
+    );
+    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 1);
+}

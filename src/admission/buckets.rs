@@ -80,6 +80,30 @@ pub struct Refused {
     pub wait_ms: Option<u64>,
 }
 
+/// A bucket that can never hold a cost: even full, its capacity is below the cost on
+/// its dimension.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exceeds {
+    /// The `limits:` key: a route or a provider.
+    pub bucket: String,
+    pub dimension: Dimension,
+    pub capacity: f64,
+    pub reservation: f64,
+}
+
+impl std::fmt::Display for Exceeds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "bucket `{}` holds at most {} {} a minute; the request reserves {}",
+            self.bucket,
+            self.capacity.floor() as u64,
+            self.dimension.level_name(),
+            self.reservation.ceil() as u64
+        )
+    }
+}
+
 #[derive(Debug)]
 struct Slot {
     /// The `limits:` key: a route or a provider.
@@ -266,6 +290,21 @@ impl Buckets {
         Ok(Reservation {
             cover: cover.clone(),
             cost,
+        })
+    }
+
+    /// The first bucket of `cover` that could not hold `cost` even full, whatever the
+    /// priority: the request is too large for it, and no wait would change that.
+    pub fn exceeds(&self, cover: &Cover, cost: Cost) -> Option<Exceeds> {
+        let slots = lock(&self.groups[cover.group]);
+        cover.members.iter().find_map(|&(i, dim)| {
+            let (slot, need) = (&slots[i], cost.on(dim));
+            (need > slot.bucket.capacity).then(|| Exceeds {
+                bucket: slot.name.to_string(),
+                dimension: dim,
+                capacity: slot.bucket.capacity,
+                reservation: need,
+            })
         })
     }
 

@@ -441,7 +441,7 @@ impl UsageRecorder {
     ) -> anyhow::Result<Option<Self>> {
         match admission {
             Admission::Local(b) => Self::open(config, b),
-            Admission::Shared(_) => Ok(None),
+            Admission::Shared(..) => Ok(None),
         }
     }
 

@@ -100,7 +100,8 @@ pub fn open_routing_store(config: &PoolConfig) -> anyhow::Result<RoutingStore> {
 /// `state: redis://` the fleet's, in Redis, falling back by `on_store_error`.
 pub enum Admission {
     Local(Arc<Buckets>),
-    Shared(Arc<SharedBuckets>),
+    /// The fleet's buckets, and the same at their full size (`Router::with_ceiling`).
+    Shared(Arc<SharedBuckets>, Arc<Buckets>),
 }
 
 impl Admission {
@@ -119,7 +120,8 @@ impl Admission {
                     config.workers,
                     now,
                 );
-                Ok(Admission::Shared(Arc::new(shared)))
+                let ceiling = Arc::new(Buckets::new(&cfg, now));
+                Ok(Admission::Shared(Arc::new(shared), ceiling))
             }
             _ => Ok(Admission::Local(Arc::new(Buckets::new(&cfg, now)))),
         }
@@ -129,7 +131,9 @@ impl Admission {
     pub fn apply(&self, router: Router) -> Router {
         match self {
             Admission::Local(b) => router.with_buckets(b.clone()),
-            Admission::Shared(s) => router.with_shared_buckets(s.clone()),
+            Admission::Shared(s, ceiling) => router
+                .with_shared_buckets(s.clone())
+                .with_ceiling(ceiling.clone()),
         }
     }
 
@@ -137,7 +141,7 @@ impl Admission {
     pub fn degraded(&self) -> u64 {
         match self {
             Admission::Local(_) => 0,
-            Admission::Shared(s) => s.degraded(),
+            Admission::Shared(s, _) => s.degraded(),
         }
     }
 }

@@ -112,7 +112,7 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
         super::context::Admission::Local(b) => {
             (crate::router::probe::ProbeBuckets::Local(b), !b.is_empty())
         }
-        super::context::Admission::Shared(s) => {
+        super::context::Admission::Shared(s, _) => {
             (crate::router::probe::ProbeBuckets::Shared(s), true)
         }
     };

@@ -62,6 +62,18 @@ pub fn failure_reason(
         SkipWhy::Retired => matches!(cause, Some("quota" | "quota_exhausted")),
         _ => false,
     };
+    // No route's buckets could ever hold the reservation (the rest could not serve it at
+    // all): no wait would admit it, so it is no capacity problem (decisions.md).
+    if skips.iter().any(|(why, _)| *why == SkipWhy::ExceedsBucket)
+        && skips.iter().all(|(why, _)| {
+            matches!(
+                why,
+                SkipWhy::ExceedsBucket | SkipWhy::CannotCarry | SkipWhy::Incapable
+            )
+        })
+    {
+        return Reason::TooLarge;
+    }
     // No route could carry the request: a fact of the request and the chain, never of
     // health (fidelity.md §3).
     if skips.iter().any(|(why, _)| *why == SkipWhy::CannotCarry)
@@ -111,6 +123,30 @@ mod tests {
         assert_eq!(
             failure_reason(None, Some(Class::ModelUnavailable), &mixed, &[]),
             Reason::Error
+        );
+    }
+
+    #[test]
+    fn a_reservation_no_bucket_can_hold_is_too_large_not_capacity() {
+        let exceeds = (SkipWhy::ExceedsBucket, Some("tpm"));
+        assert_eq!(
+            failure_reason(None, None, &[], &[exceeds]),
+            Reason::TooLarge
+        );
+        // The rest of the chain could not serve it at all: still too large.
+        assert_eq!(
+            failure_reason(None, None, &[], &[exceeds, (SkipWhy::Incapable, None)]),
+            Reason::TooLarge
+        );
+        // A route cooling for capacity could hold it later: capacity, with a wait.
+        assert_eq!(
+            failure_reason(
+                None,
+                None,
+                &[],
+                &[exceeds, (SkipWhy::Cooling, Some("rate_limited"))]
+            ),
+            Reason::Capacity
         );
     }
 

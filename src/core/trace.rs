@@ -127,6 +127,10 @@ pub enum SkipWhy {
     /// names what.
     #[serde(rename = "cannot_carry")]
     CannotCarry,
+    /// Its admission buckets can never hold the request's reservation, however long it
+    /// waits: the cause names the bucket's capacity and the reservation.
+    #[serde(rename = "exceeds_bucket")]
+    ExceedsBucket,
 }
 
 impl SkipWhy {
@@ -140,6 +144,7 @@ impl SkipWhy {
             SkipWhy::HalfOpen => "half_open",
             SkipWhy::Admission => "admission",
             SkipWhy::CannotCarry => "cannot_carry",
+            SkipWhy::ExceedsBucket => "exceeds_bucket",
         }
     }
 }

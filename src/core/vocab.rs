@@ -104,6 +104,8 @@ vocab_enum!(
         Request => "request",
         /// No route of the chain can carry a field of the request (fidelity.md §3).
         Unsupported => "unsupported",
+        /// No route's buckets can ever hold the request's reservation.
+        TooLarge => "too_large",
         Budget => "budget",
         Error => "error",
         /// Shed: admission control refused it locally, before any upstream call.

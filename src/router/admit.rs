@@ -46,6 +46,21 @@ impl Router {
             return true;
         };
         let cost = cost_on(walk, spec);
+        let ceiling = &self.inner.ceiling;
+        if let Some(over) = ceiling
+            .cover(&spec.route)
+            .and_then(|c| ceiling.exceeds(&c, cost))
+        {
+            // No refill would ever admit it: passed over like a route that cannot serve
+            // the request, not queued, and never answered "retry in 1 s".
+            let skip = Skip {
+                route: spec.route.clone(),
+                why: SkipWhy::ExceedsBucket,
+                cause: Some(over.to_string()),
+            };
+            self.emit_skip(walk, report, skip);
+            return false;
+        }
         let now = self.inner.clock.now_ms();
         let priority = walk.opts.priority;
         let place = walk.ticket.as_ref().map(|t| t.place);

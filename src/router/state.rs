@@ -87,6 +87,9 @@ pub(super) struct Inner {
     /// The fleet's buckets in the shared store (`state: redis://`), when set: admission
     /// spends these, not `buckets`.
     pub(super) shared: Option<Arc<SharedBuckets>>,
+    /// The buckets at their full size (the fleet's contracts, when shared): what a
+    /// reservation must fit in to be admitted ever (`exceeds_bucket`).
+    pub(super) ceiling: Arc<Buckets>,
     /// Requests waiting for admission, in priority order.
     pub(super) queue: Arc<AdmissionQueue>,
 }
@@ -313,6 +316,7 @@ impl Router {
                 sessions: Mutex::new(HashMap::new()),
                 buckets: unlimited.0.clone(),
                 shared: None,
+                ceiling: unlimited.0.clone(),
                 queue: unlimited.1.clone(),
             }),
         }
@@ -338,6 +342,9 @@ impl Router {
         let client = self.client;
         match Arc::try_unwrap(self.inner) {
             Ok(mut inner) => {
+                // Local buckets are their own ceiling; shared ones are given theirs
+                // (`with_ceiling`), the local share being a fraction of the fleet's.
+                inner.ceiling = buckets.clone();
                 inner.buckets = buckets;
                 inner.shared = shared;
                 // Its own queue: the one it had may be the one every unlimited router shares.
@@ -362,6 +369,26 @@ impl Router {
         Router {
             inner: self.inner.clone(),
             client,
+        }
+    }
+
+    /// The same router, judging whether a reservation can ever be admitted against
+    /// `ceiling`: with shared buckets, the fleet's whole contracts (not the local share
+    /// `with_shared_buckets` holds). Call it on a router just built.
+    pub fn with_ceiling(self, ceiling: Arc<Buckets>) -> Self {
+        let client = self.client;
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.ceiling = ceiling;
+                Router {
+                    client,
+                    inner: Arc::new(inner),
+                }
+            }
+            Err(shared) => Router {
+                client,
+                inner: shared,
+            },
         }
     }
 

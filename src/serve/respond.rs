@@ -60,7 +60,8 @@ fn summary(report: &Report) -> String {
 
 /// Which field no route could carry, and each route's reason: `no route of the chain
 /// can carry this request: anthropic/claude: cannot carry: n; ...`.
-fn unsupported_message(report: &Report) -> String {
+/// Each route passed over, with why: `route: cause`.
+fn skip_causes(report: &Report) -> String {
     let routes: Vec<String> = report
         .skipped
         .iter()
@@ -69,10 +70,7 @@ fn unsupported_message(report: &Report) -> String {
             format!("{}: {why}", s.route)
         })
         .collect();
-    format!(
-        "no route of the chain can carry this request: {}",
-        routes.join("; ")
-    )
+    routes.join("; ")
 }
 
 /// The error for a report whose outcome is not an answer. `mask` removes keys.
@@ -114,7 +112,23 @@ pub fn failure(report: &Report, ctx: Context, mask: &dyn Fn(&str) -> String) -> 
             status,
             &word,
             "unsupported_by_chain",
-            unsupported_message(report),
+            format!(
+                "no route of the chain can carry this request: {}",
+                skip_causes(report)
+            ),
+        );
+    }
+    if reason == Some(Reason::TooLarge) {
+        // No Retry-After: no wait would admit it.
+        return ApiError::new(
+            status,
+            &word,
+            "request_too_large",
+            format!(
+                "the request is larger than any route's rate limit can ever admit: {}; \
+                 lower max_tokens or the prompt",
+                skip_causes(report)
+            ),
         );
     }
     let code = match request_attempt {

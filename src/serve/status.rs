@@ -28,6 +28,9 @@ pub fn http_status(outcome: Outcome, reason: Option<Reason>, facts: StatusFacts)
             .unwrap_or(400),
         // The request asks what no route of its chain can carry (fidelity.md §3).
         (Outcome::Failed, Some(Reason::Unsupported)) => 400,
+        // No bucket of the chain can ever hold the reservation: a 429 as OpenAI answers a
+        // request larger than a limit, and never a Retry-After (no wait would help).
+        (Outcome::Failed, Some(Reason::TooLarge)) => 429,
         // The gateway's key is bad, not the caller's: never a 401 the caller would act on.
         (Outcome::Failed, Some(Reason::Auth)) => 502,
         (Outcome::Failed, Some(Reason::Capacity | Reason::Admission)) | (Outcome::Shed, _) => {
@@ -115,6 +118,7 @@ mod tests {
             (Shed, None, facts(None, Some(10), false), 429),
             (Shed, None, none, 503),
             (Failed, Some(Reason::Unsupported), none, 400),
+            (Failed, Some(Reason::TooLarge), none, 429),
             (Failed, Some(Reason::Budget), none, 502),
             (Failed, Some(Reason::Budget), facts(None, None, true), 504),
             (Failed, Some(Reason::Error), none, 502),
