@@ -509,3 +509,145 @@ async fn a_request_no_bucket_can_ever_hold_is_a_429_request_too_large_without_re
     );
     assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 1);
 }
+
+#[tokio::test]
+async fn a_session_id_longer_than_the_bound_is_a_400_and_is_never_kept() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &mock, "sessions: { max_id_bytes: 64 }\n");
+    let gw = start(&cfg, &[], &[]).await;
+    let client = reqwest::Client::new();
+    let send = |id: String| {
+        client
+            .post(gw.url("/v1/chat/completions"))
+            .header("x-poolctl-session", id)
+            .json(&chat("high"))
+            .send()
+    };
+    let r = send("s".repeat(65)).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let b: Value = r.json().await.unwrap();
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("longer than 64 bytes"),
+        "{b}"
+    );
+    assert_eq!(send("s".repeat(64)).await.unwrap().status(), 200);
+    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 1);
+}
+
+#[test]
+fn a_session_bound_of_zero_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pool.yaml");
+    std::fs::write(
+        &path,
+        "providers:\n  prim:\n    wire: openai\n    base_url: http://127.0.0.1:9/v1\n    api_key_env: K\n\
+         tiers:\n  high:\n    - prim/model-a\nsessions: { max: 0, idle_minutes: 5 }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "check finds errors: {text}");
+    assert!(
+        text.contains("unknown field `idle_minutes`") && text.contains("did you mean `idle_ms`"),
+        "the unknown field is named: {text}"
+    );
+    assert!(
+        text.contains("`sessions.max`: must be at least 1"),
+        "{text}"
+    );
+}
+
+/// `redis-cli -p PORT ARGS…`, its answer trimmed.
+fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test]
+async fn with_redis_state_a_fleet_shares_session_pins_that_expire_when_idle() {
+    // Two routes, both ready: a pin is the only reason to start with the second.
+    let mock = MockServer::start(
+        ([127, 0, 0, 1], 0).into(),
+        ["prim/model-a", "back/model-b"]
+            .iter()
+            .map(|r| MockRoute {
+                route: Route::parse(r).unwrap(),
+                wire: Wire::OpenAi,
+                path: CallPath::Chat,
+                replies: vec![Reply::Ok {
+                    text: r.to_string(),
+                    headers: vec![],
+                    usage: None,
+                }],
+                outage: None,
+                record: false,
+            })
+            .collect(),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::must_start();
+    let yaml = format!(
+        "providers:\n  prim:\n    wire: openai\n    base_url: {}\n    api_key_env: {KEY_VAR}\n\
+         \x20 back:\n    wire: openai\n    base_url: {}\n    api_key_env: {KEY_VAR}\n\
+         tiers:\n  high:\n    - prim/model-a\n    - back/model-b\n\
+         state: {}\nsessions: {{ idle_ms: 60000 }}\n",
+        mock.base_url("prim", Wire::OpenAi),
+        mock.base_url("back", Wire::OpenAi),
+        redis.url()
+    );
+    let cfg = dir.path().join("pool.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let (one, two) = (start(&cfg, &[], &[]).await, start(&cfg, &[], &[]).await);
+    let client = reqwest::Client::new();
+    let ask = |gw: &Gateway, session: &str| {
+        client
+            .post(gw.url("/v1/chat/completions"))
+            .header("x-poolctl-session", session.to_string())
+            .json(&chat("high"))
+            .send()
+    };
+    // A pin written by another process (as `one` writes its own, below) moves `two`.
+    redis_cli(
+        &redis,
+        &["SET", "poolctl:s:{conv-1}", "back/model-b", "PX", "60000"],
+    );
+    let r = ask(&two, "conv-1").await.unwrap();
+    assert_eq!(r.headers()["x-poolctl-served-by"], "back/model-b");
+    // `one` serves a new session on the first route and pins it in Redis, with the
+    // idle expiry as its time to live.
+    let r = ask(&one, "conv-2").await.unwrap();
+    assert_eq!(r.headers()["x-poolctl-served-by"], "prim/model-a");
+    let pinned = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let v = redis_cli(&redis, &["GET", "poolctl:s:{conv-2}"]);
+            if !v.is_empty() {
+                return v;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the pin reaches Redis");
+    assert_eq!(pinned, "prim/model-a");
+    let ttl: i64 = redis_cli(&redis, &["PTTL", "poolctl:s:{conv-2}"])
+        .parse()
+        .unwrap();
+    assert!((1..=60_000).contains(&ttl), "expires within idle_ms: {ttl}");
+    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 1);
+    assert_eq!(mock.calls(&Route::parse("back/model-b").unwrap()), 1);
+}

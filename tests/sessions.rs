@@ -167,7 +167,11 @@ async fn a_session_sticks_and_moves_with_its_whole_history() {
         second.attempts
     );
     assert_eq!(
-        router.session_route("s1").map(|r| r.to_string()).as_deref(),
+        router
+            .session_route("s1")
+            .await
+            .map(|r| r.to_string())
+            .as_deref(),
         Some("b/claude")
     );
 

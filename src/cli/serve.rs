@@ -9,6 +9,7 @@ use crate::config::pool::StateLocation;
 use crate::core::clock::SystemClock;
 use crate::core::secret::Secret;
 use crate::serve::{self, choose::Lineup, Gateway, Readiness, Settings};
+use crate::store::sessions::Sessions;
 use clap::Args;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -93,11 +94,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     let flusher = usage
         .clone()
         .map(|u| u.spawn_periodic(super::capacity::FLUSH_EVERY));
-    let router = admission.apply(crate::router::Router::new(
-        upstream_client(),
-        Arc::new(SystemClock),
-        store,
-    ));
+    // Session pins, bounded by `sessions:`; with `state: redis://` the fleet's, so a
+    // session keeps its route whichever process it reaches.
+    let sessions = match config.state_location() {
+        StateLocation::File(_) => Sessions::local(config.sessions),
+        StateLocation::Redis(url) => Sessions::shared(config.sessions, open_redis(&config, &url)?),
+    };
+    let router = admission
+        .apply(crate::router::Router::new(
+            upstream_client(),
+            Arc::new(SystemClock),
+            store,
+        ))
+        .with_sessions(Arc::new(sessions));
     let token = std::env::var(serve::TOKEN_ENV)
         .ok()
         .filter(|t| !t.is_empty())

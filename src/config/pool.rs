@@ -44,6 +44,8 @@ pub struct PoolConfig {
     pub workers: u32,
     /// The deadline of one call to a shared store.
     pub state_timeout_ms: u64,
+    /// The bounds of session affinity (`x-poolctl-session`).
+    pub sessions: crate::store::sessions::SessionLimits,
 }
 
 /// Where health (and, with a fleet, the buckets) lives.
@@ -256,6 +258,8 @@ struct RawConfig {
     headroom: Option<f64>,
     #[serde(default)]
     interactive_floor: Option<f64>,
+    #[serde(default)]
+    sessions: crate::store::sessions::SessionLimits,
 }
 
 impl RawConfig {
@@ -275,6 +279,7 @@ impl RawConfig {
             state_timeout_ms: self
                 .state_timeout_ms
                 .unwrap_or(crate::store::redis::DEFAULT_DEADLINE_MS),
+            sessions: self.sessions,
         }
     }
 }

@@ -141,6 +141,25 @@ impl PoolConfig {
             let msg = "must be at least 1: the number of processes that share the buckets".into();
             out.push(invalid("workers".into(), &["workers:"], msg));
         }
+        let s = &self.sessions;
+        for (field, value, what) in [
+            (
+                "max_id_bytes",
+                s.max_id_bytes as u64,
+                "the longest session id accepted",
+            ),
+            ("max", s.max as u64, "the sessions kept at once"),
+            ("idle_ms", s.idle_ms, "how long an unused session is kept"),
+        ] {
+            if value == 0 {
+                let msg = format!("must be at least 1: {what}");
+                out.push(invalid(
+                    format!("sessions.{field}"),
+                    &["sessions:", field],
+                    msg,
+                ));
+            }
+        }
         if self.state_timeout_ms == 0 {
             let msg = "must be at least 1 ms: a store call with no time cannot succeed".into();
             out.push(invalid(

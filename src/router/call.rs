@@ -211,8 +211,9 @@ impl Router {
     }
 
     /// The route a session is pinned to, if any.
-    pub fn session_route(&self, session: &str) -> Option<Route> {
-        lock(&self.inner.sessions).get(session).cloned()
+    pub async fn session_route(&self, session: &str) -> Option<Route> {
+        let now = self.inner.clock.now_ms();
+        self.inner.sessions.get(session, now).await
     }
 
     /// Walks `tier` with canned attempt results instead of network calls: the same

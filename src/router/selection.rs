@@ -2,7 +2,7 @@
 //! ahead once per selection (a snapshot), then passes over the cooling, retired,
 //! unapproved, incapable and breaker-blocked ones, recording each skip.
 
-use super::state::{lock, Router, Walk};
+use super::state::{Router, Walk};
 use crate::config::route::{RouteSpec, Tier};
 use crate::core::clock::UnixMs;
 use crate::core::trace::{Report, Skip, SkipWhy, Step};
@@ -67,7 +67,11 @@ impl Router {
         now: UnixMs,
     ) -> (Vec<usize>, Option<usize>) {
         let mut order: Vec<usize> = (0..tier.routes.len()).collect();
-        let Some(pinned) = session.and_then(|s| lock(&self.inner.sessions).get(s).cloned()) else {
+        let pinned = match session {
+            Some(s) => self.inner.sessions.get(s, now).await,
+            None => None,
+        };
+        let Some(pinned) = pinned else {
             return (order, None);
         };
         let mut sticky = tier.routes.iter().position(|r| r.route == pinned);

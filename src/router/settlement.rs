@@ -250,7 +250,8 @@ impl Router {
         let class = seen.verdict.class;
         if class == Class::Ok {
             if let Some(session) = walk.opts.session {
-                lock(&self.inner.sessions).insert(session.to_string(), spec.route.clone());
+                let now = self.inner.clock.now_ms();
+                self.inner.sessions.put(session, &spec.route, now);
             }
         }
         if report.attempts.len() == report.attempts.capacity() {

@@ -12,12 +12,12 @@ use crate::core::answer::{Answer, FinishReason, StreamEvent};
 use crate::core::clock::{Clock, UnixMs};
 use crate::core::request::{ChatRequest, Needs, Usage};
 use crate::core::trace::{Report, Step};
-use crate::core::vocab::{CallPath, Priority, Route, Why};
+use crate::core::vocab::{CallPath, Priority, Why};
 use crate::policy::card::Policy;
+use crate::store::sessions::{SessionLimits, Sessions};
 use crate::store::shared_buckets::{Hold, SharedBuckets};
 use crate::store::HealthStore;
 use crate::wire;
-use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 /// Per-request options.
@@ -78,8 +78,8 @@ pub(super) struct Inner {
     pub(super) store: Arc<dyn HealthStore>,
     /// Backoff jitter. Seeded in the harness so a scenario's waits repeat exactly.
     pub(super) rng: Mutex<fastrand::Rng>,
-    /// Session key → the route that last served it.
-    pub(super) sessions: Mutex<HashMap<String, Route>>,
+    /// Session id → the route that last served it, bounded (`sessions:`).
+    pub(super) sessions: Arc<Sessions>,
     /// Admission buckets: this process's budget (empty when no `limits:`). With shared
     /// buckets, the local share they fall back on (and the provider groups the queue
     /// orders by).
@@ -313,7 +313,7 @@ impl Router {
                 clock,
                 store,
                 rng: Mutex::new(fastrand::Rng::new()),
-                sessions: Mutex::new(HashMap::new()),
+                sessions: Arc::new(Sessions::local(SessionLimits::default())),
                 buckets: unlimited.0.clone(),
                 shared: None,
                 ceiling: unlimited.0.clone(),
@@ -370,6 +370,30 @@ impl Router {
             inner: self.inner.clone(),
             client,
         }
+    }
+
+    /// The same router, pinning sessions in `sessions` (bounded as the config says;
+    /// shared by a fleet with `state: redis://`). Call it on a router just built.
+    pub fn with_sessions(self, sessions: Arc<Sessions>) -> Self {
+        let client = self.client;
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.sessions = sessions;
+                Router {
+                    client,
+                    inner: Arc::new(inner),
+                }
+            }
+            Err(shared) => Router {
+                client,
+                inner: shared,
+            },
+        }
+    }
+
+    /// The sessions this router pins.
+    pub fn sessions(&self) -> &Arc<Sessions> {
+        &self.inner.sessions
     }
 
     /// The same router, judging whether a reservation can ever be admitted against

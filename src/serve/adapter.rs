@@ -420,7 +420,11 @@ impl Progress {
 pub async fn try_order(router: &Router, tier: &Tier, session: Option<&str>) -> Vec<Route> {
     let mut order: Vec<Route> = tier.routes.iter().map(|s| s.route.clone()).collect();
     let now = router.clock().now_ms();
-    if let Some(pinned) = session.and_then(|s| router.session_route(s)) {
+    let pinned = match session {
+        Some(s) => router.session_route(s).await,
+        None => None,
+    };
+    if let Some(pinned) = pinned {
         let available = match router.store().get(&pinned).await {
             Ok(h) => h.is_available(now),
             Err(_) => true,

@@ -279,6 +279,18 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
         .get("x-poolctl-session")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    // Every id is a pin the router keeps: a bound on its length bounds the memory a
+    // client can take with them (the count and idle expiry bound the rest).
+    let max_id = gw.router.sessions().limits().max_id_bytes;
+    if session.as_ref().is_some_and(|s| s.len() > max_id) {
+        gw.metrics.rejected("bad_request");
+        return refusal(
+            &ApiError::bad_request(format!(
+                "`x-poolctl-session` is longer than {max_id} bytes (`sessions.max_id_bytes`)"
+            )),
+            flavor,
+        );
+    }
     let ask = Ask {
         gw: gw.clone(),
         method,

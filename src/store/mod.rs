@@ -16,6 +16,8 @@ mod memory;
 mod overlay;
 pub mod redis;
 pub mod redis_buckets;
+pub mod redis_sessions;
+pub mod sessions;
 pub mod shared_buckets;
 mod sqlite;
 
