@@ -651,3 +651,170 @@ async fn with_redis_state_a_fleet_shares_session_pins_that_expire_when_idle() {
     assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 1);
     assert_eq!(mock.calls(&Route::parse("back/model-b").unwrap()), 1);
 }
+
+fn mock_route(route: &str, replies: Vec<Reply>) -> MockRoute {
+    MockRoute {
+        route: Route::parse(route).unwrap(),
+        wire: Wire::OpenAi,
+        path: CallPath::Chat,
+        replies,
+        outage: None,
+        record: false,
+    }
+}
+
+/// A stream of `n` chunks `gap_ms` apart: long enough to be cut.
+fn slow_stream(n: usize, gap_ms: u64) -> Reply {
+    use poolctl::harness::scenario::{StreamEnd, StreamItem, StreamReply};
+    Reply::Stream(StreamReply {
+        items: (0..n).map(|i| StreamItem::Text(format!("t{i} "))).collect(),
+        end: StreamEnd::Done,
+        first_token_ms: 0,
+        gap_ms,
+        headers: vec![],
+        usage: None,
+    })
+}
+
+/// Polls the gateway's `/metrics` until `series` reads `value`.
+async fn wait_metric(gw: &Gateway, series: &str, value: f64) {
+    let found = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let text = gw.metrics().await;
+            let v = text
+                .lines()
+                .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok());
+            if v == Some(value) {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(found.is_ok(), "{series} never reached {value}");
+}
+
+#[tokio::test]
+async fn a_request_or_stream_the_client_abandons_is_logged_and_counted_cancelled() {
+    let mock = MockServer::start(
+        ([127, 0, 0, 1], 0).into(),
+        vec![mock_route(
+            "prim/model-a",
+            vec![
+                Reply::Delay {
+                    ms: 15_000,
+                    then: Box::new(Reply::Ok {
+                        text: "late".into(),
+                        headers: vec![],
+                        usage: None,
+                    }),
+                },
+                slow_stream(200, 100),
+            ],
+        )],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, ""), &[], &[]).await;
+    // A whole answer the client stops waiting for.
+    let gone = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .timeout(std::time::Duration::from_millis(300))
+        .json(&chat("high"))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gave up first");
+    wait_metric(
+        &gw,
+        r#"poolctl_requests_total{workflow="high",outcome="cancelled"}"#,
+        1.0,
+    )
+    .await;
+    // A stream the client drops after its first chunk.
+    let mut body = chat("high");
+    body["stream"] = json!(true);
+    let mut r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.chunk().await.unwrap().is_some());
+    drop(r);
+    wait_metric(
+        &gw,
+        r#"poolctl_requests_total{workflow="high",outcome="cancelled"}"#,
+        2.0,
+    )
+    .await;
+    let (_, stderr) = gw.stop().await;
+    let lines = request_lines(&stderr);
+    assert_eq!(lines.len(), 2, "one line per request:\n{stderr}");
+    assert!(
+        lines[0].contains("status=499")
+            && lines[0].contains(r#"outcome="cancelled""#)
+            && lines[0].contains(r#"reason="client_gone""#),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains("status=200") && lines[1].contains(r#"outcome="cancelled""#),
+        "a stream's client saw its 200 head: {}",
+        lines[1]
+    );
+}
+
+#[tokio::test]
+async fn a_stream_cut_by_the_drain_deadline_ends_with_stream_interrupted_and_its_outcome() {
+    let mock = MockServer::start(
+        ([127, 0, 0, 1], 0).into(),
+        vec![mock_route("prim/model-a", vec![slow_stream(200, 50)])],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, ""), &["--drain-ms", "300"], &[]).await;
+    let mut body = chat("high");
+    body["stream"] = json!(true);
+    let mut r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut seen = String::from_utf8_lossy(&r.chunk().await.unwrap().unwrap()).into_owned();
+    let pid = gw.child.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let rest = tokio::time::timeout(DEADLINE, async {
+        while let Ok(Some(c)) = r.chunk().await {
+            seen.push_str(&String::from_utf8_lossy(&c));
+        }
+    })
+    .await;
+    assert!(rest.is_ok(), "the cut stream ends");
+    assert!(seen.contains(r#""code":"stream_interrupted""#), "{seen}");
+    assert!(
+        seen.contains(": poolctl outcome=cancelled attempts=1"),
+        "{seen}"
+    );
+    assert!(
+        !seen.contains("[DONE]"),
+        "a cut answer is never presented as complete"
+    );
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines = request_lines(&stderr);
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains(r#"outcome="cancelled""#)
+            && lines[0].contains(r#"reason="drain_deadline""#),
+        "{}",
+        lines[0]
+    );
+}

@@ -141,6 +141,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         .map(|_| gw.lane(upstream_client()))
         .collect();
     let gw = Arc::new(gw);
+    // Bound before the address is printed: whoever reads it may scrape at once.
+    let metrics_listener = match args.metrics_listen {
+        Some(at) => Some(
+            tokio::net::TcpListener::bind(at)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {at} (--metrics-listen): {e}"))?,
+        ),
+        None => None,
+    };
     // The address on stdout, alone on its line, so scripts and tests can find the port.
     crate::cli::out::line(&format!("poolctl serve: listening on http://{addr}"))?;
     crate::cli::out::warn(&format!(
@@ -154,15 +163,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
             String::new()
         }
     ));
-    let metrics_task = match args.metrics_listen {
-        Some(at) => {
-            let l = tokio::net::TcpListener::bind(at)
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot listen on {at} (--metrics-listen): {e}"))?;
-            crate::cli::out::line(&format!(
+    let metrics_task = match metrics_listener {
+        Some(l) => {
+            // On stderr: stdout holds the one address line scripts read.
+            crate::cli::out::warn(&format!(
                 "poolctl serve: metrics on http://{}/metrics",
                 l.local_addr()?
-            ))?;
+            ));
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
             let task = tokio::spawn(serve::listener::serve_metrics(l, gw.clone(), async {
                 let _ = rx.await;

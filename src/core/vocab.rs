@@ -92,6 +92,9 @@ vocab_enum!(
         Interrupted => "interrupted",
         Queued => "queued",
         Shed => "shed",
+        /// No answer can reach the client: it went away, or the drain deadline cut the
+        /// request (gateway only).
+        Cancelled => "cancelled",
         Failed => "failed",
     }
 );

@@ -14,7 +14,8 @@ use crate::core::clock::Stopwatch;
 use crate::core::trace::{AttemptRecord, Report, SkipWhy};
 use crate::core::vocab::Outcome;
 use hyper::{Method, Response};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// What one request's log line says. Never a prompt, a completion or a key.
@@ -150,7 +151,10 @@ fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
     );
 }
 
-/// One parsed request's context.
+/// One request's context, from its head on: who asked, on which API, with which
+/// priority and session. It writes the request's one log line and counts it: when the
+/// request is answered (`finish`, `refuse`), or, when it is dropped unanswered (the
+/// client went away, or the drain deadline cut it), as `cancelled`.
 pub(super) struct Ask {
     pub(super) gw: Arc<Gateway>,
     pub(super) method: Method,
@@ -159,9 +163,103 @@ pub(super) struct Ask {
     pub(super) priority: Priority,
     pub(super) session: Option<String>,
     pub(super) sw: Stopwatch,
+    /// The line is written (or the request is one that writes none).
+    done: AtomicBool,
+    /// The model asked for and the workflow chosen, once known.
+    chosen: OnceLock<(String, String)>,
+    ending: Ending,
+}
+
+/// How an unanswered request ends, shared with whoever may end it: the status the
+/// client saw (none: 499, nginx's word for a client that closed first; 200 once a
+/// stream's head went out), and whether the drain deadline cut it.
+#[derive(Clone, Default)]
+pub(super) struct Ending(Arc<(AtomicU16, AtomicBool)>);
+
+impl Ending {
+    /// A stream's head went out: the client saw a 200.
+    pub(super) fn started(&self) {
+        self.0 .0.store(200, Ordering::Relaxed);
+    }
+
+    /// The drain deadline cut the request; the client is answered `status` (0: the
+    /// status it already saw).
+    pub(super) fn cut(&self, status: u16) {
+        if status != 0 {
+            self.0 .0.store(status, Ordering::Relaxed);
+        }
+        self.0 .1.store(true, Ordering::Relaxed);
+    }
+
+    fn status(&self) -> u16 {
+        match self.0 .0.load(Ordering::Relaxed) {
+            0 => 499,
+            s => s,
+        }
+    }
+
+    fn was_cut(&self) -> bool {
+        self.0 .1.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Ask {
+    fn drop(&mut self) {
+        if self.done.load(Ordering::Relaxed) {
+            return;
+        }
+        let (model, workflow) = self.chosen.get().cloned().unwrap_or_default();
+        self.gw
+            .metrics
+            .count(&workflow, Outcome::Cancelled.as_str());
+        let reason = if self.ending.was_cut() {
+            "drain_deadline"
+        } else {
+            "client_gone"
+        };
+        let line = Line {
+            model,
+            workflow,
+            status: self.ending.status(),
+            outcome: Outcome::Cancelled.as_str(),
+            reason,
+            ..Line::default()
+        };
+        log(&self.method, &self.path, &line, self.sw.elapsed());
+    }
 }
 
 impl Ask {
+    pub(super) fn new(gw: Arc<Gateway>, method: Method, path: String, flavor: Flavor) -> Self {
+        Ask {
+            gw,
+            method,
+            path,
+            flavor,
+            priority: Priority::default(),
+            session: None,
+            sw: Stopwatch::start(),
+            done: AtomicBool::new(false),
+            chosen: OnceLock::new(),
+            ending: Ending::default(),
+        }
+    }
+
+    /// A request that writes no line: a probe, a scrape, a listing.
+    pub(super) fn quiet(&self) {
+        self.done.store(true, Ordering::Relaxed);
+    }
+
+    /// What ends this request if it is not answered.
+    pub(super) fn ending(&self) -> Ending {
+        self.ending.clone()
+    }
+
+    /// The model asked for and the workflow chosen: named by a `cancelled` line too.
+    pub(super) fn chose(&self, model: &str, workflow: &str) {
+        let _ = self.chosen.set((model.to_string(), workflow.to_string()));
+    }
+
     pub(super) fn target<'a>(&'a self, choice: &Choice<'a>) -> Target<'a> {
         Target {
             tier: choice.tier,
@@ -179,7 +277,10 @@ impl Ask {
 
     /// A request refused before routing.
     pub(super) fn refuse(&self, why: &'static str, e: ApiError, model: &str) -> Response<Body> {
+        self.done.store(true, Ordering::Relaxed);
         self.gw.metrics.rejected(why);
+        // Counted as every request is; the outcome is the one its headers say.
+        self.gw.metrics.count("", Outcome::Failed.as_str());
         let line = Line {
             model: model.to_string(),
             status: e.status,
@@ -214,6 +315,7 @@ impl Ask {
         in_router: Duration,
         prompt: Option<String>,
     ) {
+        self.done.store(true, Ordering::Relaxed);
         let total = self.sw.elapsed();
         self.gw.metrics.record(choice.workflow, report);
         if let Some(route) = &report.served_by {

@@ -132,9 +132,8 @@ fn authorized(gw: &Gateway, headers: &HeaderMap) -> bool {
     }
 }
 
-fn unauthorized(gw: &Gateway, flavor: Flavor) -> Response<Body> {
-    gw.metrics.rejected("unauthorized");
-    let e = ApiError::new(
+fn unauthorized() -> ApiError {
+    ApiError::new(
         401,
         "authentication_error",
         "invalid_api_key",
@@ -142,63 +141,76 @@ fn unauthorized(gw: &Gateway, flavor: Flavor) -> Response<Body> {
             "this gateway requires the token in ${} as `Authorization: Bearer` (or `x-api-key`)",
             super::TOKEN_ENV
         ),
-    );
-    refusal(&e, flavor)
+    )
 }
 
 async fn answer(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
-    let sw = Stopwatch::start();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let flavor = flavor_of(&path);
+    // From here every request ends in one log line and one count: an answer, a refusal,
+    // or, when the client goes away or the drain deadline cuts it, `cancelled`.
+    let mut ask = Ask::new(gw.clone(), method.clone(), path.clone(), flavor);
     // The browser guards come first, on every path: a rebound page must not read even
     // `/metrics` or `/readyz`.
     let host = req.headers().get(HOST).map(HeaderValue::as_bytes);
     if !guard::host_allowed(gw.settings.listen, host) {
-        gw.metrics.rejected("misdirected_host");
-        return refusal(&ApiError::new(421, "invalid_request_error", "misdirected_request",
-            "this gateway listens on a loopback address and answers only `Host: localhost`, `127.0.0.1` or `[::1]` (with the port)"), flavor);
+        return ask.refuse("misdirected_host", ApiError::new(421, "invalid_request_error", "misdirected_request",
+            "this gateway listens on a loopback address and answers only `Host: localhost`, `127.0.0.1` or `[::1]` (with the port)"), "");
     }
     if let Some(origin) = req.headers().get(ORIGIN) {
         if !guard::origin_allowed(&gw.settings.allow_origins, origin.as_bytes()) {
-            gw.metrics.rejected("origin_not_allowed");
-            return refusal(&ApiError::new(403, "permission_error", "origin_not_allowed",
+            return ask.refuse("origin_not_allowed", ApiError::new(403, "permission_error", "origin_not_allowed",
                 format!("requests from a web page (`Origin: {}`) are refused unless `poolctl serve --allow-origin` lists the origin",
-                    String::from_utf8_lossy(origin.as_bytes()))), flavor);
+                    String::from_utf8_lossy(origin.as_bytes()))), "");
         }
         if method == Method::OPTIONS {
+            ask.quiet();
             return preflight(req.headers());
         }
     }
     match (&method, path.as_str()) {
-        // HEAD answers as GET does; hyper sends the head without the body.
+        // HEAD answers as GET does; hyper sends the head without the body. Probes and
+        // scrapes are not requests worth a log line each: an orchestrator sends one a
+        // second.
         (&Method::GET | &Method::HEAD, "/healthz") => {
-            return json_response(200, br#"{"status":"ok"}"#.to_vec())
+            ask.quiet();
+            return json_response(200, br#"{"status":"ok"}"#.to_vec());
         }
-        (&Method::GET | &Method::HEAD, "/readyz") => return readyz(&gw).await,
+        (&Method::GET | &Method::HEAD, "/readyz") => {
+            ask.quiet();
+            return readyz(&gw).await;
+        }
         (&Method::GET | &Method::HEAD, "/metrics") => {
             // The scrape names routes, workflows and health, as `/v1/models` does: the
             // same token guards both (Prometheus sends it with `authorization:`).
             if !authorized(&gw, req.headers()) {
-                return unauthorized(&gw, flavor);
+                return ask.refuse("unauthorized", unauthorized(), "");
             }
+            ask.quiet();
             return metrics(&gw).await;
         }
         _ => {}
     }
     if !authorized(&gw, req.headers()) {
-        return unauthorized(&gw, flavor);
+        return ask.refuse("unauthorized", unauthorized(), "");
     }
     let wants = match (&method, path.as_str()) {
-        (&Method::GET, "/v1/models") => return json_response(200, gw.lineup.models_json()),
+        (&Method::GET, "/v1/models") => {
+            ask.quiet();
+            return json_response(200, gw.lineup.models_json());
+        }
         // A route's id holds a `/`: everything after the prefix is the id.
         (&Method::GET, p) if p.starts_with("/v1/models/") => {
             let id = p["/v1/models/".len()..]
                 .replace("%2F", "/")
                 .replace("%2f", "/");
             return match gw.lineup.model_json(&id) {
-                Ok(body) => json_response(200, body),
-                Err(e) => refusal(&e, flavor),
+                Ok(body) => {
+                    ask.quiet();
+                    json_response(200, body)
+                }
+                Err(e) => ask.refuse("unknown_model", e, &id),
             };
         }
         (&Method::POST, "/v1/chat/completions" | "/v1/messages") => Wants::Chat,
@@ -212,52 +224,43 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
             | "/v1/embeddings"
             | "/v1/rerank",
         ) => {
-            gw.metrics.rejected("bad_method");
-            return refusal(
-                &ApiError::new(
-                    405,
-                    "invalid_request_error",
-                    "method_not_allowed",
-                    format!("{method} is not allowed on {path}"),
-                ),
-                flavor,
+            let e = ApiError::new(
+                405,
+                "invalid_request_error",
+                "method_not_allowed",
+                format!("{method} is not allowed on {path}"),
             );
+            return ask.refuse("bad_method", e, "");
         }
         _ => {
-            gw.metrics.rejected("unknown_path");
-            return refusal(&ApiError::new(404, "invalid_request_error", "unknown_url",
-                format!("no such endpoint: {method} {path} (this gateway serves /v1/chat/completions, /v1/messages, /v1/embeddings, /v1/rerank, /v1/models)")), flavor);
+            return ask.refuse("unknown_path", ApiError::new(404, "invalid_request_error", "unknown_url",
+                format!("no such endpoint: {method} {path} (this gateway serves /v1/chat/completions, /v1/messages, /v1/embeddings, /v1/rerank, /v1/models)")), "");
         }
     };
     if gw.draining() {
-        return refusal(
-            &ApiError::new(
-                503,
-                "unavailable",
-                "draining",
-                "the gateway is shutting down",
-            ),
-            flavor,
+        let e = ApiError::new(
+            503,
+            "unavailable",
+            "draining",
+            "the gateway is shutting down",
         );
+        return ask.refuse("draining", e, "");
     }
     if !guard::is_json(req.headers().get(CONTENT_TYPE).map(HeaderValue::as_bytes)) {
-        gw.metrics.rejected("unsupported_media_type");
-        return refusal(
-            &ApiError::new(
-                415,
-                "invalid_request_error",
-                "unsupported_media_type",
-                format!("{path} takes a JSON body: send `Content-Type: application/json`"),
-            ),
-            flavor,
+        let e = ApiError::new(
+            415,
+            "invalid_request_error",
+            "unsupported_media_type",
+            format!("{path} takes a JSON body: send `Content-Type: application/json`"),
         );
+        return ask.refuse("unsupported_media_type", e, "");
     }
     let (parts, body) = req.into_parts();
     let (body, _body_permit) = match read_body(&gw, &parts.headers, body).await {
         Ok(b) => b,
-        Err(e) => return refusal(&e, flavor),
+        Err((why, e)) => return ask.refuse(why, e, ""),
     };
-    let priority = match parts
+    ask.priority = match parts
         .headers
         .get("x-poolctl-priority")
         .map(|v| v.to_str().ok().and_then(adapter::parse_priority))
@@ -265,16 +268,13 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
         None => Priority::default(),
         Some(Some(p)) => p,
         Some(None) => {
-            gw.metrics.rejected("bad_request");
-            return refusal(
-                &ApiError::bad_request(
-                    "`x-poolctl-priority` must be interactive, retry, background or speculative",
-                ),
-                flavor,
+            let e = ApiError::bad_request(
+                "`x-poolctl-priority` must be interactive, retry, background or speculative",
             );
+            return ask.refuse("bad_request", e, "");
         }
     };
-    let session = parts
+    ask.session = parts
         .headers
         .get("x-poolctl-session")
         .and_then(|v| v.to_str().ok())
@@ -282,28 +282,32 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
     // Every id is a pin the router keeps: a bound on its length bounds the memory a
     // client can take with them (the count and idle expiry bound the rest).
     let max_id = gw.router.sessions().limits().max_id_bytes;
-    if session.as_ref().is_some_and(|s| s.len() > max_id) {
-        gw.metrics.rejected("bad_request");
-        return refusal(
-            &ApiError::bad_request(format!(
-                "`x-poolctl-session` is longer than {max_id} bytes (`sessions.max_id_bytes`)"
-            )),
-            flavor,
-        );
+    if ask.session.as_ref().is_some_and(|s| s.len() > max_id) {
+        let e = ApiError::bad_request(format!(
+            "`x-poolctl-session` is longer than {max_id} bytes (`sessions.max_id_bytes`)"
+        ));
+        return ask.refuse("bad_request", e, "");
     }
-    let ask = Ask {
-        gw: gw.clone(),
-        method,
-        path,
-        flavor,
-        priority,
-        session,
-        sw,
+    // The drain deadline ends what is still routing: the client gets a 503 now, not a
+    // connection closed under it, and the log line says `cancelled`.
+    let ending = ask.ending();
+    let work = async {
+        match wants {
+            Wants::Chat => chat(ask, body, &parts.headers).await,
+            Wants::Embed => embed(ask, body).await,
+            Wants::Rerank => rerank(ask, body).await,
+        }
     };
-    match wants {
-        Wants::Chat => chat(ask, body, &parts.headers).await,
-        Wants::Embed => embed(ask, body).await,
-        Wants::Rerank => rerank(ask, body).await,
+    tokio::select! {
+        r = work => r,
+        _ = gw.until_cut() => {
+            ending.cut(503);
+            refusal(
+                &ApiError::new(503, "unavailable", "draining",
+                    "the gateway is shutting down: its drain deadline cut this request"),
+                flavor,
+            )
+        }
     }
 }
 
@@ -378,16 +382,16 @@ async fn read_body(
     gw: &Gateway,
     headers: &HeaderMap,
     mut body: Incoming,
-) -> Result<(Bytes, BodyPermit), ApiError> {
+) -> Result<(Bytes, BodyPermit), (&'static str, ApiError)> {
     let cap = gw.settings.max_body_bytes;
     let too_large = || {
-        gw.metrics.rejected("body_too_large");
-        ApiError::new(
+        let e = ApiError::new(
             413,
             "invalid_request_error",
             "request_too_large",
             format!("the request body is larger than the gateway's cap of {cap} bytes"),
-        )
+        );
+        ("body_too_large", e)
     };
     let declared = headers
         .get(CONTENT_LENGTH)
@@ -404,8 +408,8 @@ async fn read_body(
         let mut buf = bytes::BytesMut::new();
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
-                gw.metrics.rejected("bad_body");
-                ApiError::bad_request(format!("the request body could not be read: {e}"))
+                let e = ApiError::bad_request(format!("the request body could not be read: {e}"));
+                ("bad_body", e)
             })?;
             let Ok(data) = frame.into_data() else {
                 continue; // trailers carry nothing a request needs
@@ -428,8 +432,7 @@ async fn read_body(
     match tokio::time::timeout(gw.settings.body_read_timeout, read).await {
         Ok(r) => r,
         Err(_) => {
-            gw.metrics.rejected("body_timeout");
-            Err(ApiError::new(
+            let e = ApiError::new(
                 408,
                 "invalid_request_error",
                 "request_timeout",
@@ -437,7 +440,8 @@ async fn read_body(
                     "the request body did not arrive within {} ms",
                     gw.settings.body_read_timeout.as_millis()
                 ),
-            ))
+            );
+            Err(("body_timeout", e))
         }
     }
 }
@@ -521,6 +525,7 @@ async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
         Ok(ch) => ch,
         Err(e) => return ask.refuse("unknown_model", e, &c.model),
     };
+    ask.chose(&c.model, choice.workflow);
     if let Some(e) = &c.untranslatable {
         // Without the client's body (no top-level `model` string to replace) no route
         // can carry what the canonical form could not read.
@@ -598,6 +603,7 @@ async fn embed(ask: Ask, body: Bytes) -> Response<Body> {
         Ok(ch) => ch,
         Err(err) => return ask.refuse("unknown_model", err, &e.model),
     };
+    ask.chose(&e.model, choice.workflow);
     let rt = Stopwatch::start();
     let out = adapter::embed(&gw.router, ask.target(&choice), &e).await;
     let in_router = rt.elapsed();
@@ -645,6 +651,7 @@ async fn rerank(ask: Ask, body: Bytes) -> Response<Body> {
         Ok(ch) => ch,
         Err(err) => return ask.refuse("unknown_model", err, &r.model),
     };
+    ask.chose(&r.model, choice.workflow);
     let rt = Stopwatch::start();
     let out = adapter::rerank(&gw.router, ask.target(&choice), &r).await;
     let in_router = rt.elapsed();

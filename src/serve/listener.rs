@@ -58,9 +58,13 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let http = http_builder(&gw);
     let mut senders = Vec::new();
+    let mut lanes_done = Vec::new();
     for (i, lane) in lanes.into_iter().enumerate() {
         match start_lane(i, Arc::new(lane), http.clone()) {
-            Ok(tx) => senders.push(tx),
+            Ok((tx, thread)) => {
+                senders.push(tx);
+                lanes_done.push(thread);
+            }
             Err(e) => {
                 tracing::warn!(target: "poolctl::serve", lane = i, error = %e, "cannot start a lane; serving with fewer");
             }
@@ -133,13 +137,32 @@ pub async fn serve(
     gw.start_draining();
     drop(listener);
     tracing::info!(target: "poolctl::serve", drain_ms = gw.settings.drain.as_millis() as u64, "draining in-flight requests");
+    let drained = graceful.shutdown();
+    tokio::pin!(drained);
     tokio::select! {
-        _ = graceful.shutdown() => tracing::info!(target: "poolctl::serve", "drained"),
-        _ = real_sleep(gw.settings.drain) => tracing::warn!(target: "poolctl::serve", "drain deadline reached; closing what is left"),
+        _ = &mut drained => tracing::info!(target: "poolctl::serve", "drained"),
+        _ = real_sleep(gw.settings.drain) => {
+            tracing::warn!(target: "poolctl::serve", "drain deadline reached; ending what is left");
+            // Every request still routing is answered 503 and every open stream ends
+            // with its in-band error and outcome, each logged `cancelled`; then the
+            // connections close on their own, within a short grace.
+            gw.cut_everything();
+            if tokio::time::timeout(CUT_GRACE, &mut drained).await.is_err() {
+                tracing::warn!(target: "poolctl::serve", "connections still open after the cut; closing them");
+            }
+        }
     }
     // Each lane ends once its queue is closed; what it still holds is dropped with it.
     drop(senders);
+    // Its connections' tasks are dropped with its runtime: each request still open
+    // writes its line then, before the log is flushed.
+    for lane in lanes_done {
+        let _ = tokio::task::spawn_blocking(move || lane.join()).await;
+    }
 }
+
+/// How long connections may take to write the end a drain cut gave them.
+const CUT_GRACE: Duration = Duration::from_secs(1);
 
 fn http_builder(gw: &Gateway) -> hyper::server::conn::http1::Builder {
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -155,12 +178,12 @@ fn start_lane(
     i: usize,
     gw: Arc<Gateway>,
     http: hyper::server::conn::http1::Builder,
-) -> std::io::Result<mpsc::UnboundedSender<Handoff>> {
+) -> std::io::Result<(mpsc::UnboundedSender<Handoff>, std::thread::JoinHandle<()>)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let (tx, mut rx) = mpsc::unbounded_channel::<Handoff>();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name(format!("poolctl-lane-{i}"))
         .spawn(move || {
             runtime.block_on(async move {
@@ -182,7 +205,7 @@ fn start_lane(
                 }
             })
         })?;
-    Ok(tx)
+    Ok((tx, thread))
 }
 
 /// Serves one connection to its close, then gives its permit back.

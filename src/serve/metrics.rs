@@ -33,7 +33,7 @@ pub fn recovery_kind(report: &Report) -> Option<&'static str> {
         }
         Outcome::Degraded => Some("degraded"),
         Outcome::Failed | Outcome::Interrupted => Some("failed_closed"),
-        Outcome::Queued | Outcome::Shed => None,
+        Outcome::Queued | Outcome::Shed | Outcome::Cancelled => None,
     }
 }
 
@@ -148,6 +148,16 @@ impl Metrics {
     }
 
     /// A request the gateway refused before routing (bad JSON, unknown model, ...).
+    /// One request of `workflow` ended in `outcome`, without a report: a refusal
+    /// before routing, or one cancelled.
+    pub fn count(&self, workflow: &str, outcome: &'static str) {
+        *self
+            .lock()
+            .requests
+            .entry((workflow.to_string(), outcome))
+            .or_default() += 1;
+    }
+
     pub fn rejected(&self, why: &'static str) {
         *self.lock().rejected.entry(why).or_default() += 1;
     }

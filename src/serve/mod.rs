@@ -104,6 +104,8 @@ pub struct Gateway {
     body_budget_total: usize,
     next_id: Arc<AtomicU64>,
     draining: Arc<AtomicBool>,
+    /// Set when the drain deadline passes: whatever still runs ends now (`until_cut`).
+    cut: Arc<tokio::sync::watch::Sender<bool>>,
     /// What the last scrape read from the store, and when (`scrape_state`).
     scraped: Arc<tokio::sync::Mutex<Option<Scraped>>>,
 }
@@ -151,6 +153,7 @@ impl Gateway {
             next_id: Arc::new(AtomicU64::new(1)),
             draining: Arc::new(AtomicBool::new(false)),
             scraped: Arc::default(),
+            cut: Arc::new(tokio::sync::watch::channel(false).0),
         }
     }
 
@@ -171,6 +174,7 @@ impl Gateway {
             next_id: self.next_id.clone(),
             draining: self.draining.clone(),
             scraped: self.scraped.clone(),
+            cut: self.cut.clone(),
         }
     }
 
@@ -211,6 +215,23 @@ impl Gateway {
             state: state.clone(),
         });
         state
+    }
+
+    /// The drain deadline passed: every request and stream still running ends now,
+    /// each with an answer it can read (a 503, or a stream's in-band error).
+    pub fn cut_everything(&self) {
+        self.cut.send_replace(true);
+    }
+
+    /// Resolves once `cut_everything` is called (at once if it was).
+    pub fn until_cut(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.cut.subscribe();
+        async move {
+            // The sender lives as long as any gateway: an error only means no cut ever.
+            if rx.wait_for(|cut| *cut).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     pub fn start_draining(&self) {

@@ -21,6 +21,8 @@ pub fn http_status(outcome: Outcome, reason: Option<Reason>, facts: StatusFacts)
     match (outcome, reason) {
         (Outcome::Success | Outcome::Degraded, _) => 200,
         (Outcome::Queued, _) => 202,
+        // No answer reaches the client; nginx's word for it, in the log line.
+        (Outcome::Cancelled, _) => 499,
         // The upstream's own 4xx tells the client what is wrong with its request.
         (Outcome::Failed, Some(Reason::Request)) => facts
             .upstream_status

@@ -303,12 +303,61 @@ struct Driver {
     rx: mpsc::UnboundedReceiver<Msg>,
     routing: Option<Routing>,
     gw: Arc<Gateway>,
+    /// Once the stream's head is out: the drain deadline, which cuts it with an end
+    /// the client can read.
+    cut: Option<Cut>,
+}
+
+/// A started stream's side of the drain deadline.
+struct Cut {
+    deadline: Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    ending: super::ask::Ending,
+    flavor: Flavor,
+    /// Upstream calls made by the first token: after it, a stream makes no other.
+    attempts: usize,
+    /// The cut's end was handed out: nothing follows it.
+    done: bool,
+}
+
+impl Cut {
+    /// What a stream cut by the drain deadline ends with: the in-band error event
+    /// (`stream_interrupted`, no `[DONE]`: the answer is not complete) and the outcome.
+    fn tail(&self) -> Bytes {
+        let e = ApiError::new(
+            503,
+            "stream_interrupted",
+            "stream_interrupted",
+            "the gateway is shutting down: its drain deadline cut this stream",
+        );
+        let mut out = match self.flavor {
+            Flavor::OpenAi => OpenAiStream::new(String::new(), 0, String::new(), false).error(&e),
+            Flavor::Anthropic => AnthropicStream::new(String::new(), String::new()).error(&e),
+        };
+        out.extend(egress_stream::outcome_comment(
+            crate::core::vocab::Outcome::Cancelled.as_str(),
+            self.attempts,
+        ));
+        out.into()
+    }
 }
 
 impl Driver {
     /// The next message, driving the routing while none is queued. `None` once the
     /// routing has ended and every message was taken.
     fn poll_msg(&mut self, cx: &mut TaskContext<'_>) -> Poll<Option<Msg>> {
+        if let Some(cut) = &mut self.cut {
+            if cut.done {
+                return Poll::Ready(None);
+            }
+            if self.routing.is_some() && cut.deadline.as_mut().poll(cx).is_ready() {
+                cut.done = true;
+                cut.ending.cut(0);
+                // Dropping the routing cancels the upstream call, and its request's
+                // line says `cancelled` (the Ask goes with it).
+                self.routing = None;
+                return Poll::Ready(Some(Msg::Bytes(cut.tail())));
+            }
+        }
         loop {
             if let Poll::Ready(m) = self.rx.poll_recv(cx) {
                 return Poll::Ready(m);
@@ -328,9 +377,9 @@ impl Driver {
 impl Drop for Driver {
     fn drop(&mut self) {
         if self.routing.is_some() {
-            // Dropping the routing future cancels the upstream call.
+            // Dropping the routing future cancels the upstream call; the request's own
+            // line (outcome `cancelled`) is written as its Ask goes with it.
             self.gw.metrics.disconnected();
-            tracing::info!(target: "poolctl::serve", "client went away mid-stream; upstream call cancelled");
         }
     }
 }
@@ -467,6 +516,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
         rx,
         routing: Some(routing),
         gw: gw.clone(),
+        cut: None,
     };
     match std::future::poll_fn(|cx| driver.poll_msg(cx)).await {
         Some(Msg::Started {
@@ -474,6 +524,14 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
             attempts,
             dropped,
         }) => {
+            ask.ending().started();
+            driver.cut = Some(Cut {
+                deadline: Box::pin(gw.until_cut()),
+                ending: ask.ending(),
+                flavor: ask.flavor,
+                attempts,
+                done: false,
+            });
             let mut r = Response::new(SseBody { driver }.boxed_unsync());
             sse_headers(r.headers_mut());
             trace_headers(r.headers_mut(), route.as_ref(), "streaming", attempts);
