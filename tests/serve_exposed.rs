@@ -818,3 +818,85 @@ async fn a_stream_cut_by_the_drain_deadline_ends_with_stream_interrupted_and_its
         lines[0]
     );
 }
+
+#[tokio::test]
+async fn requests_hyper_cannot_parse_get_the_documented_json_error_and_no_retry() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, ""), &[], &[]).await;
+    let post = |extra: &str| {
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n{extra}\r\n"
+        )
+        .into_bytes()
+    };
+    let many_headers: String = (0..10_000).map(|i| format!("x-h{i}: 1\r\n")).collect();
+    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        (
+            "a malformed request line",
+            b"GARBAGE\r\n\r\n".to_vec(),
+            400,
+            "malformed_request",
+        ),
+        (
+            "an unknown HTTP version",
+            b"GET /healthz HTTP/9.9\r\nhost: localhost\r\n\r\n".to_vec(),
+            400,
+            "malformed_request",
+        ),
+        (
+            "a 200 KB request line",
+            format!(
+                "GET /{} HTTP/1.1\r\nhost: localhost\r\n\r\n",
+                "a".repeat(200_000)
+            )
+            .into_bytes(),
+            414,
+            "uri_too_long",
+        ),
+        (
+            "10,000 headers",
+            format!("GET /healthz HTTP/1.1\r\nhost: localhost\r\n{many_headers}\r\n").into_bytes(),
+            431,
+            "headers_too_large",
+        ),
+        (
+            "a bad Content-Length",
+            post("content-length: abc\r\n"),
+            400,
+            "malformed_request",
+        ),
+        (
+            "a duplicate Content-Length",
+            post("content-length: 5\r\ncontent-length: 6\r\n"),
+            400,
+            "malformed_request",
+        ),
+        (
+            "an unknown Transfer-Encoding",
+            post("transfer-encoding: gzip\r\n"),
+            400,
+            "malformed_request",
+        ),
+        (
+            "Content-Length: 2^64-1",
+            post("content-length: 18446744073709551615\r\n"),
+            413,
+            "request_too_large",
+        ),
+    ];
+    for (what, request, status, code) in cases {
+        let answer = raw(&gw, &request).await;
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{what}: {head}"
+        );
+        assert!(head.contains("x-should-retry: false"), "{what}: {head}");
+        assert!(head.contains("x-poolctl-outcome: failed"), "{what}: {head}");
+        let b: Value =
+            serde_json::from_str(body).unwrap_or_else(|e| panic!("{what}: {e}: {body:?}"));
+        assert_eq!(b["error"]["code"], code, "{what}: {b}");
+    }
+    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 0);
+}

@@ -234,7 +234,9 @@ async fn connection(
             async move { Ok::<_, Infallible>(contained(gw, req).await) }
         })
     };
-    let conn = watcher.watch(http.serve_connection(TokioIo::new(tcp), svc));
+    // hyper's own answers to what it cannot parse get the documented shape.
+    let io = TokioIo::new(super::bare_errors::Answering::new(tcp));
+    let conn = watcher.watch(http.serve_connection(io, svc));
     if let Err(e) = conn.await {
         if e.is_timeout() && served.load(Ordering::Relaxed) == 0 {
             gw.metrics.rejected("header_timeout");

@@ -5,6 +5,7 @@
 
 pub mod adapter;
 pub mod ask;
+pub mod bare_errors;
 pub mod choose;
 pub mod egress;
 pub mod egress_stream;
