@@ -900,3 +900,65 @@ async fn requests_hyper_cannot_parse_get_the_documented_json_error_and_no_retry(
     }
     assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 0);
 }
+
+#[tokio::test]
+async fn past_the_held_answer_cap_the_largest_stream_stops_being_read_and_the_small_go_on() {
+    // A stream of 4,000 chunks with no gap, and a small whole answer beside it.
+    let mock = MockServer::start(
+        ([127, 0, 0, 1], 0).into(),
+        vec![
+            mock_route("prim/model-a", vec![slow_stream(4_000, 0)]),
+            mock_route(
+                "back/model-b",
+                vec![Reply::Ok {
+                    text: "small".into(),
+                    headers: vec![],
+                    usage: None,
+                }],
+            ),
+        ],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "providers:\n  prim:\n    wire: openai\n    base_url: {}\n    api_key_env: {KEY_VAR}\n    stream_idle_ms: 600\n\
+         \x20 back:\n    wire: openai\n    base_url: {}\n    api_key_env: {KEY_VAR}\n\
+         tiers:\n  big:\n    - prim/model-a\n  small:\n    - back/model-b\n",
+        mock.base_url("prim", Wire::OpenAi),
+        mock.base_url("back", Wire::OpenAi),
+    );
+    let cfg = dir.path().join("pool.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let gw = start(&cfg, &["--max-held-answer-bytes", "32768"], &[]).await;
+    let client = reqwest::Client::new();
+    let mut body = chat("big");
+    body["stream"] = json!(true);
+    let big = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&body)
+        .send();
+    let big = tokio::spawn(async move {
+        let r = big.await.unwrap();
+        r.text().await.unwrap_or_default()
+    });
+    wait_metric(&gw, "poolctl_held_answer_waits_total", 1.0).await;
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat("small"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        200,
+        "a small answer is read while the big one waits"
+    );
+    let text = tokio::time::timeout(DEADLINE, big).await.unwrap().unwrap();
+    assert!(
+        text.contains("stream_interrupted") && !text.contains("[DONE]"),
+        "the held stream stalls past its idle deadline and fails as a stall: {}",
+        &text[text.len().saturating_sub(300)..]
+    );
+    wait_metric(&gw, "poolctl_held_answer_bytes", 0.0).await;
+}

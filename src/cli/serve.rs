@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// repeat it for more, `*` for any. Without it, a request carrying `Origin` is 403.
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     pub allow_origins: Vec<String>,
+    /// Upstream answer bytes held at once over every call (bodies being read, streams'
+    /// text); past it, the calls holding the most stop reading until room frees.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::wire::held::DEFAULT_MAX_HELD_ANSWER_BYTES)]
+    pub max_held_answer_bytes: usize,
     /// Serve `/metrics` on an address of its own too, without the token (a scrape
     /// network the clients cannot reach). `/metrics` on --listen stays behind it.
     #[arg(long, value_name = "ADDR", value_parser = super::args::listen_addr)]
@@ -123,6 +127,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         log_prompts: args.log_prompts,
         allow_origins: args.allow_origins.clone(),
     };
+    crate::wire::held::HELD.set_cap(args.max_held_answer_bytes);
     let stop = stop_signal();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -111,9 +111,15 @@ pub async fn metrics(gw: &Gateway) -> Response<Body> {
         "# HELP poolctl_buffered_body_bytes Request-body bytes buffered now, over all requests.\n\
          # TYPE poolctl_buffered_body_bytes gauge\npoolctl_buffered_body_bytes {}\n\
          # HELP poolctl_body_waits_total Request bodies that waited for the buffered-body budget.\n\
-         # TYPE poolctl_body_waits_total counter\npoolctl_body_waits_total {}\n",
+         # TYPE poolctl_body_waits_total counter\npoolctl_body_waits_total {}\n\
+         # HELP poolctl_held_answer_bytes Upstream answer bytes held now, over every call.\n\
+         # TYPE poolctl_held_answer_bytes gauge\npoolctl_held_answer_bytes {}\n\
+         # HELP poolctl_held_answer_waits_total Upstream reads that waited for the held-answer cap.\n\
+         # TYPE poolctl_held_answer_waits_total counter\npoolctl_held_answer_waits_total {}\n",
         gw.buffered_body_bytes(),
-        gw.metrics.body_waits()
+        gw.metrics.body_waits(),
+        crate::wire::held::HELD.total(),
+        crate::wire::held::HELD.waits(),
     ));
     body.push_str(&degraded_metrics(gw));
     let mut r = Response::new(full(body));

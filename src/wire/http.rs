@@ -127,6 +127,8 @@ pub struct BytesReply {
     pub status: u16,
     pub headers: Headers,
     pub raw: Vec<u8>,
+    /// `raw`'s share of the process's answer bytes (`held`), given back with it.
+    pub held: super::held::Holding,
 }
 
 impl BytesReply {
@@ -134,6 +136,7 @@ impl BytesReply {
     /// an `UpstreamFailure` is large; the async callers unbox it into their own error).
     pub fn json(self) -> Result<JsonReply, Box<UpstreamFailure>> {
         let BytesReply {
+            held: _held,
             status,
             headers,
             raw,
@@ -186,7 +189,8 @@ pub async fn send_bytes(
         let headers = Headers::from_reqwest(resp.headers());
         let ok = (200..300).contains(&status);
         let cap = if ok { SUCCESS_BODY_CAP } else { ERROR_BODY_CAP };
-        let (raw, over_cap) = read_capped(resp, cap)
+        let mut held = super::held::Holding::new();
+        let (raw, over_cap) = read_capped(resp, cap, &mut held)
             .await
             .map_err(|cut| body_cut_off(status, headers.clone(), cut))?;
         if !ok {
@@ -204,6 +208,7 @@ pub async fn send_bytes(
             status,
             headers,
             raw,
+            held,
         })
     };
     match tokio::time::timeout(deadline, work).await {
@@ -220,11 +225,15 @@ pub async fn send_bytes(
 pub async fn read_capped(
     mut resp: reqwest::Response,
     cap: usize,
+    held: &mut super::held::Holding,
 ) -> Result<(Vec<u8>, bool), UpstreamFailure> {
     let mut buf = Vec::new();
     loop {
+        // Past the process's cap on held answer bytes, the largest holders wait here.
+        held.room().await;
         match resp.chunk().await {
             Ok(Some(chunk)) => {
+                held.charge(chunk.len().min(cap.saturating_sub(buf.len())));
                 let room = cap.saturating_sub(buf.len());
                 if chunk.len() > room {
                     buf.extend_from_slice(&chunk[..room]);

@@ -11,6 +11,7 @@ pub mod carry;
 pub mod codec;
 pub mod endpoint;
 pub mod gemini;
+pub mod held;
 pub mod http;
 pub mod openai;
 pub mod passthrough;

@@ -267,7 +267,12 @@ async fn drive(
         let (left, why) = watch
             .next_wait(sw.elapsed())
             .unwrap_or((Duration::from_millis(1), Ended::NoFirstToken));
-        return match tokio::time::timeout(left, read_capped(resp, ERROR_BODY_CAP)).await {
+        return match tokio::time::timeout(
+            left,
+            read_capped(resp, ERROR_BODY_CAP, &mut Default::default()),
+        )
+        .await
+        {
             Ok(Ok((raw, _))) => Err(UpstreamFailure::from_response(status, headers, &raw)),
             Ok(Err(cut)) => Err(super::http::body_cut_off(status, headers, cut)),
             Err(_) => Err(ended(&watch, why, Some(status), &headers)),
@@ -283,7 +288,12 @@ async fn drive(
             .next_wait(sw.elapsed())
             .unwrap_or((Duration::from_millis(1), Ended::NoFirstToken));
         let why = || super::codec::BadSuccess::Malformed("a JSON body, not an event stream".into());
-        return match tokio::time::timeout(left, read_capped(resp, ERROR_BODY_CAP)).await {
+        return match tokio::time::timeout(
+            left,
+            read_capped(resp, ERROR_BODY_CAP, &mut Default::default()),
+        )
+        .await
+        {
             Ok(Ok((raw, _))) => Err(super::codec::bad_success(status, headers, &raw, why())),
             Ok(Err(cut)) => Err(super::http::body_cut_off(status, headers, cut)),
             Err(_) => Err(ended(&watch, deadline, Some(status), &headers)),
@@ -307,11 +317,19 @@ async fn drive(
     let mut answering: Option<String> = None;
     let mut finished = false;
     let mut skipped = 0u32;
+    // The stream's share of the process's answer bytes: charged per chunk read. Past
+    // the cap, the largest holders wait before their next read, inside the same
+    // deadline as the read itself (a stream kept waiting fails as a stalled one).
+    let mut held = super::held::Holding::new();
     'read: loop {
         let (wait, why) = watch
             .next_wait(sw.elapsed())
             .map_err(|why| ended(&watch, why, Some(status), &headers))?;
-        let chunk = match tokio::time::timeout(wait, resp.chunk()).await {
+        let next = async {
+            held.room().await;
+            resp.chunk().await
+        };
+        let chunk = match tokio::time::timeout(wait, next).await {
             Err(_) => return Err(ended(&watch, why, Some(status), &headers)),
             Ok(Ok(Some(chunk))) => chunk,
             Ok(Ok(None)) if finished => break,
@@ -328,6 +346,7 @@ async fn drive(
             }
         };
         watch.chunk(sw.elapsed());
+        held.charge(chunk.len());
         if framer.feed(&chunk, &mut events).is_err() {
             return Err(ended(&watch, Ended::EventTooLarge, Some(status), &headers));
         }
