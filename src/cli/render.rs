@@ -445,11 +445,12 @@ fn covering<'a>(
         .filter(move |b| b.bucket == route.as_str() || b.bucket == route.provider())
 }
 
-/// `rpm 450/450` for each bucket covering the route, named when it is the provider's.
+/// `rpm 450/450` for each bucket covering the route, named when it is the provider's:
+/// one item each, so a narrow column wraps between buckets, never inside one.
 fn bucket_levels(
     buckets: &[crate::admission::buckets::BucketView],
     route: &crate::core::vocab::Route,
-) -> String {
+) -> Vec<String> {
     covering(buckets, route)
         .map(|b| {
             let owner = if b.bucket == route.as_str() {
@@ -464,8 +465,7 @@ fn bucket_levels(
                 b.capacity.floor()
             )
         })
-        .collect::<Vec<_>>()
-        .join(", ")
+        .collect()
 }
 
 const STATUS_COLUMNS: [Column; 4] = [
@@ -500,7 +500,7 @@ pub fn status_table(
                 Cell::new(reason.unwrap_or_default()),
             ];
             if !buckets.is_empty() {
-                row.push(Cell::new(bucket_levels(buckets, r)));
+                row.push(Cell::items(vec![bucket_levels(buckets, r)], ", "));
             }
             row
         })
@@ -509,8 +509,12 @@ pub fn status_table(
         return table::render(&STATUS_COLUMNS, &cells, look);
     }
     let mut out = table::render(&STATUS_COLUMNS_WITH_BUCKETS, &cells, look);
-    out.push_str(
-        "admission buckets are per process: these are a new process's (full); a running gateway's are on its /metrics\n",
-    );
+    // Wrapped like the table: printed whole, a terminal narrower than the note would
+    // break it in the middle of a word.
+    out.push_str(&hang(
+        "",
+        "admission buckets are per process: these are a new process's (full); a running gateway's are on its /metrics",
+        look.width,
+    ));
     out
 }
