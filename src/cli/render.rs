@@ -49,6 +49,10 @@ const PROBE_COLUMNS: [Column; 8] = [
     Column::text("detail", 3),
 ];
 
+/// The probe columns left out, in this order, while a line per route does not fit:
+/// route, status and class always stay.
+const PROBE_DROPPABLE: [&str; 5] = ["request id", "headroom", "latency", "retry hint", "detail"];
+
 fn class_tone(class: crate::core::vocab::Class) -> Tone {
     use crate::core::vocab::Class;
     // A refusal is the model's answer: the route is live.
@@ -113,7 +117,22 @@ pub fn probe_tier(t: &crate::cli::probe::TierProbe, look: &Look) -> String {
         })
         .collect();
     let mut out = format!("tier `{}`\n", t.tier);
-    out.push_str(&table::render(&PROBE_COLUMNS, &rows, look));
+    // One line per route, as many lines as the tier has routes (issue 21: a bordered
+    // table too wide for 100 columns became five lines a route). What a reader needs
+    // least is left out first when the width is short; `--json` keeps everything.
+    match table::lines(&PROBE_COLUMNS, &rows, &PROBE_DROPPABLE, look) {
+        Some(lines) => {
+            out.push_str(&lines.text);
+            if !lines.dropped.is_empty() {
+                let text = format!(
+                    "(not shown at this width: {}; `probe --json` has every field)",
+                    lines.dropped.join(", ")
+                );
+                out.push_str(&hang("", &text, look.width));
+            }
+        }
+        None => out.push_str(&table::render(&PROBE_COLUMNS, &rows, look)),
+    }
     let first = t
         .first_live
         .as_ref()
