@@ -247,10 +247,7 @@ pub fn lines(
         if need <= look.width {
             break;
         }
-        let Some(&name) = next_drop.find(|name| keep.iter().any(|&i| columns[i].header == **name))
-        else {
-            return None;
-        };
+        let &name = next_drop.find(|name| keep.iter().any(|&i| columns[i].header == **name))?;
         keep.retain(|&i| columns[i].header != name);
         dropped.push(columns.iter().find(|c| c.header == name)?.header);
     }
