@@ -97,7 +97,11 @@ mod tests {
             2,
             "a kind with no names is left out: {found:?}"
         );
-        assert_eq!(nearest_phrase(&found[..1]), "; nearest: tier `gpt`");
+        assert_eq!(nearest_phrase(&found[..1]), "; the nearest is `gpt` (tier)");
+        assert_eq!(
+            nearest_phrase(&[("tier", "gpt"), ("route", "oai/gpt-4o")]),
+            "; the nearest is `gpt` (tier), then route `oai/gpt-4o`"
+        );
     }
 
     #[test]
