@@ -597,3 +597,52 @@ async fn a_gateways_usage_reaches_the_sqlite_counters_by_its_shutdown() {
     assert_eq!(counted(&state, "up/m1", "rpm"), 3.0, "{stderr}");
     assert_eq!(counted(&state, "up/m1", "tpm"), 45.0, "{stderr}");
 }
+
+/// Issue 21: on a terminal the sparkline spans the window's own range, so a burst from
+/// 1 % to 4 % of the contract rises from `▁` to `█`, where a 0-100 % scale drew it flat.
+/// The sparkline is only drawn on a terminal; `script` (util-linux) gives the binary one.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_terminal_a_burst_far_below_capacity_shows_in_the_sparkline() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("no `script` to give poolctl a terminal: nothing to check here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = pool(
+        dir.path(),
+        "state.db",
+        "http://127.0.0.1:9",
+        "up/m1",
+        "  up/m1: { rpm: 1000 }\n",
+        "headroom: 1.0\n",
+    );
+    let state = dir.path().join("state.db");
+    // 10 a minute (1 %), 40 (4 %) in the 20th minute of 30.
+    let burst = |i: i64| if i == 19 { 40.0 } else { 10.0 };
+    history(&state, &[("up/m1", Dimension::Rpm)], 30, burst, &[]).await;
+    let command = format!(
+        "'{}' capacity --window 30m --config '{}'",
+        env!("CARGO_BIN_EXE_poolctl"),
+        config.display()
+    );
+    let o = tokio::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env(KEY_VAR, "sk-capacity-test")
+        .env_remove("POOLCTL_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    let t = String::from_utf8_lossy(&o.stdout).replace('\r', "");
+    let spark = t
+        .lines()
+        .find(|l| l.contains("last 30m"))
+        .unwrap_or_else(|| panic!("no sparkline on a terminal:\n{t}"));
+    assert!(spark.contains('█'), "the burst is flat: {spark}");
+    assert!(spark.contains('▁'), "{spark}");
+    assert!(spark.ends_with(" 1–4 % last 30m"), "{spark}");
+    assert!(spark.chars().count() <= 80, "{spark}");
+}

@@ -445,3 +445,55 @@ fn serve_listens_on_a_host_name_and_port_and_refuses_an_address_without_a_port()
         "{first}"
     );
 }
+
+/// Issue 21: at 80 columns `status` printed its note on admission buckets as one line of
+/// 108 characters, which the terminal broke mid-word ("running g" / "ateway's"). Every
+/// line now fits, and every word of the output is whole on one line.
+#[test]
+fn status_at_80_columns_fits_and_never_breaks_a_word() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &format!(
+            "providers:\n  a:\n    wire: openai\n    dialect: openai\n    base_url: {CLOSED}\n    api_key_env: {KEY_VAR}\n\
+             tiers:\n  high:\n    - a/gpt-4o-2024-08-06\n    - a/small\n\
+             limits:\n  a: {{ rpm: 5000, tpm: 2000000 }}\n  a/gpt-4o-2024-08-06: {{ rpm: 1000, tpm: 1000000 }}\n"
+        ),
+    );
+    let cfg = cfg.to_str().unwrap();
+    let reason = "incident 42: the provider's free tier ran out during the launch; restore once billing is fixed";
+    let o = poolctl(&[
+        "retire",
+        "a/gpt-4o-2024-08-06",
+        "--reason",
+        reason,
+        "--config",
+        cfg,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_poolctl"))
+        .args(["status", "--config", cfg])
+        .env(KEY_VAR, "sk-test")
+        .env("COLUMNS", "80")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for line in out.lines() {
+        assert!(
+            line.chars().count() <= 80,
+            "{} columns: {line}\n{out}",
+            line.chars().count()
+        );
+    }
+    // Every word of the note is whole on some line: none was split across two.
+    let words: Vec<&str> = out.split_whitespace().collect();
+    for word in "admission buckets are per process: these are a new process's (full); a running gateway's are on its /metrics".split(' ') {
+        assert!(words.contains(&word), "`{word}` is broken:\n{out}");
+    }
+    // A bucket's level is one item: wrapped between buckets, never inside one.
+    assert!(
+        out.lines().any(|l| l.contains("a tpm 1800000/1800000")),
+        "{out}"
+    );
+}

@@ -202,6 +202,72 @@ async fn probe_exits_1_on_a_tier_with_no_live_route_and_warns_on_a_dead_tail() {
     assert_eq!(tail["first_live"], "dash/live");
 }
 
+/// Issue 21: at the default width of 100, `probe` laid each route out as a block of five
+/// lines (55 for 11 routes). Now one line a route: the tier, the column names, a line
+/// per route, then a note of any column left out, the summary and the dead-tail warning.
+#[tokio::test(flavor = "multi_thread")]
+async fn probe_of_eleven_routes_prints_one_line_a_route_at_the_default_width() {
+    let dir = tempfile::tempdir().unwrap();
+    let names: Vec<String> = (0..11)
+        .map(|i| format!("dashscope/qwen3.7-max-2026-05-{:02}", i + 10))
+        .collect();
+    let routes: Vec<(&str, Reply)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let reply = match i % 3 {
+                0 => ok("pong"),
+                1 => quota_403(),
+                _ => model_not_exist(),
+            };
+            (r.as_str(), reply)
+        })
+        .collect();
+    let (_mock, config) = setup(
+        dir.path(),
+        routes,
+        &[("eleven", names.iter().map(String::as_str).collect())],
+    )
+    .await;
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
+        .args(["probe", "--config"])
+        .arg(&config)
+        .env(KEY_VAR, SENTINEL_KEY)
+        .env_remove("COLUMNS")
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    for name in &names {
+        let on = text
+            .lines()
+            .filter(|l| l.starts_with(name.as_str()))
+            .count();
+        assert_eq!(on, 1, "{name} is on {on} lines:\n{text}");
+    }
+    assert!(
+        text.lines().count() <= 11 + 7,
+        "{} lines:\n{text}",
+        text.lines().count()
+    );
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= 100,
+            "wider than 100: {line}\n{text}"
+        );
+    }
+    // The class of each dead route is on its line, whole.
+    let route_lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("dashscope/"))
+        .collect();
+    let with = |class: &str| route_lines.iter().filter(|l| l.contains(class)).count();
+    assert_eq!(with("  quota_exhausted  "), 4, "{text}");
+    assert_eq!(with("  model_unavailable  "), 3, "{text}");
+    assert!(text.contains("4 of 11 routes live"), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn probe_apply_retires_and_restores() {
     let dir = tempfile::tempdir().unwrap();

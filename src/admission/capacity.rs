@@ -279,17 +279,52 @@ pub fn ceiling(
     }
 }
 
-/// A sparkline of percentages (0 to 100, clamped), at most `width` characters: one a
-/// minute, or when the window has more minutes, each the highest of its share of them
-/// (a peak must not vanish in an average).
-pub fn sparkline(pcts: &[f64], width: usize) -> String {
+/// A sparkline and the range its bars span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sparkline {
+    pub line: String,
+    /// The percentage the lowest bar stands for, and the highest.
+    pub low: f64,
+    pub high: f64,
+}
+
+/// A sparkline of percentages, at most `width` characters: one a minute, or when the
+/// window has more minutes, each the highest of its share of them (a peak must not
+/// vanish in an average). The bars span the window's own range, lowest to highest: on
+/// a 0-100 % scale a burst from 1 % to 4 % drew eight flat `▁` (issue 21). A window
+/// that never moved has no range; its bars stand at their level of 0-100 %.
+pub fn sparkline(pcts: &[f64], width: usize) -> Sparkline {
     const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     let width = width.max(1);
     let per = pcts.len().div_ceil(width).max(1);
-    pcts.chunks(per)
+    let peaks: Vec<f64> = pcts
+        .chunks(per)
         .map(|c| c.iter().copied().fold(0.0, f64::max))
-        .map(|p| BARS[((p.clamp(0.0, 100.0) / 100.0) * 7.0).round() as usize])
-        .collect()
+        .collect();
+    let low = peaks.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = peaks.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if peaks.is_empty() {
+        return Sparkline {
+            line: String::new(),
+            low: 0.0,
+            high: 0.0,
+        };
+    }
+    // Below a hundredth of a percent the "range" is rounding noise, not a burst.
+    let flat = high - low < 0.01;
+    let bar = |p: f64| {
+        let at = if flat {
+            p.clamp(0.0, 100.0) / 100.0
+        } else {
+            (p - low) / (high - low)
+        };
+        BARS[(at * 7.0).round() as usize]
+    };
+    Sparkline {
+        line: peaks.iter().map(|&p| bar(p)).collect(),
+        low,
+        high,
+    }
 }
 
 /// `30m`, `2h`, `1d`, `90s`: a window in ms.
@@ -467,12 +502,27 @@ mod tests {
         assert!(parse_window("10").unwrap_err().contains("unit"));
         assert!(parse_window("9d").unwrap_err().contains("8d"));
         assert!(parse_window("5x").unwrap_err().contains("unknown unit"));
-        assert_eq!(sparkline(&[0.0, 50.0, 100.0, 250.0], 60), "▁▅██");
+        assert_eq!(sparkline(&[0.0, 50.0, 100.0, 250.0], 60).line, "▁▂▄█");
         // 1 440 minutes in 60 characters: each the peak of its 24 minutes.
         let mut day = vec![0.0; 1_440];
         day[100] = 100.0;
-        let line = sparkline(&day, 60);
+        let line = sparkline(&day, 60).line;
         assert_eq!(line.chars().count(), 60);
         assert_eq!(line.chars().nth(4), Some('█'));
+    }
+
+    #[test]
+    fn a_burst_far_below_capacity_still_rises_from_the_floor() {
+        // 1 % of the contract, a burst to 4 %, back to 1 %: on a 0-100 % scale every
+        // bar was `▁`.
+        let mut minutes = vec![1.0; 20];
+        minutes[8..12].copy_from_slice(&[2.5, 4.0, 4.0, 3.0]);
+        let s = sparkline(&minutes, 60);
+        assert_eq!(s.line, "▁▁▁▁▁▁▁▁▅██▆▁▁▁▁▁▁▁▁");
+        assert_eq!((s.low, s.high), (1.0, 4.0));
+        // A window that never moved has no range: its bars keep their level.
+        assert_eq!(sparkline(&[50.0; 4], 60).line, "▅▅▅▅");
+        assert_eq!(sparkline(&[0.0; 4], 60).line, "▁▁▁▁");
+        assert_eq!(sparkline(&[], 60).line, "");
     }
 }

@@ -321,6 +321,10 @@ fn number(x: f64) -> String {
     }
 }
 
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
 fn render(
     reports: &[BucketReport],
     tiers: &[TierCeiling],
@@ -359,12 +363,25 @@ fn render(
         s.push_str(&format!("  shed: {}\n", sheds.join(", ")));
         if terminal {
             // Two spaces, the line, and the legend: within the width whatever the window.
-            let legend = format!(" last {}", window_words(window_ms));
-            let room = WIDTH - 2 - legend.len();
-            s.push_str(&format!(
-                "  {}{legend}\n",
-                capacity::sparkline(&r.series_pct, room)
-            ));
+            // The bars span the window's range, so the legend says what it is.
+            // The range depends on how minutes share a bar, and the legend's width on the
+            // range: narrow the line until both fit.
+            let mut room = WIDTH - 2;
+            let (line, legend) = loop {
+                let spark = capacity::sparkline(&r.series_pct, room);
+                let legend = format!(
+                    " {}–{} % last {}",
+                    number(round1(spark.low)),
+                    number(round1(spark.high)),
+                    window_words(window_ms)
+                );
+                let used = 2 + table::width(&spark.line) + table::width(&legend);
+                if used <= WIDTH || room <= 1 {
+                    break (spark.line, legend);
+                }
+                room -= used - WIDTH;
+            };
+            s.push_str(&format!("  {line}{legend}\n"));
         }
     }
     for t in tiers {
@@ -542,6 +559,19 @@ mod tests {
                 && text.contains("the backups cannot absorb its load"),
             "{text}"
         );
+        // A burst far below capacity rises from the floor, and the legend says the
+        // range the bars span.
+        let mut minutes = vec![300_000.0; 60];
+        minutes[30] = 1_200_000.0;
+        let burst = capacity::bucket_report(&BucketUse {
+            per_minute: minutes,
+            ..u.clone()
+        });
+        let text = render(&[burst], &[], &[], 3_600_000, true);
+        let spark = text.lines().find(|l| l.contains("last 1h")).unwrap();
+        assert!(spark.contains('█') && spark.contains('▁'), "{text}");
+        assert!(spark.ends_with(" 1–4 % last 1h"), "{text}");
+        assert!(table::width(spark) <= WIDTH, "{text}");
         let plain = render(&[], &[], &[], 3_600_000, false);
         assert!(!plain.contains('▁'));
     }

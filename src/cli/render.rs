@@ -49,6 +49,10 @@ const PROBE_COLUMNS: [Column; 8] = [
     Column::text("detail", 3),
 ];
 
+/// The probe columns left out, in this order, while a line per route does not fit:
+/// route, status and class always stay.
+const PROBE_DROPPABLE: [&str; 5] = ["request id", "headroom", "latency", "retry hint", "detail"];
+
 fn class_tone(class: crate::core::vocab::Class) -> Tone {
     use crate::core::vocab::Class;
     // A refusal is the model's answer: the route is live.
@@ -113,7 +117,22 @@ pub fn probe_tier(t: &crate::cli::probe::TierProbe, look: &Look) -> String {
         })
         .collect();
     let mut out = format!("tier `{}`\n", t.tier);
-    out.push_str(&table::render(&PROBE_COLUMNS, &rows, look));
+    // One line per route, as many lines as the tier has routes (issue 21: a bordered
+    // table too wide for 100 columns became five lines a route). What a reader needs
+    // least is left out first when the width is short; `--json` keeps everything.
+    match table::lines(&PROBE_COLUMNS, &rows, &PROBE_DROPPABLE, look) {
+        Some(lines) => {
+            out.push_str(&lines.text);
+            if !lines.dropped.is_empty() {
+                let text = format!(
+                    "(not shown at this width: {}; `probe --json` has every field)",
+                    lines.dropped.join(", ")
+                );
+                out.push_str(&hang("", &text, look.width));
+            }
+        }
+        None => out.push_str(&table::render(&PROBE_COLUMNS, &rows, look)),
+    }
     let first = t
         .first_live
         .as_ref()
@@ -445,11 +464,12 @@ fn covering<'a>(
         .filter(move |b| b.bucket == route.as_str() || b.bucket == route.provider())
 }
 
-/// `rpm 450/450` for each bucket covering the route, named when it is the provider's.
+/// `rpm 450/450` for each bucket covering the route, named when it is the provider's:
+/// one item each, so a narrow column wraps between buckets, never inside one.
 fn bucket_levels(
     buckets: &[crate::admission::buckets::BucketView],
     route: &crate::core::vocab::Route,
-) -> String {
+) -> Vec<String> {
     covering(buckets, route)
         .map(|b| {
             let owner = if b.bucket == route.as_str() {
@@ -464,8 +484,7 @@ fn bucket_levels(
                 b.capacity.floor()
             )
         })
-        .collect::<Vec<_>>()
-        .join(", ")
+        .collect()
 }
 
 const STATUS_COLUMNS: [Column; 4] = [
@@ -500,7 +519,7 @@ pub fn status_table(
                 Cell::new(reason.unwrap_or_default()),
             ];
             if !buckets.is_empty() {
-                row.push(Cell::new(bucket_levels(buckets, r)));
+                row.push(Cell::items(vec![bucket_levels(buckets, r)], ", "));
             }
             row
         })
@@ -509,8 +528,12 @@ pub fn status_table(
         return table::render(&STATUS_COLUMNS, &cells, look);
     }
     let mut out = table::render(&STATUS_COLUMNS_WITH_BUCKETS, &cells, look);
-    out.push_str(
-        "admission buckets are per process: these are a new process's (full); a running gateway's are on its /metrics\n",
-    );
+    // Wrapped like the table: printed whole, a terminal narrower than the note would
+    // break it in the middle of a word.
+    out.push_str(&hang(
+        "",
+        "admission buckets are per process: these are a new process's (full); a running gateway's are on its /metrics",
+        look.width,
+    ));
     out
 }

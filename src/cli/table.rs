@@ -10,6 +10,9 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 
 /// Below this, a free-text column is unreadable: fall back to blocks.
 const MIN_TEXT: usize = 12;
+/// Free text cut to one line is worth reading from this width on (a few words of a
+/// provider's message); below it, a less needed column makes room first.
+const MIN_LINE_TEXT: usize = 16;
 /// A word longer than this in a free-text column is not a name; it may be cut.
 const MAX_WORD: usize = 30;
 
@@ -198,6 +201,128 @@ fn plan(columns: &[Column], rows: &[Vec<Cell>], total: usize) -> Option<Vec<usiz
     Some(widths)
 }
 
+/// What [`lines`] printed, and the columns it left out to fit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lines {
+    pub text: String,
+    pub dropped: Vec<&'static str>,
+}
+
+/// One line per row, without borders: a header line, then each row with identifiers
+/// padded to their column and free text cut to one line with an ellipsis. A long list
+/// (a probe of every route of a tier) stays as long as it has rows, where a bordered
+/// table too wide for the width would become a block of lines per row. While the
+/// columns do not fit, the ones named in `droppable` are left out, first named first;
+/// None when even the rest do not fit.
+pub fn lines(
+    columns: &[Column],
+    rows: &[Vec<Cell>],
+    droppable: &[&str],
+    look: &Look,
+) -> Option<Lines> {
+    // Two spaces between columns, the gap `ls -l` and kubectl leave.
+    const GAP: usize = 2;
+    let mut keep: Vec<usize> = (0..columns.len())
+        .filter(|&i| {
+            rows.is_empty() || rows.iter().any(|r| r.get(i).is_some_and(|c| !c.is_empty()))
+        })
+        .collect();
+    let natural = |i: usize| {
+        rows.iter()
+            .filter_map(|r| r.get(i))
+            .map(Cell::natural)
+            .chain([width(columns[i].header)])
+            .max()
+            .unwrap_or(0)
+    };
+    let floor = |i: usize| match columns[i].kind {
+        Kind::Ident => natural(i),
+        Kind::Text { .. } => natural(i).min(MIN_LINE_TEXT.max(width(columns[i].header))),
+    };
+    let mut dropped = Vec::new();
+    let mut next_drop = droppable.iter();
+    loop {
+        let need: usize =
+            keep.iter().map(|&i| floor(i)).sum::<usize>() + GAP * keep.len().saturating_sub(1);
+        if need <= look.width {
+            break;
+        }
+        let &name = next_drop.find(|name| keep.iter().any(|&i| columns[i].header == **name))?;
+        keep.retain(|&i| columns[i].header != name);
+        dropped.push(columns.iter().find(|c| c.header == name)?.header);
+    }
+    // Identifiers at their natural width; free text shares what is left, narrowest first.
+    let mut widths: Vec<usize> = keep.iter().map(|&i| natural(i)).collect();
+    let idents: usize = keep
+        .iter()
+        .zip(&widths)
+        .filter(|(&i, _)| columns[i].kind == Kind::Ident)
+        .map(|(_, w)| w)
+        .sum();
+    let mut avail = look
+        .width
+        .saturating_sub(idents + GAP * keep.len().saturating_sub(1));
+    let mut text: Vec<usize> = (0..keep.len())
+        .filter(|&k| columns[keep[k]].kind != Kind::Ident)
+        .collect();
+    text.sort_by_key(|&k| widths[k]);
+    let mut left = text.len();
+    for k in text {
+        let share = avail / left;
+        widths[k] = widths[k].min(share.max(floor(keep[k])));
+        avail = avail.saturating_sub(widths[k]);
+        left -= 1;
+    }
+    let line = |cells: Vec<(String, Option<Tone>)>| {
+        let last = cells.len().saturating_sub(1);
+        let mut out = String::new();
+        for (k, (value, tone)) in cells.into_iter().enumerate() {
+            let pad = if k == last {
+                0
+            } else {
+                widths[k].saturating_sub(width(&value)) + GAP
+            };
+            match tone {
+                Some(tone) => out.push_str(&look.paint(tone, &value)),
+                None => out.push_str(&value),
+            }
+            out.push_str(&" ".repeat(pad));
+        }
+        format!("{}\n", out.trim_end())
+    };
+    let mut out = line(
+        keep.iter()
+            .map(|&i| (columns[i].header.to_string(), None))
+            .collect(),
+    );
+    for row in rows {
+        let cells = keep
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| {
+                let cell = row.get(i).cloned().unwrap_or_default();
+                let whole = cell
+                    .lines
+                    .iter()
+                    .map(|items| items.join(cell.sep))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                // Whole when it fits (wrapping would keep room for a trailing `,`
+                // that a line with nothing after it never needs), else cut at a word.
+                let one_line = if columns[i].kind == Kind::Ident || width(&whole) <= widths[k] {
+                    whole
+                } else {
+                    cell.layout(Kind::Text { max_lines: 1 }, widths[k])
+                        .join(" ")
+                };
+                (one_line, cell.tone)
+            })
+            .collect();
+        out.push_str(&line(cells));
+    }
+    Some(Lines { text: out, dropped })
+}
+
 fn draw(columns: &[Column], rows: &[Vec<Cell>], widths: &[usize], look: &Look) -> String {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED)
@@ -345,7 +470,12 @@ fn clip(mut lines: Vec<String>, w: usize, max: usize) -> Vec<String> {
             *last = if width(last) < w {
                 format!("{last}…")
             } else {
-                ellipsis(&format!("{last}…"), w)
+                // No room for the ellipsis: give up the last word rather than cut it
+                // ("…model has" must not read "…model ha…").
+                match last.rfind(' ') {
+                    Some(at) if at > 0 => format!("{}…", last[..at].trim_end()),
+                    _ => ellipsis(&format!("{last}…"), w),
+                }
             };
         }
     }
@@ -433,6 +563,53 @@ mod tests {
                 "429 rate_limited→retry, 429 rate_limited→retry,",
                 "429 rate_limited→retry, 429 rate_limited→retry"
             ]
+        );
+    }
+
+    #[test]
+    fn clipped_text_that_fills_its_line_loses_a_word_not_half_of_one() {
+        let lines = clip(
+            vec!["The free tier of the model has".into(), "been".into()],
+            30,
+            1,
+        );
+        assert_eq!(lines, vec!["The free tier of the model…"]);
+    }
+
+    #[test]
+    fn lines_print_one_line_a_row_and_leave_out_what_is_needed_least() {
+        let cols = [
+            Column::ident("route"),
+            Column::ident("class"),
+            Column::ident("request id"),
+            Column::text("detail", 3),
+        ];
+        let rows: Vec<Vec<Cell>> = (0..11)
+            .map(|i| {
+                vec![
+                    Cell::new(format!("dashscope/qwen3.7-max-2026-05-{i:02}")),
+                    Cell::new("quota_exhausted"),
+                    Cell::new("7f3a9c2e-0000-4000-8000-1234567890ab"),
+                    Cell::new("The free tier of the model has been exhausted. If you wish to continue access the model on a paid basis, please disable the free tier only mode."),
+                ]
+            })
+            .collect();
+        let wide = lines(&cols, &rows, &["request id"], &Look::plain(200)).unwrap();
+        assert!(wide.dropped.is_empty());
+        assert_eq!(wide.text.lines().count(), 12, "{}", wide.text);
+        let narrow = lines(&cols, &rows, &["request id"], &Look::plain(80)).unwrap();
+        assert_eq!(narrow.dropped, vec!["request id"]);
+        assert_eq!(narrow.text.lines().count(), 12, "{}", narrow.text);
+        assert!(longest(&narrow.text) <= 80, "{}", narrow.text);
+        assert!(
+            narrow.text.contains("quota_exhausted  The free tier"),
+            "{}",
+            narrow.text
+        );
+        // Too narrow for the route and the class: the caller falls back to blocks.
+        assert_eq!(
+            lines(&cols, &rows, &["request id", "detail"], &Look::plain(30)),
+            None
         );
     }
 

@@ -10,3 +10,111 @@ pub fn nearest<'a>(got: &str, candidates: impl IntoIterator<Item = &'a str>) -> 
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, c)| c.to_string())
 }
+
+/// One kind of name a lookup tries (`tier`, `workflow`, `route`), with its names.
+pub struct NameKind<'a> {
+    pub kind: &'a str,
+    pub names: Vec<&'a str>,
+    /// Listed after every kind that is not: a route is one provider's model, while a
+    /// tier or a workflow is what a client is meant to name, and has a fallback.
+    pub last: bool,
+}
+
+/// For a name that is none of several kinds: the nearest name of each kind, whatever
+/// its score (a client that typed a vendor's model name still learns what is served).
+/// One nearest over every kind at once is not enough: a long name of one kind can
+/// outscore the short one meant (`gtp` came out nearer `oai/gpt-4o` than the tier
+/// `gpt`). Kinds not `last` come first, nearer first; a kind without names is left out.
+pub fn nearest_of_each<'a>(got: &str, kinds: &[NameKind<'a>]) -> Vec<(&'a str, &'a str)> {
+    let mut found: Vec<(bool, f64, &'a str, &'a str)> = kinds
+        .iter()
+        .filter_map(|k| {
+            k.names
+                .iter()
+                .map(|&n| (strsim::jaro_winkler(got, n), n))
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(score, n)| (k.last, score, k.kind, n))
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
+    found.into_iter().map(|(_, _, kind, n)| (kind, n)).collect()
+}
+
+/// `; the nearest is `gpt` (tier), then route `oai/gpt-4o`` from what
+/// [`nearest_of_each`] found, to end a "no such name" message; empty when it found none.
+pub fn nearest_phrase(found: &[(&str, &str)]) -> String {
+    let Some(((kind, name), rest)) = found.split_first() else {
+        return String::new();
+    };
+    let mut out = format!("; the nearest is `{name}` ({kind})");
+    if !rest.is_empty() {
+        let listed: Vec<String> = rest.iter().map(|(k, n)| format!("{k} `{n}`")).collect();
+        out.push_str(&format!(", then {}", listed.join(", ")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds<'a>(
+        workflows: Vec<&'a str>,
+        tiers: Vec<&'a str>,
+        routes: Vec<&'a str>,
+    ) -> Vec<NameKind<'a>> {
+        vec![
+            NameKind {
+                kind: "workflow",
+                names: workflows,
+                last: false,
+            },
+            NameKind {
+                kind: "tier",
+                names: tiers,
+                last: false,
+            },
+            NameKind {
+                kind: "route",
+                names: routes,
+                last: true,
+            },
+        ]
+    }
+
+    #[test]
+    fn a_typo_of_a_tier_names_the_tier_before_any_route() {
+        let k = kinds(
+            vec![],
+            vec!["gpt", "claude"],
+            vec!["oai/gpt-4o", "oai/gpt-4o-mini"],
+        );
+        let found = nearest_of_each("gtp", &k);
+        assert_eq!(found[0], ("tier", "gpt"));
+        assert_eq!(found[1].0, "route");
+        assert_eq!(
+            found.len(),
+            2,
+            "a kind with no names is left out: {found:?}"
+        );
+        assert_eq!(nearest_phrase(&found[..1]), "; the nearest is `gpt` (tier)");
+        assert_eq!(
+            nearest_phrase(&[("tier", "gpt"), ("route", "oai/gpt-4o")]),
+            "; the nearest is `gpt` (tier), then route `oai/gpt-4o`"
+        );
+    }
+
+    #[test]
+    fn tiers_and_workflows_come_nearer_first_and_routes_last() {
+        let k = kinds(
+            vec!["support-answer"],
+            vec!["high"],
+            vec!["a/support-answer-x"],
+        );
+        let found = nearest_of_each("support-answr", &k);
+        let order: Vec<&str> = found.iter().map(|(kind, _)| *kind).collect();
+        assert_eq!(order, ["workflow", "tier", "route"]);
+        assert!(nearest_of_each("x", &kinds(vec![], vec![], vec![])).is_empty());
+        assert_eq!(nearest_phrase(&[]), "");
+    }
+}

@@ -162,10 +162,29 @@ impl Lineup {
                 workflow: name,
             }
         } else {
-            let nearest = nearest(model, self.names());
-            let hint = nearest
-                .map(|n| format!("; the nearest is `{n}`"))
-                .unwrap_or_default();
+            // The nearest of each kind, tier or workflow first: over every name at
+            // once a route's long name outscored the short tier meant (`gtp`).
+            use crate::core::suggest::{nearest_of_each, nearest_phrase, NameKind};
+            let hint = nearest_phrase(&nearest_of_each(
+                model,
+                &[
+                    NameKind {
+                        kind: "tier",
+                        names: self.tiers.keys().map(String::as_str).collect(),
+                        last: false,
+                    },
+                    NameKind {
+                        kind: "workflow",
+                        names: self.workflows.keys().map(String::as_str).collect(),
+                        last: false,
+                    },
+                    NameKind {
+                        kind: "route",
+                        names: self.routes.keys().map(String::as_str).collect(),
+                        last: true,
+                    },
+                ],
+            ));
             return Err(ApiError::new(404, "invalid_request_error", "model_not_found",
                 format!("model `{model}` is no workflow, tier or route of this gateway{hint} (GET /v1/models lists them)")));
         };
