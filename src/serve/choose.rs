@@ -111,14 +111,6 @@ impl Lineup {
         })
     }
 
-    fn names(&self) -> impl Iterator<Item = &str> {
-        self.workflows
-            .keys()
-            .chain(self.tiers.keys())
-            .chain(self.routes.keys())
-            .map(String::as_str)
-    }
-
     /// The chain `model` names, for a request of kind `wants`. An unknown name is a 404
     /// naming the nearest valid one.
     pub fn choose<'a>(&'a self, model: &'a str, wants: Wants) -> Result<Choice<'a>, ApiError> {
@@ -162,31 +154,8 @@ impl Lineup {
                 workflow: name,
             }
         } else {
-            // The nearest of each kind, tier or workflow first: over every name at
-            // once a route's long name outscored the short tier meant (`gtp`).
-            use crate::core::suggest::{nearest_of_each, nearest_phrase, NameKind};
-            let hint = nearest_phrase(&nearest_of_each(
-                model,
-                &[
-                    NameKind {
-                        kind: "tier",
-                        names: self.tiers.keys().map(String::as_str).collect(),
-                        last: false,
-                    },
-                    NameKind {
-                        kind: "workflow",
-                        names: self.workflows.keys().map(String::as_str).collect(),
-                        last: false,
-                    },
-                    NameKind {
-                        kind: "route",
-                        names: self.routes.keys().map(String::as_str).collect(),
-                        last: true,
-                    },
-                ],
-            ));
-            return Err(ApiError::new(404, "invalid_request_error", "model_not_found",
-                format!("model `{model}` is no workflow, tier or route of this gateway{hint} (GET /v1/models lists them)")));
+            let hint = self.nearest_hint(model);
+            return Err(unknown_model(model, &hint));
         };
         if !serves(choice.path, wants) {
             let want = match wants {
@@ -238,13 +207,33 @@ impl Lineup {
             .into_iter()
             .find(|e| e["id"] == id)
             .map(|e| serde_json::to_vec(&e).unwrap_or_default())
-            .ok_or_else(|| {
-                let hint = nearest(id, self.names())
-                    .map(|n| format!("; the nearest is `{n}`"))
-                    .unwrap_or_default();
-                ApiError::new(404, "invalid_request_error", "model_not_found",
-                    format!("model `{id}` is no workflow, tier or route of this gateway{hint} (GET /v1/models lists them)"))
-            })
+            .ok_or_else(|| unknown_model(id, &self.nearest_hint(id)))
+    }
+
+    /// `; the nearest is …`: the nearest of each kind, tier or workflow first. Over
+    /// every name at once a route's long name outscored the short tier meant (`gtp`).
+    fn nearest_hint(&self, model: &str) -> String {
+        use crate::core::suggest::{nearest_of_each, nearest_phrase, NameKind};
+        nearest_phrase(&nearest_of_each(
+            model,
+            &[
+                NameKind {
+                    kind: "tier",
+                    names: self.tiers.keys().map(String::as_str).collect(),
+                    last: false,
+                },
+                NameKind {
+                    kind: "workflow",
+                    names: self.workflows.keys().map(String::as_str).collect(),
+                    last: false,
+                },
+                NameKind {
+                    kind: "route",
+                    names: self.routes.keys().map(String::as_str).collect(),
+                    last: true,
+                },
+            ],
+        ))
     }
 
     fn model_entries(&self) -> Vec<Value> {
@@ -275,6 +264,14 @@ pub fn nearest<'a>(got: &str, names: impl Iterator<Item = &'a str>) -> Option<&'
         .map(|n| (strsim::jaro_winkler(got, n), n))
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, n)| n)
+}
+
+/// The 404 for a name that is no workflow, tier or route. The name is the client's: cut
+/// to a bound, so a 1 MB `model` is not a 1 MB answer and the hint still shows.
+fn unknown_model(model: &str, hint: &str) -> ApiError {
+    let model = crate::core::clip::clip(model, crate::core::clip::LOG_FIELD_BYTES);
+    ApiError::new(404, "invalid_request_error", "model_not_found",
+        format!("model `{model}` is no workflow, tier or route of this gateway{hint} (GET /v1/models lists them)"))
 }
 
 #[cfg(test)]
