@@ -156,8 +156,14 @@ pub async fn serve(
     drop(senders);
     // Its connections' tasks are dropped with its runtime: each request still open
     // writes its line then, before the log is flushed.
-    for lane in lanes_done {
-        let _ = tokio::task::spawn_blocking(move || lane.join()).await;
+    // Bounded: a lane stuck in a blocking call must not keep the process from exiting.
+    let joined = async {
+        for lane in lanes_done {
+            let _ = tokio::task::spawn_blocking(move || lane.join()).await;
+        }
+    };
+    if tokio::time::timeout(CUT_GRACE, joined).await.is_err() {
+        tracing::warn!(target: "poolctl::serve", "a lane did not stop in time; exiting without it");
     }
 }
 
