@@ -8,12 +8,19 @@
 //! shared store is tried again at most every [`RETRY_MS`], so a slow store costs one
 //! deadline per interval, not one per call.
 //!
+//! A store can also come back without its data (a Redis restarted without persistence,
+//! a failover to a replica that lagged, FLUSHALL), and a lost retirement would un-retire
+//! a route (decisions.md: retired records outlive processes). So at most every
+//! [`WRITE_BACK_CHECK_MS`], and when an episode ends, the process asks the store whether
+//! it lost its data ([`HealthStore::write_back_if_lost`]) and, if so, writes back the
+//! retired records and open breakers it knows, and says so once in its log.
+//!
 //! Health never fails closed: a store outage must not take traffic down (a route would
 //! otherwise be refused for a reason that is not its own). `on_store_error` decides what
 //! admission does (`local_share` or `fail_closed`); health and breakers always follow
 //! the local view.
 
-use super::{HealthStore, MemoryStore, StoreError, StoreFuture};
+use super::{HealthStore, Known, MemoryStore, StoreError, StoreFuture};
 use crate::core::clock::{Stopwatch, UnixMs};
 use crate::core::vocab::Route;
 use crate::policy::breaker::{self, BreakerConfig};
@@ -23,6 +30,10 @@ use std::sync::{Arc, Mutex};
 
 /// How often, at most, a failed shared store is tried again during an episode.
 pub const RETRY_MS: u64 = 250;
+
+/// How often, at most, a process checks whether the shared store lost its data: one
+/// small script per provider it knows a retirement or an open breaker of.
+pub const WRITE_BACK_CHECK_MS: u64 = 1_000;
 
 /// Where the episode log lines go (stderr by default).
 pub type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
@@ -160,6 +171,11 @@ pub struct FallbackStore {
     /// What the shared store last answered, plus what this process did while it could not.
     local: MemoryStore,
     degraded: Degraded,
+    /// The breakers this process saw open in the shared store (encoded state), to be
+    /// written back if the store loses them.
+    open_breakers: Mutex<std::collections::BTreeMap<Route, String>>,
+    /// Since the last check for a lost store (None: never checked).
+    last_check: Mutex<Option<Stopwatch>>,
 }
 
 impl FallbackStore {
@@ -168,6 +184,8 @@ impl FallbackStore {
             shared,
             local: MemoryStore::new(),
             degraded: Degraded::new(target, "health and breakers follow this process's own view"),
+            open_breakers: Mutex::default(),
+            last_check: Mutex::default(),
         }
     }
 
@@ -204,8 +222,9 @@ impl FallbackStore {
         };
         match shared().await {
             Ok(v) => {
-                self.degraded.answered(attempt);
+                let ended = self.degraded.answered(attempt);
                 mirror(&v);
+                self.check_lost(ended).await;
                 Ok(v)
             }
             Err(e) => {
@@ -213,6 +232,85 @@ impl FallbackStore {
                 Ok(local())
             }
         }
+    }
+}
+
+impl FallbackStore {
+    /// When an episode just ended, or [`WRITE_BACK_CHECK_MS`] has passed: asks the shared
+    /// store whether it lost the data of what this process knows, which it writes back
+    /// then (logged once per loss). A failed check is left to the next one.
+    async fn check_lost(&self, ended: bool) {
+        {
+            let mut last = self.last_check.lock().unwrap_or_else(|p| p.into_inner());
+            let due = ended
+                || last
+                    .as_ref()
+                    .is_none_or(|w| w.elapsed_ms() >= WRITE_BACK_CHECK_MS);
+            if !due {
+                return;
+            }
+            *last = Some(Stopwatch::start());
+        }
+        let breakers = self
+            .open_breakers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut known: Vec<Known> = self
+            .local
+            .list_now()
+            .into_iter()
+            .filter_map(|(route, h)| match h {
+                Health::Retired { reason } => Some(Known {
+                    open_breaker: breakers.get(&route).cloned(),
+                    route,
+                    retired: Some(reason),
+                }),
+                _ => None,
+            })
+            .collect();
+        for (route, b) in &breakers {
+            if !known.iter().any(|k| &k.route == route) {
+                known.push(Known {
+                    route: route.clone(),
+                    retired: None,
+                    open_breaker: Some(b.clone()),
+                });
+            }
+        }
+        if known.is_empty() {
+            return;
+        }
+        if let Ok(written) = self.shared.write_back_if_lost(&known).await {
+            if !written.is_empty() {
+                let names: Vec<&str> = written.iter().map(|r| r.as_str()).collect();
+                (self.degraded.log)(&format!(
+                    "poolctl: warning: state store {} lost its data (restarted without persistence, failed over, or flushed); wrote back the retired records and open breakers this process knows: {}",
+                    self.degraded.target,
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+
+    /// Keeps what a shared breaker answer says of the route's breaker: open (until an
+    /// instant) or not.
+    fn note_breaker(&self, route: &Route, cfg: &BreakerConfig, a: &breaker::Answer) {
+        let mut open = self.open_breakers.lock().unwrap_or_else(|p| p.into_inner());
+        let until = match a {
+            breaker::Answer::Admit(breaker::Admit::Open(until))
+            | breaker::Answer::Recorded(Some(until)) => *until,
+            breaker::Answer::Admit(breaker::Admit::Yes) => {
+                open.remove(route);
+                return;
+            }
+            _ => return,
+        };
+        let state = breaker::State::Open {
+            until,
+            open_ms: cfg.open_ms,
+        };
+        open.insert(route.clone(), state.encode());
     }
 }
 
@@ -276,7 +374,7 @@ impl HealthStore for FallbackStore {
         StoreFuture::waiting(self.either(
             move || self.shared.breaker(route, cfg, op),
             move || self.local.breaker_now(route, &cfg, op),
-            |_| {},
+            move |a| self.note_breaker(route, &cfg, a),
         ))
     }
 

@@ -21,7 +21,7 @@ mod sqlite;
 
 pub use self::redis::RedisStore;
 pub use fallback::{Degraded, FallbackStore, LogSink};
-pub use health_store::{HealthStore, OnStoreError, StoreError, StoreFuture};
+pub use health_store::{HealthStore, Known, OnStoreError, StoreError, StoreFuture};
 pub use memory::MemoryStore;
 pub use overlay::OverlayStore;
 pub use sqlite::SqliteStore;
