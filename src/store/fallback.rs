@@ -114,6 +114,11 @@ impl Degraded {
         }
     }
 
+    /// Whether an episode is open: the shared store failed and has not answered since.
+    pub fn in_episode(&self) -> bool {
+        self.lock().is_some()
+    }
+
     /// A call to the shared store while no episode is open (`None` during one).
     pub fn healthy(&self) -> Option<Attempt> {
         self.lock().is_none().then(|| self.begin())
@@ -176,6 +181,10 @@ pub struct FallbackStore {
     open_breakers: Mutex<std::collections::BTreeMap<Route, String>>,
     /// Since the last check for a lost store (None: never checked).
     last_check: Mutex<Option<Stopwatch>>,
+    /// The retirements this process knows, with their reasons: confirmed (the store said
+    /// retired last), or not (it said otherwise since: a restore, or a loss; the next
+    /// check tells which, and drops it or writes it back).
+    retired: Mutex<std::collections::BTreeMap<Route, (String, bool)>>,
 }
 
 impl FallbackStore {
@@ -186,6 +195,7 @@ impl FallbackStore {
             degraded: Degraded::new(target, "health and breakers follow this process's own view"),
             open_breakers: Mutex::default(),
             last_check: Mutex::default(),
+            retired: Mutex::default(),
         }
     }
 
@@ -220,11 +230,23 @@ impl FallbackStore {
         let Some(attempt) = self.degraded.try_shared() else {
             return Ok(local());
         };
+        // The call that tries again during an episode first asks whether the store lost
+        // what this process knows, and writes it back: so the read that follows sees a
+        // retirement a restarted Redis forgot, and no request uses the route meanwhile.
+        // A store still down fails this call as it would have failed the read.
+        if self.degraded.in_episode() {
+            if let Err(e) = self.check_lost(true).await {
+                self.degraded.failed(&e);
+                return Ok(local());
+            }
+        }
         match shared().await {
             Ok(v) => {
-                let ended = self.degraded.answered(attempt);
+                self.degraded.answered(attempt);
                 mirror(&v);
-                self.check_lost(ended).await;
+                // Periodically, for a store that lost its data without an outage
+                // (FLUSHALL, a quick failover); a failure is left to the next check.
+                let _ = self.check_lost(false).await;
                 Ok(v)
             }
             Err(e) => {
@@ -239,15 +261,15 @@ impl FallbackStore {
     /// When an episode just ended, or [`WRITE_BACK_CHECK_MS`] has passed: asks the shared
     /// store whether it lost the data of what this process knows, which it writes back
     /// then (logged once per loss). A failed check is left to the next one.
-    async fn check_lost(&self, ended: bool) {
+    async fn check_lost(&self, now: bool) -> Result<(), StoreError> {
         {
             let mut last = self.last_check.lock().unwrap_or_else(|p| p.into_inner());
-            let due = ended
+            let due = now
                 || last
                     .as_ref()
                     .is_none_or(|w| w.elapsed_ms() >= WRITE_BACK_CHECK_MS);
             if !due {
-                return;
+                return Ok(());
             }
             *last = Some(Stopwatch::start());
         }
@@ -256,21 +278,21 @@ impl FallbackStore {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let mut known: Vec<Known> = self
-            .local
-            .list_now()
-            .into_iter()
-            .filter_map(|(route, h)| match h {
-                Health::Retired { reason } => Some(Known {
-                    open_breaker: breakers.get(&route).cloned(),
-                    route,
-                    retired: Some(reason),
-                }),
-                _ => None,
+        let retired = self
+            .retired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut known: Vec<Known> = retired
+            .iter()
+            .map(|(route, (reason, _))| Known {
+                route: route.clone(),
+                retired: Some(reason.clone()),
+                open_breaker: breakers.get(route).cloned(),
             })
             .collect();
         for (route, b) in &breakers {
-            if !known.iter().any(|k| &k.route == route) {
+            if !retired.contains_key(route) {
                 known.push(Known {
                     route: route.clone(),
                     retired: None,
@@ -279,16 +301,49 @@ impl FallbackStore {
             }
         }
         if known.is_empty() {
-            return;
+            return Ok(());
         }
-        if let Ok(written) = self.shared.write_back_if_lost(&known).await {
-            if !written.is_empty() {
-                let names: Vec<&str> = written.iter().map(|r| r.as_str()).collect();
-                (self.degraded.log)(&format!(
-                    "poolctl: warning: state store {} lost its data (restarted without persistence, failed over, or flushed); wrote back the retired records and open breakers this process knows: {}",
-                    self.degraded.target,
-                    names.join(", ")
-                ));
+        let written = self.shared.write_back_if_lost(&known).await?;
+        {
+            let mut r = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+            for route in &written {
+                if let Some((reason, confirmed)) = r.get_mut(route) {
+                    *confirmed = true;
+                    self.local.put(
+                        route,
+                        Health::Retired {
+                            reason: reason.clone(),
+                        },
+                    );
+                }
+            }
+            // Not written back: the store changed them itself (a restore), not a loss.
+            r.retain(|route, (_, confirmed)| *confirmed || written.contains(route));
+        }
+        if !written.is_empty() {
+            let names: Vec<&str> = written.iter().map(|r| r.as_str()).collect();
+            (self.degraded.log)(&format!(
+                "poolctl: warning: state store {} lost its data (restarted without persistence, failed over, or flushed); wrote back the retired records and open breakers this process knows: {}",
+                self.degraded.target,
+                names.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    /// Mirrors what the shared store said of `route` into the local view, and keeps the
+    /// retirements this process knows.
+    fn mirror(&self, route: &Route, h: &Health) {
+        self.local.put(route, h.clone());
+        let mut r = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        match h {
+            Health::Retired { reason } => {
+                r.insert(route.clone(), (reason.clone(), true));
+            }
+            _ => {
+                if let Some((_, confirmed)) = r.get_mut(route) {
+                    *confirmed = false;
+                }
             }
         }
     }
@@ -319,7 +374,7 @@ impl HealthStore for FallbackStore {
         StoreFuture::waiting(self.either(
             || self.shared.get(route),
             || self.local.get_now(route),
-            |h| self.local.put(route, h.clone()),
+            |h| self.mirror(route, h),
         ))
     }
 
@@ -341,7 +396,7 @@ impl HealthStore for FallbackStore {
                     || routes.iter().map(|r| self.local.get_now(r)).collect(),
                     |all: &Vec<Health>| {
                         for (r, h) in routes.iter().zip(all) {
-                            self.local.put(r, h.clone());
+                            self.mirror(r, h);
                         }
                     },
                 )
@@ -361,7 +416,7 @@ impl HealthStore for FallbackStore {
         StoreFuture::waiting(self.either(
             || self.shared.apply(route, t),
             || self.local.apply_now(route, local_t),
-            |(_, new)| self.local.put(route, new.clone()),
+            |(_, new)| self.mirror(route, new),
         ))
     }
 
