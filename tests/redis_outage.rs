@@ -189,7 +189,7 @@ async fn a_killed_restarted_and_frozen_redis_never_lets_the_fleet_over_admit() {
         }
         phase.store(i, Ordering::SeqCst);
         // The one wait on real time: a phase lasts PHASE while the load runs.
-        tokio::time::sleep(PHASE).await;
+        poolctl::core::clock::real_sleep(PHASE).await;
         ends.push(run.elapsed());
     }
     stop.store(true, Ordering::SeqCst);

@@ -403,7 +403,7 @@ impl RedisCluster {
                 "redis-cli --cluster create did not cover the slots: {out}"
             ));
         }
-        let start = std::time::Instant::now();
+        let start = crate::core::clock::Stopwatch::start();
         for n in &cluster.nodes {
             loop {
                 let info = cluster.cli(&[
@@ -478,7 +478,7 @@ impl RedisCluster {
 /// A child's stdout and stderr once it exits, or an error if it runs past `within` (it
 /// is killed then): a stuck `redis-cli` never hangs a test.
 fn wait_output(mut child: Child, within: Duration) -> Result<String, String> {
-    let start = std::time::Instant::now();
+    let start = crate::core::clock::Stopwatch::start();
     loop {
         match child.try_wait() {
             Ok(Some(_)) => break,

@@ -813,6 +813,77 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_url_is_one_node_url_per_node_with_the_credentials_and_fragment_of_all() {
+        let u =
+            parse_state_url("rediss+cluster://u:pw@10.0.0.1:7000,10.0.0.2:7001#insecure").unwrap();
+        assert!(u.tls && u.cluster);
+        assert_eq!(
+            u.nodes,
+            vec![
+                "rediss://u:pw@10.0.0.1:7000/0#insecure".to_string(),
+                "rediss://u:pw@10.0.0.2:7001/0#insecure".to_string()
+            ]
+        );
+        let u = parse_state_url("redis://h:1/3").unwrap();
+        assert!(!u.tls && !u.cluster);
+        assert_eq!(u.nodes, vec!["redis://h:1/3".to_string()]);
+        for bad in [
+            "redis+cluster://:hunter2@h:1/2",
+            "redis+cluster://:hunter2@h:1,,h:2",
+            "memcache://:hunter2@h:1",
+            "redis+cluster://:hunter2@h:notaport",
+        ] {
+            let e = parse_state_url(bad).unwrap_err();
+            assert!(!e.contains("hunter2"), "{bad}: {e}");
+        }
+        assert!(is_redis_url("rediss+cluster://h:1") && !is_redis_url("state.db"));
+    }
+
+    #[test]
+    fn state_tls_needs_a_key_with_a_certificate_and_names_missing_files() {
+        let t = StateTls {
+            cert_file: Some("/x.pem".into()),
+            ..StateTls::default()
+        };
+        assert!(t.certificates().unwrap_err().contains("key_file"));
+        let t = StateTls {
+            cert_file: Some("/nonexistent/c.pem".into()),
+            key_file: Some("/nonexistent/k.pem".into()),
+            ca_file: None,
+        };
+        let e = t.certificates().unwrap_err();
+        assert!(
+            e.contains("state_tls.cert_file") && e.contains("/nonexistent/c.pem"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_masters_of_cluster_slots_are_named_once_each() {
+        use redis::Value;
+        let node = |h: &str, p: i64| {
+            Value::Array(vec![
+                Value::BulkString(h.as_bytes().to_vec()),
+                Value::Int(p),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let range = |a: i64, b: i64, m: Value| Value::Array(vec![Value::Int(a), Value::Int(b), m]);
+        let slots = Value::Array(vec![
+            range(0, 10, node("127.0.0.1", 7000)),
+            range(11, 20, node("127.0.0.1", 7001)),
+            range(21, 30, node("127.0.0.1", 7000)),
+        ]);
+        assert_eq!(
+            masters_of(&slots),
+            vec![
+                ("127.0.0.1".to_string(), 7000),
+                ("127.0.0.1".to_string(), 7001)
+            ]
+        );
+    }
+
+    #[test]
     fn a_bad_url_names_the_field_never_the_password() {
         let err = RedisStore::open("redis://:hunter2@[bad", Duration::from_millis(10))
             .unwrap_err()
