@@ -362,3 +362,109 @@ async fn a_flushed_store_re_creates_seen_buckets_at_their_view_not_full() {
     assert_eq!(full, 10);
     assert_eq!(other.losses(), 0);
 }
+
+/// A Redis restarted empty under a process that knows a retirement and an open breaker:
+/// the first call after it answers again writes both back (and says so), so the read
+/// it makes, and every other process's, sees them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_restarted_empty_gets_the_retirements_and_open_breakers_written_back() {
+    use poolctl::policy::breaker::{Answer, BreakerConfig, Step};
+    use poolctl::policy::health::{Health, Transition};
+    use poolctl::store::{FallbackStore, HealthStore, RedisStore};
+    use std::sync::Mutex;
+    let mut server = RedisServer::must_start();
+    let url = server.url();
+    let open = || RedisStore::open(&url, Duration::from_millis(300)).unwrap();
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink = lines.clone();
+    let store = FallbackStore::new(Arc::new(open()), "redis")
+        .with_log(Arc::new(move |l| sink.lock().unwrap().push(l.to_string())));
+    let (retired, broken) = (route("a/retired"), route("b/broken"));
+    store
+        .apply(
+            &retired,
+            Transition::Retire {
+                reason: "incident 3".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let cfg = BreakerConfig {
+        consecutive_failures: 1,
+        open_ms: 600_000,
+        max_open_ms: 600_000,
+        ..BreakerConfig::default()
+    };
+    let now = poolctl::core::clock::wall_now_ms();
+    let opened = store
+        .breaker(
+            &broken,
+            cfg,
+            Step::Record {
+                trial: false,
+                ok: false,
+                now,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(matches!(opened, Answer::Recorded(Some(_))), "{opened:?}");
+    // A read: the process checks the store's epoch (its first look).
+    assert_eq!(
+        store.get(&retired).await.unwrap(),
+        Health::Retired {
+            reason: "incident 3".into()
+        }
+    );
+
+    server.kill();
+    // Down: answered on the local view, in time; an episode opens.
+    let sw = Stopwatch::start();
+    assert!(matches!(
+        store.get(&retired).await.unwrap(),
+        Health::Retired { .. }
+    ));
+    assert!(sw.elapsed_ms() < 1_000);
+    server.restart().unwrap();
+    // The episode's retry comes every RETRY_MS (the first may still meet the connection
+    // the restart broke): bounded waits on real time until the store answers again.
+    for _ in 0..20 {
+        if lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("answers again"))
+        {
+            break;
+        }
+        poolctl::core::clock::real_sleep(Duration::from_millis(poolctl::store::RETRY_MS + 10))
+            .await;
+        assert_eq!(
+            store.get(&retired).await.unwrap(),
+            Health::Retired {
+                reason: "incident 3".into()
+            }
+        );
+    }
+    // Another process, on the store itself, sees both.
+    let fresh = open();
+    assert_eq!(
+        fresh.get(&retired).await.unwrap(),
+        Health::Retired {
+            reason: "incident 3".into()
+        }
+    );
+    assert!(
+        fresh.breaker_open(&broken, now + 1).await.unwrap(),
+        "the open breaker was written back"
+    );
+    let lines = lines.lock().unwrap();
+    let said = lines.iter().filter(|l| l.contains("lost its data")).count();
+    assert_eq!(said, 1, "said once: {lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("a/retired") && l.contains("b/broken")),
+        "{lines:?}"
+    );
+}

@@ -185,6 +185,9 @@ pub struct FallbackStore {
     /// retired last), or not (it said otherwise since: a restore, or a loss; the next
     /// check tells which, and drops it or writes it back).
     retired: Mutex<std::collections::BTreeMap<Route, (String, bool)>>,
+    /// Set when this process learns a retirement or an open breaker it did not know:
+    /// the next call checks the store's epoch at once, so it is known from then on.
+    grew: std::sync::atomic::AtomicBool,
 }
 
 impl FallbackStore {
@@ -196,6 +199,7 @@ impl FallbackStore {
             open_breakers: Mutex::default(),
             last_check: Mutex::default(),
             retired: Mutex::default(),
+            grew: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -265,6 +269,7 @@ impl FallbackStore {
         {
             let mut last = self.last_check.lock().unwrap_or_else(|p| p.into_inner());
             let due = now
+                || self.grew.swap(false, Ordering::Relaxed)
                 || last
                     .as_ref()
                     .is_none_or(|w| w.elapsed_ms() >= WRITE_BACK_CHECK_MS);
@@ -338,7 +343,9 @@ impl FallbackStore {
         let mut r = self.retired.lock().unwrap_or_else(|p| p.into_inner());
         match h {
             Health::Retired { reason } => {
-                r.insert(route.clone(), (reason.clone(), true));
+                if r.insert(route.clone(), (reason.clone(), true)).is_none() {
+                    self.grew.store(true, Ordering::Relaxed);
+                }
             }
             _ => {
                 if let Some((_, confirmed)) = r.get_mut(route) {
@@ -365,7 +372,9 @@ impl FallbackStore {
             until,
             open_ms: cfg.open_ms,
         };
-        open.insert(route.clone(), state.encode());
+        if open.insert(route.clone(), state.encode()).is_none() {
+            self.grew.store(true, Ordering::Relaxed);
+        }
     }
 }
 

@@ -20,7 +20,7 @@ pub mod shared_buckets;
 mod sqlite;
 
 pub use self::redis::RedisStore;
-pub use fallback::{Degraded, FallbackStore, LogSink};
+pub use fallback::{Degraded, FallbackStore, LogSink, RETRY_MS};
 pub use health_store::{HealthStore, Known, OnStoreError, StoreError, StoreFuture};
 pub use memory::MemoryStore;
 pub use overlay::OverlayStore;
