@@ -468,3 +468,64 @@ async fn a_store_restarted_empty_gets_the_retirements_and_open_breakers_written_
         "{lines:?}"
     );
 }
+
+/// A process that starts while Redis is down has no view of the fleet's buckets: its
+/// local share starts empty and fills at its share of the refill, never full (the fleet
+/// may have spent it all).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_share_never_seen_starts_empty_not_full() {
+    use poolctl::admission::bucket::{Cost, Limits};
+    use poolctl::admission::buckets::AdmissionConfig;
+    use poolctl::core::vocab::Priority;
+    use poolctl::store::redis_buckets::RedisBuckets;
+    use poolctl::store::shared_buckets::SharedBuckets;
+    use poolctl::store::{OnStoreError, RedisStore};
+    let mut server = RedisServer::must_start();
+    let url = server.url();
+    server.kill();
+    let mut limits = std::collections::BTreeMap::new();
+    limits.insert(
+        "dash/m".to_string(),
+        Limits {
+            rpm: Some(60),
+            ..Limits::default()
+        },
+    );
+    let cfg = AdmissionConfig {
+        limits,
+        headroom: 1.0,
+        ..AdmissionConfig::default()
+    };
+    let now = 1_700_000_000_000;
+    let shared = RedisBuckets::new(
+        RedisStore::open(&url, Duration::from_millis(200)).unwrap(),
+        &cfg,
+    );
+    let b = SharedBuckets::new(shared, &cfg, OnStoreError::LocalShare, 2, now)
+        .with_log(Arc::new(|_| {}));
+    let cost = Cost {
+        input_tokens: 1,
+        output_tokens: 1,
+    };
+    let r = route("dash/m");
+    assert!(
+        b.acquire(&r, cost, Priority::Interactive, now)
+            .await
+            .is_err(),
+        "not a full share"
+    );
+    // Two seconds on: its share of the refill (30 / minute) has added one.
+    let later = now + 2_000;
+    let admitted = {
+        let mut n = 0;
+        for _ in 0..5 {
+            n += usize::from(
+                b.acquire(&r, cost, Priority::Interactive, later)
+                    .await
+                    .is_ok(),
+            );
+        }
+        n
+    };
+    assert_eq!(admitted, 1);
+}

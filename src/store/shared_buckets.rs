@@ -122,14 +122,26 @@ impl SharedBuckets {
 
     /// The local share, lowered (once per episode, before its first decision) to
     /// `1 / workers` of the level this process last saw in each shared bucket, refilled
-    /// since: never a fresh full bucket. A bucket never seen keeps its local level.
+    /// since: never a fresh full bucket. A bucket this process never saw (it started
+    /// while the store was down, or never spent it) starts empty and fills at its share
+    /// of the refill: the fleet may have spent it all, and nothing says otherwise.
     fn local_now(&self, now: UnixMs) -> &Buckets {
         use std::sync::atomic::Ordering;
         let episode = self.degraded.episodes();
         if self.seeded.swap(episode, Ordering::Relaxed) != episode {
             let w = f64::from(self.workers);
-            for (name, dim, (level, at)) in self.shared.seen() {
-                self.local.lower_to_view(&name, dim, level / w, at, now);
+            let seen = self.shared.seen();
+            for (name, dim, (level, at)) in &seen {
+                self.local.lower_to_view(name, *dim, level / w, *at, now);
+            }
+            for v in self.local.snapshot(now) {
+                if !seen
+                    .iter()
+                    .any(|(n, d, _)| *n == v.bucket && *d == v.dimension)
+                {
+                    self.local
+                        .lower_to_view(&v.bucket, v.dimension, 0.0, now, now);
+                }
             }
         }
         &self.local
