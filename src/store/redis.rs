@@ -1,8 +1,8 @@
 //! The fleet's store: health and breaker state in Redis, shared by every process that
 //! names the same `state: redis://…` (one node), `rediss://…` (one node over TLS) or
 //! `redis+cluster://h:p,h:p…` / `rediss+cluster://…` (a Redis Cluster, through the redis
-//! crate's cluster client, which keeps the slot map and follows MOVED/ASK). Each route's record is one hash,
-//! `poolctl:{PROVIDER}:r:MODEL`, under its provider's hash tag, so that every script
+//! crate's cluster client, which keeps the slot map and follows MOVED/ASK). Each route's
+//! record is one hash, `poolctl:{PROVIDER}:r:MODEL`, under its provider's hash tag, so that every script
 //! touches the keys of one provider only and runs unchanged on Redis Cluster. Every
 //! change is ONE Lua script (`redis/health.lua`, `redis/breaker.lua`: the pure rules of
 //! `health::apply` and `breaker::step`, transcribed), so it sees exactly the state it
