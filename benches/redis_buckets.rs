@@ -1,11 +1,14 @@
 //! Shared admission buckets in Redis, on loopback, from 4 processes (this machine's 2
 //! cores shared with Redis): acquire+settle pairs per second in total, over-admission on
 //! a bucket that binds (admissions against capacity + refill over the burst, computed),
-//! and the latency one acquire+settle adds against the in-process buckets.
+//! and the latency one acquire+settle adds against the in-process buckets. The
+//! throughput is measured side by side on one node, a 3-master Redis Cluster
+//! (`redis+cluster://`) and one TLS node (`rediss://`, a throwaway CA), in one run.
 //!
 //!   cargo bench --bench redis_buckets
 //!
-//! The bench starts its own `redis-server` on a free loopback port, and runs its workers
+//! The bench starts its own `redis-server`s on free loopback ports (the cluster with
+//! `redis-cli --cluster create`, package redis-tools), and runs its workers
 //! as copies of this binary (`POOLCTL_BENCH_WORKER` set), so they are real processes with
 //! their own connections.
 
@@ -14,7 +17,8 @@ use poolctl::admission::buckets::{AdmissionConfig, Buckets};
 use poolctl::core::clock::{wall_now_ms, Stopwatch};
 use poolctl::core::vocab::Priority;
 use poolctl::core::vocab::Route;
-use poolctl::harness::redis_server::RedisServer;
+use poolctl::harness::redis_server::{RedisCluster, RedisServer, TestCa};
+use poolctl::store::redis::StateTls;
 use poolctl::store::redis_buckets::RedisBuckets;
 use poolctl::store::RedisStore;
 use std::collections::BTreeMap;
@@ -63,13 +67,18 @@ fn spent() -> Spent {
 }
 
 /// A worker: acquire+settle for BURST_MS; prints `pairs admitted refused first last`.
-fn worker(url: &str, rpm: u64) {
+/// `ca`: the CA file a TLS store is trusted by.
+fn worker(url: &str, rpm: u64, ca: Option<&str>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let store = RedisStore::open(url, Duration::from_millis(1_000)).unwrap();
+        let tls = ca.map(|ca| StateTls {
+            ca_file: Some(ca.into()),
+            ..StateTls::default()
+        });
+        let store = RedisStore::open_with(url, tls.as_ref(), Duration::from_millis(1_000)).unwrap();
         let b = Arc::new(RedisBuckets::new(store, &config(rpm)));
         let route = Route::parse("bench/model").unwrap();
         let cover = b.cover(&route).unwrap();
@@ -108,12 +117,15 @@ fn worker(url: &str, rpm: u64) {
 }
 
 /// Runs PROCESSES workers at once; (admitted, refused, first instant, last instant).
-fn fleet(url: &str, rpm: u64) -> (u64, u64, i64, i64) {
+fn fleet(url: &str, rpm: u64, ca: Option<&str>) -> (u64, u64, i64, i64) {
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..PROCESSES)
         .map(|_| {
             Command::new(&exe)
-                .env("POOLCTL_BENCH_WORKER", format!("{url} {rpm}"))
+                .env(
+                    "POOLCTL_BENCH_WORKER",
+                    format!("{url} {rpm} {}", ca.unwrap_or("-")),
+                )
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -142,25 +154,42 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn main() {
     if let Ok(spec) = std::env::var("POOLCTL_BENCH_WORKER") {
-        let (url, rpm) = spec.split_once(' ').unwrap();
-        worker(url, rpm.parse().unwrap());
+        let f: Vec<&str> = spec.split(' ').collect();
+        let ca = (f[2] != "-").then_some(f[2]);
+        worker(f[0], f[1].parse().unwrap(), ca);
         return;
     }
     let server = RedisServer::must_start();
     let url = server.url();
     println!("redis_buckets: {PROCESSES} processes × {IN_FLIGHT} in flight, {BURST_MS} ms bursts, redis-server on 127.0.0.1:{}", server.port());
 
-    // 1. Throughput: a bucket that never binds, so every acquire is a pair.
-    let (a, r, first, last) = fleet(&url, 1_000_000_000);
-    let secs = (last - first) as f64 / 1_000.0;
-    println!(
-        "throughput: {a} acquire+settle pairs in {secs:.2} s = {:.0} pairs/s in total ({r} refused)",
-        a as f64 / secs
-    );
+    // 1. Throughput: a bucket that never binds, so every acquire is a pair; on one
+    //    node, a cluster (the bucket's provider on one of its masters, reached through
+    //    the slot map) and a TLS node.
+    let ca = TestCa::generate().unwrap();
+    let ca_file = ca.ca_file().display().to_string();
+    let cluster = RedisCluster::must_start(None);
+    let tls = RedisServer::start_tls(&ca, false).unwrap();
+    let mut row = Vec::new();
+    for (name, url, ca) in [
+        ("one node", url.clone(), None),
+        ("cluster (3 masters)", cluster.url(), None),
+        ("TLS node", tls.url(), Some(ca_file.as_str())),
+    ] {
+        let (a, r, first, last) = fleet(&url, 1_000_000_000, ca);
+        let secs = (last - first) as f64 / 1_000.0;
+        println!(
+            "throughput, {name}: {a} acquire+settle pairs in {secs:.2} s = {:.0} pairs/s in total ({r} refused)",
+            a as f64 / secs
+        );
+        row.push(format!("{name} {:.0}", a as f64 / secs));
+    }
+    println!("acquire+settle pairs/s, side by side: {}", row.join(" · "));
+    drop((cluster, tls));
 
     // 2. Over-admission: a bucket that binds. Everything admitted between the first and
     //    the last instant must fit in the capacity plus the refill over that span.
-    let (a, r, first, last) = fleet(&url.replace("/0", "/1"), TIGHT_RPM);
+    let (a, r, first, last) = fleet(&url.replace("/0", "/1"), TIGHT_RPM, None);
     let span = (last - first) as f64;
     let bound = TIGHT_RPM as f64 + span * TIGHT_RPM as f64 / 60_000.0;
     let over = a as f64 - bound.floor();

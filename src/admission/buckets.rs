@@ -437,6 +437,33 @@ impl Buckets {
         out
     }
 
+    /// Lowers one bucket (never raising it) to `level` as of `at`, refilled at this
+    /// bucket's own rate to `now`: a local share that starts where a shared bucket was
+    /// last seen, not full (store::shared_buckets). False when no such bucket exists.
+    pub fn lower_to_view(
+        &self,
+        name: &str,
+        dim: Dimension,
+        level: f64,
+        at: UnixMs,
+        now: UnixMs,
+    ) -> bool {
+        self.groups.iter().any(|g| {
+            let mut slots = lock(g);
+            match slots.iter_mut().find(|s| &*s.name == name && s.dim == dim) {
+                Some(s) => {
+                    let b = &mut s.bucket;
+                    b.refill(now);
+                    let dt = now.saturating_sub(at).max(0) as f64;
+                    let target = (level + dt * b.rate()).min(b.capacity);
+                    b.level = b.level.min(target);
+                    true
+                }
+                None => false,
+            }
+        })
+    }
+
     /// The level of one bucket (`name` a route or provider) at `now`.
     pub fn level(&self, name: &str, dim: Dimension, now: UnixMs) -> Option<f64> {
         self.groups.iter().find_map(|g| {

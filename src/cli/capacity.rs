@@ -76,8 +76,9 @@ async fn read_redis(
     from: i64,
     to: i64,
 ) -> anyhow::Result<Recorded> {
-    let store = RedisStore::open(
+    let store = RedisStore::open_with(
         url,
+        config.state_tls().as_ref(),
         std::time::Duration::from_millis(config.state_timeout_ms),
     )?;
     let buckets = RedisBuckets::new(store, &config.admission());

@@ -70,7 +70,7 @@ pub fn open_store(config: &PoolConfig) -> anyhow::Result<Opened> {
 
 pub fn open_redis(config: &PoolConfig, url: &str) -> anyhow::Result<RedisStore> {
     let deadline = std::time::Duration::from_millis(config.state_timeout_ms);
-    RedisStore::open(url, deadline).with_context(|| {
+    RedisStore::open_with(url, config.state_tls().as_ref(), deadline).with_context(|| {
         format!(
             "{}: cannot use the state store named by `state`",
             config.file.display()

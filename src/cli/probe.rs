@@ -231,7 +231,8 @@ async fn record_provider_limits(config: &crate::config::pool::PoolConfig, result
         }
         crate::config::pool::StateLocation::Redis(url) => {
             let deadline = std::time::Duration::from_millis(config.state_timeout_ms);
-            let store = match crate::store::RedisStore::open(&url, deadline) {
+            let tls = config.state_tls();
+            let store = match crate::store::RedisStore::open_with(&url, tls.as_ref(), deadline) {
                 Ok(s) => s,
                 Err(e) => return failed(&e),
             };

@@ -46,6 +46,8 @@ pub struct PoolConfig {
     pub state_timeout_ms: u64,
     /// The bounds of session affinity (`x-poolctl-session`).
     pub sessions: crate::store::sessions::SessionLimits,
+    /// `state_tls:` (paths as written): trust and identity for a `rediss://` store.
+    pub state_tls: Option<crate::store::redis::StateTls>,
 }
 
 /// Where health (and, with a fleet, the buckets) lives.
@@ -253,6 +255,8 @@ struct RawConfig {
     #[serde(default)]
     state_timeout_ms: Option<u64>,
     #[serde(default)]
+    state_tls: Option<crate::store::redis::StateTls>,
+    #[serde(default)]
     limits: BTreeMap<String, crate::admission::bucket::Limits>,
     #[serde(default)]
     headroom: Option<f64>,
@@ -280,6 +284,7 @@ impl RawConfig {
                 .state_timeout_ms
                 .unwrap_or(crate::store::redis::DEFAULT_DEADLINE_MS),
             sessions: self.sessions,
+            state_tls: self.state_tls,
         }
     }
 }
@@ -460,6 +465,53 @@ mod tests {
             assert!(err.contains(field), "{extra}: {err}");
             assert!(!err.contains("hunter2"), "{err}");
         }
+    }
+
+    #[test]
+    fn tls_and_cluster_state_urls_parse_and_state_tls_is_checked() {
+        for url in [
+            "rediss://:pw@127.0.0.1:6390/0",
+            "rediss://127.0.0.1:6390/0#insecure",
+            "redis+cluster://127.0.0.1:7001,127.0.0.1:7002",
+            "rediss+cluster://u:pw@127.0.0.1:7001,127.0.0.1:7002/0",
+        ] {
+            let c = parse(&format!("state: \"{url}\"\n")).unwrap();
+            assert_eq!(
+                c.state_location(),
+                StateLocation::Redis(url.into()),
+                "{url}"
+            );
+        }
+        // state_tls: unknown fields refused, a missing file named, only with a TLS URL.
+        let err = parse("state: rediss://h:1/0\nstate_tls: { ca: x }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("state_tls") && err.contains("ca_file"),
+            "{err}"
+        );
+        let err = parse("state: rediss://h:1/0\nstate_tls: { ca_file: /nonexistent/ca.pem }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("state_tls.ca_file") && err.contains("/nonexistent/ca.pem"),
+            "{err}"
+        );
+        let err = parse("state: redis://:hunter2@h:1/0\nstate_tls: { ca_file: /x }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a TLS Redis URL"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        let err = parse("state: rediss://h:1/0\nstate_tls: { cert_file: /x }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("key_file"), "{err}");
+        let err = parse("state: \"redis+cluster://:hunter2@h:1,h:2/3\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("database 0"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        assert!(parse("state: \"rediss+cluster://:hunter2@h:1,,h:2\"\n").is_err());
     }
 
     #[test]

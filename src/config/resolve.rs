@@ -181,6 +181,18 @@ impl PoolConfig {
         dir.join(self.state.as_deref().unwrap_or(Path::new(DEFAULT_STATE)))
     }
 
+    /// `state_tls`, its paths relative to the config file's directory (as `state` is).
+    pub fn state_tls(&self) -> Option<crate::store::redis::StateTls> {
+        let dir = self.file.parent().unwrap_or(Path::new(""));
+        self.state_tls
+            .as_ref()
+            .map(|t| crate::store::redis::StateTls {
+                ca_file: t.ca_file.as_ref().map(|p| dir.join(p)),
+                cert_file: t.cert_file.as_ref().map(|p| dir.join(p)),
+                key_file: t.key_file.as_ref().map(|p| dir.join(p)),
+            })
+    }
+
     /// Where state lives: a `redis://` URL, else the file of [`PoolConfig::state_path`].
     pub fn state_location(&self) -> StateLocation {
         match self.state.as_ref().and_then(|s| s.to_str()) {

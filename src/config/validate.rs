@@ -168,24 +168,32 @@ impl PoolConfig {
                 msg,
             ));
         }
-        if let Some(state) = self.state.as_ref().and_then(|s| s.to_str()) {
-            if state.contains("://") && !state.starts_with("redis://") {
-                // Only the scheme is echoed: the rest may hold a password.
-                let scheme = state.split("://").next().unwrap_or("");
-                let msg = format!(
-                    "`{scheme}://…` is neither a file path nor a redis:// URL (rediss:// and other schemes are not supported)"
-                );
-                out.push(invalid("state".into(), &["state:"], msg));
-            } else if state.starts_with("redis://") {
-                // Parsed here, not first at the store's opening, so `check` finds it and
-                // the error has its line. `Client::open` parses only: it never connects.
-                if let Err(e) = redis::Client::open(state) {
-                    // The URL may hold a password: name only what is wrong.
-                    let msg = format!(
-                        "`state` is not a usable redis:// URL ({}): expected redis://[:password@]host[:port][/db]",
-                        e.detail().unwrap_or("cannot be parsed")
-                    );
-                    out.push(invalid("state".into(), &["state:"], msg));
+        // Parsed here, not first at the store's opening, so `check` finds it and the error
+        // has its line. Parsing never connects, and no message echoes the URL: it may
+        // hold a password.
+        let parsed = self
+            .state
+            .as_ref()
+            .and_then(|s| s.to_str())
+            .filter(|s| s.contains("://"))
+            .map(crate::store::redis::parse_state_url);
+        if let Some(Err(e)) = &parsed {
+            let msg = format!("is neither a file path nor a usable Redis URL: {e}");
+            out.push(invalid("state".into(), &["state:"], msg));
+        }
+        if let Some(tls) = self.state_tls() {
+            match &parsed {
+                // The files are read now, so a missing one is named by `check`, not first
+                // when the fleet's store is opened.
+                Some(Ok(u)) if u.tls => {
+                    if let Err(msg) = tls.certificates() {
+                        out.push(invalid("state_tls".into(), &["state_tls:"], msg));
+                    }
+                }
+                Some(Err(_)) => {}
+                _ => {
+                    let msg = "is set, but `state` is not a TLS Redis URL (rediss:// or rediss+cluster://)".into();
+                    out.push(invalid("state_tls".into(), &["state_tls:"], msg));
                 }
             }
         }

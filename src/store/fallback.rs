@@ -8,12 +8,19 @@
 //! shared store is tried again at most every [`RETRY_MS`], so a slow store costs one
 //! deadline per interval, not one per call.
 //!
+//! A store can also come back without its data (a Redis restarted without persistence,
+//! a failover to a replica that lagged, FLUSHALL), and a lost retirement would un-retire
+//! a route (decisions.md: retired records outlive processes). So at most every
+//! [`WRITE_BACK_CHECK_MS`], and when an episode ends, the process asks the store whether
+//! it lost its data ([`HealthStore::write_back_if_lost`]) and, if so, writes back the
+//! retired records and open breakers it knows, and says so once in its log.
+//!
 //! Health never fails closed: a store outage must not take traffic down (a route would
 //! otherwise be refused for a reason that is not its own). `on_store_error` decides what
 //! admission does (`local_share` or `fail_closed`); health and breakers always follow
 //! the local view.
 
-use super::{HealthStore, MemoryStore, StoreError, StoreFuture};
+use super::{HealthStore, Known, MemoryStore, StoreError, StoreFuture};
 use crate::core::clock::{Stopwatch, UnixMs};
 use crate::core::vocab::Route;
 use crate::policy::breaker::{self, BreakerConfig};
@@ -23,6 +30,10 @@ use std::sync::{Arc, Mutex};
 
 /// How often, at most, a failed shared store is tried again during an episode.
 pub const RETRY_MS: u64 = 250;
+
+/// How often, at most, a process checks whether the shared store lost its data: one
+/// small script per provider it knows a retirement or an open breaker of.
+pub const WRITE_BACK_CHECK_MS: u64 = 1_000;
 
 /// Where the episode log lines go (stderr by default).
 pub type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
@@ -103,6 +114,11 @@ impl Degraded {
         }
     }
 
+    /// Whether an episode is open: the shared store failed and has not answered since.
+    pub fn in_episode(&self) -> bool {
+        self.lock().is_some()
+    }
+
     /// A call to the shared store while no episode is open (`None` during one).
     pub fn healthy(&self) -> Option<Attempt> {
         self.lock().is_none().then(|| self.begin())
@@ -160,6 +176,18 @@ pub struct FallbackStore {
     /// What the shared store last answered, plus what this process did while it could not.
     local: MemoryStore,
     degraded: Degraded,
+    /// The breakers this process saw open in the shared store (encoded state), to be
+    /// written back if the store loses them.
+    open_breakers: Mutex<std::collections::BTreeMap<Route, String>>,
+    /// Since the last check for a lost store (None: never checked).
+    last_check: Mutex<Option<Stopwatch>>,
+    /// The retirements this process knows, with their reasons: confirmed (the store said
+    /// retired last), or not (it said otherwise since: a restore, or a loss; the next
+    /// check tells which, and drops it or writes it back).
+    retired: Mutex<std::collections::BTreeMap<Route, (String, bool)>>,
+    /// Set when this process learns a retirement or an open breaker it did not know:
+    /// the next call checks the store's epoch at once, so it is known from then on.
+    grew: std::sync::atomic::AtomicBool,
 }
 
 impl FallbackStore {
@@ -168,6 +196,10 @@ impl FallbackStore {
             shared,
             local: MemoryStore::new(),
             degraded: Degraded::new(target, "health and breakers follow this process's own view"),
+            open_breakers: Mutex::default(),
+            last_check: Mutex::default(),
+            retired: Mutex::default(),
+            grew: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -202,10 +234,23 @@ impl FallbackStore {
         let Some(attempt) = self.degraded.try_shared() else {
             return Ok(local());
         };
+        // The call that tries again during an episode first asks whether the store lost
+        // what this process knows, and writes it back: so the read that follows sees a
+        // retirement a restarted Redis forgot, and no request uses the route meanwhile.
+        // A store still down fails this call as it would have failed the read.
+        if self.degraded.in_episode() {
+            if let Err(e) = self.check_lost(true).await {
+                self.degraded.failed(&e);
+                return Ok(local());
+            }
+        }
         match shared().await {
             Ok(v) => {
                 self.degraded.answered(attempt);
                 mirror(&v);
+                // Periodically, for a store that lost its data without an outage
+                // (FLUSHALL, a quick failover); a failure is left to the next check.
+                let _ = self.check_lost(false).await;
                 Ok(v)
             }
             Err(e) => {
@@ -216,12 +261,129 @@ impl FallbackStore {
     }
 }
 
+impl FallbackStore {
+    /// When an episode just ended, or [`WRITE_BACK_CHECK_MS`] has passed: asks the shared
+    /// store whether it lost the data of what this process knows, which it writes back
+    /// then (logged once per loss). A failed check is left to the next one.
+    async fn check_lost(&self, now: bool) -> Result<(), StoreError> {
+        {
+            let mut last = self.last_check.lock().unwrap_or_else(|p| p.into_inner());
+            let due = now
+                || self.grew.swap(false, Ordering::Relaxed)
+                || last
+                    .as_ref()
+                    .is_none_or(|w| w.elapsed_ms() >= WRITE_BACK_CHECK_MS);
+            if !due {
+                return Ok(());
+            }
+            *last = Some(Stopwatch::start());
+        }
+        let breakers = self
+            .open_breakers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let retired = self
+            .retired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut known: Vec<Known> = retired
+            .iter()
+            .map(|(route, (reason, _))| Known {
+                route: route.clone(),
+                retired: Some(reason.clone()),
+                open_breaker: breakers.get(route).cloned(),
+            })
+            .collect();
+        for (route, b) in &breakers {
+            if !retired.contains_key(route) {
+                known.push(Known {
+                    route: route.clone(),
+                    retired: None,
+                    open_breaker: Some(b.clone()),
+                });
+            }
+        }
+        if known.is_empty() {
+            return Ok(());
+        }
+        let written = self.shared.write_back_if_lost(&known).await?;
+        {
+            let mut r = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+            for route in &written {
+                if let Some((reason, confirmed)) = r.get_mut(route) {
+                    *confirmed = true;
+                    self.local.put(
+                        route,
+                        Health::Retired {
+                            reason: reason.clone(),
+                        },
+                    );
+                }
+            }
+            // Not written back: the store changed them itself (a restore), not a loss.
+            r.retain(|route, (_, confirmed)| *confirmed || written.contains(route));
+        }
+        if !written.is_empty() {
+            let names: Vec<&str> = written.iter().map(|r| r.as_str()).collect();
+            (self.degraded.log)(&format!(
+                "poolctl: warning: state store {} lost its data (restarted without persistence, failed over, or flushed); wrote back the retired records and open breakers this process knows: {}",
+                self.degraded.target,
+                names.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    /// Mirrors what the shared store said of `route` into the local view, and keeps the
+    /// retirements this process knows.
+    fn mirror(&self, route: &Route, h: &Health) {
+        self.local.put(route, h.clone());
+        let mut r = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        match h {
+            Health::Retired { reason } => {
+                if r.insert(route.clone(), (reason.clone(), true)).is_none() {
+                    self.grew.store(true, Ordering::Relaxed);
+                }
+            }
+            _ => {
+                if let Some((_, confirmed)) = r.get_mut(route) {
+                    *confirmed = false;
+                }
+            }
+        }
+    }
+
+    /// Keeps what a shared breaker answer says of the route's breaker: open (until an
+    /// instant) or not.
+    fn note_breaker(&self, route: &Route, cfg: &BreakerConfig, a: &breaker::Answer) {
+        let mut open = self.open_breakers.lock().unwrap_or_else(|p| p.into_inner());
+        let until = match a {
+            breaker::Answer::Admit(breaker::Admit::Open(until))
+            | breaker::Answer::Recorded(Some(until)) => *until,
+            breaker::Answer::Admit(breaker::Admit::Yes) => {
+                open.remove(route);
+                return;
+            }
+            _ => return,
+        };
+        let state = breaker::State::Open {
+            until,
+            open_ms: cfg.open_ms,
+        };
+        if open.insert(route.clone(), state.encode()).is_none() {
+            self.grew.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 impl HealthStore for FallbackStore {
     fn get<'a>(&'a self, route: &'a Route) -> StoreFuture<'a, Health> {
         StoreFuture::waiting(self.either(
             || self.shared.get(route),
             || self.local.get_now(route),
-            |h| self.local.put(route, h.clone()),
+            |h| self.mirror(route, h),
         ))
     }
 
@@ -243,7 +405,7 @@ impl HealthStore for FallbackStore {
                     || routes.iter().map(|r| self.local.get_now(r)).collect(),
                     |all: &Vec<Health>| {
                         for (r, h) in routes.iter().zip(all) {
-                            self.local.put(r, h.clone());
+                            self.mirror(r, h);
                         }
                     },
                 )
@@ -263,7 +425,7 @@ impl HealthStore for FallbackStore {
         StoreFuture::waiting(self.either(
             || self.shared.apply(route, t),
             || self.local.apply_now(route, local_t),
-            |(_, new)| self.local.put(route, new.clone()),
+            |(_, new)| self.mirror(route, new),
         ))
     }
 
@@ -276,7 +438,7 @@ impl HealthStore for FallbackStore {
         StoreFuture::waiting(self.either(
             move || self.shared.breaker(route, cfg, op),
             move || self.local.breaker_now(route, &cfg, op),
-            |_| {},
+            move |a| self.note_breaker(route, &cfg, a),
         ))
     }
 

@@ -81,6 +81,26 @@ pub trait HealthStore: Send + Sync {
     ) -> StoreFuture<'a, breaker::Answer>;
     /// Whether the route's breaker is open at `now`: a read, no trial slot taken.
     fn breaker_open<'a>(&'a self, route: &'a Route, now: UnixMs) -> StoreFuture<'a, bool>;
+    /// For a shared store that can lose its data (a Redis restarted without persistence,
+    /// failed over to a replica that lagged, flushed): checks whether the data of
+    /// `known`'s providers was lost since this handle last looked, and if so writes
+    /// `known` back (retired records, open breakers) where it is missing. Answers the
+    /// routes written back. A store that keeps its data answers none.
+    fn write_back_if_lost<'a>(&'a self, known: &'a [Known]) -> StoreFuture<'a, Vec<Route>> {
+        let _ = known;
+        ready(Ok(Vec::new()))
+    }
+}
+
+/// What a process knows of a route that must outlive a store's loss of its data:
+/// a retirement (decisions.md: retired records outlive processes) and an open breaker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Known {
+    pub route: Route,
+    /// The retirement's reason, when the route is retired.
+    pub retired: Option<String>,
+    /// The breaker's encoded state (`breaker::State::encode`), when it is open.
+    pub open_breaker: Option<String>,
 }
 
 /// What a process does with admission while the shared store cannot be reached

@@ -22,8 +22,8 @@ pub mod shared_buckets;
 mod sqlite;
 
 pub use self::redis::RedisStore;
-pub use fallback::{Degraded, FallbackStore, LogSink};
-pub use health_store::{HealthStore, OnStoreError, StoreError, StoreFuture};
+pub use fallback::{Degraded, FallbackStore, LogSink, RETRY_MS};
+pub use health_store::{HealthStore, Known, OnStoreError, StoreError, StoreFuture};
 pub use memory::MemoryStore;
 pub use overlay::OverlayStore;
 pub use sqlite::SqliteStore;

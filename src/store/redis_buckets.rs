@@ -10,6 +10,15 @@
 //!
 //! Every call is bounded by the store's deadline. What a caller does when it fails
 //! (`on_store_error`) is [`SharedBuckets`]'s choice, not this module's.
+//!
+//! Each process keeps its last view of every bucket it has touched (the level and
+//! instant the last script left it at). A store that lost its data (a restart without
+//! persistence, a failover to a replica that lagged, FLUSHALL) must not hand out full
+//! buckets again: each script is given the caller's view, and a bucket missing in the
+//! store that the caller has seen is re-created at that view refilled to now, never at
+//! capacity; the reply says the store lost it. A bucket never seen starts full.
+//!
+//! [`SharedBuckets`]: super::shared_buckets::SharedBuckets
 
 use super::redis::{RedisStore, PREFIX};
 use super::StoreError;
@@ -27,6 +36,11 @@ static ACQUIRE: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("redis/acquire.lua")));
 static SETTLE: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("redis/settle.lua")));
+static DEBIT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("redis/debit.lua")));
+
+/// One bucket's level at an instant, as a script last left it.
+pub type View = (f64, UnixMs);
 
 /// The buckets that cover one route, as the scripts name them.
 #[derive(Debug)]
@@ -50,6 +64,10 @@ pub struct RedisBuckets {
     headroom: f64,
     floor: f64,
     covers: Mutex<HashMap<Route, Option<Arc<RedisCover>>>>,
+    /// This process's last view of each bucket, by (hash key, field prefix).
+    views: Mutex<HashMap<(String, String), View>>,
+    /// How many times a script found a bucket this process had seen missing.
+    lost: std::sync::atomic::AtomicU64,
 }
 
 /// The provider's bucket hash.
@@ -67,6 +85,11 @@ pub fn shed_key(provider: &str, minute: i64) -> String {
     format!("{PREFIX}{{{provider}}}:shed:{minute}")
 }
 
+/// A dimension by its `as_str` name (the field prefix's second part).
+fn dim_of(s: &str) -> Option<Dimension> {
+    Dimension::ALL.into_iter().find(|d| d.as_str() == s)
+}
+
 /// The field prefix of one bucket: its `limits:` name and dimension.
 pub fn field(name: &str, dim: Dimension) -> String {
     format!("{name}|{}", dim.as_str())
@@ -80,7 +103,68 @@ impl RedisBuckets {
             headroom: cfg.headroom,
             floor: cfg.interactive_floor,
             covers: Mutex::new(HashMap::new()),
+            views: Mutex::new(HashMap::new()),
+            lost: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    fn views(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), View>> {
+        // Only whole inserts and reads happen under it: a poisoned lock is still sound.
+        self.views.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This process's view of `field` on `key` as script arguments: level and at, or
+    /// two empty strings for a bucket never seen.
+    fn view_args(&self, key: &str, field: &str) -> (String, String) {
+        match self.views().get(&(key.to_string(), field.to_string())) {
+            Some((level, at)) => (format!("{level:?}"), at.to_string()),
+            None => (String::new(), String::new()),
+        }
+    }
+
+    /// Takes in what a script answered: `lost` (1 when it found a bucket this process
+    /// had seen missing), then each bucket's level and at, in `fields` order.
+    fn take_views<'a>(
+        &self,
+        key: &str,
+        fields: impl Iterator<Item = &'a str>,
+        lost: &str,
+        levels: &[String],
+    ) -> Result<bool, StoreError> {
+        let bad = || {
+            self.store
+                .err(format!("a bucket script answered levels {levels:?}"))
+        };
+        let mut views = self.views();
+        for (field, pair) in fields.zip(levels.chunks(2)) {
+            let [level, at] = pair else { return Err(bad()) };
+            let level: f64 = level.parse().map_err(|_| bad())?;
+            let at: f64 = at.parse().map_err(|_| bad())?;
+            views.insert((key.to_string(), field.to_string()), (level, at as UnixMs));
+        }
+        let lost = lost == "1";
+        if lost {
+            self.lost.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(lost)
+    }
+
+    /// Every bucket this process has seen, by (limits name, dimension): its last view.
+    pub fn seen(&self) -> Vec<(String, Dimension, View)> {
+        self.views()
+            .iter()
+            .filter_map(|((_, field), view)| {
+                let (name, dim) = field.rsplit_once('|')?;
+                let dim = dim_of(dim)?;
+                Some((name.to_string(), dim, *view))
+            })
+            .collect()
+    }
+
+    /// How many script answers found a bucket this process had seen missing: the store
+    /// lost its data.
+    pub fn losses(&self) -> u64 {
+        self.lost.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn store(&self) -> &RedisStore {
@@ -164,18 +248,33 @@ impl RedisBuckets {
         let mut inv = ACQUIRE.key(&cover.key);
         inv.arg(now).arg(share).arg(u8::from(take));
         for (field, dim, capacity) in &cover.members {
-            inv.arg(field).arg(capacity).arg(cost.on(*dim));
+            let (vl, va) = self.view_args(&cover.key, field);
+            inv.arg(field)
+                .arg(capacity)
+                .arg(cost.on(*dim))
+                .arg(vl)
+                .arg(va);
         }
-        let v: Vec<i64> = self
+        let v: Vec<String> = self
             .store
             .within(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
-        match (v.as_slice(), take) {
-            ([1], true) | ([2], false) => Ok(None),
-            ([0, wait], _) => Ok(Some(Refused {
-                wait_ms: u64::try_from(*wait).ok(),
+        let bad = || self.store.err(format!("acquire script answered {v:?}"));
+        let [code, wait, lost, levels @ ..] = v.as_slice() else {
+            return Err(bad());
+        };
+        self.take_views(
+            &cover.key,
+            cover.members.iter().map(|(f, _, _)| f.as_str()),
+            lost,
+            levels,
+        )?;
+        match (code.as_str(), take) {
+            ("1", true) | ("2", false) => Ok(None),
+            ("0", _) => Ok(Some(Refused {
+                wait_ms: wait.parse::<i64>().ok().and_then(|w| u64::try_from(w).ok()),
             })),
-            _ => Err(self.store.err(format!("acquire script answered {v:?}"))),
+            _ => Err(bad()),
         }
     }
 
@@ -200,17 +299,75 @@ impl RedisBuckets {
                 .map(|(_, n)| *n as i64)
                 .min()
                 .unwrap_or(-1);
+            let (vl, va) = self.view_args(&r.cover.key, field);
             inv.arg(field)
                 .arg(capacity)
                 .arg(r.cost.on(*dim))
                 .arg(spent.on(*dim, &r.cost))
-                .arg(count);
+                .arg(count)
+                .arg(vl)
+                .arg(va);
         }
-        let _: i64 = self
+        let v: Vec<String> = self
             .store
             .within(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
+        let [lost, levels @ ..] = v.as_slice() else {
+            return Err(self.store.err(format!("settle script answered {v:?}")));
+        };
+        self.take_views(
+            &r.cover.key,
+            r.cover.members.iter().map(|(f, _, _)| f.as_str()),
+            lost,
+            levels,
+        )?;
         Ok(())
+    }
+
+    /// Takes `amounts` (by limits name and dimension: what the local share admitted
+    /// while the store failed) off the shared buckets, one script per provider; a lost
+    /// bucket is re-created at this process's view first. Names with no limit are
+    /// skipped. True when the store had lost a bucket this process had seen.
+    pub async fn debit(
+        &self,
+        amounts: &BTreeMap<(String, Dimension), f64>,
+        now: UnixMs,
+    ) -> Result<bool, StoreError> {
+        let mut by_provider: BTreeMap<String, Vec<(String, f64, f64)>> = BTreeMap::new();
+        for ((name, dim), x) in amounts {
+            let Some(l) = self.limits.get(name) else {
+                continue;
+            };
+            let Some((_, contract)) = l.contracts().find(|(d, _)| d == dim) else {
+                continue;
+            };
+            let provider = name.split('/').next().unwrap_or(name).to_string();
+            by_provider.entry(provider).or_default().push((
+                field(name, *dim),
+                contract as f64 * self.headroom,
+                *x,
+            ));
+        }
+        let mut lost_any = false;
+        for (provider, rows) in by_provider {
+            let key = buckets_key(&provider);
+            let mut inv = DEBIT.key(&key);
+            inv.arg(now);
+            for (f, capacity, x) in &rows {
+                let (vl, va) = self.view_args(&key, f);
+                inv.arg(f).arg(capacity).arg(x).arg(vl).arg(va);
+            }
+            let v: Vec<String> = self
+                .store
+                .within(|mut c| async move { inv.invoke_async(&mut c).await })
+                .await?;
+            let [lost, levels @ ..] = v.as_slice() else {
+                return Err(self.store.err(format!("debit script answered {v:?}")));
+            };
+            lost_any |=
+                self.take_views(&key, rows.iter().map(|(f, _, _)| f.as_str()), lost, levels)?;
+        }
+        Ok(lost_any)
     }
 
     /// The level of every bucket of `cover` as stored (not refilled): `(level, at)`,
@@ -249,19 +406,21 @@ impl RedisBuckets {
                 rows.push((name.clone(), provider.clone(), dim, contract, capacity));
             }
         }
-        let mut pipe = redis::pipe();
-        for (name, provider, dim, _, _) in &rows {
-            let f = field(name, *dim);
-            pipe.cmd("HMGET")
-                .arg(buckets_key(provider))
-                .arg(format!("{f}:l"))
-                .arg(format!("{f}:a"))
-                .arg(format!("{f}:r"));
-        }
-        let got: Vec<Vec<Option<String>>> = self
-            .store
-            .within(|mut c| async move { pipe.query_async(&mut c).await })
-            .await?;
+        // One HMGET per bucket, on its provider's key: across providers, so on a cluster
+        // the store runs them each on its own slot.
+        let cmds = rows
+            .iter()
+            .map(|(name, provider, dim, _, _)| {
+                let f = field(name, *dim);
+                let mut c = redis::cmd("HMGET");
+                c.arg(buckets_key(provider))
+                    .arg(format!("{f}:l"))
+                    .arg(format!("{f}:a"))
+                    .arg(format!("{f}:r"));
+                c
+            })
+            .collect();
+        let got: Vec<Vec<Option<String>>> = self.store.each(cmds).await?;
         let num = |v: &Option<String>| v.as_deref().and_then(|x| x.parse::<f64>().ok());
         let mut out: Vec<BucketView> = rows
             .into_iter()
@@ -382,29 +541,29 @@ impl RedisBuckets {
         spent: &[(i64, String, Dimension, f64)],
         sheds: &BTreeMap<(i64, Priority, Route), u64>,
     ) -> Result<(), StoreError> {
-        let mut pipe = redis::pipe();
+        // Each counter and its expiry together, on one key: one group (one slot) each.
+        let mut groups: Vec<Vec<redis::Cmd>> = Vec::new();
+        let expire = |key: &str| {
+            let mut c = redis::cmd("EXPIRE");
+            c.arg(key).arg(USAGE_TTL_S);
+            c
+        };
         for (minute, bucket, dim, x) in spent {
             let provider = bucket.split('/').next().unwrap_or(bucket);
             let key = usage_key(provider, *minute);
-            pipe.cmd("HINCRBYFLOAT")
-                .arg(&key)
-                .arg(field(bucket, *dim))
-                .arg(*x)
-                .ignore();
-            pipe.cmd("EXPIRE").arg(&key).arg(USAGE_TTL_S).ignore();
+            let mut c = redis::cmd("HINCRBYFLOAT");
+            c.arg(&key).arg(field(bucket, *dim)).arg(*x);
+            groups.push(vec![c, expire(&key)]);
         }
         for ((minute, priority, route), n) in sheds {
             let key = shed_key(route.provider(), *minute);
-            pipe.cmd("HINCRBY")
-                .arg(&key)
+            let mut c = redis::cmd("HINCRBY");
+            c.arg(&key)
                 .arg(format!("{}|{}", priority.as_str(), route.as_str()))
-                .arg(*n)
-                .ignore();
-            pipe.cmd("EXPIRE").arg(&key).arg(USAGE_TTL_S).ignore();
+                .arg(*n);
+            groups.push(vec![c, expire(&key)]);
         }
-        self.store
-            .within(|mut c| async move { pipe.query_async::<()>(&mut c).await })
-            .await
+        self.store.groups(groups).await
     }
 
     /// Records a provider's own limit on a dimension for a route, as `probe` saw it.

@@ -4,14 +4,21 @@
 //! `fallback::RETRY_MS`) nor silently multiply the limit:
 //!
 //! - `local_share`: each process admits from local buckets of `1 / workers` of each
-//!   contract, so the fleet as a whole stays within one contract (plus what the shared
-//!   buckets had already admitted when Redis went away);
+//!   contract. Such a bucket starts where the fleet was, never full: at `1 / workers` of
+//!   the level this process last saw in the shared bucket, refilled since at
+//!   `1 / workers` of the rate. So over an outage of T the fleet admits at most the last
+//!   shared level plus the refill over T (each process its share of both);
 //! - `fail_closed`: refused (never fits: the router sheds it, reason `admission`).
 //!
 //! Each such decision is counted and logged once per episode. What the local share
 //! admitted meanwhile, and the sheds Redis could not count, are added to Redis's
 //! per-minute counters once it answers again, so `poolctl capacity` sees what the fleet
-//! really spent and shed.
+//! really spent and shed, and what the local share admitted is taken off the shared
+//! buckets (`debit.lua`), so the refill of the outage is not handed out twice.
+//!
+//! A store that lost its data (restarted without persistence) does not refill the
+//! buckets: the scripts re-create a bucket this process has seen at its view
+//! ([`RedisBuckets`]), and the first such loss is logged once.
 
 use super::redis_buckets::{RedisBuckets, RedisReservation};
 use super::{Degraded, OnStoreError};
@@ -39,6 +46,12 @@ pub struct SharedBuckets {
     degraded: Degraded,
     /// Counts Redis has not taken yet (see [`Missed`]).
     missed: Mutex<Missed>,
+    workers: u32,
+    /// The episode whose local share was last lowered to the shared view (0: none).
+    seeded: std::sync::atomic::AtomicU64,
+    /// The store's losses already logged ([`RedisBuckets::losses`]).
+    losses_logged: std::sync::atomic::AtomicU64,
+    log: super::LogSink,
 }
 
 /// What happened while Redis could not count it: spent on the local share
@@ -48,6 +61,8 @@ pub struct SharedBuckets {
 struct Missed {
     spent: Vec<(i64, String, Dimension, f64)>,
     sheds: BTreeMap<(i64, Priority, Route), u64>,
+    /// What the local share admitted, still to be taken off the shared buckets.
+    debit: BTreeMap<(String, Dimension), f64>,
 }
 
 /// `cfg` with every contract divided by `workers` (rounded down: never more than the
@@ -98,6 +113,49 @@ impl SharedBuckets {
             on_error,
             degraded: Degraded::new(target, meanwhile),
             missed: Mutex::default(),
+            workers: workers.max(1),
+            seeded: std::sync::atomic::AtomicU64::new(0),
+            losses_logged: std::sync::atomic::AtomicU64::new(0),
+            log: Arc::new(|line| eprintln!("{line}")),
+        }
+    }
+
+    /// The local share, lowered (once per episode, before its first decision) to
+    /// `1 / workers` of the level this process last saw in each shared bucket, refilled
+    /// since: never a fresh full bucket. A bucket this process never saw (it started
+    /// while the store was down, or never spent it) starts empty and fills at its share
+    /// of the refill: the fleet may have spent it all, and nothing says otherwise.
+    fn local_now(&self, now: UnixMs) -> &Buckets {
+        use std::sync::atomic::Ordering;
+        let episode = self.degraded.episodes();
+        if self.seeded.swap(episode, Ordering::Relaxed) != episode {
+            let w = f64::from(self.workers);
+            let seen = self.shared.seen();
+            for (name, dim, (level, at)) in &seen {
+                self.local.lower_to_view(name, *dim, level / w, *at, now);
+            }
+            for v in self.local.snapshot(now) {
+                if !seen
+                    .iter()
+                    .any(|(n, d, _)| *n == v.bucket && *d == v.dimension)
+                {
+                    self.local
+                        .lower_to_view(&v.bucket, v.dimension, 0.0, now, now);
+                }
+            }
+        }
+        &self.local
+    }
+
+    /// Logs, once per loss, that the store lost buckets this process had seen.
+    fn note_losses(&self) {
+        use std::sync::atomic::Ordering;
+        let losses = self.shared.losses();
+        if losses > self.losses_logged.swap(losses, Ordering::Relaxed) {
+            (self.log)(&format!(
+                "poolctl: warning: state store {} lost the admission buckets this process had seen (restarted without persistence, failed over, or flushed); re-created at this process's view of their levels, not full",
+                self.shared.store().target()
+            ));
         }
     }
 
@@ -108,21 +166,38 @@ impl SharedBuckets {
 
     /// The shared store answered `attempt`; when that ended an episode, what was
     /// admitted and shed meanwhile is added to Redis's counters.
-    async fn answered(&self, attempt: super::fallback::Attempt) {
+    async fn answered(&self, attempt: super::fallback::Attempt, now: UnixMs) {
         if self.degraded.answered(attempt) {
-            self.catch_up().await;
+            self.catch_up(now).await;
         }
     }
 
     /// Adds to Redis's per-minute counters what the local share spent and what was shed
     /// while Redis could not count it. A write that fails keeps it for the next time
     /// Redis answers.
-    async fn catch_up(&self) {
-        let (spent, sheds) = {
+    async fn catch_up(&self, now: UnixMs) {
+        let (spent, sheds, debit) = {
             let mut m = self.missed();
-            m.spent.extend(self.local.drain_usage().spent);
-            (std::mem::take(&mut m.spent), std::mem::take(&mut m.sheds))
+            let fresh = self.local.drain_usage().spent;
+            for (_, bucket, dim, x) in &fresh {
+                *m.debit.entry((bucket.clone(), *dim)).or_default() += x;
+            }
+            m.spent.extend(fresh);
+            (
+                std::mem::take(&mut m.spent),
+                std::mem::take(&mut m.sheds),
+                std::mem::take(&mut m.debit),
+            )
         };
+        if !debit.is_empty() {
+            if self.shared.debit(&debit, now).await.is_err() {
+                let mut m = self.missed();
+                for (k, x) in debit {
+                    *m.debit.entry(k).or_default() += x;
+                }
+            }
+            self.note_losses();
+        }
         if spent.is_empty() && sheds.is_empty() {
             return;
         }
@@ -137,7 +212,8 @@ impl SharedBuckets {
 
     /// Sends the episode log lines to `log` instead of stderr.
     pub fn with_log(mut self, log: super::LogSink) -> Self {
-        self.degraded = self.degraded.with_log(log);
+        self.degraded = self.degraded.with_log(log.clone());
+        self.log = log;
         self
     }
 
@@ -169,7 +245,7 @@ impl SharedBuckets {
         if let Some(attempt) = self.degraded.try_shared() {
             match self.shared.wait_ms(&cover, cost, priority, now).await {
                 Ok(wait) => {
-                    self.answered(attempt).await;
+                    self.answered(attempt, now).await;
                     return wait;
                 }
                 Err(e) => self.degraded.failed(&e),
@@ -177,10 +253,13 @@ impl SharedBuckets {
         }
         match self.on_error {
             OnStoreError::FailClosed => None,
-            OnStoreError::LocalShare => match self.local.cover(route) {
-                Some(c) => self.local.wait_ms(&c, cost, priority, now),
-                None => Some(0),
-            },
+            OnStoreError::LocalShare => {
+                let local = self.local_now(now);
+                match local.cover(route) {
+                    Some(c) => local.wait_ms(&c, cost, priority, now),
+                    None => Some(0),
+                }
+            }
         }
     }
 
@@ -202,7 +281,7 @@ impl SharedBuckets {
         self.local.record_shed(priority, route);
         if let Some(attempt) = self.degraded.healthy() {
             match self.shared.record_shed(priority, route, now).await {
-                Ok(()) => return self.answered(attempt).await,
+                Ok(()) => return self.answered(attempt, now).await,
                 Err(e) => self.degraded.failed(&e),
             }
         }
@@ -229,7 +308,8 @@ impl SharedBuckets {
         if let Some(attempt) = self.degraded.try_shared() {
             match self.shared.acquire(&cover, cost, priority, now).await {
                 Ok(got) => {
-                    self.answered(attempt).await;
+                    self.note_losses();
+                    self.answered(attempt, now).await;
                     return got.map(Hold::Shared);
                 }
                 Err(e) => self.degraded.failed(&e),
@@ -237,10 +317,13 @@ impl SharedBuckets {
         }
         match self.on_error {
             OnStoreError::FailClosed => Err(Refused { wait_ms: None }),
-            OnStoreError::LocalShare => match self.local.cover(route) {
-                Some(c) => self.local.acquire(&c, cost, priority, now).map(Hold::Local),
-                None => Ok(Hold::Unlimited),
-            },
+            OnStoreError::LocalShare => {
+                let local = self.local_now(now);
+                match local.cover(route) {
+                    Some(c) => local.acquire(&c, cost, priority, now).map(Hold::Local),
+                    None => Ok(Hold::Unlimited),
+                }
+            }
         }
     }
 
@@ -260,13 +343,13 @@ impl SharedBuckets {
                 // Admitted during an episode that has ended since: its spend goes to
                 // Redis now, not at the next episode's end.
                 if self.degraded.healthy().is_some() {
-                    self.catch_up().await;
+                    self.catch_up(now).await;
                 }
             }
             Hold::Shared(r) => {
                 let attempt = self.degraded.begin();
                 match self.shared.settle(&r, spent, remaining, now).await {
-                    Ok(()) => self.answered(attempt).await,
+                    Ok(()) => self.answered(attempt, now).await,
                     Err(e) => self.degraded.failed(&e),
                 }
             }
