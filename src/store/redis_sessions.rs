@@ -3,13 +3,13 @@
 //! itself forgets idle sessions and a fleet's memory of them is bounded by its clients'
 //! activity. One command a call, bounded by the store's deadline.
 
-use super::sessions::SessionLimits;
 use super::{RedisStore, StoreError};
 use crate::core::vocab::Route;
 
 pub struct RedisSessions {
     redis: RedisStore,
-    limits: SessionLimits,
+    /// A pin's time to live: the sessions' idle expiry.
+    idle_ms: u64,
 }
 
 /// A session's key. The id is between braces: it is its own hash tag on a cluster.
@@ -18,8 +18,8 @@ fn key(id: &str) -> String {
 }
 
 impl RedisSessions {
-    pub fn new(redis: RedisStore, limits: SessionLimits) -> Self {
-        RedisSessions { redis, limits }
+    pub fn new(redis: RedisStore, idle_ms: u64) -> Self {
+        RedisSessions { redis, idle_ms }
     }
 
     /// The route `id` is pinned to in the fleet (`None`: not pinned, or expired).
@@ -36,7 +36,7 @@ impl RedisSessions {
     /// Pins `id` to `route` for `idle_ms`.
     pub async fn put(&self, id: &str, route: &Route) -> Result<(), StoreError> {
         let (key, value) = (key(id), route.as_str().to_string());
-        let ttl = self.limits.idle_ms.max(1);
+        let ttl = self.idle_ms.max(1);
         self.redis
             .within(|mut c| async move {
                 redis::cmd("SET")
@@ -58,7 +58,7 @@ impl RedisSessions {
         }
         let this = RedisSessions {
             redis: self.redis.clone(),
-            limits: self.limits,
+            idle_ms: self.idle_ms,
         };
         let (id, route) = (id.to_string(), route.clone());
         tokio::spawn(async move {

@@ -54,7 +54,7 @@ impl Sessions {
     pub fn shared(limits: SessionLimits, redis: super::RedisStore) -> Self {
         Sessions {
             local: MemorySessions::new(limits),
-            shared: Some(super::redis_sessions::RedisSessions::new(redis, limits)),
+            shared: Some(super::redis_sessions::RedisSessions::new(redis, limits.idle_ms)),
         }
     }
 
