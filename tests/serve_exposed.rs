@@ -222,6 +222,10 @@ async fn a_request_from_a_web_page_is_refused_unless_its_origin_is_allowed() {
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
+    assert!(
+        r.headers().get("access-control-allow-origin").is_none(),
+        "a refused origin is never told it may read"
+    );
     let b: Value = r.json().await.unwrap();
     assert_eq!(b["error"]["code"], "origin_not_allowed");
     drop(gw);
@@ -495,6 +499,21 @@ async fn a_request_no_bucket_can_ever_hold_is_a_429_request_too_large_without_re
             "the message names the capacity and the reservation: {message}"
         );
     }
+    // Below interactive a request may use the bucket only down to the interactive
+    // floor (20 %): 95 000 tokens can never be admitted at `background`.
+    let mut body = chat("high");
+    body["max_tokens"] = json!(95000);
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .header("x-poolctl-priority", "background")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().get("retry-after").is_none());
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["error"]["code"], "request_too_large", "{b}");
     let r = client
         .post(gw.url("/v1/chat/completions"))
         .json(&chat("high"))
@@ -899,6 +918,16 @@ async fn requests_hyper_cannot_parse_get_the_documented_json_error_and_no_retry(
         assert_eq!(b["error"]["code"], code, "{what}: {b}");
     }
     assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 0);
+    let (_, stderr) = gw.stop().await;
+    let lines = request_lines(&stderr);
+    assert_eq!(
+        lines.len(),
+        8,
+        "one line for each refusal hyper made:\n{stderr}"
+    );
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("status=413") && l.contains(r#"reason="request_too_large""#)));
 }
 
 #[tokio::test]
@@ -972,4 +1001,118 @@ async fn past_the_held_answer_cap_a_newer_large_stream_waits_while_the_oldest_an
         .unwrap();
     assert!(waits >= 1.0, "a newer large stream waited for room:\n{m}");
     wait_metric(&gw, "poolctl_held_answer_bytes", 0.0).await;
+}
+
+#[tokio::test]
+async fn a_request_sent_whole_then_closed_at_once_still_gets_its_line() {
+    let mock = MockServer::start(
+        ([127, 0, 0, 1], 0).into(),
+        vec![mock_route(
+            "prim/model-a",
+            vec![Reply::Delay {
+                ms: 2_000,
+                then: Box::new(Reply::Ok {
+                    text: "late".into(),
+                    headers: vec![],
+                    usage: None,
+                }),
+            }],
+        )],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, ""), &[], &[]).await;
+    let body = chat("high").to_string();
+    for _ in 0..5 {
+        let mut tcp = TcpStream::connect(gw.addr).await.unwrap();
+        let req = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        tcp.write_all(req.as_bytes()).await.unwrap();
+        drop(tcp);
+    }
+    // Counted whatever their workflow label (none yet, when hyper dropped a request
+    // before its handler ran).
+    let counted = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let text = gw.metrics().await;
+            let n: f64 = text
+                .lines()
+                .filter(|l| {
+                    l.starts_with("poolctl_requests_total") && l.contains(r#"outcome="cancelled""#)
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            if n == 5.0 {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(counted.is_ok(), "five cancelled requests counted");
+    let (_, stderr) = gw.stop().await;
+    let lines = request_lines(&stderr);
+    assert_eq!(lines.len(), 5, "one line each:\n{stderr}");
+    assert!(
+        lines.iter().all(|l| l.contains(r#"outcome="cancelled""#)),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_still_routing_at_the_drain_deadline_is_a_503_logged_as_cut() {
+    let mock = MockServer::start(
+        ([127, 0, 0, 1], 0).into(),
+        vec![mock_route(
+            "prim/model-a",
+            vec![Reply::Delay {
+                ms: 10_000,
+                then: Box::new(Reply::Ok {
+                    text: "late".into(),
+                    headers: vec![],
+                    usage: None,
+                }),
+            }],
+        )],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, ""), &["--drain-ms", "300"], &[]).await;
+    let asked = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat("high"))
+        .send();
+    let asked = tokio::spawn(asked);
+    tokio::time::timeout(DEADLINE, async {
+        while mock.calls(&Route::parse("prim/model-a").unwrap()) == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the request reaches the upstream");
+    let pid = gw.child.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let r = tokio::time::timeout(DEADLINE, asked)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["x-poolctl-outcome"], "cancelled");
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines = request_lines(&stderr);
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("status=503") && lines[0].contains(r#"reason="drain_deadline""#),
+        "{}",
+        lines[0]
+    );
 }

@@ -293,16 +293,22 @@ impl Buckets {
         })
     }
 
-    /// The first bucket of `cover` that could not hold `cost` even full, whatever the
-    /// priority: the request is too large for it, and no wait would change that.
-    pub fn exceeds(&self, cover: &Cover, cost: Cost) -> Option<Exceeds> {
+    /// The first bucket of `cover` that could not hold `cost` at `priority` even full:
+    /// the request is too large for it, and no wait would change that. A request below
+    /// interactive may use the bucket only down to the interactive floor, so what it can
+    /// ever take is the capacity less the floor.
+    pub fn exceeds(&self, cover: &Cover, cost: Cost, priority: Priority) -> Option<Exceeds> {
         let slots = lock(&self.groups[cover.group]);
         cover.members.iter().find_map(|&(i, dim)| {
             let (slot, need) = (&slots[i], cost.on(dim));
-            (need > slot.bucket.capacity).then(|| Exceeds {
+            let usable = match priority {
+                Priority::Interactive => slot.bucket.capacity,
+                _ => slot.bucket.capacity * (1.0 - self.floor),
+            };
+            (need > usable).then(|| Exceeds {
                 bucket: slot.name.to_string(),
                 dimension: dim,
-                capacity: slot.bucket.capacity,
+                capacity: usable,
                 reservation: need,
             })
         })

@@ -49,7 +49,7 @@ impl Router {
         let ceiling = &self.inner.ceiling;
         if let Some(over) = ceiling
             .cover(&spec.route)
-            .and_then(|c| ceiling.exceeds(&c, cost))
+            .and_then(|c| ceiling.exceeds(&c, cost, walk.opts.priority))
         {
             // No refill would ever admit it: passed over like a route that cannot serve
             // the request, not queued, and never answered "retry in 1 s".

@@ -132,6 +132,8 @@ fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
         .prompt
         .as_deref()
         .map(|s| clip(s, LOG_FIELD_BYTES * 16));
+    // A method is a token (no control character), but of any length.
+    let method = clip(method.as_str(), LOG_FIELD_BYTES);
     tracing::info!(
         target: "poolctl::serve",
         method = %method,
@@ -148,6 +150,25 @@ fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
         prompt = prompt.as_deref(),
         elapsed_us = elapsed.as_micros() as u64,
         "request"
+    );
+}
+
+/// A request no handler saw (hyper refused its head, or it never finished): its one
+/// log line, with what can be known of it, and its count.
+pub(super) fn unparsed(gw: &Gateway, status: u16, why: &'static str) {
+    gw.metrics.rejected(why);
+    gw.metrics.count("", Outcome::Failed.as_str());
+    let line = Line {
+        status,
+        outcome: "rejected",
+        reason: why,
+        ..Line::default()
+    };
+    log(
+        &Method::from_bytes(b"-").unwrap_or_default(),
+        "-",
+        &line,
+        Duration::ZERO,
     );
 }
 

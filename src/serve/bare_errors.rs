@@ -18,13 +18,19 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// What is told of each rewritten answer: its status and code (the request's log line
+/// and count, since no handler saw the request).
+pub type OnAnswer = Box<dyn Fn(u16, &'static str) + Send + Sync>;
+
 /// A socket whose bare hyper error heads are rewritten.
 pub struct Answering<T> {
     inner: T,
     /// The rewritten answer still to write, and how much of it is out.
     pending: Option<(Vec<u8>, usize)>,
-    /// The last request head bytes read declared a `Content-Length` hyper cannot hold.
+    /// Since the last response went out, a read declared a `Content-Length` hyper
+    /// cannot hold (a head may come in several reads).
     huge_length: bool,
+    on_answer: Option<OnAnswer>,
 }
 
 impl<T> Answering<T> {
@@ -33,7 +39,14 @@ impl<T> Answering<T> {
             inner,
             pending: None,
             huge_length: false,
+            on_answer: None,
         }
+    }
+
+    /// Tells `f` of each answer rewritten.
+    pub fn on_answer(mut self, f: OnAnswer) -> Self {
+        self.on_answer = Some(f);
+        self
     }
 }
 
@@ -73,29 +86,24 @@ pub fn bare_error_status(buf: &[u8]) -> Option<u16> {
     bare.then_some(status)
 }
 
+/// The status and code of the documented answer for hyper's `status`.
+pub fn status_and_code(status: u16, huge_length: bool) -> (u16, &'static str) {
+    match (status, huge_length) {
+        (431, true) => (413, "request_too_large"),
+        (414, _) => (414, "uri_too_long"),
+        (431, _) => (431, "headers_too_large"),
+        (s, _) => (s, "malformed_request"),
+    }
+}
+
 /// The documented answer for hyper's `status`.
 pub fn answer(status: u16, huge_length: bool) -> Vec<u8> {
-    let (status, code, message) = match (status, huge_length) {
-        (431, true) => (
-            413,
-            "request_too_large",
-            "the request declares a Content-Length larger than the gateway accepts",
-        ),
-        (414, _) => (
-            414,
-            "uri_too_long",
-            "the request line is longer than the gateway accepts",
-        ),
-        (431, _) => (
-            431,
-            "headers_too_large",
-            "the request has more headers, or larger ones, than the gateway accepts",
-        ),
-        (s, _) => (
-            s,
-            "malformed_request",
-            "the request is not valid HTTP/1.1: its request line, version, Content-Length or Transfer-Encoding cannot be read",
-        ),
+    let (status, code) = status_and_code(status, huge_length);
+    let message = match code {
+        "request_too_large" => "the request declares a Content-Length larger than the gateway accepts",
+        "uri_too_long" => "the request line is longer than the gateway accepts",
+        "headers_too_large" => "the request has more headers, or larger ones, than the gateway accepts",
+        _ => "the request is not valid HTTP/1.1: its request line, version, Content-Length or Transfer-Encoding cannot be read",
     };
     let body = ApiError::new(status, "invalid_request_error", code, message).body(Flavor::OpenAi);
     let reason = match status {
@@ -127,8 +135,9 @@ impl<T: AsyncRead + Unpin> AsyncRead for Answering<T> {
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if r.is_ready() {
             let read = &buf.filled()[before..];
-            // Only the last read matters: hyper answers 431 about the head it is reading.
-            self.huge_length = declares_huge_length(read);
+            // A head may span reads: any of them since the last response counts.
+            let huge = declares_huge_length(read);
+            self.huge_length |= huge;
         }
         r
     }
@@ -160,11 +169,22 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Answering<T> {
     ) -> Poll<io::Result<usize>> {
         std::task::ready!(self.poll_pending(cx))?;
         if let Some(status) = bare_error_status(buf) {
-            // Reported as written whole: hyper's head is replaced, not sent.
-            let answer = answer(status, self.huge_length);
-            self.pending = Some((answer, 0));
-            std::task::ready!(self.poll_pending(cx))?;
+            // Accepted whole at once: hyper's head is replaced, not sent, and the answer
+            // goes out on this and the next polls (flush, shutdown), never twice.
+            let huge = std::mem::take(&mut self.huge_length);
+            if let Some(f) = &self.on_answer {
+                let (status, code) = status_and_code(status, huge);
+                f(status, code);
+            }
+            self.pending = Some((answer(status, huge), 0));
+            if let Poll::Ready(Err(e)) = self.poll_pending(cx) {
+                return Poll::Ready(Err(e));
+            }
             return Poll::Ready(Ok(buf.len()));
+        }
+        if buf.starts_with(b"HTTP/1.") {
+            // A response of the gateway's own: the next head starts afresh.
+            self.huge_length = false;
         }
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }

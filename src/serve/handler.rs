@@ -89,11 +89,33 @@ fn degraded_metrics(gw: &Gateway) -> String {
 }
 
 /// Serves one request. Never panics outward: the listener catches what escapes.
-pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
-    let origin = req.headers().get(ORIGIN).cloned();
-    let mut r = answer(gw, req).await;
+///
+/// The request's Ask (its log line and count) is made here, before the future is first
+/// polled: hyper may drop the future unpolled (a client that sent its request and
+/// closed at once), and that request is still `cancelled`, not unseen.
+pub fn handle(
+    gw: Arc<Gateway>,
+    req: Request<Incoming>,
+) -> impl std::future::Future<Output = Response<Body>> + Send {
+    let flavor = flavor_of(req.uri().path());
+    let ask = Ask::new(
+        gw.clone(),
+        req.method().clone(),
+        req.uri().path().to_string(),
+        flavor,
+    );
+    respond_to(gw, req, ask)
+}
+
+async fn respond_to(gw: Arc<Gateway>, req: Request<Incoming>, ask: Ask) -> Response<Body> {
+    let origin = req
+        .headers()
+        .get(ORIGIN)
+        .filter(|o| guard::origin_allowed(&gw.settings.allow_origins, o.as_bytes()))
+        .cloned();
+    let mut r = answer(gw, req, ask).await;
     if let Some(origin) = origin {
-        // Only a listed origin gets this far (`guard`): the browser may read the answer.
+        // A listed origin's page may read the answer; any other gets no such header.
         let h = r.headers_mut();
         h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
         h.insert(VARY, HeaderValue::from_static("origin"));
@@ -150,13 +172,12 @@ fn unauthorized() -> ApiError {
     )
 }
 
-async fn answer(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
-    let method = req.method().clone();
-    let path = req.uri().path().to_string();
-    let flavor = flavor_of(&path);
+async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Response<Body> {
     // From here every request ends in one log line and one count: an answer, a refusal,
     // or, when the client goes away or the drain deadline cuts it, `cancelled`.
-    let mut ask = Ask::new(gw.clone(), method.clone(), path.clone(), flavor);
+    let method = ask.method.clone();
+    let path = ask.path.clone();
+    let flavor = ask.flavor;
     // The browser guards come first, on every path: a rebound page must not read even
     // `/metrics` or `/readyz`.
     let host = req.headers().get(HOST).map(HeaderValue::as_bytes);
@@ -264,6 +285,8 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let (body, _body_permit) = match read_body(&gw, &parts.headers, body).await {
         Ok(b) => b,
+        // No one reads the answer: the Ask's line says `cancelled`.
+        Err(("client_gone", e)) => return refusal(&e, flavor),
         Err((why, e)) => return ask.refuse(why, e, ""),
     };
     ask.priority = match parts
@@ -280,11 +303,14 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
             return ask.refuse("bad_request", e, "");
         }
     };
-    ask.session = parts
-        .headers
-        .get("x-poolctl-session")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    ask.session = match parts.headers.get("x-poolctl-session").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(id)) => Some(id.to_string()),
+        Some(Err(_)) => {
+            let e = ApiError::bad_request("`x-poolctl-session` must be visible ASCII");
+            return ask.refuse("bad_request", e, "");
+        }
+    };
     // Every id is a pin the router keeps: a bound on its length bounds the memory a
     // client can take with them (the count and idle expiry bound the rest).
     let max_id = gw.router.sessions().limits().max_id_bytes;
@@ -304,15 +330,22 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
             Wants::Rerank => rerank(ask, body).await,
         }
     };
+    // The cut is marked before `work` (and the Ask in it) is dropped, so that the
+    // request's line says why it ended.
+    let cut = async {
+        gw.until_cut().await;
+        ending.cut(503);
+    };
     tokio::select! {
         r = work => r,
-        _ = gw.until_cut() => {
-            ending.cut(503);
-            refusal(
+        _ = cut => {
+            let mut r = refusal(
                 &ApiError::new(503, "unavailable", "draining",
                     "the gateway is shutting down: its drain deadline cut this request"),
                 flavor,
-            )
+            );
+            trace_headers(r.headers_mut(), None, "cancelled", 0);
+            r
         }
     }
 }
@@ -414,8 +447,14 @@ async fn read_body(
         let mut buf = bytes::BytesMut::new();
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
+                // A body cut short is a client that went away, not a bad request.
+                let why = if e.is_incomplete_message() {
+                    "client_gone"
+                } else {
+                    "bad_body"
+                };
                 let e = ApiError::bad_request(format!("the request body could not be read: {e}"));
-                ("bad_body", e)
+                (why, e)
             })?;
             let Ok(data) = frame.into_data() else {
                 continue; // trailers carry nothing a request needs

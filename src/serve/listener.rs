@@ -236,16 +236,22 @@ async fn connection(
         let (gw, served) = (gw.clone(), served.clone());
         hyper::service::service_fn(move |req: Request<Incoming>| {
             served.fetch_add(1, Ordering::Relaxed);
-            let gw = gw.clone();
-            async move { Ok::<_, Infallible>(contained(gw, req).await) }
+            // Called now, not in the future: the request is accounted for even if
+            // hyper drops the future unpolled.
+            let handling = handler::handle(gw.clone(), req);
+            async move { Ok::<_, Infallible>(contained(handling).await) }
         })
     };
-    // hyper's own answers to what it cannot parse get the documented shape.
-    let io = TokioIo::new(super::bare_errors::Answering::new(tcp));
+    // hyper's own answers to what it cannot parse get the documented shape, and the
+    // request its log line and count.
+    let refused_gw = gw.clone();
+    let io = TokioIo::new(super::bare_errors::Answering::new(tcp).on_answer(Box::new(
+        move |status, code| super::ask::unparsed(&refused_gw, status, code),
+    )));
     let conn = watcher.watch(http.serve_connection(io, svc));
     if let Err(e) = conn.await {
         if e.is_timeout() && served.load(Ordering::Relaxed) == 0 {
-            gw.metrics.rejected("header_timeout");
+            super::ask::unparsed(&gw, 408, "header_timeout");
             let e = ApiError::new(
                 408,
                 "invalid_request_error",
@@ -273,11 +279,8 @@ fn split_handle(tcp: TcpStream) -> std::io::Result<(TcpStream, Option<TcpStream>
 }
 
 /// Runs the handler; a panic in it becomes a 500 for this request, not a lost process.
-async fn contained(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
-    match AssertUnwindSafe(handler::handle(gw, req))
-        .catch_unwind()
-        .await
-    {
+async fn contained(handling: impl Future<Output = Response<Body>> + Send) -> Response<Body> {
+    match AssertUnwindSafe(handling).catch_unwind().await {
         Ok(r) => r,
         Err(_) => {
             tracing::error!(target: "poolctl::serve", "a request handler panicked");

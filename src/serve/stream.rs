@@ -315,6 +315,8 @@ struct Cut {
     flavor: Flavor,
     /// Upstream calls made by the first token: after it, a stream makes no other.
     attempts: usize,
+    /// The deadline passed (its future is not polled again).
+    fired: bool,
     /// The cut's end was handed out: nothing follows it.
     done: bool,
 }
@@ -349,7 +351,14 @@ impl Driver {
             if cut.done {
                 return Poll::Ready(None);
             }
-            if self.routing.is_some() && cut.deadline.as_mut().poll(cx).is_ready() {
+            if !cut.fired && self.routing.is_some() {
+                cut.fired = cut.deadline.as_mut().poll(cx).is_ready();
+            }
+            if cut.fired && self.routing.is_some() {
+                // What the routing already produced goes out before the cut's end.
+                if let Poll::Ready(Some(m)) = self.rx.poll_recv(cx) {
+                    return Poll::Ready(Some(m));
+                }
                 cut.done = true;
                 cut.ending.cut(0);
                 // Dropping the routing cancels the upstream call, and its request's
@@ -530,6 +539,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                 ending: ask.ending(),
                 flavor: ask.flavor,
                 attempts,
+                fired: false,
                 done: false,
             });
             let mut r = Response::new(SseBody { driver }.boxed_unsync());

@@ -54,7 +54,10 @@ impl Sessions {
     pub fn shared(limits: SessionLimits, redis: super::RedisStore) -> Self {
         Sessions {
             local: MemorySessions::new(limits),
-            shared: Some(super::redis_sessions::RedisSessions::new(redis, limits.idle_ms)),
+            shared: Some(super::redis_sessions::RedisSessions::new(
+                redis,
+                limits.idle_ms,
+            )),
         }
     }
 

@@ -7,10 +7,12 @@
 //! cap (`poolctl serve --max-held-answer-bytes`), a reader that holds more than its fair
 //! share (the cap over the calls holding bytes) waits before it reads again: the
 //! upstreams that hold the most stop being read (TCP backpressure) while the small ones
-//! go on, until room frees. The oldest call never waits: with sixty equal streams past
-//! the cap, one goes on to its end and frees its bytes, then the next, instead of all
-//! sixty waiting for each other until their idle deadlines. A stream that waits past
-//! its idle deadline fails as any stalled stream does.
+//! go on, until room frees. Of the calls that would wait, the oldest goes on: with
+//! sixty equal streams past the cap, one reads to its end and frees its bytes, then the
+//! next, instead of all sixty waiting for each other until their idle deadlines (and a
+//! call that holds little, however old, never makes a large one wait for room it
+//! cannot free). A stream that waits past its idle deadline fails as any stalled stream
+//! does.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -24,8 +26,10 @@ pub struct Held {
     holders: AtomicUsize,
     waits: AtomicU64,
     freed: Notify,
-    /// The live calls, by the order they began: the first never waits.
-    live: Mutex<BTreeSet<u64>>,
+    /// Calls holding bytes: a fair share is the cap over them.
+    holding: AtomicUsize,
+    /// The calls that would wait now, by the order they began: the first goes on.
+    over: Mutex<BTreeSet<u64>>,
     next: AtomicU64,
 }
 
@@ -36,7 +40,8 @@ pub static HELD: LazyLock<Held> = LazyLock::new(|| Held {
     holders: AtomicUsize::new(0),
     waits: AtomicU64::new(0),
     freed: Notify::new(),
-    live: Mutex::new(BTreeSet::new()),
+    holding: AtomicUsize::new(0),
+    over: Mutex::new(BTreeSet::new()),
     next: AtomicU64::new(0),
 });
 
@@ -60,16 +65,16 @@ impl Held {
     }
 }
 
-/// Whether a reader holding `mine` of `total` must wait: past the cap, above its fair
-/// share of it, and not the oldest call (which always goes on, so that room frees).
-/// Pure, so the rule can be read and tested alone.
-pub fn must_wait(total: usize, cap: usize, holders: usize, mine: usize, oldest: bool) -> bool {
-    total > cap && mine > cap / holders.max(1) && !oldest
+/// Whether a reader holding `mine` of `total` is over: past the cap and above its fair
+/// share of it (`holders`: the calls holding bytes). Of the calls over, all wait but the
+/// oldest. Pure, so the rule can be read and tested alone.
+pub fn is_over(total: usize, cap: usize, holders: usize, mine: usize) -> bool {
+    total > cap && mine > cap / holders.max(1)
 }
 
-fn live() -> std::sync::MutexGuard<'static, BTreeSet<u64>> {
-    // One insert or removal under it: a poisoned lock is still sound.
-    HELD.live.lock().unwrap_or_else(|p| p.into_inner())
+fn over() -> std::sync::MutexGuard<'static, BTreeSet<u64>> {
+    // One insert, removal or look under it: a poisoned lock is still sound.
+    HELD.over.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// One call's share of the budget: the bytes it holds, given back when dropped.
@@ -77,6 +82,8 @@ pub struct Holding {
     bytes: usize,
     /// The order the call began in.
     seq: u64,
+    /// It is in the set of calls over their share.
+    in_over: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Holding {
@@ -89,12 +96,18 @@ impl Holding {
     pub fn new() -> Self {
         HELD.holders.fetch_add(1, Ordering::Relaxed);
         let seq = HELD.next.fetch_add(1, Ordering::Relaxed);
-        live().insert(seq);
-        Holding { bytes: 0, seq }
+        Holding {
+            bytes: 0,
+            seq,
+            in_over: false.into(),
+        }
     }
 
     /// `n` more bytes arrived and are held.
     pub fn charge(&mut self, n: usize) {
+        if self.bytes == 0 && n > 0 {
+            HELD.holding.fetch_add(1, Ordering::Relaxed);
+        }
         self.bytes += n;
         HELD.total.fetch_add(n, Ordering::Relaxed);
     }
@@ -109,19 +122,18 @@ impl Holding {
         loop {
             let held = &*HELD;
             let blocked = || {
-                let (total, cap) = (
-                    held.total.load(Ordering::Relaxed),
-                    held.cap.load(Ordering::Relaxed),
-                );
-                // The set is read only past the cap: never on the common path.
-                total > cap
-                    && must_wait(
-                        total,
-                        cap,
-                        held.holders.load(Ordering::Relaxed),
-                        self.bytes,
-                        live().first() == Some(&self.seq),
-                    )
+                let total = held.total.load(Ordering::Relaxed);
+                let cap = held.cap.load(Ordering::Relaxed);
+                let holding = held.holding.load(Ordering::Relaxed);
+                // The set is touched only past the cap: never on the common path.
+                if !is_over(total, cap, holding, self.bytes) {
+                    self.leave_over();
+                    return false;
+                }
+                self.in_over.store(true, Ordering::Relaxed);
+                let mut over = over();
+                over.insert(self.seq);
+                over.first() != Some(&self.seq)
             };
             if !blocked() {
                 return;
@@ -141,18 +153,32 @@ impl Holding {
     }
 }
 
+impl Holding {
+    /// This call is no longer over: out of the set, and the next oldest may go on.
+    fn leave_over(&self) {
+        if !self.in_over.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let was_first = {
+            let mut over = over();
+            let first = over.first() == Some(&self.seq);
+            over.remove(&self.seq);
+            first
+        };
+        if was_first {
+            HELD.freed.notify_waiters();
+        }
+    }
+}
+
 impl Drop for Holding {
     fn drop(&mut self) {
         HELD.total.fetch_sub(self.bytes, Ordering::Relaxed);
         HELD.holders.fetch_sub(1, Ordering::Relaxed);
-        let was_first = {
-            let mut live = live();
-            let first = live.first() == Some(&self.seq);
-            live.remove(&self.seq);
-            first
-        };
-        // Room freed, or a new oldest call that may now go on.
-        if self.bytes > 0 || was_first {
+        if self.bytes > 0 {
+            HELD.holding.fetch_sub(1, Ordering::Relaxed);
+            self.leave_over();
+            // Room freed.
             HELD.freed.notify_waiters();
         }
     }
@@ -163,27 +189,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn under_the_cap_nobody_waits() {
-        assert!(!must_wait(100, 256, 3, 90, false));
+    fn under_the_cap_nobody_is_over() {
+        assert!(!is_over(100, 256, 3, 90));
     }
 
     #[test]
-    fn past_the_cap_only_those_above_their_fair_share_wait() {
-        // Cap 300 over 3 readers: a fair share is 100.
-        assert!(
-            must_wait(400, 300, 3, 250, false),
-            "the largest holder waits"
-        );
-        assert!(!must_wait(400, 300, 3, 100, false), "a fair share goes on");
-        assert!(!must_wait(400, 300, 3, 50, false), "a small one goes on");
-    }
-
-    #[test]
-    fn the_oldest_call_always_goes_on_so_that_room_frees() {
-        assert!(!must_wait(400, 300, 3, 250, true));
-        assert!(
-            !must_wait(300, 256, 1, 300, true),
-            "a lone reader is the oldest"
-        );
+    fn past_the_cap_only_those_above_their_fair_share_are_over() {
+        // Cap 300 over 3 holders: a fair share is 100.
+        assert!(is_over(400, 300, 3, 250), "the largest holder");
+        assert!(!is_over(400, 300, 3, 100), "a fair share goes on");
+        assert!(!is_over(400, 300, 3, 50), "a small one goes on");
+        assert!(is_over(300, 256, 1, 300), "a lone holder past the cap");
     }
 }
