@@ -697,10 +697,11 @@ async fn walk_goes_through_admission_and_status_shows_the_buckets() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["served_by"], "q/next");
     assert_eq!(v["skipped"][0]["route"], "p/big");
-    assert_eq!(v["skipped"][0]["why"], "admission");
+    assert_eq!(v["skipped"][0]["why"], "exceeds_bucket");
     assert_eq!(mock.calls(&route("p/big")), 0);
 
-    // Every route refuses: shed, reason admission, exit 1, no upstream call.
+    // No route's bucket can ever hold it: failed, reason too_large (not shed: no wait
+    // would admit it), exit 1, no upstream call.
     let yaml = std::fs::read_to_string(&config)
         .unwrap()
         .replace("limits:\n", "limits:\n  q: { tpm: 10 }\n");
@@ -710,7 +711,7 @@ async fn walk_goes_through_admission_and_status_shows_the_buckets() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
         (v["outcome"].as_str(), v["reason"].as_str()),
-        (Some("shed"), Some("admission"))
+        (Some("failed"), Some("too_large"))
     );
     assert_eq!(mock.calls(&route("q/next")), 1);
 
