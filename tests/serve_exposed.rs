@@ -1116,3 +1116,51 @@ async fn a_request_still_routing_at_the_drain_deadline_is_a_503_logged_as_cut() 
         lines[0]
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_tells_the_truth_about_a_redis_cluster_and_a_tls_node() {
+    use poolctl::harness::redis_server::{RedisCluster, TestCa};
+    let mock = mock_ok().await;
+    let client = reqwest::Client::new();
+    let ready = |gw: &Gateway| {
+        let url = gw.url("/readyz");
+        let client = client.clone();
+        async move {
+            let r = client.get(url).send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap())
+        }
+    };
+    // A cluster: ready while it answers; degraded (still 200, local_share) once gone.
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = RedisCluster::must_start(None);
+    let cfg = config(
+        dir.path(),
+        &mock,
+        &format!("state: \"{}\"\n", cluster.url()),
+    );
+    let gw = start(&cfg, &[], &[]).await;
+    assert_eq!(ready(&gw).await, (200, json!({"ready": true})));
+    drop(cluster);
+    let (status, b) = ready(&gw).await;
+    assert_eq!((status, &b["store"]), (200, &json!("degraded")), "{b}");
+    drop(gw);
+    // A TLS node, trusted through state_tls.ca_file; with fail_closed, 503 once gone.
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::generate().unwrap();
+    let mut node = RedisServer::start_tls(&ca, false).unwrap();
+    let cfg = config(
+        dir.path(),
+        &mock,
+        &format!(
+            "state: {}\nstate_tls: {{ ca_file: {} }}\non_store_error: fail_closed\n",
+            node.url(),
+            ca.ca_file().display()
+        ),
+    );
+    let gw = start(&cfg, &[], &[]).await;
+    assert_eq!(ready(&gw).await, (200, json!({"ready": true})));
+    node.kill();
+    let (status, b) = ready(&gw).await;
+    assert_eq!((status, &b["store"]), (503, &json!("unreachable")), "{b}");
+}
