@@ -932,11 +932,42 @@ async fn requests_hyper_cannot_parse_get_the_documented_json_error_and_no_retry(
 
 #[tokio::test]
 async fn past_the_held_answer_cap_a_newer_large_stream_waits_while_the_oldest_and_small_go_on() {
-    // Streams of 4,000 chunks with no gap, and a small whole answer beside them.
+    // Streams of one tool call in 4,000 argument deltas with no gap (a tool call is
+    // assembled whole, so what it streams is held), and a small whole answer beside.
+    use poolctl::harness::scenario::{StreamEnd, StreamItem, StreamReply};
+    // The arguments of 4,000 deltas make one JSON object: `{"k":"a…a…"}`.
+    let delta = |i: usize| {
+        let mut piece = format!("a{i:0>90}");
+        if i == 0 {
+            piece = format!("{{\"k\":\"{piece}");
+        }
+        if i == 3_999 {
+            piece.push_str("\"}");
+        }
+        let mut call = json!({"index": 0, "function": {"arguments": piece}});
+        if i == 0 {
+            call["id"] = json!("call_1");
+            call["type"] = json!("function");
+            call["function"]["name"] = json!("f");
+        }
+        let chunk = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]});
+        StreamItem::Raw {
+            raw: format!("data: {chunk}\n\n"),
+        }
+    };
+    let tool_stream = Reply::Stream(StreamReply {
+        items: (0..4_000).map(delta).collect(),
+        end: StreamEnd::Done,
+        first_token_ms: 0,
+        gap_ms: 0,
+        headers: vec![],
+        usage: None,
+    });
     let mock = MockServer::start(
         ([127, 0, 0, 1], 0).into(),
         vec![
-            mock_route("prim/model-a", vec![slow_stream(4_000, 0)]),
+            mock_route("prim/model-a", vec![tool_stream]),
             mock_route(
                 "back/model-b",
                 vec![Reply::Ok {
@@ -988,7 +1019,7 @@ async fn past_the_held_answer_cap_a_newer_large_stream_waits_while_the_oldest_an
     for big in bigs {
         let text = tokio::time::timeout(DEADLINE, big).await.unwrap().unwrap();
         assert!(
-            text.contains("data: [DONE]") && text.matches("t3999 ").count() == 1,
+            text.contains("data: [DONE]") && text.contains(&format!("a{:0>90}", 3999)),
             "each large stream is read to its end in turn: {}",
             &text[text.len().saturating_sub(300)..]
         );

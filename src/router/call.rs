@@ -113,6 +113,7 @@ impl Router {
             Request::Stream(chat) => {
                 let on_event = opts.on_event.unwrap_or(&no_events);
                 let buffered = opts.policy.safe_replay_until == SafeReplay::Buffered;
+                let keep = opts.keep_stream_text;
                 self.run(
                     tier,
                     CallPath::Stream,
@@ -123,8 +124,10 @@ impl Router {
                         let model = spec.route.model();
                         let ep = spec.endpoint.within(left);
                         if !buffered {
-                            let a =
-                                wire::stream::stream_chat(client, &ep, model, chat, on_event).await;
+                            let a = wire::stream::stream_chat_keeping(
+                                client, &ep, model, chat, on_event, keep,
+                            )
+                            .await;
                             return Attempted {
                                 result: a.result.map(Reply::Stream),
                                 delivered: a.delivered,

@@ -40,6 +40,9 @@ pub struct CallOptions<'a> {
     /// The card's `degrade_tier`, resolved: where a request that admission would shed
     /// is offered instead.
     pub degrade_tier: Option<&'a Tier>,
+    /// Streams: keep the text delivered, for the report and the answer (`walk`, chaos).
+    /// The gateway, which has sent every delta on as it came, turns it off.
+    pub keep_stream_text: bool,
 }
 
 impl<'a> CallOptions<'a> {
@@ -52,6 +55,7 @@ impl<'a> CallOptions<'a> {
             on_event: None,
             priority: Priority::Interactive,
             degrade_tier: None,
+            keep_stream_text: true,
         }
     }
 }

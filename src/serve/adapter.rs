@@ -104,6 +104,8 @@ impl<'a> Target<'a> {
         opts.session = self.session;
         opts.priority = self.priority;
         opts.degrade_tier = self.degrade_tier;
+        // Every delta of a stream is sent on as it comes: the gateway holds no copy.
+        opts.keep_stream_text = false;
         opts
     }
 }

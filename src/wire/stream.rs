@@ -102,7 +102,24 @@ pub async fn stream_chat(
     req: &ChatRequest,
     on_event: &(dyn Fn(StreamEvent<'_>) + Send + Sync),
 ) -> StreamAttempt {
-    let mut seen = Seen::default();
+    stream_chat_keeping(client, ep, model, req, on_event, true).await
+}
+
+/// `stream_chat`, keeping the text delivered (`StreamAttempt::delivered`) only when
+/// `keep_text`: a caller that has already passed every delta on (the gateway) need not
+/// hold a second copy of a 16 MiB answer while it streams.
+pub async fn stream_chat_keeping(
+    client: &reqwest::Client,
+    ep: &Endpoint,
+    model: &str,
+    req: &ChatRequest,
+    on_event: &(dyn Fn(StreamEvent<'_>) + Send + Sync),
+    keep_text: bool,
+) -> StreamAttempt {
+    let mut seen = Seen {
+        keep_text,
+        ..Seen::default()
+    };
     let result = drive(client, ep, model, req, on_event, &mut seen).await;
     if let Ok(ok) = &result {
         if let Some(f) = &ok.finish_reason {
@@ -123,6 +140,8 @@ pub async fn stream_chat(
 #[derive(Default)]
 struct Seen {
     text: String,
+    /// `text` is kept (else only what it takes to know a delta went out).
+    keep_text: bool,
     visible: bool,
     calls: Vec<PendingCall>,
     /// The stream is a refusal: its refusal text so far (empty when only a finish
@@ -317,8 +336,9 @@ async fn drive(
     let mut answering: Option<String> = None;
     let mut finished = false;
     let mut skipped = 0u32;
-    // The stream's share of the process's answer bytes: charged per chunk read. Past
-    // the cap, the largest holders wait before their next read, inside the same
+    // The stream's share of the process's answer bytes: what it keeps (its text, when
+    // kept; its tool calls), charged as it arrives; what it only passes on is not held.
+    // Past the cap, the largest holders wait before their next read, inside the same
     // deadline as the read itself (a stream kept waiting fails as a stalled one).
     let mut held = super::held::Holding::new();
     'read: loop {
@@ -346,7 +366,6 @@ async fn drive(
             }
         };
         watch.chunk(sw.elapsed());
-        held.charge(chunk.len());
         if framer.feed(&chunk, &mut events).is_err() {
             return Err(ended(&watch, Ended::EventTooLarge, Some(status), &headers));
         }
@@ -363,7 +382,10 @@ async fn drive(
                         }
                         seen.visible = true;
                         on_event(StreamEvent::Text(&t));
-                        seen.text.push_str(&t);
+                        if seen.keep_text {
+                            held.charge(t.len());
+                            seen.text.push_str(&t);
+                        }
                     }
                     // Reasoning is visible output too (fidelity.md §5): it commits the
                     // stream and stops the first-token deadline.
@@ -394,6 +416,8 @@ async fn drive(
                         arguments,
                     } => {
                         let size = arguments.len() + name.as_ref().map_or(0, String::len);
+                        // Tool calls are assembled whole: what they hold is held.
+                        held.charge(size);
                         if let Err(why) = watch.deliver(size) {
                             return Err(ended(&watch, why, Some(status), &headers));
                         }
