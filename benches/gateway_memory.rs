@@ -36,12 +36,17 @@ fn rss_mib(pid: u32) -> (f64, f64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-async fn run(mock: &MockServer, extra: &str) -> (f64, f64, f64, usize) {
+/// A release `poolctl serve` (this build's) in front of `base_url` as tier `high`,
+/// with `extra` YAML: the process, its pid and its base URL. The temporary directory
+/// holding its config lives as long as the returned guard.
+async fn serve(
+    base_url: &str,
+    extra: &str,
+) -> (tokio::process::Child, u32, String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let yaml = format!(
-        "providers:\n  prim:\n    wire: openai\n    base_url: {}\n    api_key_env: BENCH_KEY\n\
-         tiers:\n  high:\n    - prim/model-a\n{extra}",
-        mock.base_url("prim", Wire::OpenAi)
+        "providers:\n  prim:\n    wire: openai\n    base_url: {base_url}\n    api_key_env: BENCH_KEY\n\
+         tiers:\n  high:\n    - prim/model-a\n{extra}"
     );
     let config = dir.path().join("pool.yaml");
     std::fs::write(&config, yaml).unwrap();
@@ -58,6 +63,11 @@ async fn run(mock: &MockServer, extra: &str) -> (f64, f64, f64, usize) {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let line = lines.next_line().await.unwrap().unwrap();
     let base = line.rsplit(' ').next().unwrap().to_string();
+    (child, pid, base, dir)
+}
+
+async fn run(mock: &MockServer, extra: &str) -> (f64, f64, f64, usize) {
+    let (mut child, pid, base, _dir) = serve(&mock.base_url("prim", Wire::OpenAi), extra).await;
     let url = format!("{base}/v1/chat/completions");
     let client = reqwest::Client::new();
     let body = r#"{"model":"high","messages":[{"role":"user","content":"hi"}]}"#;
@@ -159,26 +169,7 @@ async fn flood_upstream() -> String {
 
 /// Peak RSS of a fresh gateway while `clients` stream one flood answer each.
 async fn flood(url: &str, clients: usize) -> (f64, usize) {
-    let dir = tempfile::tempdir().unwrap();
-    let yaml = format!(
-        "providers:\n  prim:\n    wire: openai\n    base_url: {url}\n    api_key_env: BENCH_KEY\n\
-         tiers:\n  high:\n    - prim/model-a\n"
-    );
-    let config = dir.path().join("pool.yaml");
-    std::fs::write(&config, yaml).unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .env("BENCH_KEY", "sk-bench")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("poolctl serve starts");
-    let pid = child.id().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = lines.next_line().await.unwrap().unwrap();
-    let base = line.rsplit(' ').next().unwrap().to_string();
+    let (mut child, pid, base, _dir) = serve(url, "").await;
     let client = reqwest::Client::new();
     let body = r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
     let mut tasks = Vec::new();

@@ -682,6 +682,24 @@ fn mock_route(route: &str, replies: Vec<Reply>) -> MockRoute {
     }
 }
 
+/// A whole answer `ms` after the request: a request still in flight meanwhile.
+fn late(ms: u64) -> Reply {
+    Reply::Delay {
+        ms,
+        then: Box::new(Reply::Ok {
+            text: "late".into(),
+            headers: vec![],
+            usage: None,
+        }),
+    }
+}
+
+async fn mock_with(routes: Vec<MockRoute>) -> MockServer {
+    MockServer::start(([127, 0, 0, 1], 0).into(), routes)
+        .await
+        .unwrap()
+}
+
 /// A stream of `n` chunks `gap_ms` apart: long enough to be cut.
 fn slow_stream(n: usize, gap_ms: u64) -> Reply {
     use poolctl::harness::scenario::{StreamEnd, StreamItem, StreamReply};
@@ -719,17 +737,7 @@ async fn a_request_or_stream_the_client_abandons_is_logged_and_counted_cancelled
         ([127, 0, 0, 1], 0).into(),
         vec![mock_route(
             "prim/model-a",
-            vec![
-                Reply::Delay {
-                    ms: 15_000,
-                    then: Box::new(Reply::Ok {
-                        text: "late".into(),
-                        headers: vec![],
-                        usage: None,
-                    }),
-                },
-                slow_stream(200, 100),
-            ],
+            vec![late(15_000), slow_stream(200, 100)],
         )],
     )
     .await
@@ -1036,22 +1044,7 @@ async fn past_the_held_answer_cap_a_newer_large_stream_waits_while_the_oldest_an
 
 #[tokio::test]
 async fn a_request_sent_whole_then_closed_at_once_still_gets_its_line() {
-    let mock = MockServer::start(
-        ([127, 0, 0, 1], 0).into(),
-        vec![mock_route(
-            "prim/model-a",
-            vec![Reply::Delay {
-                ms: 2_000,
-                then: Box::new(Reply::Ok {
-                    text: "late".into(),
-                    headers: vec![],
-                    usage: None,
-                }),
-            }],
-        )],
-    )
-    .await
-    .unwrap();
+    let mock = mock_with(vec![mock_route("prim/model-a", vec![late(2_000)])]).await;
     let dir = tempfile::tempdir().unwrap();
     let gw = start(&config(dir.path(), &mock, ""), &[], &[]).await;
     let body = chat("high").to_string();
@@ -1095,22 +1088,7 @@ async fn a_request_sent_whole_then_closed_at_once_still_gets_its_line() {
 
 #[tokio::test]
 async fn a_request_still_routing_at_the_drain_deadline_is_a_503_logged_as_cut() {
-    let mock = MockServer::start(
-        ([127, 0, 0, 1], 0).into(),
-        vec![mock_route(
-            "prim/model-a",
-            vec![Reply::Delay {
-                ms: 10_000,
-                then: Box::new(Reply::Ok {
-                    text: "late".into(),
-                    headers: vec![],
-                    usage: None,
-                }),
-            }],
-        )],
-    )
-    .await
-    .unwrap();
+    let mock = mock_with(vec![mock_route("prim/model-a", vec![late(10_000)])]).await;
     let dir = tempfile::tempdir().unwrap();
     let gw = start(&config(dir.path(), &mock, ""), &["--drain-ms", "300"], &[]).await;
     let asked = reqwest::Client::new()
