@@ -3,6 +3,7 @@
 //! real `redis-server` where the store is shared). Socket deadlines are real time and
 //! small; nothing sleeps.
 
+use futures_util::FutureExt;
 use poolctl::core::vocab::{CallPath, Route, Wire};
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::redis_server::RedisServer;
@@ -213,14 +214,16 @@ async fn a_request_from_a_web_page_is_refused_unless_its_origin_is_allowed() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &mock, "");
     let client = reqwest::Client::new();
+    let post_from = |gw: &Gateway, origin: &'static str| {
+        client
+            .post(gw.url("/v1/chat/completions"))
+            .header("origin", origin)
+            .json(&chat("high"))
+            .send()
+            .map(Result::unwrap)
+    };
     let gw = start(&cfg, &[], &[]).await;
-    let r = client
-        .post(gw.url("/v1/chat/completions"))
-        .header("origin", "https://evil.example.com")
-        .json(&chat("high"))
-        .send()
-        .await
-        .unwrap();
+    let r = post_from(&gw, "https://evil.example.com").await;
     assert_eq!(r.status(), 403);
     assert!(
         r.headers().get("access-control-allow-origin").is_none(),
@@ -231,13 +234,7 @@ async fn a_request_from_a_web_page_is_refused_unless_its_origin_is_allowed() {
     drop(gw);
 
     let gw = start(&cfg, &["--allow-origin", "https://app.example.com"], &[]).await;
-    let r = client
-        .post(gw.url("/v1/chat/completions"))
-        .header("origin", "https://evil.example.com")
-        .json(&chat("high"))
-        .send()
-        .await
-        .unwrap();
+    let r = post_from(&gw, "https://evil.example.com").await;
     assert_eq!(r.status(), 403, "an origin not listed is still refused");
     let r = client
         .request(reqwest::Method::OPTIONS, gw.url("/v1/chat/completions"))
@@ -259,13 +256,7 @@ async fn a_request_from_a_web_page_is_refused_unless_its_origin_is_allowed() {
         r.headers()["access-control-allow-headers"],
         "authorization, content-type"
     );
-    let r = client
-        .post(gw.url("/v1/chat/completions"))
-        .header("origin", "https://app.example.com")
-        .json(&chat("high"))
-        .send()
-        .await
-        .unwrap();
+    let r = post_from(&gw, "https://app.example.com").await;
     assert_eq!(r.status(), 200);
     assert_eq!(
         r.headers()["access-control-allow-origin"],

@@ -379,20 +379,7 @@ impl Router {
     /// The same router, pinning sessions in `sessions` (bounded as the config says;
     /// shared by a fleet with `state: redis://`). Call it on a router just built.
     pub fn with_sessions(self, sessions: Arc<Sessions>) -> Self {
-        let client = self.client;
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => {
-                inner.sessions = sessions;
-                Router {
-                    client,
-                    inner: Arc::new(inner),
-                }
-            }
-            Err(shared) => Router {
-                client,
-                inner: shared,
-            },
-        }
+        self.edited(|inner| inner.sessions = sessions)
     }
 
     /// The sessions this router pins.
@@ -404,20 +391,17 @@ impl Router {
     /// `ceiling`: with shared buckets, the fleet's whole contracts (not the local share
     /// `with_shared_buckets` holds). Call it on a router just built.
     pub fn with_ceiling(self, ceiling: Arc<Buckets>) -> Self {
-        let client = self.client;
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => {
-                inner.ceiling = ceiling;
-                Router {
-                    client,
-                    inner: Arc::new(inner),
-                }
-            }
-            Err(shared) => Router {
-                client,
-                inner: shared,
-            },
+        self.edited(|inner| inner.ceiling = ceiling)
+    }
+
+    /// This router with `edit` applied to what it holds, when no clone shares it yet
+    /// (as the builders' "call it on a router just built" asks); a router already
+    /// shared is returned as it was.
+    fn edited(mut self, edit: impl FnOnce(&mut Inner)) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            edit(inner);
         }
+        self
     }
 
     /// The fleet's shared buckets, when admission spends them.
