@@ -77,3 +77,33 @@ mod tests {
         }
     }
 }
+
+/// `--config-format`: pool, litellm or portkey.
+pub fn config_format(s: &str) -> Result<crate::harness::target_config::ConfigFormat, String> {
+    use crate::harness::target_config::ConfigFormat;
+    ConfigFormat::parse(s).ok_or_else(|| {
+        format!(
+            "`{s}` is not a config format; expected one of: {}",
+            ConfigFormat::WORDS.join(", ")
+        )
+    })
+}
+
+/// A duration: `500ms`, `5s`, `2m`, or a bare number of seconds; at most 24 h.
+pub fn duration_ms(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, unit) = match t.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => (&t[..i], t[i..].trim()),
+        None => (t, "s"),
+    };
+    let scale = match unit {
+        "ms" => 1.0,
+        "s" => 1000.0,
+        "m" => 60_000.0,
+        _ => return Err(format!("`{s}`: expected a duration like 500ms, 5s or 2m")),
+    };
+    match num.parse::<f64>() {
+        Ok(n) if n.is_finite() && n >= 0.0 && n * scale <= 86_400_000.0 => Ok((n * scale) as u64),
+        _ => Err(format!("`{s}`: expected a duration from 0 to 24 h, like 500ms, 5s or 2m")),
+    }
+}

@@ -29,6 +29,33 @@ pub struct ChaosArgs {
     #[arg(long, value_name = "N", default_value_t = default_jobs(),
           value_parser = super::args::positive::<1024>)]
     pub jobs: usize,
+    /// Run the scenarios against the gateway at URL (its base, without /v1), one after
+    /// another, instead of poolctl's own router. Its config must point at a running
+    /// `poolctl mock PATH... --write-config` for the same PATHs (see --mock).
+    #[arg(long, value_name = "URL", conflicts_with = "target_exec", help_heading = "Against a gateway")]
+    pub target: Option<String>,
+    /// Start the gateway CMD (`{config}` and `{port}` are replaced) against mocks this
+    /// run starts, run the suite against it, and stop it. Its output goes to a file
+    /// named at the end.
+    #[arg(long, value_name = "CMD", help_heading = "Against a gateway")]
+    pub target_exec: Option<String>,
+    /// The bearer token the target wants (also $POOLCTL_TARGET_TOKEN); never printed.
+    #[arg(long, value_name = "T", env = "POOLCTL_TARGET_TOKEN", hide_env_values = true, help_heading = "Against a gateway")]
+    pub target_token: Option<String>,
+    /// The target's config format: pool, litellm or portkey (Portkey's config object
+    /// per scenario goes in the x-portkey-config header).
+    #[arg(long, value_name = "FORMAT", default_value = "pool", value_parser = super::args::config_format, help_heading = "Against a gateway")]
+    pub config_format: crate::harness::target_config::ConfigFormat,
+    /// With --target: the address of the `poolctl mock` the target points at.
+    #[arg(long, value_name = "ADDR", value_parser = super::args::listen_addr, help_heading = "Against a gateway")]
+    pub mock: Option<std::net::SocketAddr>,
+    /// Skip a scenario that would wait longer than this in real time (a Retry-After, a
+    /// gap between requests); 500ms, 5s, 2m.
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = super::args::duration_ms, help_heading = "Against a gateway")]
+    pub max_wait: u64,
+    /// With --target-exec: how long the gateway may take to answer after it starts.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = super::args::duration_ms, help_heading = "Against a gateway")]
+    pub start_timeout: u64,
 }
 
 fn default_jobs() -> usize {
@@ -73,6 +100,9 @@ pub async fn run(args: ChaosArgs, look: &Look) -> anyhow::Result<Exit> {
             return Ok(Exit::Usage);
         }
     };
+    // Named as `poolctl mock` names the same paths (one scenario as written).
+    let naming = super::mock::naming_for(&scenarios);
+    let all = scenarios.clone();
     let wanted = args.filter.as_ref().map(|f| f.to_lowercase());
     let selected: Vec<Scenario> = scenarios
         .into_iter()
@@ -88,6 +118,21 @@ pub async fn run(args: ChaosArgs, look: &Look) -> anyhow::Result<Exit> {
             args.filter.unwrap_or_default()
         ));
         return Ok(Exit::Usage);
+    }
+
+    if args.target.is_some() || args.target_exec.is_some() {
+        let target = super::chaos_target::TargetArgs {
+            url: args.target,
+            exec: args.target_exec,
+            token: args.target_token,
+            format: args.config_format,
+            mock: args.mock,
+            max_wait_ms: args.max_wait,
+            start_timeout_ms: args.start_timeout,
+            json: args.json,
+            junit: args.junit,
+        };
+        return super::chaos_target::run(target, &all, selected, naming, look).await;
     }
 
     let progress = (!args.json && std::io::stderr().is_terminal()).then(|| {

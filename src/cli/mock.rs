@@ -1,32 +1,42 @@
-//! `poolctl mock SCENARIO`: serve a scenario's chain as live mock providers until
-//! stopped, and print a pool config that points at them, so `probe`, `walk` or any
-//! client (an official SDK included) can be run against a replayed incident.
+//! `poolctl mock PATH...`: serve one scenario's chain, or a whole suite's, as live mock
+//! providers until stopped, and print the config that points a gateway at them (a pool
+//! config, a LiteLLM proxy config, or Portkey config objects), so `probe`, `walk`,
+//! `chaos --target` or any client (an official SDK included) can be run against a
+//! replayed incident.
+//!
+//! One scenario keeps its routes' names; a suite's are renamed per scenario
+//! (`provider~scenario/model~scenario`, harness::suite_mock) so no two scenarios share
+//! a provider or a model. `GET /calls` reports the upstream calls per route and
+//! `POST /reset` rewinds every script.
 
 use super::exit::Exit;
-use crate::core::vocab::CallPath;
 use crate::harness::mock::MockServer;
-use crate::harness::runner::mock_routes;
 use crate::harness::scenario::Scenario;
+use crate::harness::suite_mock::{suite_routes, Naming};
+use crate::harness::target_config::{config_text, ConfigFormat};
 use clap::Args;
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-/// The variable the printed config names; the mocks accept any non-empty key.
-pub const MOCK_KEY_ENV: &str = "POOLCTL_MOCK_KEY";
+pub use crate::harness::target_config::MOCK_KEY_ENV;
 
 #[derive(Debug, Args)]
 pub struct MockArgs {
-    /// The scenario whose chain to serve.
-    pub scenario: PathBuf,
+    /// Scenario files or directories whose chains to serve.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
     /// Address to listen on, HOST:PORT (port 0: any free port).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0", value_parser = super::args::listen_addr)]
     pub listen: SocketAddr,
-    /// Write the pool config to FILE instead of stdout, atomically and only once the
+    /// Write the config to FILE instead of stdout, atomically and only once the
     /// mocks are listening: a command that finds the file can use it at once.
     #[arg(long, value_name = "FILE")]
     pub write_config: Option<PathBuf>,
-    /// Put `state: FILE` in the printed config, so the health a walk persists goes to a
+    /// The config's format: pool (poolctl's), litellm (a LiteLLM proxy config), or
+    /// portkey (one Portkey config object per scenario, as JSON).
+    #[arg(long, value_name = "FORMAT", default_value = "pool", value_parser = super::args::config_format)]
+    pub config_format: ConfigFormat,
+    /// Put `state: FILE` in a pool config, so the health a walk persists goes to a
     /// throwaway store you name (default: `.poolctl/state.db` beside the config).
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
@@ -42,22 +52,52 @@ pub struct MockArgs {
 /// How long `--detach` waits for the background server to report ready.
 const DETACH_READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
+/// How a loaded suite is named on the mock: one scenario as written, more renamed.
+/// `chaos --target` applies the same rule to the same paths.
+pub fn naming_for(scenarios: &[Scenario]) -> Naming {
+    if scenarios.len() == 1 {
+        Naming::AsWritten
+    } else {
+        Naming::Tagged
+    }
+}
+
+/// Every scenario under `paths`, or every load error as one message.
+pub fn load_scenarios(paths: &[PathBuf]) -> anyhow::Result<Vec<Scenario>> {
+    crate::harness::suite::load_all(paths).map_err(|errors| {
+        let lines: Vec<String> = errors.iter().map(|e| format!("error: {e}")).collect();
+        anyhow::anyhow!(
+            "{}\n{} scenario file(s) could not be loaded",
+            lines.join("\n"),
+            errors.len()
+        )
+    })
+}
+
 pub async fn run(args: MockArgs) -> anyhow::Result<Exit> {
     if args.detach {
         return detach(&args).await;
     }
-    let scenario = Scenario::load(&args.scenario)?;
-    // Outages run on the wall clock here, from the moment the server starts.
+    let scenarios = load_scenarios(&args.paths)?;
+    let naming = naming_for(&scenarios);
+    // Outages run on the wall clock here, from the moment the server starts (and again
+    // from each `POST /reset`).
     let clock: std::sync::Arc<dyn crate::core::clock::Clock> =
         std::sync::Arc::new(crate::core::clock::SystemClock);
-    let routes = mock_routes(&scenario, &clock, crate::core::clock::wall_now_ms());
+    let routes = suite_routes(&scenarios, naming, &clock, crate::core::clock::wall_now_ms());
     let server = MockServer::start(args.listen, routes)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
-    let config = pool_config(&scenario, &server, args.state.as_deref());
+    let config = config_text(
+        args.config_format,
+        &scenarios,
+        server.addr(),
+        naming,
+        args.state.as_deref(),
+    );
     match &args.write_config {
         Some(path) => write_atomically(path, &config)
-            .map_err(|e| anyhow::anyhow!("cannot write the pool config {}: {e}", path.display()))?,
+            .map_err(|e| anyhow::anyhow!("cannot write the config {}: {e}", path.display()))?,
         None => super::out::print(&config)?,
     }
     if args.notify_ready {
@@ -66,9 +106,12 @@ pub async fn run(args: MockArgs) -> anyhow::Result<Exit> {
     // In the background (--detach) nobody reads stderr any more; say nothing.
     let talk = !args.notify_ready;
     if talk {
+        let what = match scenarios.as_slice() {
+            [one] => format!("`{}`", one.name),
+            many => format!("{} scenarios", many.len()),
+        };
         super::out::warn(&format!(
-            "poolctl mock: serving `{}` on http://{} until interrupted (Ctrl-C)",
-            scenario.name,
+            "poolctl mock: serving {what} on http://{} until interrupted (Ctrl-C)",
             server.addr()
         ));
     }
@@ -111,7 +154,9 @@ async fn detach(args: &MockArgs) -> anyhow::Result<Exit> {
     let config = args.write_config.as_ref().expect("clap requires it");
     let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
     cmd.arg("mock")
-        .arg(&args.scenario)
+        .args(&args.paths)
+        .arg("--config-format")
+        .arg(args.config_format.as_str())
         .arg("--listen")
         .arg(args.listen.to_string())
         .arg("--write-config")
@@ -178,67 +223,4 @@ async fn wait_for_stop() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
-}
-
-/// A pool config for the served chain: one provider per scenario provider, one tier
-/// named after the scenario.
-pub fn pool_config(scenario: &Scenario, server: &MockServer, state: Option<&Path>) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "# poolctl mock: scenario `{}` ({})",
-        scenario.name,
-        scenario.file.display()
-    );
-    let _ = writeln!(
-        s,
-        "# the mocks accept any key: export {MOCK_KEY_ENV}=anything"
-    );
-    s.push_str("providers:\n");
-    let mut seen = Vec::new();
-    for entry in &scenario.chain {
-        let provider = entry.route.provider();
-        if seen.contains(&provider) {
-            continue;
-        }
-        seen.push(provider);
-        let _ = writeln!(s, "  {provider}:");
-        let _ = writeln!(s, "    wire: {}", entry.wire);
-        let _ = writeln!(s, "    base_url: {}", server.base_url(provider, entry.wire));
-        let _ = writeln!(s, "    api_key_env: {MOCK_KEY_ENV}");
-        if let Some(d) = entry.dialect {
-            let _ = writeln!(s, "    dialect: {d}");
-        }
-        for (name, v) in [
-            ("timeout_ms", entry.timeout_ms),
-            ("first_token_timeout_ms", entry.first_token_timeout_ms),
-            ("stream_idle_ms", entry.stream_idle_ms),
-            ("stream_max_ms", entry.stream_max_ms),
-            ("max_stream_bytes", entry.max_stream_bytes),
-            ("max_event_bytes", entry.max_event_bytes),
-            ("cooldown_ms", entry.cooldown_ms),
-            ("transient_cooldown_ms", entry.transient_cooldown_ms),
-        ] {
-            if let Some(v) = v {
-                let _ = writeln!(s, "    {name}: {v}");
-            }
-        }
-    }
-    if let Some(state) = state {
-        // Quoted: a path may hold characters YAML would read otherwise.
-        let _ = writeln!(s, "state: {:?}", state.display().to_string());
-    }
-    s.push_str("tiers:\n");
-    let _ = writeln!(s, "  {}:", scenario.name);
-    for entry in &scenario.chain {
-        match scenario.path {
-            CallPath::Chat => {
-                let _ = writeln!(s, "    - {}", entry.route);
-            }
-            path => {
-                let _ = writeln!(s, "    - {{ route: {}, path: {path} }}", entry.route);
-            }
-        }
-    }
-    s
 }

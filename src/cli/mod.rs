@@ -6,6 +6,7 @@ pub mod app;
 pub mod args;
 pub mod capacity;
 pub mod chaos;
+pub mod chaos_target;
 pub mod check;
 pub mod context;
 pub mod exit;

@@ -59,6 +59,12 @@ struct RouteState {
     spec: MockRoute,
     next: AtomicUsize,
     calls: AtomicU64,
+    /// 2xx answers sent (an answer a gateway may or may not have passed on).
+    answered: AtomicU64,
+    /// When the outage ends, on the outage's clock; `POST /reset` moves it to
+    /// `outage_span_ms` from the reset.
+    outage_until: std::sync::atomic::AtomicI64,
+    outage_span_ms: i64,
     /// The request bodies, when the route records them: at most `MAX_RECORDED`.
     bodies: std::sync::Mutex<Vec<Value>>,
 }
@@ -133,12 +139,20 @@ impl MockServer {
                         spec.route.provider().to_string(),
                         spec.route.model().to_string(),
                     );
+                    // An outage lasts as long from a reset as it did from the start.
+                    let (until, span) = match &spec.outage {
+                        Some(o) => (o.until, o.until.saturating_sub(o.clock.now_ms()).max(0)),
+                        None => (0, 0),
+                    };
                     (
                         key,
                         RouteState {
                             spec,
                             next: AtomicUsize::new(0),
                             calls: AtomicU64::new(0),
+                            answered: AtomicU64::new(0),
+                            outage_until: std::sync::atomic::AtomicI64::new(until),
+                            outage_span_ms: span,
                             bodies: std::sync::Mutex::new(Vec::new()),
                         },
                     )
@@ -221,6 +235,55 @@ impl MockServer {
             .map(|r| r.calls.load(Ordering::SeqCst))
             .unwrap_or(0)
     }
+
+    /// Rewinds every script: call counts, replies, recorded bodies and outages start
+    /// again as if the server had just started (`POST /reset`).
+    pub fn reset(&self) {
+        self.shared.reset();
+    }
+}
+
+impl Shared {
+    fn reset(&self) {
+        for state in self.routes.values() {
+            state.next.store(0, Ordering::SeqCst);
+            state.calls.store(0, Ordering::SeqCst);
+            state.answered.store(0, Ordering::SeqCst);
+            state
+                .bodies
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
+            if let Some(o) = &state.spec.outage {
+                let until = o.clock.now_ms().saturating_add(state.outage_span_ms);
+                state.outage_until.store(until, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// `GET /calls`: every route's upstream calls and 2xx answers since the last reset,
+    /// by route name: `{"routes": {"p/m": {"calls": 2, "answered": 1}}}`.
+    fn calls_json(&self) -> Value {
+        let mut routes: Vec<(&str, Value)> = self
+            .routes
+            .values()
+            .map(|r| {
+                (
+                    r.spec.route.as_str(),
+                    json!({
+                        "calls": r.calls.load(Ordering::SeqCst),
+                        "answered": r.answered.load(Ordering::SeqCst),
+                    }),
+                )
+            })
+            .collect();
+        routes.sort_by(|a, b| a.0.cmp(b.0));
+        let map: serde_json::Map<String, Value> = routes
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        json!({ "routes": map })
+    }
 }
 
 /// What the mock understood of a request.
@@ -254,6 +317,23 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         }
         _ => return,
     };
+    // The control endpoints a runner outside this process uses (`chaos --target`).
+    let path = parsed.target.split('?').next().unwrap_or("");
+    match (parsed.method.as_str(), path) {
+        ("GET", "/calls") => {
+            let body = shared.calls_json().to_string();
+            let _ = write_response(&mut stream, 200, &[], "application/json", body.as_bytes())
+                .await;
+            return;
+        }
+        ("POST", "/reset") => {
+            shared.reset();
+            let _ = write_response(&mut stream, 200, &[], "application/json", b"{\"reset\":true}")
+                .await;
+            return;
+        }
+        _ => {}
+    }
     match route_request(&parsed, &shared) {
         Err(msg) => {
             reject(&mut stream, &msg).await;
@@ -270,11 +350,12 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                     bodies.push(request.clone());
                 }
             }
+            let until = state.outage_until.load(Ordering::SeqCst);
             let down = state
                 .spec
                 .outage
                 .as_ref()
-                .filter(|o| o.clock.now_ms() < o.until);
+                .filter(|o| o.clock.now_ms() < until);
             let (reply, n) = match down {
                 Some(o) => (&o.reply, state.calls.load(Ordering::SeqCst) as usize - 1),
                 None => {
@@ -289,8 +370,21 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                 seq: n + 1,
                 request: &request,
             };
+            if answers(reply) {
+                state.answered.fetch_add(1, Ordering::SeqCst);
+            }
             serve_reply(&mut stream, reply, &ctx).await;
         }
+    }
+}
+
+/// Whether `reply` is a 2xx answer (after any delay).
+fn answers(reply: &Reply) -> bool {
+    match reply {
+        Reply::Delay { then, .. } => answers(then),
+        Reply::Ok { .. } | Reply::Stream(_) => true,
+        Reply::Status { status, .. } => (200..300).contains(status),
+        Reply::Reset => false,
     }
 }
 

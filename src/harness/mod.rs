@@ -10,4 +10,7 @@ pub mod runner;
 pub mod scenario;
 pub mod stream_server;
 pub mod suite;
+pub mod suite_mock;
+pub mod target;
+pub mod target_config;
 pub mod wire_bodies;

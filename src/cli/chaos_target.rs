@@ -1,0 +1,401 @@
+//! `poolctl chaos PATH... --target URL | --target-exec CMD`: the scenarios against a
+//! gateway outside this process. With `--target`, the gateway already points at a
+//! running `poolctl mock PATH... --write-config` (named by `--mock`). With
+//! `--target-exec`, poolctl starts the mocks itself, writes the gateway's config,
+//! starts the gateway, waits for it to answer, runs the suite and stops it.
+
+use super::exit::Exit;
+use super::look::{Look, Tone};
+use super::out;
+use crate::core::secret::Secret;
+use crate::harness::mock::MockServer;
+use crate::harness::scenario::Scenario;
+use crate::harness::suite_mock::{suite_routes, Naming};
+use crate::harness::target::{
+    reachable, run_suite, Tally, Target, TargetRun, Verdict, Wrong,
+};
+use crate::harness::target_config::{config_text, ConfigFormat, MOCK_KEY_ENV};
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What `chaos` needs to run against a target.
+pub struct TargetArgs {
+    pub url: Option<String>,
+    pub exec: Option<String>,
+    pub token: Option<String>,
+    pub format: ConfigFormat,
+    pub mock: Option<SocketAddr>,
+    pub max_wait_ms: u64,
+    pub start_timeout_ms: u64,
+    pub json: bool,
+    pub junit: Option<PathBuf>,
+}
+
+/// How long the target may take to answer its first probe (`--target`).
+const REACH_TIMEOUT: Duration = Duration::from_secs(5);
+/// After SIGTERM, how long a started gateway may take to stop before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+pub async fn run(
+    args: TargetArgs,
+    all: &[Scenario],
+    selected: Vec<Scenario>,
+    naming: Naming,
+    look: &Look,
+) -> anyhow::Result<Exit> {
+    let client = crate::wire::http_client();
+    let token = args.token.clone().map(Secret::new);
+    // `--target-exec`: our own mocks, config and gateway, stopped when this ends.
+    let mut started: Option<Started> = None;
+    let (url, mock) = match (&args.url, &args.exec) {
+        (Some(url), None) => {
+            let Some(mock) = args.mock else {
+                out::warn("error: --target needs --mock ADDR: the `poolctl mock` the target's config points at (or use --target-exec)");
+                return Ok(Exit::Usage);
+            };
+            if let Err(why) = reachable(&client, url, REACH_TIMEOUT).await {
+                out::warn(&format!("error: cannot reach the target at {url}: {why}"));
+                return Ok(Exit::Usage);
+            }
+            if let Err(why) = reachable_mock(&client, mock).await {
+                out::warn(&format!("error: {why}"));
+                return Ok(Exit::Usage);
+            }
+            (url.clone(), mock)
+        }
+        (None, Some(cmd)) => match start(cmd, &args, all, naming, &client).await {
+            Ok(s) => {
+                let url = s.url.clone();
+                let mock = s.mock.addr();
+                started = Some(s);
+                (url, mock)
+            }
+            Err(e) => {
+                out::warn(&format!("error: {e}"));
+                return Ok(Exit::Usage);
+            }
+        },
+        _ => unreachable!("clap requires exactly one of --target and --target-exec"),
+    };
+    let target = Target {
+        url: url.clone(),
+        token,
+        format: args.format,
+        mock,
+        naming,
+        max_wait_ms: args.max_wait_ms,
+    };
+    let progress = (!args.json && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(selected.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {pos}/{len} scenarios {wide_msg}")
+                .expect("static template"),
+        );
+        bar
+    });
+    let bump = |r: &TargetRun| {
+        if let Some(bar) = &progress {
+            bar.inc(1);
+            bar.set_message(r.name.clone());
+        }
+    };
+    let runs = run_suite(&selected, &target, &bump).await;
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    let log = match started {
+        Some(s) => Some(s.stop().await),
+        None => None,
+    };
+    let tally = Tally::of(&runs);
+    if args.json {
+        let mut text = String::new();
+        for r in &runs {
+            text.push_str(&serde_json::to_string(r).unwrap_or_default());
+            text.push('\n');
+        }
+        text.push_str(&serde_json::json!({ "target": url, "tally": tally }).to_string());
+        text.push('\n');
+        out::print(&text)?;
+    } else {
+        out::print(&render(&runs, look))?;
+        out::line(&summary(&url, &tally, look))?;
+    }
+    if let Some(log) = &log {
+        out::warn(&format!("the gateway's output: {}", log.display()));
+    }
+    if let Some(path) = &args.junit {
+        std::fs::write(path, junit(&runs))
+            .map_err(|e| anyhow::anyhow!("cannot write JUnit report {}: {e}", path.display()))?;
+    }
+    Ok(if tally.failed == 0 { Exit::Ok } else { Exit::Failed })
+}
+
+async fn reachable_mock(client: &reqwest::Client, mock: SocketAddr) -> Result<(), String> {
+    let url = format!("http://{mock}/calls");
+    match client.get(&url).timeout(REACH_TIMEOUT).send().await {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(format!(
+            "{mock} is not a `poolctl mock` (GET /calls answered {})",
+            r.status()
+        )),
+        Err(e) => Err(format!("cannot reach the mock at {mock}: {e}")),
+    }
+}
+
+/// A gateway this run started, with the mocks it points at.
+struct Started {
+    url: String,
+    mock: MockServer,
+    child: tokio::process::Child,
+    log: PathBuf,
+    /// Holds the config, the state and the log; kept (not deleted) so the log can be
+    /// read after the run.
+    _dir: PathBuf,
+}
+
+impl Started {
+    /// SIGTERM to the gateway's process group, then SIGKILL after `STOP_GRACE`.
+    async fn stop(mut self) -> PathBuf {
+        #[cfg(target_os = "linux")]
+        if let Some(pid) = self.child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::TERM);
+        }
+        if tokio::time::timeout(STOP_GRACE, self.child.wait()).await.is_err() {
+            #[cfg(target_os = "linux")]
+            if let Some(pid) = self.child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            }
+            let _ = self.child.kill().await;
+        }
+        drop(self.mock);
+        self.log
+    }
+}
+
+/// Starts the mocks, writes the config, starts `cmd` and waits until it answers.
+async fn start(
+    cmd: &str,
+    args: &TargetArgs,
+    all: &[Scenario],
+    naming: Naming,
+    client: &reqwest::Client,
+) -> anyhow::Result<Started> {
+    let dir = std::env::temp_dir().join(format!(
+        "poolctl-target-{}-{}",
+        std::process::id(),
+        crate::core::clock::wall_now_ms()
+    ));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    let clock: std::sync::Arc<dyn crate::core::clock::Clock> =
+        std::sync::Arc::new(crate::core::clock::SystemClock);
+    let routes = suite_routes(all, naming, &clock, crate::core::clock::wall_now_ms());
+    let mock = MockServer::start(([127, 0, 0, 1], 0).into(), routes)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot start the mock providers: {e}"))?;
+    let ext = match args.format {
+        ConfigFormat::Portkey => "json",
+        _ => "yaml",
+    };
+    let config = dir.join(format!("config.{ext}"));
+    let state = dir.join("state.db");
+    let text = config_text(args.format, all, mock.addr(), naming, Some(&state));
+    std::fs::write(&config, text)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", config.display()))?;
+    let port = free_port()?;
+    let line = cmd
+        .replace("{config}", &shell_quote(&config))
+        .replace("{port}", &port.to_string());
+    let log = dir.join("gateway.log");
+    let out = std::fs::File::create(&log)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", log.display()))?;
+    let err = out.try_clone()?;
+    let mut command = tokio::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg(&line)
+        .env(MOCK_KEY_ENV, crate::harness::runner::MOCK_KEY)
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .kill_on_drop(true);
+    #[cfg(unix)]
+    command.process_group(0);
+    let mut child = command
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start `{line}`: {e}"))?;
+    let url = format!("http://127.0.0.1:{port}");
+    let sw = crate::core::clock::Stopwatch::start();
+    let limit = Duration::from_millis(args.start_timeout_ms);
+    out::warn(&format!("poolctl chaos: started `{line}`; waiting for {url}"));
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            anyhow::bail!(
+                "the gateway exited ({status}) before it answered; its output is in {}:\n{}",
+                log.display(),
+                tail(&log, 12)
+            );
+        }
+        if reachable(client, &url, Duration::from_secs(1)).await.is_ok() {
+            break;
+        }
+        if sw.elapsed() > limit {
+            let _ = child.kill().await;
+            anyhow::bail!(
+                "the gateway did not answer at {url} within {} s (--start-timeout); its output is in {}:\n{}",
+                limit.as_secs(),
+                log.display(),
+                tail(&log, 12)
+            );
+        }
+        crate::core::clock::real_sleep(Duration::from_millis(200)).await;
+    }
+    Ok(Started {
+        url,
+        mock,
+        child,
+        log,
+        _dir: dir,
+    })
+}
+
+/// A port free now on loopback (the gateway binds it a moment later).
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .map_err(|e| anyhow::anyhow!("cannot find a free port: {e}"))?;
+    Ok(l.local_addr()?.port())
+}
+
+/// `path` as one word for `sh`.
+fn shell_quote(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', "'\\''"))
+}
+
+/// The last `n` lines of a file, for an error message (at most 64 KiB read).
+fn tail(path: &Path, n: usize) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| format!("  | {}", crate::core::clip::clip(l, 200)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One line per scenario; under a failure, one line per failed check.
+pub fn render(runs: &[TargetRun], look: &Look) -> String {
+    let mut s = String::new();
+    for r in runs {
+        let (word, tone) = match r.verdict {
+            Verdict::Pass => ("PASS", Tone::Good),
+            Verdict::Fail => ("FAIL", Tone::Fail),
+            Verdict::Skip => ("SKIP", Tone::Warn),
+        };
+        s.push_str(&format!("{}  {}\n", look.paint(tone, word), r.name));
+        let room = look.width.saturating_sub(6).max(20);
+        if let Some(note) = &r.note {
+            s.push_str(&format!("      {}\n", crate::core::clip::clip(note, room)));
+        }
+        for c in r.failed() {
+            let line = format!(
+                "#{} {}: expected {}, got {}",
+                c.request + 1,
+                c.field,
+                c.expected,
+                c.got
+            );
+            s.push_str(&format!("      {}\n", crate::core::clip::clip(&line, room)));
+        }
+    }
+    s
+}
+
+/// The closing tally.
+pub fn summary(url: &str, t: &Tally, look: &Look) -> String {
+    let wrong: Vec<String> = Wrong::ALL
+        .iter()
+        .filter_map(|w| t.wrong.get(w.as_str()).map(|n| format!("{} {n}", w.as_str())))
+        .collect();
+    let skipped: Vec<String> = t.skipped_by.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let mut s = format!(
+        "target {url}: {} tried, {} passed, {} failed",
+        t.tried,
+        look.paint(Tone::Good, &t.passed.to_string()),
+        if t.failed > 0 {
+            look.paint(Tone::Fail, &t.failed.to_string())
+        } else {
+            "0".into()
+        },
+    );
+    if !wrong.is_empty() {
+        s.push_str(&format!(" ({})", wrong.join(", ")));
+    }
+    s.push_str(&format!("\n{} skipped", t.skipped));
+    if !skipped.is_empty() {
+        s.push_str(&format!(" ({})", skipped.join(", ")));
+    }
+    s.push_str(&format!(
+        "\n{} checks not observable from outside, {} not comparable",
+        t.not_observable_checks, t.not_comparable_checks
+    ));
+    s
+}
+
+fn junit(runs: &[TargetRun]) -> String {
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    };
+    let failures = runs.iter().filter(|r| r.verdict == Verdict::Fail).count();
+    let skipped = runs.iter().filter(|r| r.verdict == Verdict::Skip).count();
+    let mut s = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"poolctl chaos --target\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\">\n",
+        runs.len()
+    );
+    for r in runs {
+        s.push_str(&format!(
+            "  <testcase name=\"{}\" classname=\"{}\" time=\"{:.3}\">",
+            esc(&r.name),
+            esc(&r.file.display().to_string()),
+            r.wall_ms / 1000.0
+        ));
+        match r.verdict {
+            Verdict::Pass => {}
+            Verdict::Skip => s.push_str(&format!(
+                "<skipped message=\"{}\"/>",
+                esc(r.note.as_deref().unwrap_or(""))
+            )),
+            Verdict::Fail => {
+                let lines: Vec<String> = r
+                    .note
+                    .iter()
+                    .cloned()
+                    .chain(r.failed().map(|c| {
+                        format!("#{} {}: expected {}, got {}", c.request + 1, c.field, c.expected, c.got)
+                    }))
+                    .collect();
+                s.push_str(&format!(
+                    "<failure message=\"{}\">{}</failure>",
+                    esc(lines.first().map(String::as_str).unwrap_or("failed")),
+                    esc(&lines.join("\n"))
+                ));
+            }
+        }
+        s.push_str("</testcase>\n");
+    }
+    s.push_str("</testsuite>\n");
+    s
+}

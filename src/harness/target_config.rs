@@ -1,0 +1,435 @@
+//! The config that points a gateway at a suite's mocks (`poolctl mock --write-config`,
+//! `chaos --target-exec`), in the gateway's own format:
+//!
+//! - `pool`: poolctl's pool config; each scenario a tier, its policy card a workflow
+//!   of the same name, its `limits:` and `models:` renamed with its routes;
+//! - `litellm`: a LiteLLM proxy config; each chain step a model group, the chain's
+//!   order given by `router_settings.fallbacks`;
+//! - `portkey`: one Portkey config object per scenario (a `fallback` strategy over the
+//!   chain's targets), sent as the `x-portkey-config` header, since Portkey's gateway
+//!   reads no config file.
+//!
+//! Pure text from the scenarios and the mock's address: the runner computes the same
+//! names the file holds.
+
+use super::scenario::{ChainEntry, Scenario};
+use super::suite_mock::Naming;
+use crate::core::vocab::{CallPath, Route, Wire};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// The variable the written configs name for the mocks' key; the mocks accept any
+/// non-empty key.
+pub const MOCK_KEY_ENV: &str = "POOLCTL_MOCK_KEY";
+
+/// A gateway's config format (`--config-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConfigFormat {
+    #[default]
+    Pool,
+    Litellm,
+    Portkey,
+}
+
+impl ConfigFormat {
+    pub const WORDS: [&'static str; 3] = ["pool", "litellm", "portkey"];
+
+    pub fn parse(word: &str) -> Option<ConfigFormat> {
+        match word {
+            "pool" => Some(ConfigFormat::Pool),
+            "litellm" => Some(ConfigFormat::Litellm),
+            "portkey" => Some(ConfigFormat::Portkey),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Self::WORDS[self as usize]
+    }
+}
+
+/// The `base_url` a provider is served under on the mock at `addr`, in the wire's
+/// convention: OpenAI-compatible bases end in `/v1`; Anthropic and Gemini bases are
+/// the host.
+pub fn base_url(addr: SocketAddr, provider: &str, wire: Wire) -> String {
+    match wire {
+        Wire::OpenAi => format!("http://{addr}/{provider}/v1"),
+        Wire::Anthropic | Wire::Gemini => format!("http://{addr}/{provider}"),
+    }
+}
+
+/// The `model` a client sends to reach `scenario` on a target: its workflow and its
+/// tier share one name.
+pub fn target_model(scenario: &Scenario, naming: Naming) -> String {
+    match naming {
+        Naming::AsWritten => scenario.name.clone(),
+        Naming::Tagged => super::suite_mock::tag(&scenario.name),
+    }
+}
+
+/// `headroom` and `interactive_floor` are one per pool config: the value most of the
+/// suite's admission scenarios use (ties: the smaller). A scenario that wants another
+/// cannot be compared on a pool target (`globals_differ`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Globals {
+    pub headroom: Option<f64>,
+    pub interactive_floor: Option<f64>,
+}
+
+impl Globals {
+    pub fn of(scenarios: &[Scenario]) -> Globals {
+        fn most(values: impl Iterator<Item = f64>) -> Option<f64> {
+            let mut counts: Vec<(f64, usize)> = Vec::new();
+            for v in values {
+                match counts.iter_mut().find(|(x, _)| *x == v) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((v, 1)),
+                }
+            }
+            counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.total_cmp(&b.0)));
+            counts.first().map(|(v, _)| *v)
+        }
+        use crate::admission::bucket::{DEFAULT_HEADROOM, DEFAULT_INTERACTIVE_FLOOR};
+        let admission = || scenarios.iter().filter(|s| !s.limits.is_empty());
+        Globals {
+            headroom: most(admission().map(|s| s.headroom.unwrap_or(DEFAULT_HEADROOM))),
+            interactive_floor: most(
+                admission().map(|s| s.interactive_floor.unwrap_or(DEFAULT_INTERACTIVE_FLOOR)),
+            ),
+        }
+    }
+
+    /// Why `scenario` cannot run under these globals, if it cannot.
+    pub fn differ(&self, scenario: &Scenario) -> Option<String> {
+        if scenario.limits.is_empty() {
+            return None;
+        }
+        use crate::admission::bucket::{DEFAULT_HEADROOM, DEFAULT_INTERACTIVE_FLOOR};
+        let pair = |mine: Option<f64>, suite: Option<f64>, default: f64| {
+            (mine.unwrap_or(default), suite.unwrap_or(default))
+        };
+        let (h, sh) = pair(scenario.headroom, self.headroom, DEFAULT_HEADROOM);
+        if h != sh {
+            return Some(format!("its headroom {h} is not the suite's {sh}"));
+        }
+        let (f, sf) = pair(
+            scenario.interactive_floor,
+            self.interactive_floor,
+            DEFAULT_INTERACTIVE_FLOOR,
+        );
+        if f != sf {
+            return Some(format!("its interactive_floor {f} is not the suite's {sf}"));
+        }
+        None
+    }
+}
+
+/// The chain entries of a scenario's tier (`None`: its chain) by step.
+fn steps<'a>(scenario: &'a Scenario, tier: Option<&str>) -> &'a [ChainEntry] {
+    match tier {
+        None => &scenario.chain,
+        Some(t) => scenario.tiers.get(t).map(Vec::as_slice).unwrap_or(&[]),
+    }
+}
+
+/// A pool config serving `scenarios` from the mock at `addr`.
+pub fn pool_yaml(
+    scenarios: &[Scenario],
+    addr: SocketAddr,
+    naming: Naming,
+    state: Option<&Path>,
+) -> String {
+    let mut s = String::new();
+    match scenarios {
+        [one] => {
+            let _ = writeln!(s, "# poolctl mock: scenario `{}` ({})", one.name, one.file.display());
+        }
+        many => {
+            let _ = writeln!(s, "# poolctl mock: {} scenarios, one tier each", many.len());
+        }
+    }
+    let _ = writeln!(s, "# the mocks accept any key: export {MOCK_KEY_ENV}=anything");
+    s.push_str("providers:\n");
+    for sc in scenarios {
+        let mut seen: Vec<&str> = Vec::new();
+        for (_, entry) in sc.entries() {
+            let provider = entry.route.provider();
+            if seen.contains(&provider) {
+                continue;
+            }
+            seen.push(provider);
+            provider_block(&mut s, entry, &naming.provider(provider, &sc.name), addr);
+        }
+    }
+    let globals = Globals::of(scenarios);
+    if let Some(h) = globals.headroom {
+        let _ = writeln!(s, "headroom: {h}");
+    }
+    if let Some(f) = globals.interactive_floor {
+        let _ = writeln!(s, "interactive_floor: {f}");
+    }
+    if let Some(state) = state {
+        // Quoted: a path may hold characters YAML would read otherwise.
+        let _ = writeln!(s, "state: {:?}", state.display().to_string());
+    }
+    s.push_str("tiers:\n");
+    for sc in scenarios {
+        let _ = writeln!(s, "  {}:", target_model(sc, naming));
+        tier_lines(&mut s, sc, None, naming);
+        for t in sc.tiers.keys() {
+            let _ = writeln!(s, "  {}:", naming.tier(t, &sc.name));
+            tier_lines(&mut s, sc, Some(t), naming);
+        }
+    }
+    let cards: Vec<&Scenario> = scenarios.iter().filter(|s| s.policy.is_some()).collect();
+    if !cards.is_empty() {
+        s.push_str("policies:\n");
+        for sc in cards {
+            let card = card_json(sc, naming);
+            let _ = writeln!(s, "  {}: {card}", target_model(sc, naming));
+        }
+    }
+    let models: Vec<(Route, Value)> = scenarios
+        .iter()
+        .flat_map(|sc| {
+            sc.entries().filter_map(move |(_, e)| {
+                let facts = e.model.as_ref()?;
+                let v = serde_json::to_value(facts).ok()?;
+                Some((naming.route(&e.route, &sc.name), drop_nulls(v)))
+            })
+        })
+        .collect();
+    if !models.is_empty() {
+        s.push_str("models:\n");
+        for (route, facts) in models {
+            let _ = writeln!(s, "  {route}: {facts}");
+        }
+    }
+    let limits: Vec<(String, Value)> = scenarios
+        .iter()
+        .flat_map(|sc| {
+            sc.limits.iter().map(move |(k, l)| {
+                let v = serde_json::to_value(l).unwrap_or(Value::Null);
+                (naming.limit_key(k, &sc.name), drop_nulls(v))
+            })
+        })
+        .collect();
+    if !limits.is_empty() {
+        s.push_str("limits:\n");
+        for (key, l) in limits {
+            let _ = writeln!(s, "  {key}: {l}");
+        }
+    }
+    s
+}
+
+fn provider_block(s: &mut String, entry: &ChainEntry, name: &str, addr: SocketAddr) {
+    let _ = writeln!(s, "  {name}:");
+    let _ = writeln!(s, "    wire: {}", entry.wire);
+    let _ = writeln!(s, "    base_url: {}", base_url(addr, name, entry.wire));
+    let _ = writeln!(s, "    api_key_env: {MOCK_KEY_ENV}");
+    // As the in-process runner resolves it: the explicit dialect, else the wire's (a
+    // loopback URL implies none).
+    let (dialect, _) = entry.settings().dialect(None);
+    let _ = writeln!(s, "    dialect: {dialect}");
+    for (field, v) in [
+        ("timeout_ms", entry.timeout_ms),
+        ("first_token_timeout_ms", entry.first_token_timeout_ms),
+        ("stream_idle_ms", entry.stream_idle_ms),
+        ("stream_max_ms", entry.stream_max_ms),
+        ("max_stream_bytes", entry.max_stream_bytes),
+        ("max_event_bytes", entry.max_event_bytes),
+        ("cooldown_ms", entry.cooldown_ms),
+        ("transient_cooldown_ms", entry.transient_cooldown_ms),
+    ] {
+        if let Some(v) = v {
+            let _ = writeln!(s, "    {field}: {v}");
+        }
+    }
+    if let Some(b) = &entry.breaker {
+        if let Ok(v) = serde_json::to_value(b) {
+            let _ = writeln!(s, "    breaker: {}", drop_nulls(v));
+        }
+    }
+    if entry.drop_params {
+        let _ = writeln!(s, "    drop_params: true");
+    }
+}
+
+fn tier_lines(s: &mut String, sc: &Scenario, tier: Option<&str>, naming: Naming) {
+    for entry in steps(sc, tier) {
+        let route = naming.route(&entry.route, &sc.name);
+        match sc.path {
+            CallPath::Chat => {
+                let _ = writeln!(s, "    - {route}");
+            }
+            path => {
+                let _ = writeln!(s, "    - {{ route: {route}, path: {path} }}");
+            }
+        }
+    }
+}
+
+/// The scenario's policy card as a pool config's workflow: its tier, and the routes
+/// and tiers it names, renamed.
+fn card_json(sc: &Scenario, naming: Naming) -> Value {
+    let mut card = sc.policy.clone().unwrap_or_default();
+    card.tier = Some(target_model(sc, naming));
+    card.fallback_routes = card
+        .fallback_routes
+        .map(|rs| rs.iter().map(|r| naming.route(r, &sc.name)).collect());
+    card.degrade_tier = card.degrade_tier.map(|t| naming.tier(&t, &sc.name));
+    drop_nulls(serde_json::to_value(&card).unwrap_or(Value::Null))
+}
+
+/// JSON (which YAML reads as flow style) without its `null` fields, which a config
+/// reads as absent anyway.
+fn drop_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, drop_nulls(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// LiteLLM's provider prefix for a wire.
+fn litellm_prefix(wire: Wire) -> &'static str {
+    match wire {
+        Wire::OpenAi => "openai",
+        Wire::Anthropic => "anthropic",
+        Wire::Gemini => "gemini",
+    }
+}
+
+/// The model group of step `i` (0-based) of a scenario's chain: the first step is
+/// the name a client asks for.
+fn litellm_group(sc: &Scenario, i: usize, naming: Naming) -> String {
+    let base = target_model(sc, naming);
+    if i == 0 {
+        base
+    } else {
+        format!("{base}.{}", i + 1)
+    }
+}
+
+/// A LiteLLM proxy config serving `scenarios` from the mock at `addr`. Each chain
+/// step is a model group of one deployment; `router_settings.fallbacks` orders them.
+/// Router settings are global in LiteLLM, so a scenario's policy card cannot be
+/// written here (the runner marks those checks "not comparable").
+pub fn litellm_yaml(scenarios: &[Scenario], addr: SocketAddr, naming: Naming) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# poolctl mock: {} scenarios as LiteLLM model groups",
+        scenarios.len()
+    );
+    let _ = writeln!(s, "# the mocks accept any key: export {MOCK_KEY_ENV}=anything");
+    s.push_str("model_list:\n");
+    let mut fallbacks: Vec<Value> = Vec::new();
+    for sc in scenarios {
+        for (i, entry) in sc.chain.iter().enumerate() {
+            let route = naming.route(&entry.route, &sc.name);
+            let mut params = serde_json::Map::new();
+            params.insert(
+                "model".into(),
+                json!(format!("{}/{}", litellm_prefix(entry.wire), route.model())),
+            );
+            params.insert(
+                "api_base".into(),
+                json!(base_url(addr, route.provider(), entry.wire)),
+            );
+            params.insert("api_key".into(), json!(format!("os.environ/{MOCK_KEY_ENV}")));
+            if let Some(ms) = entry.timeout_ms {
+                params.insert("timeout".into(), json!(ms as f64 / 1000.0));
+            }
+            if let Some(ms) = entry.first_token_timeout_ms {
+                params.insert("stream_timeout".into(), json!(ms as f64 / 1000.0));
+            }
+            let _ = writeln!(s, "  - model_name: {}", litellm_group(sc, i, naming));
+            let _ = writeln!(s, "    litellm_params: {}", Value::Object(params));
+            if sc.path == CallPath::Embed {
+                let _ = writeln!(s, "    model_info: {{\"mode\": \"embedding\"}}");
+            }
+        }
+        if sc.chain.len() > 1 {
+            let rest: Vec<String> = (1..sc.chain.len())
+                .map(|i| litellm_group(sc, i, naming))
+                .collect();
+            fallbacks.push(json!({ litellm_group(sc, 0, naming): rest }));
+        }
+    }
+    // poolctl's default card: one retry on the same route, as LiteLLM's `num_retries`.
+    s.push_str("router_settings:\n");
+    let _ = writeln!(s, "  num_retries: 1");
+    let _ = writeln!(s, "  fallbacks: {}", Value::Array(fallbacks));
+    s
+}
+
+/// One Portkey config object per scenario, by the model name the runner sends: a
+/// `fallback` strategy over the chain's targets, each with its `custom_host`.
+pub fn portkey_configs(
+    scenarios: &[Scenario],
+    addr: SocketAddr,
+    naming: Naming,
+) -> BTreeMap<String, Value> {
+    scenarios
+        .iter()
+        .map(|sc| (target_model(sc, naming), portkey_config(sc, addr, naming)))
+        .collect()
+}
+
+fn portkey_config(sc: &Scenario, addr: SocketAddr, naming: Naming) -> Value {
+    let targets: Vec<Value> = sc
+        .chain
+        .iter()
+        .map(|entry| {
+            let route = naming.route(&entry.route, &sc.name);
+            let base = base_url(addr, route.provider(), entry.wire);
+            // Portkey's hosts carry the API's version path; the mock's OpenAI bases
+            // already end in `/v1`.
+            let (provider, host) = match entry.wire {
+                Wire::OpenAi => ("openai", base),
+                Wire::Anthropic => ("anthropic", format!("{base}/v1")),
+                Wire::Gemini => ("google", format!("{base}/v1beta")),
+            };
+            json!({
+                "provider": provider,
+                "api_key": super::runner::MOCK_KEY,
+                "custom_host": host,
+                "override_params": { "model": route.model() },
+            })
+        })
+        .collect();
+    json!({ "strategy": { "mode": "fallback" }, "targets": targets })
+}
+
+/// The Portkey configs as one JSON file: `{ "<model>": <config>, ... }`.
+pub fn portkey_json(scenarios: &[Scenario], addr: SocketAddr, naming: Naming) -> String {
+    let map: serde_json::Map<String, Value> =
+        portkey_configs(scenarios, addr, naming).into_iter().collect();
+    let mut text = serde_json::to_string_pretty(&Value::Object(map)).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// The config for `format`.
+pub fn config_text(
+    format: ConfigFormat,
+    scenarios: &[Scenario],
+    addr: SocketAddr,
+    naming: Naming,
+    state: Option<&Path>,
+) -> String {
+    match format {
+        ConfigFormat::Pool => pool_yaml(scenarios, addr, naming, state),
+        ConfigFormat::Litellm => litellm_yaml(scenarios, addr, naming),
+        ConfigFormat::Portkey => portkey_json(scenarios, addr, naming),
+    }
+}
