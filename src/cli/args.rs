@@ -51,33 +51,6 @@ pub fn listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
         .ok_or_else(|| format!("`{s}` resolves to no address: {hint}"))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn listen_takes_an_ip_and_port_or_a_host_name_and_port() {
-        assert_eq!(
-            listen_addr("127.0.0.1:8700").unwrap(),
-            "127.0.0.1:8700".parse().unwrap()
-        );
-        assert_eq!(listen_addr("[::1]:0").unwrap(), "[::1]:0".parse().unwrap());
-        let local = listen_addr("localhost:8701").unwrap();
-        assert!(local.ip().is_loopback(), "{local}");
-        assert_eq!(local.port(), 8701);
-        for bad in [
-            "notanaddr",
-            "localhost",
-            ":8700",
-            "localhost:99999",
-            "127.0.0.1:x",
-        ] {
-            let e = listen_addr(bad).unwrap_err();
-            assert!(e.contains("HOST:PORT"), "{bad}: {e}");
-        }
-    }
-}
-
 /// `--config-format`: pool, litellm or portkey.
 pub fn config_format(s: &str) -> Result<crate::harness::target_config::ConfigFormat, String> {
     use crate::harness::target_config::ConfigFormat;
@@ -104,6 +77,35 @@ pub fn duration_ms(s: &str) -> Result<u64, String> {
     };
     match num.parse::<f64>() {
         Ok(n) if n.is_finite() && n >= 0.0 && n * scale <= 86_400_000.0 => Ok((n * scale) as u64),
-        _ => Err(format!("`{s}`: expected a duration from 0 to 24 h, like 500ms, 5s or 2m")),
+        _ => Err(format!(
+            "`{s}`: expected a duration from 0 to 24 h, like 500ms, 5s or 2m"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_takes_an_ip_and_port_or_a_host_name_and_port() {
+        assert_eq!(
+            listen_addr("127.0.0.1:8700").unwrap(),
+            "127.0.0.1:8700".parse().unwrap()
+        );
+        assert_eq!(listen_addr("[::1]:0").unwrap(), "[::1]:0".parse().unwrap());
+        let local = listen_addr("localhost:8701").unwrap();
+        assert!(local.ip().is_loopback(), "{local}");
+        assert_eq!(local.port(), 8701);
+        for bad in [
+            "notanaddr",
+            "localhost",
+            ":8700",
+            "localhost:99999",
+            "127.0.0.1:x",
+        ] {
+            let e = listen_addr(bad).unwrap_err();
+            assert!(e.contains("HOST:PORT"), "{bad}: {e}");
+        }
     }
 }

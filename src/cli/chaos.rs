@@ -32,7 +32,12 @@ pub struct ChaosArgs {
     /// Run the scenarios against the gateway at URL (its base, without /v1), one after
     /// another, instead of poolctl's own router. Its config must point at a running
     /// `poolctl mock PATH... --write-config` for the same PATHs (see --mock).
-    #[arg(long, value_name = "URL", conflicts_with = "target_exec", help_heading = "Against a gateway")]
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with = "target_exec",
+        help_heading = "Against a gateway"
+    )]
     pub target: Option<String>,
     /// Start the gateway CMD (`{config}` and `{port}` are replaced) against mocks this
     /// run starts, run the suite against it, and stop it. Its output goes to a file
@@ -40,7 +45,13 @@ pub struct ChaosArgs {
     #[arg(long, value_name = "CMD", help_heading = "Against a gateway")]
     pub target_exec: Option<String>,
     /// The bearer token the target wants (also $POOLCTL_TARGET_TOKEN); never printed.
-    #[arg(long, value_name = "T", env = "POOLCTL_TARGET_TOKEN", hide_env_values = true, help_heading = "Against a gateway")]
+    #[arg(
+        long,
+        value_name = "T",
+        env = "POOLCTL_TARGET_TOKEN",
+        hide_env_values = true,
+        help_heading = "Against a gateway"
+    )]
     pub target_token: Option<String>,
     /// The target's config format: pool, litellm or portkey (Portkey's config object
     /// per scenario goes in the x-portkey-config header).

@@ -11,9 +11,7 @@ use crate::core::secret::Secret;
 use crate::harness::mock::MockServer;
 use crate::harness::scenario::Scenario;
 use crate::harness::suite_mock::{suite_routes, Naming};
-use crate::harness::target::{
-    reachable, run_suite, Tally, Target, TargetRun, Verdict, Wrong,
-};
+use crate::harness::target::{reachable, run_suite, Tally, Target, TargetRun, Verdict, Wrong};
 use crate::harness::target_config::{config_text, ConfigFormat, MOCK_KEY_ENV};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -130,7 +128,11 @@ pub async fn run(
         std::fs::write(path, junit(&runs))
             .map_err(|e| anyhow::anyhow!("cannot write JUnit report {}: {e}", path.display()))?;
     }
-    Ok(if tally.failed == 0 { Exit::Ok } else { Exit::Failed })
+    Ok(if tally.failed == 0 {
+        Exit::Ok
+    } else {
+        Exit::Failed
+    })
 }
 
 async fn reachable_mock(client: &reqwest::Client, mock: SocketAddr) -> Result<(), String> {
@@ -160,12 +162,23 @@ impl Started {
     /// SIGTERM to the gateway's process group, then SIGKILL after `STOP_GRACE`.
     async fn stop(mut self) -> PathBuf {
         #[cfg(target_os = "linux")]
-        if let Some(pid) = self.child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+        if let Some(pid) = self
+            .child
+            .id()
+            .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+        {
             let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::TERM);
         }
-        if tokio::time::timeout(STOP_GRACE, self.child.wait()).await.is_err() {
+        if tokio::time::timeout(STOP_GRACE, self.child.wait())
+            .await
+            .is_err()
+        {
             #[cfg(target_os = "linux")]
-            if let Some(pid) = self.child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+            if let Some(pid) = self
+                .child
+                .id()
+                .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+            {
                 let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
             }
             let _ = self.child.kill().await;
@@ -230,7 +243,9 @@ async fn start(
     let url = format!("http://127.0.0.1:{port}");
     let sw = crate::core::clock::Stopwatch::start();
     let limit = Duration::from_millis(args.start_timeout_ms);
-    out::warn(&format!("poolctl chaos: started `{line}`; waiting for {url}"));
+    out::warn(&format!(
+        "poolctl chaos: started `{line}`; waiting for {url}"
+    ));
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             anyhow::bail!(
@@ -239,7 +254,10 @@ async fn start(
                 tail(&log, 12)
             );
         }
-        if reachable(client, &url, Duration::from_secs(1)).await.is_ok() {
+        if reachable(client, &url, Duration::from_secs(1))
+            .await
+            .is_ok()
+        {
             break;
         }
         if sw.elapsed() > limit {
@@ -325,9 +343,17 @@ pub fn render(runs: &[TargetRun], look: &Look) -> String {
 pub fn summary(url: &str, t: &Tally, look: &Look) -> String {
     let wrong: Vec<String> = Wrong::ALL
         .iter()
-        .filter_map(|w| t.wrong.get(w.as_str()).map(|n| format!("{} {n}", w.as_str())))
+        .filter_map(|w| {
+            t.wrong
+                .get(w.as_str())
+                .map(|n| format!("{} {n}", w.as_str()))
+        })
         .collect();
-    let skipped: Vec<String> = t.skipped_by.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let skipped: Vec<String> = t
+        .skipped_by
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
     let mut s = format!(
         "target {url}: {} tried, {} passed, {} failed",
         t.tried,
@@ -384,7 +410,13 @@ fn junit(runs: &[TargetRun]) -> String {
                     .iter()
                     .cloned()
                     .chain(r.failed().map(|c| {
-                        format!("#{} {}: expected {}, got {}", c.request + 1, c.field, c.expected, c.got)
+                        format!(
+                            "#{} {}: expected {}, got {}",
+                            c.request + 1,
+                            c.field,
+                            c.expected,
+                            c.got
+                        )
                     }))
                     .collect();
                 s.push_str(&format!(

@@ -84,7 +84,12 @@ pub async fn run(args: MockArgs) -> anyhow::Result<Exit> {
     // from each `POST /reset`).
     let clock: std::sync::Arc<dyn crate::core::clock::Clock> =
         std::sync::Arc::new(crate::core::clock::SystemClock);
-    let routes = suite_routes(&scenarios, naming, &clock, crate::core::clock::wall_now_ms());
+    let routes = suite_routes(
+        &scenarios,
+        naming,
+        &clock,
+        crate::core::clock::wall_now_ms(),
+    );
     let server = MockServer::start(args.listen, routes)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;

@@ -322,14 +322,20 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     match (parsed.method.as_str(), path) {
         ("GET", "/calls") => {
             let body = shared.calls_json().to_string();
-            let _ = write_response(&mut stream, 200, &[], "application/json", body.as_bytes())
-                .await;
+            let _ =
+                write_response(&mut stream, 200, &[], "application/json", body.as_bytes()).await;
             return;
         }
         ("POST", "/reset") => {
             shared.reset();
-            let _ = write_response(&mut stream, 200, &[], "application/json", b"{\"reset\":true}")
-                .await;
+            let _ = write_response(
+                &mut stream,
+                200,
+                &[],
+                "application/json",
+                b"{\"reset\":true}",
+            )
+            .await;
             return;
         }
         _ => {}

@@ -89,7 +89,12 @@ pub enum Wrong {
 }
 
 impl Wrong {
-    pub const ALL: [Wrong; 4] = [Wrong::UpstreamCalls, Wrong::Outcome, Wrong::Splice, Wrong::Hang];
+    pub const ALL: [Wrong; 4] = [
+        Wrong::UpstreamCalls,
+        Wrong::Outcome,
+        Wrong::Splice,
+        Wrong::Hang,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -170,7 +175,9 @@ pub struct TargetRun {
 
 impl TargetRun {
     pub fn failed(&self) -> impl Iterator<Item = &Check> {
-        self.checks.iter().filter(|c| c.status == CheckStatus::Failed)
+        self.checks
+            .iter()
+            .filter(|c| c.status == CheckStatus::Failed)
     }
 
     pub fn count(&self, status: CheckStatus) -> usize {
@@ -187,7 +194,11 @@ impl TargetRun {
 }
 
 /// Why `scenario` cannot be sent to `target`, if it cannot.
-pub fn skip_reason(scenario: &Scenario, target: &Target, globals: &Globals) -> Option<(SkipKind, String)> {
+pub fn skip_reason(
+    scenario: &Scenario,
+    target: &Target,
+    globals: &Globals,
+) -> Option<(SkipKind, String)> {
     if !scenario.state.is_empty() {
         return Some((
             SkipKind::PresetHealth,
@@ -225,14 +236,17 @@ pub fn skip_reason(scenario: &Scenario, target: &Target, globals: &Globals) -> O
     if target.format != ConfigFormat::Pool && scenario.path == CallPath::Rerank {
         return Some((
             SkipKind::NotComparable,
-            format!("a {} config has no rerank route to mock", target.format.as_str()),
+            format!(
+                "a {} config has no rerank route to mock",
+                target.format.as_str()
+            ),
         ));
     }
     None
 }
 
 fn secs(ms: u64) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{:.1} s", ms as f64 / 1000.0)
@@ -324,7 +338,9 @@ impl Names {
         // at its route too, where no other route of the scenario has it.
         for (model, routes) in written {
             if let [one] = routes.as_slice() {
-                by_model.entry(model.to_string()).or_insert_with(|| (*one).clone());
+                by_model
+                    .entry(model.to_string())
+                    .or_insert_with(|| (*one).clone());
             }
         }
         Names { back, by_model }
@@ -355,7 +371,14 @@ pub async fn run_suite(
     };
     let mut runs = Vec::with_capacity(scenarios.len());
     for s in scenarios {
-        let run = run_one(s, target, &globals, portkey.get(&target_model(s, target.naming)), &client).await;
+        let run = run_one(
+            s,
+            target,
+            &globals,
+            portkey.get(&target_model(s, target.naming)),
+            &client,
+        )
+        .await;
         on_done(&run);
         runs.push(run);
     }
@@ -621,7 +644,14 @@ fn judge(
     copies: usize,
     format: ConfigFormat,
 ) {
-    let not = |field: &str| unjudged(i, field, CheckStatus::NotObservable, "only a poolctl router shows it");
+    let not = |field: &str| {
+        unjudged(
+            i,
+            field,
+            CheckStatus::NotObservable,
+            "only a poolctl router shows it",
+        )
+    };
     let blocked = |field: &str, why: &str| unjudged(i, field, CheckStatus::NotComparable, why);
     // What a poolctl router alone can show.
     for (present, field) in [
@@ -729,7 +759,9 @@ fn judge(
             "served_by",
             ok,
             Wrong::Outcome,
-            want.as_ref().map(|r| r.to_string()).unwrap_or_else(|| "none".into()),
+            want.as_ref()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "none".into()),
             match got {
                 Some(r) => r.to_string(),
                 None if s.models.is_empty() => "none".into(),
@@ -776,7 +808,13 @@ fn judge(
 /// The route whose answer (or, for a stream cut after its first token, whose part of
 /// an answer) reached the client: the one its `model` names, else the only route that
 /// answered during the request.
-fn served_by(s: &Seen, names: &Names, before: &Calls, after: &Calls, copies: usize) -> Option<Route> {
+fn served_by(
+    s: &Seen,
+    names: &Names,
+    before: &Calls,
+    after: &Calls,
+    copies: usize,
+) -> Option<Route> {
     if let Some(r) = s.models.iter().rev().find_map(|m| names.route_of_model(m)) {
         return Some(r.clone());
     }
@@ -805,7 +843,12 @@ fn judge_counts(
     comparable: &Comparable,
 ) {
     if let Some(why) = &comparable.why_not {
-        out.push(unjudged(i, "expect_counts", CheckStatus::NotComparable, why));
+        out.push(unjudged(
+            i,
+            "expect_counts",
+            CheckStatus::NotComparable,
+            why,
+        ));
         return;
     }
     let want_ok: u64 = counts
@@ -878,13 +921,18 @@ fn pad_to_estimate(chat: &mut ChatRequest) {
     if want <= have {
         return;
     }
-    let last = chat.conversation.turns.iter_mut().rev().find_map(|t| match t {
-        Turn::User { parts } => parts.iter_mut().rev().find_map(|p| match p {
-            Part::Text { text } => Some(text),
+    let last = chat
+        .conversation
+        .turns
+        .iter_mut()
+        .rev()
+        .find_map(|t| match t {
+            Turn::User { parts } => parts.iter_mut().rev().find_map(|p| match p {
+                Part::Text { text } => Some(text),
+                _ => None,
+            }),
             _ => None,
-        }),
-        _ => None,
-    });
+        });
     if let Some(text) = last {
         let c = text.chars().count() as u64;
         // A multiple of four characters estimates exactly; the rest of the prompt
@@ -980,7 +1028,7 @@ async fn exchange(req: reqwest::RequestBuilder, stream: bool) -> Seen {
         .unwrap_or("")
         .to_ascii_lowercase();
     let mut raw: Vec<u8> = Vec::new();
-    let mut sse = SseRead::default();
+    let mut sse = SseRead;
     loop {
         match resp.chunk().await {
             Ok(Some(bytes)) => {
@@ -1132,7 +1180,12 @@ impl SseRead {
                     models.push(m.to_string());
                 }
             }
-            for c in v.get("choices").and_then(Value::as_array).into_iter().flatten() {
+            for c in v
+                .get("choices")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 if let Some(t) = c.pointer("/delta/content").and_then(Value::as_str) {
                     out.push_str(t);
                 }
@@ -1155,8 +1208,14 @@ async fn reset_mock(client: &reqwest::Client, mock: SocketAddr) -> Result<(), St
     let url = format!("http://{mock}/reset");
     match client.post(&url).timeout(CONTROL_TIMEOUT).send().await {
         Ok(r) if r.status().is_success() => Ok(()),
-        Ok(r) => Err(format!("the mock at {mock} answered {} to POST /reset", r.status())),
-        Err(e) => Err(format!("cannot reach the mock at {mock}: {}", transport_error(&e))),
+        Ok(r) => Err(format!(
+            "the mock at {mock} answered {} to POST /reset",
+            r.status()
+        )),
+        Err(e) => Err(format!(
+            "cannot reach the mock at {mock}: {}",
+            transport_error(&e)
+        )),
     }
 }
 
@@ -1173,7 +1232,12 @@ async fn read_calls(client: &reqwest::Client, mock: SocketAddr) -> Result<Calls,
         .await
         .map_err(|e| format!("the mock's GET /calls is not JSON: {e}"))?;
     let mut calls = Calls::default();
-    for (route, c) in v.get("routes").and_then(Value::as_object).into_iter().flatten() {
+    for (route, c) in v
+        .get("routes")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
         let n = |f: &str| c.get(f).and_then(Value::as_u64).unwrap_or(0);
         calls.calls.insert(route.clone(), n("calls"));
         calls.answered.insert(route.clone(), n("answered"));
@@ -1182,7 +1246,11 @@ async fn read_calls(client: &reqwest::Client, mock: SocketAddr) -> Result<Calls,
 }
 
 /// Whether the target answers HTTP at all: `GET /v1/models` (any status will do).
-pub async fn reachable(client: &reqwest::Client, url: &str, within: Duration) -> Result<(), String> {
+pub async fn reachable(
+    client: &reqwest::Client,
+    url: &str,
+    within: Duration,
+) -> Result<(), String> {
     let probe = format!("{}/v1/models", url.trim_end_matches('/'));
     match client.get(&probe).timeout(within).send().await {
         Ok(_) => Ok(()),

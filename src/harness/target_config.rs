@@ -145,13 +145,21 @@ pub fn pool_yaml(
     let mut s = String::new();
     match scenarios {
         [one] => {
-            let _ = writeln!(s, "# poolctl mock: scenario `{}` ({})", one.name, one.file.display());
+            let _ = writeln!(
+                s,
+                "# poolctl mock: scenario `{}` ({})",
+                one.name,
+                one.file.display()
+            );
         }
         many => {
             let _ = writeln!(s, "# poolctl mock: {} scenarios, one tier each", many.len());
         }
     }
-    let _ = writeln!(s, "# the mocks accept any key: export {MOCK_KEY_ENV}=anything");
+    let _ = writeln!(
+        s,
+        "# the mocks accept any key: export {MOCK_KEY_ENV}=anything"
+    );
     s.push_str("providers:\n");
     for sc in scenarios {
         let mut seen: Vec<&str> = Vec::new();
@@ -330,7 +338,10 @@ pub fn litellm_yaml(scenarios: &[Scenario], addr: SocketAddr, naming: Naming) ->
         "# poolctl mock: {} scenarios as LiteLLM model groups",
         scenarios.len()
     );
-    let _ = writeln!(s, "# the mocks accept any key: export {MOCK_KEY_ENV}=anything");
+    let _ = writeln!(
+        s,
+        "# the mocks accept any key: export {MOCK_KEY_ENV}=anything"
+    );
     s.push_str("model_list:\n");
     let mut fallbacks: Vec<Value> = Vec::new();
     for sc in scenarios {
@@ -345,7 +356,10 @@ pub fn litellm_yaml(scenarios: &[Scenario], addr: SocketAddr, naming: Naming) ->
                 "api_base".into(),
                 json!(base_url(addr, route.provider(), entry.wire)),
             );
-            params.insert("api_key".into(), json!(format!("os.environ/{MOCK_KEY_ENV}")));
+            params.insert(
+                "api_key".into(),
+                json!(format!("os.environ/{MOCK_KEY_ENV}")),
+            );
             if let Some(ms) = entry.timeout_ms {
                 params.insert("timeout".into(), json!(ms as f64 / 1000.0));
             }
@@ -412,8 +426,9 @@ fn portkey_config(sc: &Scenario, addr: SocketAddr, naming: Naming) -> Value {
 
 /// The Portkey configs as one JSON file: `{ "<model>": <config>, ... }`.
 pub fn portkey_json(scenarios: &[Scenario], addr: SocketAddr, naming: Naming) -> String {
-    let map: serde_json::Map<String, Value> =
-        portkey_configs(scenarios, addr, naming).into_iter().collect();
+    let map: serde_json::Map<String, Value> = portkey_configs(scenarios, addr, naming)
+        .into_iter()
+        .collect();
     let mut text = serde_json::to_string_pretty(&Value::Object(map)).unwrap_or_default();
     text.push('\n');
     text

@@ -1,0 +1,432 @@
+//! End-to-end: `poolctl chaos --target` / `--target-exec` runs scenarios against a
+//! gateway over real HTTP, with the suite's mocks behind it. Against `poolctl serve`
+//! they pass; against gateways that misbehave (one that never calls upstream, one
+//! that answers HTML, one that hangs) they fail, naming what was wrong, within the
+//! scenario's deadline; an unreachable target is a clear usage error.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn poolctl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_poolctl"))
+        .args(args)
+        .env_remove("POOLCTL_TARGET_TOKEN")
+        .output()
+        .expect("the poolctl binary runs")
+}
+
+fn text(o: &[u8]) -> String {
+    String::from_utf8_lossy(o).into_owned()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const FALLBACK: &str = r#"
+name: quota-then-backup
+chain:
+  - route: openai/gpt-x
+    replies:
+      - status: 429
+        json: { error: { message: "You exceeded your current quota", type: insufficient_quota, code: insufficient_quota } }
+  - route: backup/model-b
+    replies:
+      - ok: "fine"
+expect:
+  outcome: success
+  served_by: backup/model-b
+  text: "fine"
+  attempts:
+    - { route: openai/gpt-x, status: 429, class: quota_exhausted, action: fallback }
+    - { route: backup/model-b, class: ok, action: done }
+  health:
+    openai/gpt-x: { state: retired, reason: quota_exhausted }
+  upstream_calls: { openai/gpt-x: 1, backup/model-b: 1 }
+"#;
+
+const CUT_STREAM: &str = r#"
+name: stream-cut-after-token-not-spliced
+path: stream
+chain:
+  - route: anthropic/claude-x
+    wire: anthropic
+    replies:
+      - { stream: ["Hel", "lo"], end: eof }
+  - route: backup/model-b
+    replies:
+      - ok: "other"
+expect:
+  outcome: interrupted
+  served_by: anthropic/claude-x
+  text: "Hello"
+  upstream_calls: { anthropic/claude-x: 1, backup/model-b: 0 }
+"#;
+
+const LONG_WAIT: &str = r#"
+name: second-request-an-hour-later
+chain:
+  - route: openai/gpt-x
+    replies:
+      - ok: "one"
+requests:
+  - expect: { outcome: success }
+  - after_ms: 3600000
+    expect: { outcome: success }
+"#;
+
+const SHORT_DEADLINE: &str = r#"
+name: short-deadline
+policy: { max_elapsed_ms: 300 }
+chain:
+  - route: openai/gpt-x
+    replies:
+      - ok: "one"
+expect:
+  outcome: success
+  served_by: openai/gpt-x
+  upstream_calls: { openai/gpt-x: 1 }
+"#;
+
+fn suite(scenarios: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, body) in scenarios {
+        write(dir.path(), name, body);
+    }
+    dir
+}
+
+/// The JSON lines of `chaos --json`: one object per scenario, then the tally.
+fn json_lines(out: &Output) -> (Vec<Value>, Value) {
+    let mut lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let tally = lines.pop().expect("a tally line");
+    (lines, tally)
+}
+
+fn by_name<'a>(runs: &'a [Value], name: &str) -> &'a Value {
+    runs.iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no run named {name}"))
+}
+
+fn check<'a>(run: &'a Value, field: &str) -> &'a Value {
+    run["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["field"] == field)
+        .unwrap_or_else(|| panic!("no check {field} in {run}"))
+}
+
+fn serve_cmd() -> String {
+    format!(
+        "{} serve --config {{config}} --listen 127.0.0.1:{{port}}",
+        env!("CARGO_BIN_EXE_poolctl")
+    )
+}
+
+#[test]
+fn target_exec_against_poolctl_serve_passes_and_reports_what_it_cannot_see() {
+    let dir = suite(&[
+        ("a.yaml", FALLBACK),
+        ("b.yaml", CUT_STREAM),
+        ("c.yaml", LONG_WAIT),
+    ]);
+    let d = dir.path().to_str().unwrap();
+    let out = poolctl(&["chaos", d, "--json", "--target-exec", &serve_cmd()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (runs, tally) = json_lines(&out);
+    let fallback = by_name(&runs, "quota-then-backup");
+    assert_eq!(fallback["verdict"], "pass");
+    assert_eq!(check(fallback, "served_by")["got"], "backup/model-b");
+    assert_eq!(check(fallback, "upstream_calls.openai/gpt-x")["got"], "1");
+    assert_eq!(check(fallback, "upstream_calls.backup/model-b")["got"], "1");
+    // Health and attempts are the router's own: never reported as passed.
+    assert_eq!(check(fallback, "health")["status"], "not_observable");
+    assert_eq!(check(fallback, "attempts")["status"], "not_observable");
+    let cut = by_name(&runs, "stream-cut-after-token-not-spliced");
+    assert_eq!(cut["verdict"], "pass", "{cut}");
+    assert_eq!(check(cut, "stream.splice")["status"], "passed");
+    assert_eq!(check(cut, "served_by")["got"], "anthropic/claude-x");
+    let wait = by_name(&runs, "second-request-an-hour-later");
+    assert_eq!(wait["verdict"], "skip");
+    assert_eq!(wait["skip"], "max_wait");
+    assert_eq!(tally["tally"]["passed"], 2);
+    assert_eq!(tally["tally"]["skipped"], 1);
+    // The gateway's output file is named at the end.
+    assert!(text(&out.stderr).contains("the gateway's output: "));
+}
+
+/// A gateway on a thread: `answer` gets each request's head and body and returns the
+/// bytes to send back (`None`: hold the connection open and never answer).
+fn fake_gateway(answer: fn(&str) -> Option<Vec<u8>>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut head = String::new();
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                head.push_str(&line);
+            }
+            let mut body = vec![0u8; len];
+            let _ = reader.read_exact(&mut body);
+            match answer(&head) {
+                Some(bytes) => {
+                    let _ = conn.write_all(&bytes);
+                }
+                None => held.push(conn),
+            }
+        }
+    });
+    format!("http://{addr}")
+}
+
+fn http(status: &str, ctype: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// `poolctl mock DIR` in the background; its address, and a guard that stops it.
+struct Mock {
+    addr: String,
+    pid: String,
+    /// Holds the config it wrote (outside the scenarios' folder).
+    config: tempfile::TempDir,
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(&self.pid).status();
+    }
+}
+
+fn mock(dir: &Path) -> Mock {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("mock-config.yaml");
+    let out = poolctl(&[
+        "mock",
+        dir.join("a.yaml").to_str().unwrap(),
+        dir.join("d.yaml").to_str().unwrap(),
+        "--listen",
+        &addr,
+        "--write-config",
+        config.to_str().unwrap(),
+        "--detach",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    Mock {
+        addr,
+        pid: text(&out.stdout).trim().to_string(),
+        config: config_dir,
+    }
+}
+
+#[test]
+fn a_gateway_that_never_calls_upstream_fails_on_calls_and_on_who_answered() {
+    let dir = suite(&[("a.yaml", FALLBACK), ("d.yaml", SHORT_DEADLINE)]);
+    let m = mock(dir.path());
+    let url = fake_gateway(|_| {
+        Some(http(
+            "200 OK",
+            "application/json",
+            r#"{"id":"x","object":"chat.completion","model":"made-up","choices":[{"index":0,"message":{"role":"assistant","content":"fine"},"finish_reason":"stop"}]}"#,
+        ))
+    });
+    let out = poolctl(&[
+        "chaos",
+        dir.path().join("a.yaml").to_str().unwrap(),
+        dir.path().join("d.yaml").to_str().unwrap(),
+        "--json",
+        "--target",
+        &url,
+        "--mock",
+        &m.addr,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let (runs, tally) = json_lines(&out);
+    let run = by_name(&runs, "quota-then-backup");
+    assert_eq!(run["verdict"], "fail");
+    assert_eq!(
+        check(run, "upstream_calls.backup/model-b")["status"],
+        "failed"
+    );
+    assert_eq!(
+        check(run, "upstream_calls.backup/model-b")["wrong"],
+        "upstream_calls"
+    );
+    assert_eq!(check(run, "served_by")["status"], "failed");
+    // The text it made up happens to match: that check passes, the rest does not.
+    assert_eq!(check(run, "text")["status"], "passed");
+    assert_eq!(tally["tally"]["failed"], 2);
+    assert_eq!(tally["tally"]["wrong"]["upstream calls"], 2);
+}
+
+#[test]
+fn a_target_that_answers_html_fails_each_scenario_naming_the_page() {
+    let dir = suite(&[("a.yaml", FALLBACK), ("d.yaml", SHORT_DEADLINE)]);
+    let m = mock(dir.path());
+    let url = fake_gateway(|_| {
+        Some(http(
+            "502 Bad Gateway",
+            "text/html",
+            "<html><body><h1>502 Bad Gateway</h1></body></html>",
+        ))
+    });
+    let out = poolctl(&[
+        "chaos",
+        dir.path().join("a.yaml").to_str().unwrap(),
+        dir.path().join("d.yaml").to_str().unwrap(),
+        "--target",
+        &url,
+        "--mock",
+        &m.addr,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("FAIL  quota-then-backup"), "{stdout}");
+    assert!(stdout.contains("an HTML page"), "{stdout}");
+}
+
+#[test]
+fn a_target_that_hangs_fails_within_the_scenario_deadline_not_the_run() {
+    let dir = suite(&[("a.yaml", FALLBACK), ("d.yaml", SHORT_DEADLINE)]);
+    let m = mock(dir.path());
+    // Answers the reachability probe, then never answers a request.
+    let url = fake_gateway(|head| {
+        head.starts_with("GET ")
+            .then(|| http("200 OK", "application/json", r#"{"data":[]}"#))
+    });
+    let started = poolctl::core::clock::Stopwatch::start();
+    let out = poolctl(&[
+        "chaos",
+        dir.path().join("d.yaml").to_str().unwrap(),
+        dir.path().join("a.yaml").to_str().unwrap(),
+        "--json",
+        "--filter",
+        "short-deadline",
+        "--target",
+        &url,
+        "--mock",
+        &m.addr,
+    ]);
+    // 300 ms of deadline and the runner's slack for a loaded machine: far from a hang.
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let (runs, tally) = json_lines(&out);
+    let run = by_name(&runs, "short-deadline");
+    assert_eq!(check(run, "deadline")["status"], "failed");
+    assert_eq!(check(run, "deadline")["wrong"], "hang");
+    assert_eq!(tally["tally"]["wrong"]["hang"], 1);
+}
+
+#[test]
+fn an_unreachable_target_is_a_clear_error() {
+    let dir = suite(&[("a.yaml", FALLBACK), ("d.yaml", SHORT_DEADLINE)]);
+    let m = mock(dir.path());
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = poolctl(&[
+        "chaos",
+        dir.path().to_str().unwrap(),
+        "--target",
+        &url,
+        "--mock",
+        &m.addr,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains(&format!("cannot reach the target at {url}")),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn the_suite_mock_counts_calls_per_renamed_route_and_reset_rewinds_them() {
+    let dir = suite(&[("a.yaml", FALLBACK), ("d.yaml", SHORT_DEADLINE)]);
+    let m = mock(dir.path());
+    let config = std::fs::read_to_string(m.config.path().join("mock-config.yaml")).unwrap();
+    // Each scenario is a tier of its own, its routes renamed so none is shared.
+    assert!(
+        config.contains(
+            "  quota-then-backup:\n    - openai~quota-then-backup/gpt-x~quota-then-backup\n"
+        ),
+        "{config}"
+    );
+    assert!(config.contains("  short-deadline: {"), "{config}");
+    let body = r#"{"model":"gpt-x~quota-then-backup","messages":[{"role":"user","content":"hi"}]}"#;
+    let call = || {
+        raw(
+            &m.addr,
+            &format!(
+                "POST /openai~quota-then-backup/v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer k\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+        .0
+    };
+    let calls = || -> Value {
+        let (_, body) = raw(&m.addr, "GET /calls HTTP/1.1\r\nhost: x\r\n\r\n");
+        serde_json::from_str(&body).unwrap()
+    };
+    assert_eq!(call(), 429);
+    assert_eq!(call(), 429, "the last reply repeats");
+    let route = "openai~quota-then-backup/gpt-x~quota-then-backup";
+    assert_eq!(calls()["routes"][route]["calls"], 2);
+    assert_eq!(calls()["routes"][route]["answered"], 0);
+    let (status, _) = raw(
+        &m.addr,
+        "POST /reset HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
+    );
+    assert_eq!(status, 200);
+    assert_eq!(calls()["routes"][route]["calls"], 0);
+}
+
+/// One request on its own connection (the mock closes each): status and body.
+fn raw(addr: &str, request: &str) -> (u16, String) {
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    conn.write_all(request.as_bytes()).unwrap();
+    let mut all = String::new();
+    conn.read_to_string(&mut all).unwrap();
+    let status = all[9..12].parse().unwrap();
+    let body = all
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
