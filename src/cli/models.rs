@@ -233,7 +233,7 @@ mod tests {
         }
         assert!(text.contains("\nopenai (1)\n"), "{text}");
         let row = text.lines().find(|l| l.contains("gpt-4o")).unwrap();
-        assert!(row.contains("1047576") && row.contains("it?"), "{row}");
+        assert!(row.contains("1047576") && row.contains("i-?"), "{row}");
         assert!(row.contains("0.388126") && row.ends_with('?'), "{row}");
         let at = text
             .lines()
