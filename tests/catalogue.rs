@@ -275,3 +275,25 @@ async fn poolctl_models_json_has_every_row_with_its_source_and_no_match_exits_1(
         both(&o)
     );
 }
+
+#[test]
+fn models_help_and_a_long_listing_fit_80_columns_on_a_wide_terminal() {
+    for args in [&["models", "--help"][..], &["models"][..]] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
+            .args(args)
+            .env("COLUMNS", "200")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", both(&o));
+        let text = stdout(&o);
+        assert!(text.lines().count() > 5, "{text}");
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 80,
+                "`poolctl {}` has a line of {}: {line}",
+                args.join(" "),
+                line.chars().count()
+            );
+        }
+    }
+}
