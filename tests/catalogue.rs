@@ -111,14 +111,14 @@ async fn an_image_request_skips_a_backup_the_catalogue_knows_is_text_only() {
     assert_eq!(o.status.code(), Some(0), "{}", both(&o));
     assert_eq!(v["served_by"], "b/gpt-4o", "{v}");
     assert_eq!(v["skipped"][0]["route"], "a/o3-mini", "{v}");
-    assert!(
-        v["skipped"][0]["cause"] == "no image input",
-        "{v}"
-    );
+    assert!(v["skipped"][0]["cause"] == "no image input", "{v}");
     assert_eq!(mock.calls(&route("a/o3-mini")), 0);
     assert_eq!(mock.calls(&route("b/gpt-4o")), 1);
     let cost = v["attempts"][0]["cost_usd"].as_f64().unwrap();
-    assert!(cost > 0.0, "gpt-4o's catalogue prices give an estimate: {v}");
+    assert!(
+        cost > 0.0,
+        "gpt-4o's catalogue prices give an estimate: {v}"
+    );
 }
 
 /// `models:` wins fact by fact: saying `o3-mini` takes images here sends it the request.
@@ -169,7 +169,10 @@ fn resolve_merges_models_over_the_row_of_the_providers_family() {
     );
     assert_eq!(ds.input_usd_per_mtok, on_deepseek.facts.input_usd_per_mtok);
     let qwen = config.facts_of(&route("qwen/deepseek-v4-pro"));
-    assert_eq!(qwen, on_dashscope.facts, "the same model on DashScope is its own row");
+    assert_eq!(
+        qwen, on_dashscope.facts,
+        "the same model on DashScope is its own row"
+    );
     assert_ne!(qwen.input_usd_per_mtok, ds.input_usd_per_mtok);
     // A private gateway's host implies no dialect: no row, no guess.
     assert_eq!(
@@ -227,7 +230,10 @@ async fn poolctl_models_prints_gpt_4o_and_claude_with_their_sources() {
         assert_eq!(o.status.code(), Some(0), "{}", both(&o));
         let text = stdout(&o);
         assert!(text.contains(want), "{text}");
-        assert!(text.contains("LiteLLM model_prices_and_context_window.json"), "{text}");
+        assert!(
+            text.contains("LiteLLM model_prices_and_context_window.json"),
+            "{text}"
+        );
         assert!(text.contains("read 2026-12-02"), "{text}");
         for line in text.lines() {
             assert!(line.chars().count() <= 80, "wider than 80: {line}");
@@ -260,8 +266,7 @@ async fn poolctl_models_json_has_every_row_with_its_source_and_no_match_exits_1(
         assert!(r["date"].as_str().is_some_and(|d| d.len() == 10), "{r}");
     }
     let glob: Value =
-        serde_json::from_slice(&poolctl(&["models", "--json", "DeepSeek/*"]).await.stdout)
-            .unwrap();
+        serde_json::from_slice(&poolctl(&["models", "--json", "DeepSeek/*"]).await.stdout).unwrap();
     let rows = glob["models"].as_array().unwrap();
     assert!(!rows.is_empty());
     assert!(rows.iter().all(|r| r["family"] == "deepseek"), "{glob}");

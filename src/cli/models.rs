@@ -30,7 +30,10 @@ pub fn run(args: ModelsArgs, look: &Look) -> anyhow::Result<Exit> {
         None => catalogue.entries().iter().collect(),
     };
     if args.json {
-        out::line(&json!({ "models": rows.iter().map(|e| entry_json(e)).collect::<Vec<_>>() }).to_string())?;
+        out::line(
+            &json!({ "models": rows.iter().map(|e| entry_json(e)).collect::<Vec<_>>() })
+                .to_string(),
+        )?;
     }
     if rows.is_empty() {
         out::warn(&format!(
@@ -99,9 +102,13 @@ pub fn render(rows: &[&Entry], total: usize) -> String {
         let mut v = vec![
             n(f.context_window),
             n(f.max_output_tokens),
-            [can(f.images, 'i'), can(f.tools, 't'), can(f.json_schema, 'j')]
-                .iter()
-                .collect(),
+            [
+                can(f.images, 'i'),
+                can(f.tools, 't'),
+                can(f.json_schema, 'j'),
+            ]
+            .iter()
+            .collect(),
             p(f.input_usd_per_mtok),
             p(f.output_usd_per_mtok),
             p(f.cached_input_usd_per_mtok),
@@ -259,7 +266,9 @@ mod tests {
         );
         let text = render(&[&a, &b], 80);
         assert!(text.contains("SRC"), "{text}");
-        assert!(text.lines().any(|l| l.contains("claude-y") && l.ends_with("[2]")));
+        assert!(text
+            .lines()
+            .any(|l| l.contains("claude-y") && l.ends_with("[2]")));
         assert!(text.contains("[2] https://docs.anthropic.com/"), "{text}");
         for line in text.lines() {
             assert!(width(line) <= 80, "{line}");

@@ -59,9 +59,9 @@ impl Source {
     /// The citation in full.
     pub fn cite(&self) -> String {
         match self {
-            Source::Litellm(v) => format!(
-                "LiteLLM model_prices_and_context_window.json (MIT, Berri AI), litellm {v}"
-            ),
+            Source::Litellm(v) => {
+                format!("LiteLLM model_prices_and_context_window.json (MIT, Berri AI), litellm {v}")
+            }
             Source::Url(u) => u.clone(),
         }
     }
@@ -319,13 +319,16 @@ mod tests {
             dashscope.facts.input_usd_per_mtok
         );
         assert!(lookup(Dialect::Groq, "deepseek-v4-pro").is_none());
-        assert!(lookup(Dialect::Openai, "GPT-4O").is_none(), "names are exact");
+        assert!(
+            lookup(Dialect::Openai, "GPT-4O").is_none(),
+            "names are exact"
+        );
     }
 
     #[test]
     fn a_row_reads_into_facts_and_its_source() {
-        let c = one("openai,m,128000,16384,yes,,no,2.5,10,1.25,2026-12-02,litellm@1.110.2")
-            .unwrap();
+        let c =
+            one("openai,m,128000,16384,yes,,no,2.5,10,1.25,2026-12-02,litellm@1.110.2").unwrap();
         let e = c.get(Dialect::Openai, "m").unwrap();
         assert_eq!(e.facts.context_window, Some(128_000));
         assert_eq!(e.facts.images, Some(true));
@@ -343,14 +346,35 @@ mod tests {
     #[test]
     fn bad_rows_are_named_by_line_and_column() {
         let cases = [
-            ("openai,m,big,,,,,,,,2026-12-02,litellm@1", "t.csv:3: context_window `big`"),
-            ("openai,m,,,maybe,,,,,,2026-12-02,litellm@1", "images `maybe`"),
-            ("openai,m,,,,,,1.5$,,,2026-12-02,litellm@1", "input_usd_per_mtok `1.5$`"),
-            ("openai,m,,,,,,-1,,,2026-12-02,litellm@1", "input_usd_per_mtok `-1`"),
-            ("openai,m,,,,,,NaN,,,2026-12-02,litellm@1", "`NaN` is not a price"),
+            (
+                "openai,m,big,,,,,,,,2026-12-02,litellm@1",
+                "t.csv:3: context_window `big`",
+            ),
+            (
+                "openai,m,,,maybe,,,,,,2026-12-02,litellm@1",
+                "images `maybe`",
+            ),
+            (
+                "openai,m,,,,,,1.5$,,,2026-12-02,litellm@1",
+                "input_usd_per_mtok `1.5$`",
+            ),
+            (
+                "openai,m,,,,,,-1,,,2026-12-02,litellm@1",
+                "input_usd_per_mtok `-1`",
+            ),
+            (
+                "openai,m,,,,,,NaN,,,2026-12-02,litellm@1",
+                "`NaN` is not a price",
+            ),
             ("openai,m,,,,,,,,,2026-13-02,litellm@1", "date `2026-13-02`"),
-            ("openai,m,,,,,,,,,2026-12-02,somewhere", "source `somewhere`"),
-            ("opanai,m,,,,,,,,,2026-12-02,litellm@1", "did you mean `openai`"),
+            (
+                "openai,m,,,,,,,,,2026-12-02,somewhere",
+                "source `somewhere`",
+            ),
+            (
+                "opanai,m,,,,,,,,,2026-12-02,litellm@1",
+                "did you mean `openai`",
+            ),
             ("openai,m,,,,,,,,2026-12-02,litellm@1", "11 columns"),
         ];
         for (row, want) in cases {
@@ -373,7 +397,10 @@ mod tests {
         let glob_rows = c.matching("openai/gpt-4o*");
         assert!(glob_rows.iter().any(|e| e.model == "gpt-4o-mini"));
         assert!(glob_rows.iter().all(|e| e.family == Dialect::Openai));
-        assert!(c.matching("azure/gpt-4o").iter().all(|e| e.family == Dialect::Azure));
+        assert!(c
+            .matching("azure/gpt-4o")
+            .iter()
+            .all(|e| e.family == Dialect::Azure));
         assert!(c.matching("no-such-model-anywhere").is_empty());
         assert!(glob(b"a*c?e", b"abbbcde"));
         assert!(!glob(b"a*c?e", b"abbbce"));

@@ -2,11 +2,11 @@
 //! admission config and the state location, and the `Pool` resolved once with the keys
 //! read from the environment.
 
+use super::catalogue;
 use super::pool::{
     line_of, ConfigError, DialectSource, PoolConfig, ProviderConfig, StateLocation, TierEntry,
     DEFAULT_STATE,
 };
-use super::catalogue;
 use super::validate::nearest_route;
 use crate::admission::buckets::AdmissionConfig;
 use crate::classify::dialect::Dialect;

@@ -213,7 +213,11 @@ mod tests {
         };
         let got = written.over(&base);
         assert_eq!(got.images, Some(true), "the written fact wins");
-        assert_eq!(got.context_window, Some(128_000), "an unwritten one is the base's");
+        assert_eq!(
+            got.context_window,
+            Some(128_000),
+            "an unwritten one is the base's"
+        );
         assert_eq!(got.input_usd_per_mtok, Some(2.5));
         assert_eq!(got.output_usd_per_mtok, Some(10.0));
         assert_eq!(got.cached_input_usd_per_mtok, Some(1.25));
