@@ -239,6 +239,17 @@ async fn poolctl_models_prints_gpt_4o_and_claude_with_their_sources() {
             assert!(line.chars().count() <= 80, "wider than 80: {line}");
         }
     }
+    // One row cites Anthropic's page (where LiteLLM's cache price differs): a footnote.
+    let text = stdout(&poolctl(&["models", "claude-sonnet-5"]).await);
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("claude-sonnet-5-5") && l.ends_with("[2]")),
+        "{text}"
+    );
+    assert!(
+        text.contains("[2] https://platform.claude.com/docs/"),
+        "{text}"
+    );
     let text = stdout(&poolctl(&["models", "openai/gpt-4o"]).await);
     let row = text
         .lines()
