@@ -313,3 +313,31 @@ fn models_help_and_a_long_listing_fit_80_columns_on_a_wide_terminal() {
         }
     }
 }
+
+/// `check` warns about a backup the catalogue knows cannot serve its primary's requests,
+/// on a config that says nothing about either model.
+#[tokio::test]
+async fn check_warns_about_a_backup_the_catalogue_knows_lacks_image_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pool.yaml");
+    std::fs::write(
+        &file,
+        format!("providers:\n  oa:\n    wire: openai\n    base_url: https://api.openai.com/v1\n    api_key_env: {KEY_VAR}\ntiers:\n  t: [oa/gpt-4o, oa/o3-mini]\n"),
+    )
+    .unwrap();
+    let o = poolctl(&["check", "--json", "--config", file.to_str().unwrap()]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", both(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let warnings: Vec<&str> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["message"].as_str())
+        .collect();
+    assert!(
+        warnings.contains(
+            &"tier `t`: backup `oa/o3-mini` cannot serve what primary `oa/gpt-4o` serves: no image input"
+        ),
+        "{warnings:?}"
+    );
+}
