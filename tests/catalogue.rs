@@ -282,6 +282,9 @@ async fn poolctl_models_json_has_every_row_with_its_source_and_no_match_exits_1(
     assert!(!rows.is_empty());
     assert!(rows.iter().all(|r| r["family"] == "deepseek"), "{glob}");
 
+    let o = poolctl(&["models", "--json", "no-such-model-anywhere"]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    assert_eq!(stdout(&o).trim(), r#"{"models":[]}"#);
     let o = poolctl(&["models", "no-such-model-anywhere"]).await;
     assert_eq!(o.status.code(), Some(1), "{}", both(&o));
     assert!(o.stdout.is_empty(), "{}", stdout(&o));
@@ -340,4 +343,70 @@ async fn check_warns_about_a_backup_the_catalogue_knows_lacks_image_input() {
         ),
         "{warnings:?}"
     );
+}
+
+/// A plain config moves on `context_overflow` to a route the catalogue knows is larger:
+/// `gpt-4o` overflows, `gpt-4o-mini` (the same 128 000 window) is passed over unasked,
+/// `gpt-4.1` (1 047 576) serves.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_context_overflow_moves_past_a_same_window_route_to_one_known_larger() {
+    let dir = tempfile::tempdir().unwrap();
+    let overflow = Reply::Status {
+        status: 400,
+        headers: vec![],
+        body: poolctl::harness::scenario::Body::Json(serde_json::json!({"error": {
+            "message": "This model's maximum context length is 128000 tokens.",
+            "type": "invalid_request_error", "param": "messages",
+            "code": "context_length_exceeded"}})),
+    };
+    let ok = Reply::Ok {
+        text: "fits".into(),
+        headers: vec![],
+        usage: None,
+    };
+    let mock = MockServer::start(
+        ([127, 0, 0, 1], 0).into(),
+        [
+            ("a/gpt-4o", overflow),
+            ("a/gpt-4o-mini", ok.clone()),
+            ("b/gpt-4.1", ok),
+        ]
+        .into_iter()
+        .map(|(r, reply)| MockRoute {
+            route: route(r),
+            wire: Wire::OpenAi,
+            path: CallPath::Chat,
+            replies: vec![reply],
+            outage: None,
+            record: false,
+        })
+        .collect(),
+    )
+    .await
+    .unwrap();
+    let yaml = config(
+        &mock,
+        Some("openai"),
+        "a/gpt-4o, a/gpt-4o-mini, b/gpt-4.1",
+        "",
+    );
+    let file = dir.path().join("pool.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let o = poolctl(&["walk", "t", "--json", "--config", file.to_str().unwrap()]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", both(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["served_by"], "b/gpt-4.1", "{v}");
+    assert_eq!(v["attempts"][0]["class"], "context_overflow", "{v}");
+    assert!(
+        v["skipped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["route"] == "a/gpt-4o-mini"
+                && s["cause"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("not larger than 128000"))),
+        "{v}"
+    );
+    assert_eq!(mock.calls(&route("a/gpt-4o-mini")), 0);
 }
