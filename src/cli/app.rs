@@ -3,7 +3,7 @@
 
 use super::exit::Exit;
 use super::look::{ColorChoice, Look};
-use super::{capacity, chaos, check, health_cmds, mock, probe, serve, walk};
+use super::{capacity, chaos, check, health_cmds, mock, models, probe, serve, walk};
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -71,6 +71,13 @@ pub enum Command {
     ///
     /// Exit: 0 on a clean stop (SIGINT / SIGTERM, after draining); 2 config or bind error.
     Serve(serve::ServeArgs),
+    /// List the models the router already knows: window, max output, images, tools,
+    /// JSON schema, prices, and the source and date of each row.
+    ///
+    /// PATTERN matches `family/model` case-insensitively (a substring, or a glob with * and
+    /// ?). A config's `models:` overrides these facts one by one. Exit: 0 listed; 1 no
+    /// model matches; 2 usage error.
+    Models(models::ModelsArgs),
 }
 
 /// Runs a parsed command line.
@@ -87,5 +94,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Check(args) => check::run(args),
         Command::Capacity(args) => capacity::run(args).await,
         Command::Serve(args) => serve::run(args).await,
+        Command::Models(args) => models::run(args, &look),
     }
 }

@@ -275,8 +275,8 @@ pub fn findings_of(
         let Some(primary) = entries.first() else {
             continue;
         };
-        let facts =
-            |r: &crate::core::vocab::Route| config.models.get(r).copied().unwrap_or_default();
+        // What the router will use: `models:` over the catalogue.
+        let facts = |r: &crate::core::vocab::Route| config.facts_of(r);
         for backup in &entries[1..] {
             let gaps = crate::policy::capability::backup_gaps(
                 &facts(&primary.route),

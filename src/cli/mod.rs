@@ -13,6 +13,7 @@ pub mod exit;
 pub mod health_cmds;
 pub mod look;
 pub mod mock;
+pub mod models;
 pub mod out;
 pub mod probe;
 pub mod render;

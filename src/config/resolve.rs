@@ -2,6 +2,7 @@
 //! admission config and the state location, and the `Pool` resolved once with the keys
 //! read from the environment.
 
+use super::catalogue;
 use super::pool::{
     line_of, ConfigError, DialectSource, PoolConfig, ProviderConfig, StateLocation, TierEntry,
     DEFAULT_STATE,
@@ -13,6 +14,7 @@ use crate::config::route::{RouteSpec, Tier};
 use crate::config::yaml::{self};
 use crate::core::secret::Secret;
 use crate::core::vocab::{CallPath, Route};
+use crate::policy::capability::ModelFacts;
 use crate::policy::card::Policy;
 use crate::wire::Endpoint;
 use indexmap::IndexMap;
@@ -70,6 +72,25 @@ impl PoolConfig {
         ))
     }
 
+    /// What `route`'s model can serve and costs: its `models:` entry, each fact it does
+    /// not write taken from the catalogue's row for the provider's family and the model.
+    /// The family is the provider's dialect when written or inferred from its host; a
+    /// dialect only defaulted from the wire (a loopback mock, a private gateway) is a
+    /// guess, and picks no row.
+    pub fn facts_of(&self, route: &Route) -> ModelFacts {
+        let written = self.models.get(route).copied().unwrap_or_default();
+        let known = self
+            .providers
+            .get(route.provider())
+            .map(ProviderConfig::dialect)
+            .filter(|(_, source)| *source != DialectSource::WireDefault)
+            .and_then(|(family, _)| catalogue::lookup(family, route.model()));
+        match known {
+            Some(row) => written.over(&row.facts),
+            None => written,
+        }
+    }
+
     /// The entries of tier `name`, each with its call path.
     pub fn tier_entries(&self, name: &str) -> Result<&[TierEntry], ConfigError> {
         self.tiers
@@ -103,7 +124,7 @@ impl PoolConfig {
             routes.push(RouteSpec {
                 route: entry.route.clone(),
                 endpoint,
-                facts: self.models.get(&entry.route).copied().unwrap_or_default(),
+                facts: self.facts_of(&entry.route),
                 policy: self.provider(provider)?.settings().policy(),
             });
         }

@@ -6,7 +6,8 @@
 use crate::core::request::Needs;
 use serde::{Deserialize, Serialize};
 
-/// Per-model facts from the pool config (`models:`) or a scenario chain entry (`model:`).
+/// Per-model facts from the pool config (`models:`, over the catalogue's) or a scenario
+/// chain entry (`model:`, alone).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelFacts {
@@ -24,6 +25,30 @@ pub struct ModelFacts {
     /// Prices in US dollars per million tokens.
     pub input_usd_per_mtok: Option<f64>,
     pub output_usd_per_mtok: Option<f64>,
+    /// Prompt tokens read from the provider's cache (a repeated prefix).
+    pub cached_input_usd_per_mtok: Option<f64>,
+}
+
+impl ModelFacts {
+    /// These facts, each absent one taken from `base`: a config's `models:` entry over
+    /// the catalogue's row, field by field, so writing one fact keeps the others known.
+    pub fn over(self, base: &ModelFacts) -> ModelFacts {
+        ModelFacts {
+            context_window: self.context_window.or(base.context_window),
+            max_output_tokens: self.max_output_tokens.or(base.max_output_tokens),
+            tools: self.tools.or(base.tools),
+            json_schema: self.json_schema.or(base.json_schema),
+            images: self.images.or(base.images),
+            documents: self.documents.or(base.documents),
+            n: self.n.or(base.n),
+            streaming: self.streaming.or(base.streaming),
+            input_usd_per_mtok: self.input_usd_per_mtok.or(base.input_usd_per_mtok),
+            output_usd_per_mtok: self.output_usd_per_mtok.or(base.output_usd_per_mtok),
+            cached_input_usd_per_mtok: self
+                .cached_input_usd_per_mtok
+                .or(base.cached_input_usd_per_mtok),
+        }
+    }
 }
 
 /// Why a route with `facts` cannot serve `needs`, if it cannot.
@@ -170,6 +195,34 @@ mod tests {
             cannot_serve(&ModelFacts::default(), &need(true, true, true)),
             None
         );
+    }
+
+    #[test]
+    fn written_facts_win_field_by_field_and_the_rest_come_from_the_base() {
+        let base = ModelFacts {
+            context_window: Some(128_000),
+            images: Some(false),
+            input_usd_per_mtok: Some(2.5),
+            cached_input_usd_per_mtok: Some(1.25),
+            ..Default::default()
+        };
+        let written = ModelFacts {
+            images: Some(true),
+            output_usd_per_mtok: Some(10.0),
+            ..Default::default()
+        };
+        let got = written.over(&base);
+        assert_eq!(got.images, Some(true), "the written fact wins");
+        assert_eq!(
+            got.context_window,
+            Some(128_000),
+            "an unwritten one is the base's"
+        );
+        assert_eq!(got.input_usd_per_mtok, Some(2.5));
+        assert_eq!(got.output_usd_per_mtok, Some(10.0));
+        assert_eq!(got.cached_input_usd_per_mtok, Some(1.25));
+        assert_eq!(got.tools, None, "unknown in both stays unknown");
+        assert_eq!(ModelFacts::default().over(&base), base);
     }
 
     #[test]
