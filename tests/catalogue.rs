@@ -151,6 +151,24 @@ async fn a_guessed_dialect_picks_no_catalogue_row() {
     assert_eq!(v["attempts"][0]["cost_usd"], 0.0, "{v}");
 }
 
+/// `catalogue: false` (what `poolctl mock` writes): only the config's own facts, so
+/// the text-only model the catalogue knows is called with the image.
+#[tokio::test(flavor = "multi_thread")]
+async fn catalogue_false_keeps_only_the_configs_own_facts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = two_mocks(&["a/o3-mini", "b/gpt-4o"]).await;
+    let yaml = config(
+        &mock,
+        Some("openai"),
+        "a/o3-mini, b/gpt-4o",
+        "catalogue: false\n",
+    );
+    let (o, v) = walk_image(dir.path(), &yaml).await;
+    assert_eq!(o.status.code(), Some(0), "{}", both(&o));
+    assert_eq!(v["served_by"], "a/o3-mini", "{v}");
+    assert_eq!(mock.calls(&route("b/gpt-4o")), 0);
+}
+
 #[test]
 fn resolve_merges_models_over_the_row_of_the_providers_family() {
     let yaml = format!(

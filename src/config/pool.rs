@@ -33,6 +33,9 @@ pub struct PoolConfig {
     pub policies: BTreeMap<String, Policy>,
     /// Per-model facts (equivalence contracts and prices), by route.
     pub models: BTreeMap<Route, ModelFacts>,
+    /// `catalogue: false`: only `models:` facts, never the shipped catalogue's (a
+    /// config `poolctl mock` writes, so a replayed scenario means what it says).
+    pub catalogue: bool,
     pub state: Option<PathBuf>,
     /// Admission contracts, keyed by a route or a provider (decisions.md "Admission").
     pub limits: BTreeMap<String, crate::admission::bucket::Limits>,
@@ -247,6 +250,8 @@ struct RawConfig {
     #[serde(default)]
     models: BTreeMap<Route, ModelFacts>,
     #[serde(default)]
+    catalogue: Option<bool>,
+    #[serde(default)]
     state: Option<PathBuf>,
     #[serde(default)]
     on_store_error: OnStoreError,
@@ -274,6 +279,7 @@ impl RawConfig {
             tiers: self.tiers,
             policies: self.policies,
             models: self.models,
+            catalogue: self.catalogue.unwrap_or(true),
             state: self.state,
             limits: self.limits,
             headroom: self.headroom,

@@ -82,6 +82,7 @@ impl PoolConfig {
         let known = self
             .providers
             .get(route.provider())
+            .filter(|_| self.catalogue)
             .map(ProviderConfig::dialect)
             .filter(|(_, source)| *source != DialectSource::WireDefault)
             .and_then(|(family, _)| catalogue::lookup(family, route.model()));

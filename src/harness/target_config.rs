@@ -160,6 +160,8 @@ pub fn pool_yaml(
         s,
         "# the mocks accept any key: export {MOCK_KEY_ENV}=anything"
     );
+    // A scenario means only what its own facts say (as in `poolctl chaos`).
+    s.push_str("catalogue: false\n");
     s.push_str("providers:\n");
     for sc in scenarios {
         let mut seen: Vec<&str> = Vec::new();
