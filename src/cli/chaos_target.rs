@@ -12,7 +12,7 @@ use crate::harness::mock::MockServer;
 use crate::harness::scenario::Scenario;
 use crate::harness::suite_mock::{suite_routes, Naming};
 use crate::harness::target::{reachable, run_suite, Tally, Target, TargetRun, Verdict, Wrong};
-use crate::harness::target_config::{config_text, ConfigFormat, MOCK_KEY_ENV};
+use crate::harness::target_config::{config_text, ConfigFormat, LITELLM_MASTER_KEY, MOCK_KEY_ENV};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -44,7 +44,13 @@ pub async fn run(
     look: &Look,
 ) -> anyhow::Result<Exit> {
     let client = crate::wire::http_client();
-    let token = args.token.clone().map(Secret::new);
+    // A LiteLLM config this run writes asks for its own master key.
+    let token = match (&args.token, &args.exec, args.format) {
+        (Some(t), _, _) => Some(t.clone()),
+        (None, Some(_), ConfigFormat::Litellm) => Some(LITELLM_MASTER_KEY.to_string()),
+        _ => None,
+    }
+    .map(Secret::new);
     // `--target-exec`: our own mocks, config and gateway, stopped when this ends.
     let mut started: Option<Started> = None;
     let (url, mock) = match (&args.url, &args.exec) {
@@ -53,7 +59,7 @@ pub async fn run(
                 out::warn("error: --target needs --mock ADDR: the `poolctl mock` the target's config points at (or use --target-exec)");
                 return Ok(Exit::Usage);
             };
-            if let Err(why) = reachable(&client, url, REACH_TIMEOUT).await {
+            if let Err(why) = reachable(&client, url, token.as_ref(), REACH_TIMEOUT).await {
                 out::warn(&format!("error: cannot reach the target at {url}: {why}"));
                 return Ok(Exit::Usage);
             }
@@ -63,7 +69,7 @@ pub async fn run(
             }
             (url.clone(), mock)
         }
-        (None, Some(cmd)) => match start(cmd, &args, all, naming, &client).await {
+        (None, Some(cmd)) => match start(cmd, &args, all, naming, &client, token.as_ref()).await {
             Ok(s) => {
                 let url = s.url.clone();
                 let mock = s.mock.addr();
@@ -195,6 +201,7 @@ async fn start(
     all: &[Scenario],
     naming: Naming,
     client: &reqwest::Client,
+    token: Option<&Secret>,
 ) -> anyhow::Result<Started> {
     let dir = std::env::temp_dir().join(format!(
         "poolctl-target-{}-{}",
@@ -254,7 +261,7 @@ async fn start(
                 tail(&log, 12)
             );
         }
-        if reachable(client, &url, Duration::from_secs(1))
+        if reachable(client, &url, token, Duration::from_secs(1))
             .await
             .is_ok()
         {

@@ -1249,10 +1249,15 @@ async fn read_calls(client: &reqwest::Client, mock: SocketAddr) -> Result<Calls,
 pub async fn reachable(
     client: &reqwest::Client,
     url: &str,
+    token: Option<&Secret>,
     within: Duration,
 ) -> Result<(), String> {
     let probe = format!("{}/v1/models", url.trim_end_matches('/'));
-    match client.get(&probe).timeout(within).send().await {
+    let mut req = client.get(&probe).timeout(within);
+    if let Some(t) = token {
+        req = req.bearer_auth(t.expose());
+    }
+    match req.send().await {
         Ok(_) => Ok(()),
         Err(e) => Err(transport_error(&e)),
     }

@@ -25,6 +25,11 @@ use std::path::Path;
 /// non-empty key.
 pub const MOCK_KEY_ENV: &str = "POOLCTL_MOCK_KEY";
 
+/// The client token a written LiteLLM config asks for (LiteLLM's proxy refuses to
+/// start without a master key); `chaos --target-exec` sends it when no
+/// `--target-token` is given. It guards a throwaway loopback gateway, not a secret.
+pub const LITELLM_MASTER_KEY: &str = "sk-poolctl-chaos-0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+
 /// A gateway's config format (`--config-format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConfigFormat {
@@ -354,10 +359,13 @@ pub fn litellm_yaml(scenarios: &[Scenario], addr: SocketAddr, naming: Naming) ->
                 "model".into(),
                 json!(format!("{}/{}", litellm_prefix(entry.wire), route.model())),
             );
-            params.insert(
-                "api_base".into(),
-                json!(base_url(addr, route.provider(), entry.wire)),
-            );
+            // LiteLLM's Gemini provider appends `/models/{model}:{method}` to its base.
+            let base = base_url(addr, route.provider(), entry.wire);
+            let base = match entry.wire {
+                Wire::Gemini => format!("{base}/v1beta"),
+                _ => base,
+            };
+            params.insert("api_base".into(), json!(base));
             params.insert(
                 "api_key".into(),
                 json!(format!("os.environ/{MOCK_KEY_ENV}")),
@@ -385,6 +393,8 @@ pub fn litellm_yaml(scenarios: &[Scenario], addr: SocketAddr, naming: Naming) ->
     s.push_str("router_settings:\n");
     let _ = writeln!(s, "  num_retries: 1");
     let _ = writeln!(s, "  fallbacks: {}", Value::Array(fallbacks));
+    s.push_str("general_settings:\n");
+    let _ = writeln!(s, "  master_key: {LITELLM_MASTER_KEY}");
     s
 }
 
