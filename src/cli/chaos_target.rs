@@ -99,10 +99,22 @@ pub async fn run(
         );
         bar
     });
+    // Each scenario's verdict is printed as it ends: a suite against a slow gateway
+    // takes minutes, and a CI log should show where it is.
+    let json = args.json;
     let bump = |r: &TargetRun| {
-        if let Some(bar) = &progress {
-            bar.inc(1);
-            bar.set_message(r.name.clone());
+        let text = if json {
+            serde_json::to_string(r).unwrap_or_default()
+        } else {
+            render(std::slice::from_ref(r), look).trim_end().to_string()
+        };
+        match &progress {
+            Some(bar) => {
+                bar.suspend(|| out::line_live(&text));
+                bar.inc(1);
+                bar.set_message(r.name.clone());
+            }
+            None => out::line_live(&text),
         }
     };
     let runs = run_suite(&selected, &target, &bump).await;
@@ -115,16 +127,8 @@ pub async fn run(
     };
     let tally = Tally::of(&runs);
     if args.json {
-        let mut text = String::new();
-        for r in &runs {
-            text.push_str(&serde_json::to_string(r).unwrap_or_default());
-            text.push('\n');
-        }
-        text.push_str(&serde_json::json!({ "target": url, "tally": tally }).to_string());
-        text.push('\n');
-        out::print(&text)?;
+        out::line(&serde_json::json!({ "target": url, "tally": tally }).to_string())?;
     } else {
-        out::print(&render(&runs, look))?;
         out::line(&summary(&url, &tally, look))?;
     }
     if let Some(log) = &log {
