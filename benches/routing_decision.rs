@@ -61,6 +61,7 @@ fn tier() -> Tier {
         })
         .collect();
     Tier {
+        groups: Vec::new(),
         name: "bench".into(),
         path: CallPath::Chat,
         routes,

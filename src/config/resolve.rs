@@ -9,7 +9,7 @@ use super::pool::{
 use super::validate::nearest_route;
 use crate::admission::buckets::AdmissionConfig;
 use crate::classify::dialect::Dialect;
-use crate::config::route::{RouteSpec, Tier};
+use crate::config::route::{Group, RouteSpec, Tier};
 use crate::config::yaml::{self};
 use crate::core::secret::Secret;
 use crate::core::vocab::{CallPath, Route};
@@ -111,7 +111,37 @@ impl PoolConfig {
             name: name.to_string(),
             path: self.tier_path(name)?,
             routes,
+            groups: self.tier_groups(name),
         })
+    }
+
+    /// The group steps of tier `name`, their weights resolved: as written, else each
+    /// member's rpm limit (its route's `limits:` entry, else its provider's) when every
+    /// member has one, else equal.
+    fn tier_groups(&self, name: &str) -> Vec<Group> {
+        let rpm = |r: &Route| {
+            [r.as_str(), r.provider()]
+                .iter()
+                .find_map(|k| self.limits.get(*k).and_then(|l| l.rpm))
+                .filter(|n| *n > 0)
+        };
+        let groups = self.groups.get(name).map(Vec::as_slice).unwrap_or_default();
+        groups
+            .iter()
+            .map(|g| {
+                let by_rpm: Option<Vec<f64>> =
+                    g.members.iter().map(|r| rpm(r).map(|n| n as f64)).collect();
+                Group {
+                    start: g.first,
+                    weights: g
+                        .weights
+                        .clone()
+                        .or(by_rpm)
+                        .unwrap_or_else(|| vec![1.0; g.members.len()]),
+                    strategy: g.strategy,
+                }
+            })
+            .collect()
     }
 
     /// The call path of tier `name`: its first entry's (`walk` and `probe` default to it).

@@ -6,7 +6,7 @@ use super::compare::{bucket_levels, compare, BucketLevels, HealthView, Mismatch}
 use super::mock::{MockRoute, MockServer, Outage};
 use super::scenario::{ChainEntry, Preset, RequestShape, RequestSpec, Scenario};
 use crate::admission::buckets::Buckets;
-use crate::config::route::{RouteSpec, Tier};
+use crate::config::route::{Group, RouteSpec, Tier};
 use crate::core::clock::{Clock, ManualClock, Stopwatch, UnixMs};
 use crate::core::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
 use crate::core::secret::Secret;
@@ -99,7 +99,37 @@ fn tier_of(name: &str, entries: &[ChainEntry], path: CallPath, mock: &MockServer
         name: name.to_string(),
         path,
         routes,
+        groups: groups_of(entries),
     }
+}
+
+/// The groups of a scenario chain: consecutive entries with the same `group:` name
+/// (validated when the scenario loaded), weighted as written, else equally.
+fn groups_of(entries: &[ChainEntry]) -> Vec<Group> {
+    let mut groups: Vec<(&str, Group)> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let Some(name) = e.group.as_deref() else {
+            continue;
+        };
+        let weight = e.weight.unwrap_or(1.0);
+        match groups.last_mut() {
+            Some((last, g)) if *last == name && g.members().end == i => {
+                g.weights.push(weight);
+                if let Some(s) = e.strategy {
+                    g.strategy = s;
+                }
+            }
+            _ => groups.push((
+                name,
+                Group {
+                    start: i,
+                    weights: vec![weight],
+                    strategy: e.strategy.unwrap_or_default(),
+                },
+            )),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
 }
 
 /// The mock routes a scenario's chain describes.
@@ -335,6 +365,18 @@ fn judge(spec: &RequestSpec, entry: Option<usize>, runs: &mut [RequestRun]) {
                 expected: want_s,
                 got: got_s,
             });
+        }
+    }
+    if let (Some(within), Some(last)) = (&spec.upstream_calls_within, runs.last_mut()) {
+        for (route, [lo, hi]) in within {
+            let got = last.upstream_calls.get(route).copied().unwrap_or(0);
+            if !(*lo..=*hi).contains(&got) {
+                last.mismatches.push(Mismatch {
+                    field: format!("upstream_calls_within.{route}"),
+                    expected: format!("{lo} to {hi}"),
+                    got: got.to_string(),
+                });
+            }
         }
     }
     if let Some(i) = entry {
