@@ -648,7 +648,7 @@ fn check_groups(field: &str, list: &[ChainEntry]) -> Result<(), (String, String)
                 };
                 return Err((at(f), format!("`{f}` belongs to a member of a `group:`")));
             }
-            open = None;
+            closed.extend(open.take());
             continue;
         };
         if open != Some(name) {
@@ -660,10 +660,7 @@ fn check_groups(field: &str, list: &[ChainEntry]) -> Result<(), (String, String)
                     ),
                 ));
             }
-            if let Some(prev) = open {
-                closed.insert(prev);
-            }
-            open = Some(name);
+            closed.extend(open.replace(name));
         }
         if let Some(w) = e.weight {
             if !(w.is_finite() && w > 0.0) {
