@@ -60,6 +60,11 @@ pub fn member_order(
     order
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Each critical section is one map operation: a poisoned lock is still sound.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Requests this process has in flight to each group member, counted while their
 /// upstream call runs (through any group step of any tier).
 #[derive(Debug, Default)]
@@ -71,9 +76,7 @@ impl InFlight {
     /// Counts one call to `route` until the guard is dropped (also when the request's
     /// future is dropped mid-call: a client that went away is no longer in flight).
     pub fn enter<'a>(&'a self, route: &Route) -> Busy<'a> {
-        *super::state::lock(&self.counts)
-            .entry(route.clone())
-            .or_default() += 1;
+        *lock(&self.counts).entry(route.clone()).or_default() += 1;
         Busy {
             of: self,
             route: route.clone(),
@@ -82,10 +85,7 @@ impl InFlight {
 
     /// The calls in flight to `route` now.
     pub fn count(&self, route: &Route) -> u32 {
-        super::state::lock(&self.counts)
-            .get(route)
-            .copied()
-            .unwrap_or(0)
+        lock(&self.counts).get(route).copied().unwrap_or(0)
     }
 }
 
@@ -97,7 +97,7 @@ pub struct Busy<'a> {
 
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
-        let mut counts = super::state::lock(&self.of.counts);
+        let mut counts = lock(&self.of.counts);
         if let Some(n) = counts.get_mut(&self.route) {
             *n -= 1;
             if *n == 0 {
@@ -184,7 +184,7 @@ mod tests {
         assert_eq!(f.count(&r), 1);
         drop(two);
         assert_eq!(f.count(&r), 0);
-        assert!(super::super::state::lock(&f.counts).is_empty());
+        assert!(lock(&f.counts).is_empty());
     }
 
     proptest! {
