@@ -115,31 +115,19 @@ impl PoolConfig {
         })
     }
 
-    /// The group steps of tier `name`, their weights resolved: as written, else each
-    /// member's rpm limit (its route's `limits:` entry, else its provider's) when every
-    /// member has one, else equal.
+    /// The group steps of tier `name`, their weights resolved (`Group::weights_of`).
     fn tier_groups(&self, name: &str) -> Vec<Group> {
-        let rpm = |r: &Route| {
-            [r.as_str(), r.provider()]
-                .iter()
-                .find_map(|k| self.limits.get(*k).and_then(|l| l.rpm))
-                .filter(|n| *n > 0)
-        };
         let groups = self.groups.get(name).map(Vec::as_slice).unwrap_or_default();
         groups
             .iter()
-            .map(|g| {
-                let by_rpm: Option<Vec<f64>> =
-                    g.members.iter().map(|r| rpm(r).map(|n| n as f64)).collect();
-                Group {
-                    start: g.first,
-                    weights: g
-                        .weights
-                        .clone()
-                        .or(by_rpm)
-                        .unwrap_or_else(|| vec![1.0; g.members.len()]),
-                    strategy: g.strategy,
-                }
+            .map(|g| Group {
+                start: g.first,
+                weights: Group::weights_of(
+                    g.weights.as_deref(),
+                    &g.members.iter().collect::<Vec<_>>(),
+                    &self.limits,
+                ),
+                strategy: g.strategy,
             })
             .collect()
     }

@@ -113,6 +113,31 @@ impl Group {
     pub fn members(&self) -> std::ops::Range<usize> {
         self.start..self.start + self.weights.len()
     }
+
+    /// The members' weights: `written`, else each member's rpm limit (its route's
+    /// `limits:` entry, else its provider's) when every member has one, else equal. The
+    /// same for a pool config and a scenario.
+    pub fn weights_of(
+        written: Option<&[f64]>,
+        members: &[&Route],
+        limits: &std::collections::BTreeMap<String, crate::admission::bucket::Limits>,
+    ) -> Vec<f64> {
+        if let Some(w) = written {
+            return w.to_vec();
+        }
+        let rpm = |r: &Route| {
+            [r.as_str(), r.provider()]
+                .iter()
+                .find_map(|k| limits.get(*k).and_then(|l| l.rpm))
+                .filter(|n| *n > 0)
+                .map(|n| n as f64)
+        };
+        members
+            .iter()
+            .map(|r| rpm(r))
+            .collect::<Option<Vec<f64>>>()
+            .unwrap_or_else(|| vec![1.0; members.len()])
+    }
 }
 
 /// Where a provider's dialect came from; `poolctl check` warns on `WireDefault`, since a

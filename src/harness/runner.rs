@@ -5,6 +5,7 @@
 use super::compare::{bucket_levels, compare, BucketLevels, HealthView, Mismatch};
 use super::mock::{MockRoute, MockServer, Outage};
 use super::scenario::{ChainEntry, Preset, RequestShape, RequestSpec, Scenario};
+use crate::admission::bucket::Limits;
 use crate::admission::buckets::Buckets;
 use crate::config::route::{Group, RouteSpec, Tier};
 use crate::core::clock::{Clock, ManualClock, Stopwatch, UnixMs};
@@ -66,7 +67,7 @@ pub struct ScenarioRun {
 
 /// The chain as the router sees it, with base URLs pointing at `mock`.
 pub fn tier_for(scenario: &Scenario, mock: &MockServer) -> Tier {
-    tier_of(&scenario.name, &scenario.chain, scenario.path, mock)
+    tier_of(&scenario.name, &scenario.chain, scenario, mock)
 }
 
 /// The scenario's extra tiers (`tiers:`), by name, pointing at `mock`.
@@ -74,11 +75,11 @@ pub fn extra_tiers(scenario: &Scenario, mock: &MockServer) -> BTreeMap<String, T
     scenario
         .tiers
         .iter()
-        .map(|(name, entries)| (name.clone(), tier_of(name, entries, scenario.path, mock)))
+        .map(|(name, entries)| (name.clone(), tier_of(name, entries, scenario, mock)))
         .collect()
 }
 
-fn tier_of(name: &str, entries: &[ChainEntry], path: CallPath, mock: &MockServer) -> Tier {
+fn tier_of(name: &str, entries: &[ChainEntry], scenario: &Scenario, mock: &MockServer) -> Tier {
     let routes = entries
         .iter()
         .map(|entry| {
@@ -97,39 +98,38 @@ fn tier_of(name: &str, entries: &[ChainEntry], path: CallPath, mock: &MockServer
         .collect();
     Tier {
         name: name.to_string(),
-        path,
+        path: scenario.path,
         routes,
-        groups: groups_of(entries),
+        groups: groups_of(entries, &scenario.limits),
     }
 }
 
 /// The groups of a scenario chain: consecutive entries with the same `group:` name
-/// (validated when the scenario loaded), weighted as written, else equally.
-fn groups_of(entries: &[ChainEntry]) -> Vec<Group> {
-    let mut groups: Vec<(&str, Group)> = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
-        let Some(name) = e.group.as_deref() else {
+/// (validated when the scenario loaded), weighted as a pool config's groups are
+/// (`Group::weights_of`: `weight:` as written, else the scenario's rpm limits, else equal).
+fn groups_of(entries: &[ChainEntry], limits: &BTreeMap<String, Limits>) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    let mut i = 0;
+    while i < entries.len() {
+        let Some(name) = entries[i].group.as_deref() else {
+            i += 1;
             continue;
         };
-        let weight = e.weight.unwrap_or(1.0);
-        match groups.last_mut() {
-            Some((last, g)) if *last == name && g.members().end == i => {
-                g.weights.push(weight);
-                if let Some(s) = e.strategy {
-                    g.strategy = s;
-                }
-            }
-            _ => groups.push((
-                name,
-                Group {
-                    start: i,
-                    weights: vec![weight],
-                    strategy: e.strategy.unwrap_or_default(),
-                },
-            )),
-        }
+        let n = entries[i..]
+            .iter()
+            .take_while(|e| e.group.as_deref() == Some(name))
+            .count();
+        let members = &entries[i..i + n];
+        let written: Option<Vec<f64>> = members.iter().map(|e| e.weight).collect();
+        let routes: Vec<&Route> = members.iter().map(|e| &e.route).collect();
+        groups.push(Group {
+            start: i,
+            weights: Group::weights_of(written.as_deref(), &routes, limits),
+            strategy: members.iter().find_map(|e| e.strategy).unwrap_or_default(),
+        });
+        i += n;
     }
-    groups.into_iter().map(|(_, g)| g).collect()
+    groups
 }
 
 /// The mock routes a scenario's chain describes.
