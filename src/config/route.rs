@@ -52,16 +52,6 @@ pub struct Tier {
 }
 
 impl Tier {
-    /// A chain of single routes.
-    pub fn chain(name: impl Into<String>, path: CallPath, routes: Vec<RouteSpec>) -> Tier {
-        Tier {
-            name: name.into(),
-            path,
-            routes,
-            groups: Vec::new(),
-        }
-    }
-
     /// The group chain position `idx` belongs to, if it is a member of one.
     pub fn group_of(&self, idx: usize) -> Option<&Group> {
         self.groups.iter().find(|g| g.members().contains(&idx))

@@ -1,6 +1,8 @@
-//! Selection: which route a request tries next. Reads the health of the routes still
-//! ahead once per selection (a snapshot), then passes over the cooling, retired,
-//! unapproved, incapable and breaker-blocked ones, recording each skip.
+//! Selection: which route a request tries next. The try order is the chain, each group
+//! step's members in the order the request drew for them ([`super::group`]). Reads the
+//! health of the routes still ahead once per selection (a snapshot), then passes over
+//! the cooling, retired, unapproved, incapable and breaker-blocked ones, recording each
+//! skip.
 
 use super::group::member_order;
 use super::state::{lock, Router, Walk};
