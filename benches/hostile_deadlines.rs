@@ -121,6 +121,7 @@ fn main() {
             let mut policy = Policy::default();
             tune(&mut ep, &mut policy);
             let tier = Tier {
+                groups: Vec::new(),
                 name: "bench".into(),
                 path: CallPath::Stream,
                 routes: vec![RouteSpec {

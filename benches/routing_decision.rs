@@ -1,7 +1,9 @@
 //! Routing decisions without the network: one request down a 10-route tier under a
 //! policy card, through the production selection, classification, decision, health and
 //! breaker code (`Router::dry_run` feeds canned upstream results instead of HTTP).
-//! Target: median <= 5 µs per request.
+//! Target: median <= 5 µs per request. The group cases make the tier's first four
+//! routes one group step (weighted, then least_busy): each request draws its members'
+//! order from the router's seeded RNG.
 //!
 //! `cargo bench --bench routing_decision`
 
@@ -13,7 +15,7 @@ use poolctl::admission::bucket::Limits;
 use poolctl::admission::buckets::{AdmissionConfig, Buckets};
 use poolctl::classify::failure::{Headers, UpstreamFailure};
 use poolctl::config::route::RoutePolicy;
-use poolctl::config::route::{RouteSpec, Tier};
+use poolctl::config::route::{Group, GroupStrategy, RouteSpec, Tier};
 use poolctl::core::clock::ManualClock;
 use poolctl::core::secret::Secret;
 use poolctl::core::vocab::{CallPath, Outcome, Route, Wire};
@@ -61,6 +63,7 @@ fn tier() -> Tier {
         })
         .collect();
     Tier {
+        groups: Vec::new(),
         name: "bench".into(),
         path: CallPath::Chat,
         routes,
@@ -130,31 +133,73 @@ fn bench(c: &mut Criterion) {
             0,
         ))
     };
+    // The first four routes as one group step of four equal members.
+    let grouped = |strategy| Tier {
+        groups: vec![Group {
+            start: 0,
+            weights: vec![4.0, 3.0, 2.0, 1.0],
+            strategy,
+        }],
+        ..tier.clone()
+    };
+    let weighted = grouped(GroupStrategy::Weighted);
+    let least_busy = grouped(GroupStrategy::LeastBusy);
     let mut group = c.benchmark_group("routing decisions, 10-route tier, policy card");
-    type Case = (&'static str, Vec<Result<(), UpstreamFailure>>, bool);
-    let cases: [Case; 4] = [
-        ("primary answers", vec![Ok(())], false),
+    type Case<'t> = (
+        &'static str,
+        Vec<Result<(), UpstreamFailure>>,
+        bool,
+        &'t Tier,
+    );
+    let cases: [Case; 7] = [
+        ("primary answers", vec![Ok(())], false, &tier),
         (
             "walk to the 10th route (9 failures)",
             results.clone(),
             false,
+            &tier,
         ),
-        ("primary answers, limits on every route", vec![Ok(())], true),
+        (
+            "primary answers, limits on every route",
+            vec![Ok(())],
+            true,
+            &tier,
+        ),
         (
             "walk to the 10th route, limits on every route",
-            results,
+            results.clone(),
             true,
+            &tier,
+        ),
+        (
+            "group of 4 (weighted): a member answers",
+            vec![Ok(())],
+            false,
+            &weighted,
+        ),
+        (
+            "group of 4 (least_busy): a member answers",
+            vec![Ok(())],
+            false,
+            &least_busy,
+        ),
+        (
+            "group of 4 (weighted): walk to the 10th route",
+            results,
+            false,
+            &weighted,
         ),
     ];
-    for (name, canned, with_limits) in cases {
+    for (name, canned, with_limits, tier) in cases {
         let limited = &limited;
         group.bench_function(name, |b| {
             b.to_async(&rt).iter_batched(
                 || {
-                    let router = Router::new(
+                    let router = Router::with_seed(
                         client.clone(),
                         Arc::new(ManualClock::new(0)),
                         Arc::new(MemoryStore::new()),
+                        7,
                     );
                     let router = if with_limits {
                         router.with_buckets(limited.clone())
@@ -164,7 +209,6 @@ fn bench(c: &mut Criterion) {
                     (router, canned.clone())
                 },
                 |(router, canned)| {
-                    let tier = &tier;
                     let policy = &policy;
                     async move {
                         let report = router.dry_run(tier, CallOptions::new(policy), canned).await;

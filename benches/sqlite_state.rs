@@ -42,6 +42,7 @@ fn tier() -> Tier {
         drop_params: false,
     };
     Tier {
+        groups: Vec::new(),
         name: "bench".into(),
         path: CallPath::Chat,
         routes: vec![RouteSpec {

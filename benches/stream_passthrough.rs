@@ -66,6 +66,7 @@ async fn serve(route: &str, reply: Reply) -> (MockServer, Tier) {
         drop_params: false,
     };
     let tier = Tier {
+        groups: Vec::new(),
         name: "bench".into(),
         path: poolctl::core::vocab::CallPath::Chat,
         routes: vec![RouteSpec {

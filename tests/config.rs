@@ -3,6 +3,7 @@
 
 use poolctl::classify::dialect::Dialect;
 use poolctl::config::pool::{locate, locate_with, ConfigError, DialectSource, PoolConfig};
+use poolctl::config::route::GroupStrategy;
 use poolctl::core::vocab::{CallPath, Route, Wire};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -181,7 +182,7 @@ fn empty_tiers_and_bad_entries_are_errors() {
 
     let (shown, _, _) = yaml_err(&format!("{head}tiers:\n  a:\n    - 42\n"));
     assert!(
-        shown.contains("expected a route `provider/model` or `{ route, path }`"),
+        shown.contains("expected a route `provider/model`, `{ route, path }` or `{ group: [..] }`"),
         "{shown}"
     );
 }
@@ -640,5 +641,145 @@ fn a_duplicate_provider_or_tier_is_an_error_never_a_silent_shadow() {
         assert!(shown.contains("not valid YAML"), "{what}: {shown}");
         assert!(shown.contains("duplicate"), "{what}: {shown}");
         assert!(line.is_some(), "{what}: {shown}");
+    }
+}
+
+const GROUPS: &str = r#"providers:
+  azure-eu:
+    base_url: http://127.0.0.1:9/v1
+    api_key_env: K
+    dialect: azure
+  azure-us:
+    base_url: http://127.0.0.1:9/v1
+    api_key_env: K
+    dialect: azure
+  backup:
+    base_url: http://127.0.0.1:9/v1
+    api_key_env: K
+limits:
+  azure-eu/gpt-4o: { rpm: 300 }
+  azure-us: { rpm: 100 }
+tiers:
+  high:
+    - group: [azure-eu/gpt-4o, azure-us/gpt-4o]
+    - backup/mini
+    - group: [azure-eu/gpt-4o-mini, azure-us/gpt-4o-mini]
+      weights: [1, 3]
+      strategy: least_busy
+  embed:
+    - { group: [azure-eu/emb, azure-us/emb, backup/emb], path: embed }
+"#;
+
+#[test]
+fn a_group_step_is_its_members_in_turn_with_weights_as_written_else_by_rpm_else_equal() {
+    let c = load(GROUPS).unwrap();
+    let high = c.tier_entries("high").unwrap();
+    let shown: Vec<(&str, usize, Option<usize>)> = high
+        .iter()
+        .map(|e| (e.route.as_str(), e.step, e.group))
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            ("azure-eu/gpt-4o", 0, Some(0)),
+            ("azure-us/gpt-4o", 0, Some(0)),
+            ("backup/mini", 1, None),
+            ("azure-eu/gpt-4o-mini", 2, Some(1)),
+            ("azure-us/gpt-4o-mini", 2, Some(1)),
+        ]
+    );
+    let tier = c.tier("high", &keys).unwrap();
+    assert_eq!(tier.routes.len(), 5);
+    let groups: Vec<(usize, Vec<f64>, GroupStrategy)> = tier
+        .groups
+        .iter()
+        .map(|g| (g.start, g.weights.clone(), g.strategy))
+        .collect();
+    // The first group's weights are the rpm limits: the route's own, else its provider's.
+    assert_eq!(
+        groups,
+        vec![
+            (0, vec![300.0, 100.0], GroupStrategy::Weighted),
+            (3, vec![1.0, 3.0], GroupStrategy::LeastBusy),
+        ]
+    );
+    assert!(tier.in_first_step(1) && !tier.in_first_step(2) && !tier.in_first_step(3));
+    assert_eq!(tier.group_of(4).map(|g| g.start), Some(3));
+    assert!(tier.group_of(2).is_none());
+    // A member without an rpm limit: equal weights. A group's `path` is its members'.
+    let embed = c.tier("embed", &keys).unwrap();
+    assert_eq!(embed.groups[0].weights, vec![1.0, 1.0, 1.0]);
+    assert_eq!(embed.path, CallPath::Embed);
+    assert!(c
+        .tier_entries("embed")
+        .unwrap()
+        .iter()
+        .all(|e| e.path == CallPath::Embed));
+}
+
+#[test]
+fn a_bad_group_is_a_located_error_naming_the_member_or_the_weight() {
+    for (from, to, field, says) in [
+        (
+            "[azure-eu/gpt-4o, azure-us/gpt-4o]",
+            "[]",
+            "tiers.high[0].group",
+            "at least one route",
+        ),
+        (
+            "[azure-eu/gpt-4o, azure-us/gpt-4o]",
+            "[azure-eu/gpt-4o, azure-eu/gpt-4o]",
+            "tiers.high[0].group[1]",
+            "twice in this group",
+        ),
+        (
+            "[azure-eu/gpt-4o, azure-us/gpt-4o]",
+            "[azure-eu/gpt-4o, azure-uk/gpt-4o]",
+            "tiers.high[0].group[1]",
+            "not under `providers`",
+        ),
+        (
+            "weights: [1, 3]",
+            "weights: [1]",
+            "tiers.high[2].weights",
+            "1 weight(s) for 2",
+        ),
+        (
+            "weights: [1, 3]",
+            "weights: [1, -3]",
+            "tiers.high[2].weights[1]",
+            "not above zero",
+        ),
+        (
+            "weights: [1, 3]",
+            "weights: [0, 3]",
+            "tiers.high[2].weights[0]",
+            "not above zero",
+        ),
+        (
+            "- backup/mini",
+            "- { route: backup/mini, strategy: least_busy }",
+            "tiers.high[1]",
+            "belong to a `group:`",
+        ),
+        (
+            "strategy: least_busy",
+            "strategy: busiest",
+            "tiers.high[2].strategy",
+            "least_busy",
+        ),
+        // A route in a group and again as a step of the same tier.
+        (
+            "- backup/mini",
+            "- azure-us/gpt-4o",
+            "tiers.high[1]",
+            "twice in this tier (first at [0].group[1])",
+        ),
+    ] {
+        assert!(GROUPS.contains(from), "{from}");
+        let (shown, line, got) = yaml_err(&GROUPS.replacen(from, to, 1));
+        assert_eq!(got, field, "{shown}");
+        assert!(line.is_some(), "{shown}");
+        assert!(shown.contains(says), "{says}: {shown}");
     }
 }

@@ -52,6 +52,7 @@ async fn retire_while_in_flight(store: Arc<dyn HealthStore>) {
         .await;
     let route = Route::parse("a/m").unwrap();
     let tier = Tier {
+        groups: Vec::new(),
         name: "t".into(),
         path: poolctl::core::vocab::CallPath::Chat,
         routes: vec![RouteSpec {

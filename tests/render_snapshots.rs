@@ -509,3 +509,52 @@ fn status_table_at_80_200_and_no_terminal_and_json() {
     let v: serde_json::Value = serde_json::from_str(&render::status_json(&rows, now, &[])).unwrap();
     insta::assert_json_snapshot!(v);
 }
+
+/// Guards the chaos listing of a scenario of many copies (`repeat: 1000`): consecutive
+/// requests with the same attempts share one line, so it stays a few lines long.
+#[test]
+fn consecutive_requests_with_the_same_attempts_share_one_chaos_line() {
+    let run = |attempts: Vec<AttemptRecord>| RequestRun {
+        report: report(Outcome::Success, None, attempts, vec![]),
+        health: BTreeMap::new(),
+        upstream_calls: BTreeMap::new(),
+        buckets: BTreeMap::new(),
+        mismatches: vec![],
+    };
+    let ok = || attempt(1, "a/x", Some(200), Class::Ok, Action::Done, None);
+    let failed_over = || {
+        vec![
+            attempt(
+                1,
+                "a/x",
+                Some(429),
+                Class::QuotaExhausted,
+                Action::Fallback,
+                None,
+            ),
+            attempt(2, "b/x", Some(200), Class::Ok, Action::Done, None),
+        ]
+    };
+    let mut requests = vec![run(failed_over())];
+    requests.extend((0..1000).map(|_| run(vec![ok()])));
+    requests.push(run(failed_over()));
+    let runs = vec![ScenarioRun {
+        file: "scenarios/many.yaml".into(),
+        name: "many".into(),
+        passed: true,
+        requests,
+        wall_ms: 1.0,
+        error: None,
+    }];
+    let text = render_chaos::chaos_results(&runs, &Look::plain(80));
+    let lines: Vec<&str> = text.lines().skip(1).map(str::trim).collect();
+    assert_eq!(
+        lines,
+        vec![
+            "#1 429 quota_exhausted→fallback, 200 ok→done",
+            "#2-1001 200 ok→done",
+            "#1002 429 quota_exhausted→fallback, 200 ok→done",
+        ],
+        "{text}"
+    );
+}

@@ -37,6 +37,7 @@ impl Match for Lacks {
 fn tier(server: &MockServer, route: &str, wire: Wire) -> Tier {
     let route = Route::parse(route).unwrap();
     Tier {
+        groups: Vec::new(),
         name: "t".into(),
         path: poolctl::core::vocab::CallPath::Chat,
         routes: vec![RouteSpec {

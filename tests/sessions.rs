@@ -129,6 +129,7 @@ async fn a_session_sticks_and_moves_with_its_whole_history() {
         .await;
 
     let tier = Tier {
+        groups: Vec::new(),
         name: "t".into(),
         path: poolctl::core::vocab::CallPath::Chat,
         routes: vec![

@@ -124,13 +124,37 @@ impl Report {
         }
         let (e, w) = (self.findings.errors.len(), self.findings.warnings.len());
         match &self.config {
-            Some(config) => out.push_str(&format!(
-                "{}: {} providers, {} tiers, {} routes — {e} error(s), {w} warning(s)\n",
-                self.file.display(),
-                config.providers.len(),
-                config.tiers.len(),
-                config.route_names().len(),
-            )),
+            Some(config) => {
+                // Groups are named only where a config has some: the line of every
+                // other config stays as it was.
+                let groups: usize = config.groups.values().map(Vec::len).sum();
+                let groups = match groups {
+                    0 => String::new(),
+                    1 => ", 1 group".to_string(),
+                    n => format!(", {n} groups"),
+                };
+                out.push_str(&format!(
+                    "{}: {} providers, {} tiers, {} routes{groups} — {e} error(s), {w} warning(s)\n",
+                    self.file.display(),
+                    config.providers.len(),
+                    config.tiers.len(),
+                    config.route_names().len(),
+                ));
+                // A valid config's groups, in tier order: what each step shares.
+                let listed = config.tiers.keys().filter(|_| e == 0);
+                for (tier, list) in listed.filter_map(|t| Some((t, config.groups.get(t)?))) {
+                    for g in list {
+                        let members: Vec<&str> = g.members.iter().map(|r| r.as_str()).collect();
+                        out.push_str(&format!(
+                            "  tiers.{tier}[{}]: group of {}, {}: {}\n",
+                            g.step,
+                            members.len(),
+                            g.strategy,
+                            members.join(", ")
+                        ));
+                    }
+                }
+            }
             None => out.push_str(&format!(
                 "{}: {e} error(s), {w} warning(s)\n",
                 self.file.display()
@@ -293,6 +317,22 @@ pub fn findings_of(
                     ),
                 ));
             }
+        }
+    }
+    // A group of one balances nothing: legal (a LiteLLM model with one deployment is
+    // one), but worth saying.
+    for (tier, list) in &config.groups {
+        for g in list.iter().filter(|g| g.members.len() == 1) {
+            f.warnings.push(Finding {
+                field: format!("tiers.{tier}[{}]", g.step),
+                ..finding(
+                    &["tiers", tier],
+                    format!(
+                        "tier `{tier}`: this group has one route (`{}`), nothing to share the load with; write it as a plain route",
+                        g.members[0]
+                    ),
+                )
+            });
         }
     }
     let used: std::collections::BTreeSet<&str> = config

@@ -34,13 +34,27 @@ pub fn chaos_results(runs: &[ScenarioRun], look: &Look) -> String {
             lines.push(vec![time]);
         }
         let many = r.requests.len() > 1;
+        // Consecutive requests that made the same attempts share one line (`#3-1002`):
+        // a scenario of 1,000 copies is a line, not a thousand.
+        let mut runs: Vec<(usize, usize, Vec<String>)> = Vec::new();
         for (i, req) in r.requests.iter().enumerate() {
             let mut items: Vec<String> = req.report.attempts.iter().map(attempt_label).collect();
             if items.is_empty() {
                 items.push("(no upstream call)".into());
             }
+            match runs.last_mut() {
+                Some((_, last, same)) if *same == items => *last = i,
+                _ => runs.push((i, i, items)),
+            }
+        }
+        for (first, last, mut items) in runs {
             if many {
-                items[0] = format!("#{} {}", i + 1, items[0]);
+                let at = if last > first {
+                    format!("#{}-{}", first + 1, last + 1)
+                } else {
+                    format!("#{}", first + 1)
+                };
+                items[0] = format!("{at} {}", items[0]);
             }
             lines.push(items);
         }

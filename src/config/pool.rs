@@ -2,6 +2,7 @@
 //! `probe` and `walk` can trust every name in it. Every error names the file, line and
 //! field; keys never enter it, only the names of the variables that hold them.
 
+use crate::config::route::GroupStrategy;
 use crate::config::yaml::{self, YamlError};
 use crate::core::vocab::{CallPath, Route};
 use crate::policy::capability::ModelFacts;
@@ -28,8 +29,10 @@ pub struct PoolConfig {
     pub file: PathBuf,
     /// In config order, as every listing shows them.
     pub providers: IndexMap<String, ProviderConfig>,
-    /// In config order; each tier's routes in chain order.
+    /// In config order; each tier's routes in chain order (a group's members in turn).
     pub tiers: IndexMap<String, Vec<TierEntry>>,
+    /// The group steps of each tier that has any, in chain order.
+    pub groups: BTreeMap<String, Vec<GroupConfig>>,
     pub policies: BTreeMap<String, Policy>,
     /// Per-model facts (equivalence contracts and prices), by route.
     pub models: BTreeMap<Route, ModelFacts>,
@@ -84,11 +87,29 @@ pub struct Lint {
     pub stand_ins: Vec<String>,
 }
 
-/// One route of a tier and the kind of call it serves.
+/// One route of a tier and the kind of call it serves. A group step's members are one
+/// entry each, in the order written, so every listing of a tier's routes (probe, serve's
+/// per-route chains, capacity) sees each member as a route.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TierEntry {
     pub route: Route,
     pub path: CallPath,
+    /// The step of the tier as written (`tiers.NAME[step]`): a group's members share it.
+    pub step: usize,
+    /// The member's group: an index into the tier's `PoolConfig::groups`.
+    pub group: Option<usize>,
+}
+
+/// A group step as written: `{ group: [a/x, b/x], weights: [3, 1], strategy, path }`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupConfig {
+    /// The step of the tier as written.
+    pub step: usize,
+    /// The first member's index in the tier's entries.
+    pub first: usize,
+    pub members: Vec<Route>,
+    pub weights: Option<Vec<f64>>,
+    pub strategy: GroupStrategy,
 }
 
 pub use crate::config::route::DialectSource;
@@ -244,7 +265,7 @@ impl PoolConfig {
 )]
 struct RawConfig {
     providers: IndexMap<String, ProviderConfig>,
-    tiers: IndexMap<String, Vec<TierEntry>>,
+    tiers: IndexMap<String, Vec<TierStep>>,
     #[serde(default)]
     policies: BTreeMap<String, Policy>,
     #[serde(default)]
@@ -273,10 +294,20 @@ struct RawConfig {
 
 impl RawConfig {
     fn into_config(self, file: &Path) -> PoolConfig {
+        let mut tiers = IndexMap::new();
+        let mut groups = BTreeMap::new();
+        for (name, steps) in self.tiers {
+            let (entries, found) = flatten(steps);
+            if !found.is_empty() {
+                groups.insert(name.clone(), found);
+            }
+            tiers.insert(name, entries);
+        }
         PoolConfig {
             file: file.to_path_buf(),
             providers: self.providers,
-            tiers: self.tiers,
+            tiers,
+            groups,
             policies: self.policies,
             models: self.models,
             catalogue: self.catalogue.unwrap_or(true),
@@ -318,45 +349,121 @@ pub(super) fn not_yaml(file: &Path, text: &str) -> Option<YamlError> {
     })
 }
 
-/// A tier entry is a plain route string (path `chat`) or `{ route, path }`. Written by
-/// hand rather than `#[serde(untagged)]`, which would swallow the real error of a bad map
-/// (an unknown field, a bad path) behind "did not match any variant".
-impl<'de> Deserialize<'de> for TierEntry {
+/// One step of a tier as written: a route (a plain string, path `chat`, or
+/// `{ route, path }`) or a group of routes.
+#[derive(Debug)]
+enum TierStep {
+    Route(Route, CallPath),
+    Group {
+        members: Vec<Route>,
+        weights: Option<Vec<f64>>,
+        strategy: GroupStrategy,
+        path: CallPath,
+    },
+}
+
+/// The steps of a tier as the entries the router walks: a group's members one after
+/// another, each marked with its group.
+fn flatten(steps: Vec<TierStep>) -> (Vec<TierEntry>, Vec<GroupConfig>) {
+    let mut entries = Vec::with_capacity(steps.len());
+    let mut groups = Vec::new();
+    for (step, s) in steps.into_iter().enumerate() {
+        match s {
+            TierStep::Route(route, path) => entries.push(TierEntry {
+                route,
+                path,
+                step,
+                group: None,
+            }),
+            TierStep::Group {
+                members,
+                weights,
+                strategy,
+                path,
+            } => {
+                let group = Some(groups.len());
+                let first = entries.len();
+                entries.extend(members.iter().map(|route| TierEntry {
+                    route: route.clone(),
+                    path,
+                    step,
+                    group,
+                }));
+                groups.push(GroupConfig {
+                    step,
+                    first,
+                    members,
+                    weights,
+                    strategy,
+                });
+            }
+        }
+    }
+    (entries, groups)
+}
+
+/// A tier step is a plain route string (path `chat`), `{ route, path }`, or
+/// `{ group: [..], weights, strategy, path }`. Written by hand rather than
+/// `#[serde(untagged)]`, which would swallow the real error of a bad map (an unknown
+/// field, a bad path) behind "did not match any variant".
+impl<'de> Deserialize<'de> for TierStep {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Full {
-            route: Route,
+            #[serde(default)]
+            route: Option<Route>,
+            #[serde(default)]
+            group: Option<Vec<Route>>,
+            #[serde(default)]
+            weights: Option<Vec<f64>>,
+            #[serde(default)]
+            strategy: Option<GroupStrategy>,
             #[serde(default)]
             path: CallPath,
         }
 
-        struct EntryVisitor;
-        impl<'de> Visitor<'de> for EntryVisitor {
-            type Value = TierEntry;
+        struct StepVisitor;
+        impl<'de> Visitor<'de> for StepVisitor {
+            type Value = TierStep;
 
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a route `provider/model` or `{ route, path }`")
+                f.write_str("a route `provider/model`, `{ route, path }` or `{ group: [..] }`")
             }
 
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<TierEntry, E> {
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<TierStep, E> {
                 let route = Route::parse(s).map_err(E::custom)?;
-                Ok(TierEntry {
-                    route,
-                    path: CallPath::default(),
-                })
+                Ok(TierStep::Route(route, CallPath::default()))
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<TierEntry, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<TierStep, A::Error> {
                 let full = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(TierEntry {
-                    route: full.route,
-                    path: full.path,
-                })
+                match (full.route, full.group) {
+                    (Some(route), None) => {
+                        if full.weights.is_some() || full.strategy.is_some() {
+                            return Err(de::Error::custom(
+                                "`weights` and `strategy` belong to a `group:` step, not to one route",
+                            ));
+                        }
+                        Ok(TierStep::Route(route, full.path))
+                    }
+                    (None, Some(members)) => Ok(TierStep::Group {
+                        members,
+                        weights: full.weights,
+                        strategy: full.strategy.unwrap_or_default(),
+                        path: full.path,
+                    }),
+                    (Some(_), Some(_)) => Err(de::Error::custom(
+                        "a step is one `route` or one `group` of routes, not both",
+                    )),
+                    (None, None) => Err(de::Error::custom(
+                        "a step needs `route: provider/model` or `group: [provider/model, ..]`",
+                    )),
+                }
             }
         }
 
-        deserializer.deserialize_any(EntryVisitor)
+        deserializer.deserialize_any(StepVisitor)
     }
 }
 

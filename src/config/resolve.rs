@@ -10,7 +10,7 @@ use super::pool::{
 use super::validate::nearest_route;
 use crate::admission::buckets::AdmissionConfig;
 use crate::classify::dialect::Dialect;
-use crate::config::route::{RouteSpec, Tier};
+use crate::config::route::{Group, RouteSpec, Tier};
 use crate::config::yaml::{self};
 use crate::core::secret::Secret;
 use crate::core::vocab::{CallPath, Route};
@@ -133,7 +133,25 @@ impl PoolConfig {
             name: name.to_string(),
             path: self.tier_path(name)?,
             routes,
+            groups: self.tier_groups(name),
         })
+    }
+
+    /// The group steps of tier `name`, their weights resolved (`Group::weights_of`).
+    fn tier_groups(&self, name: &str) -> Vec<Group> {
+        let groups = self.groups.get(name).map(Vec::as_slice).unwrap_or_default();
+        groups
+            .iter()
+            .map(|g| Group {
+                start: g.first,
+                weights: Group::weights_of(
+                    g.weights.as_deref(),
+                    &g.members.iter().collect::<Vec<_>>(),
+                    &self.limits,
+                ),
+                strategy: g.strategy,
+            })
+            .collect()
     }
 
     /// The call path of tier `name`: its first entry's (`walk` and `probe` default to it).

@@ -37,11 +37,97 @@ pub struct RouteSpec {
 
 /// An ordered chain of routes and the kind of call it serves. Whether a chat call
 /// streams is chosen per request; `path: stream` is the default for `walk` and `probe`.
+///
+/// A step of the chain may be a group of interchangeable routes ([`Group`]): its
+/// members stay in `routes`, one after another, so everything that reads a route by its
+/// chain position (health, breakers, admission, the trace) reads a member the same way;
+/// `groups` only says which positions belong together and how a request orders them.
 #[derive(Debug, Clone)]
 pub struct Tier {
     pub name: String,
     pub path: CallPath,
     pub routes: Vec<RouteSpec>,
+    /// The tier's groups, in chain order; empty for a chain of single routes.
+    pub groups: Vec<Group>,
+}
+
+impl Tier {
+    /// The group chain position `idx` belongs to, if it is a member of one.
+    pub fn group_of(&self, idx: usize) -> Option<&Group> {
+        self.groups.iter().find(|g| g.members().contains(&idx))
+    }
+
+    /// Whether chain position `idx` is the tier's first step: the primary route, or any
+    /// member of a group that is the first step. A card's `fallback_routes` approves the
+    /// steps after it; the first step needs no approval, whichever member is drawn.
+    pub fn in_first_step(&self, idx: usize) -> bool {
+        idx == 0
+            || self
+                .groups
+                .first()
+                .is_some_and(|g| g.start == 0 && g.members().contains(&idx))
+    }
+}
+
+/// How a request orders the members of a group (`strategy:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupStrategy {
+    /// A draw in proportion to each member's weight, without replacement.
+    #[default]
+    Weighted,
+    /// Fewest requests in flight from this process first; ties by a draw.
+    LeastBusy,
+}
+
+impl std::fmt::Display for GroupStrategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GroupStrategy::Weighted => "weighted",
+            GroupStrategy::LeastBusy => "least_busy",
+        })
+    }
+}
+
+/// One group step of a tier: the members are `routes[start..start + weights.len()]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub start: usize,
+    /// One per member, each above zero: as written, else the member's rpm limit, else 1.
+    pub weights: Vec<f64>,
+    pub strategy: GroupStrategy,
+}
+
+impl Group {
+    /// The chain positions of the members.
+    pub fn members(&self) -> std::ops::Range<usize> {
+        self.start..self.start + self.weights.len()
+    }
+
+    /// The members' weights: `written`, else each member's rpm limit (its route's
+    /// `limits:` entry, else its provider's) when every member has one, else equal. The
+    /// same for a pool config and a scenario.
+    pub fn weights_of(
+        written: Option<&[f64]>,
+        members: &[&Route],
+        limits: &std::collections::BTreeMap<String, crate::admission::bucket::Limits>,
+    ) -> Vec<f64> {
+        if let Some(w) = written {
+            return w.to_vec();
+        }
+        let rpm = |r: &Route| {
+            [r.as_str(), r.provider()]
+                .iter()
+                .find_map(|k| limits.get(*k).and_then(|l| l.rpm))
+                .filter(|n| *n > 0)
+                .map(|n| n as f64)
+        };
+        members
+            .iter()
+            .map(|r| rpm(r))
+            .collect::<Option<Vec<f64>>>()
+            .unwrap_or_else(|| vec![1.0; members.len()])
+    }
 }
 
 /// Where a provider's dialect came from; `poolctl check` warns on `WireDefault`, since a

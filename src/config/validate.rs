@@ -2,7 +2,7 @@
 //! value in range, every URL usable. `problems` lists them all, for `poolctl check`;
 //! loading stops at the first.
 
-use super::pool::{did_you_mean, line_of, suggest, PoolConfig};
+use super::pool::{did_you_mean, line_of, suggest, GroupConfig, PoolConfig};
 use crate::config::yaml::YamlError;
 use crate::core::limits;
 use crate::core::vocab::Route;
@@ -62,18 +62,28 @@ impl PoolConfig {
         }
         for (tier, entries) in &self.tiers {
             let key = format!("{tier}:");
+            let groups = self.groups.get(tier).map(Vec::as_slice).unwrap_or_default();
+            out.extend(self.group_problems(text, tier, groups));
             if entries.is_empty() {
-                let msg = "a tier needs at least one route".to_string();
-                out.push(invalid(format!("tiers.{tier}"), &["tiers:", &key], msg));
+                // A tier of one empty group is that group's problem, reported above.
+                if groups.is_empty() {
+                    let msg = "a tier needs at least one route".to_string();
+                    out.push(invalid(format!("tiers.{tier}"), &["tiers:", &key], msg));
+                }
                 continue;
             }
+            // The field of an entry as written: a group's member by its place in it.
+            let field_of = |e: &super::pool::TierEntry, i: usize| match e.group {
+                Some(g) => format!("tiers.{tier}[{}].group[{}]", e.step, i - groups[g].first),
+                None => format!("tiers.{tier}[{}]", e.step),
+            };
             // Where each route was first seen: one pass, so a tier of 100,000 routes is
             // checked in milliseconds, not minutes.
             let mut first_at: std::collections::HashMap<&Route, usize> =
                 std::collections::HashMap::with_capacity(entries.len());
             for (i, entry) in entries.iter().enumerate() {
                 let route = entry.route.as_str();
-                let field = format!("tiers.{tier}[{i}]");
+                let field = field_of(entry, i);
                 let provider = entry.route.provider();
                 if !self.providers.contains_key(provider) {
                     let msg = format!(
@@ -87,8 +97,16 @@ impl PoolConfig {
                     out.push(invalid(field.clone(), &["tiers:", &key, route], msg));
                 }
                 if let Some(&first) = first_at.get(&entry.route) {
-                    let msg =
-                        format!("route `{route}` appears twice in this tier (first at [{first}])");
+                    let earlier = &entries[first];
+                    let msg = if entry.group.is_some() && earlier.group == entry.group {
+                        format!(
+                            "route `{route}` appears twice in this group: a member is listed once"
+                        )
+                    } else {
+                        let at = field_of(earlier, first);
+                        let at = at.strip_prefix(&format!("tiers.{tier}")).unwrap_or(&at);
+                        format!("route `{route}` appears twice in this tier (first at {at})")
+                    };
                     out.push(invalid(field, &["tiers:", &key, route, route], msg));
                 }
                 first_at.insert(&entry.route, i);
@@ -257,6 +275,55 @@ impl PoolConfig {
                     &["models:", route.as_str()],
                     msg,
                 ));
+            }
+        }
+        out
+    }
+}
+
+impl PoolConfig {
+    /// What a tier's group steps must satisfy: at least one member, and weights (when
+    /// given) one per member, each above zero. Members are checked as routes with the
+    /// rest of the tier (declared provider, listed once).
+    fn group_problems(&self, text: &str, tier: &str, groups: &[GroupConfig]) -> Vec<YamlError> {
+        let key = format!("{tier}:");
+        let mut out = Vec::new();
+        for g in groups {
+            let at = format!("tiers.{tier}[{}]", g.step);
+            // The group's own line: found after its first member, when it has one.
+            let first = g.members.first().map(Route::as_str);
+            let problem = |field: String, needle: &str, message: String| {
+                let mut needles = vec!["tiers:", key.as_str()];
+                needles.extend(first);
+                needles.push(needle);
+                YamlError {
+                    file: self.file.clone(),
+                    line: line_of(text, &needles),
+                    column: None,
+                    field,
+                    message,
+                }
+            };
+            if g.members.is_empty() {
+                let msg = "a group needs at least one route (two or more to share the load)";
+                out.push(problem(format!("{at}.group"), "group:", msg.into()));
+            }
+            let Some(weights) = &g.weights else { continue };
+            if weights.len() != g.members.len() {
+                let msg = format!(
+                    "{} weight(s) for {} member(s): give one weight per member, in the same order",
+                    weights.len(),
+                    g.members.len()
+                );
+                out.push(problem(format!("{at}.weights"), "weights:", msg));
+            }
+            for (j, w) in weights.iter().enumerate() {
+                if !(w.is_finite() && *w > 0.0) {
+                    let msg = format!(
+                        "weight {w} is not above zero: a member that should take no traffic is left out of the group"
+                    );
+                    out.push(problem(format!("{at}.weights[{j}]"), "weights:", msg));
+                }
             }
         }
         out

@@ -5,8 +5,9 @@
 use super::compare::{bucket_levels, compare, BucketLevels, HealthView, Mismatch};
 use super::mock::{MockRoute, MockServer, Outage};
 use super::scenario::{ChainEntry, Preset, RequestShape, RequestSpec, Scenario};
+use crate::admission::bucket::Limits;
 use crate::admission::buckets::Buckets;
-use crate::config::route::{RouteSpec, Tier};
+use crate::config::route::{Group, RouteSpec, Tier};
 use crate::core::clock::{Clock, ManualClock, Stopwatch, UnixMs};
 use crate::core::request::{ChatRequest, EmbedRequest, Request, RerankRequest};
 use crate::core::secret::Secret;
@@ -66,7 +67,7 @@ pub struct ScenarioRun {
 
 /// The chain as the router sees it, with base URLs pointing at `mock`.
 pub fn tier_for(scenario: &Scenario, mock: &MockServer) -> Tier {
-    tier_of(&scenario.name, &scenario.chain, scenario.path, mock)
+    tier_of(&scenario.name, &scenario.chain, scenario, mock)
 }
 
 /// The scenario's extra tiers (`tiers:`), by name, pointing at `mock`.
@@ -74,11 +75,11 @@ pub fn extra_tiers(scenario: &Scenario, mock: &MockServer) -> BTreeMap<String, T
     scenario
         .tiers
         .iter()
-        .map(|(name, entries)| (name.clone(), tier_of(name, entries, scenario.path, mock)))
+        .map(|(name, entries)| (name.clone(), tier_of(name, entries, scenario, mock)))
         .collect()
 }
 
-fn tier_of(name: &str, entries: &[ChainEntry], path: CallPath, mock: &MockServer) -> Tier {
+fn tier_of(name: &str, entries: &[ChainEntry], scenario: &Scenario, mock: &MockServer) -> Tier {
     let routes = entries
         .iter()
         .map(|entry| {
@@ -97,9 +98,38 @@ fn tier_of(name: &str, entries: &[ChainEntry], path: CallPath, mock: &MockServer
         .collect();
     Tier {
         name: name.to_string(),
-        path,
+        path: scenario.path,
         routes,
+        groups: groups_of(entries, &scenario.limits),
     }
+}
+
+/// The groups of a scenario chain: consecutive entries with the same `group:` name
+/// (validated when the scenario loaded), weighted as a pool config's groups are
+/// (`Group::weights_of`: `weight:` as written, else the scenario's rpm limits, else equal).
+fn groups_of(entries: &[ChainEntry], limits: &BTreeMap<String, Limits>) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    let mut i = 0;
+    while i < entries.len() {
+        let Some(name) = entries[i].group.as_deref() else {
+            i += 1;
+            continue;
+        };
+        let n = entries[i..]
+            .iter()
+            .take_while(|e| e.group.as_deref() == Some(name))
+            .count();
+        let members = &entries[i..i + n];
+        let written: Option<Vec<f64>> = members.iter().map(|e| e.weight).collect();
+        let routes: Vec<&Route> = members.iter().map(|e| &e.route).collect();
+        groups.push(Group {
+            start: i,
+            weights: Group::weights_of(written.as_deref(), &routes, limits),
+            strategy: members.iter().find_map(|e| e.strategy).unwrap_or_default(),
+        });
+        i += n;
+    }
+    groups
 }
 
 /// The mock routes a scenario's chain describes.
@@ -335,6 +365,18 @@ fn judge(spec: &RequestSpec, entry: Option<usize>, runs: &mut [RequestRun]) {
                 expected: want_s,
                 got: got_s,
             });
+        }
+    }
+    if let (Some(within), Some(last)) = (&spec.upstream_calls_within, runs.last_mut()) {
+        for (route, [lo, hi]) in within {
+            let got = last.upstream_calls.get(route).copied().unwrap_or(0);
+            if !(*lo..=*hi).contains(&got) {
+                last.mismatches.push(Mismatch {
+                    field: format!("upstream_calls_within.{route}"),
+                    expected: format!("{lo} to {hi}"),
+                    got: got.to_string(),
+                });
+            }
         }
     }
     if let Some(i) = entry {

@@ -346,6 +346,16 @@ impl Names {
         Names { back, by_model }
     }
 
+    /// The upstream calls the mock counted for the scenario's `route`.
+    fn calls_of(&self, route: &Route, calls: &Calls) -> u64 {
+        self.back
+            .iter()
+            .find(|(_, r)| *r == route)
+            .and_then(|(served, _)| calls.calls.get(served))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// The route an answer's `model` names: as sent, or with a gateway's `provider/`
     /// prefix.
     fn route_of_model(&self, model: &str) -> Option<&Route> {
@@ -481,6 +491,9 @@ async fn run_one(
         if let Some(counts) = &spec.expect_counts {
             judge_counts(&mut run.checks, index - 1, counts, &seen, &comparable);
         }
+        if let Some(within) = &spec.upstream_calls_within {
+            judge_within(&mut run.checks, index - 1, within, &names, &after, &comparable);
+        }
     }
     if run.verdict != Verdict::Fail {
         let judged = run
@@ -538,6 +551,10 @@ impl Comparable {
                     Some("a breaker")
                 } else if scenario.entries().any(|(_, e)| e.model.is_some()) {
                     Some("model facts")
+                } else if scenario.entries().any(|(_, e)| {
+                    e.strategy == Some(crate::config::route::GroupStrategy::LeastBusy)
+                }) {
+                    Some("a least_busy group")
                 } else if scenario
                     .request_specs()
                     .iter()
@@ -784,13 +801,7 @@ fn judge(
     }
     if let Some(want) = &e.upstream_calls {
         for (route, n) in want {
-            let served = names
-                .back
-                .iter()
-                .find(|(_, r)| *r == route)
-                .map(|(k, _)| k.as_str())
-                .unwrap_or("");
-            let got = after.calls.get(served).copied().unwrap_or(0);
+            let got = names.calls_of(route, after);
             // Concurrent copies share one reading; each copy's expectation then holds
             // for the batch's end, as in the in-process runner.
             out.push(check(
@@ -871,6 +882,34 @@ fn judge_counts(
         format!("{want_ok} success, {want_failed} failure"),
         format!("{ok} success, {failed} failure"),
     ));
+}
+
+/// `upstream_calls_within`: each route's calls since the scenario began, in a range
+/// (a weighted draw's share).
+fn judge_within(
+    out: &mut Vec<Check>,
+    i: usize,
+    within: &BTreeMap<Route, [u64; 2]>,
+    names: &Names,
+    after: &Calls,
+    comparable: &Comparable,
+) {
+    for (route, [lo, hi]) in within {
+        let field = format!("upstream_calls_within.{route}");
+        if let Some(why) = &comparable.why_not {
+            out.push(unjudged(i, &field, CheckStatus::NotComparable, why));
+            continue;
+        }
+        let got = names.calls_of(route, after);
+        out.push(check(
+            i,
+            &field,
+            (*lo..=*hi).contains(&got),
+            Wrong::UpstreamCalls,
+            format!("{lo} to {hi}"),
+            got.to_string(),
+        ));
+    }
 }
 
 /// The chat request a scenario sends, as an OpenAI chat-completions body: the same

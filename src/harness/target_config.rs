@@ -274,15 +274,59 @@ fn provider_block(s: &mut String, entry: &ChainEntry, name: &str, addr: SocketAd
     }
 }
 
+/// A chain's steps: one route each, except consecutive entries naming the same
+/// `group:`, which are one group step.
+pub fn chain_steps(entries: &[ChainEntry]) -> Vec<&[ChainEntry]> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < entries.len() {
+        let len = match entries[i].group.as_deref() {
+            Some(name) => entries[i..]
+                .iter()
+                .take_while(|e| e.group.as_deref() == Some(name))
+                .count(),
+            None => 1,
+        };
+        out.push(&entries[i..i + len]);
+        i += len;
+    }
+    out
+}
+
+/// The members' weights, when every member gives one.
+fn weights(step: &[ChainEntry]) -> Option<Vec<f64>> {
+    step.iter().map(|e| e.weight).collect()
+}
+
 fn tier_lines(s: &mut String, sc: &Scenario, tier: Option<&str>, naming: Naming) {
-    for entry in steps(sc, tier) {
-        let route = naming.route(&entry.route, &sc.name);
-        match sc.path {
-            CallPath::Chat => {
-                let _ = writeln!(s, "    - {route}");
+    for step in chain_steps(steps(sc, tier)) {
+        let path = match sc.path {
+            CallPath::Chat => String::new(),
+            p => format!(", path: {p}"),
+        };
+        match step {
+            [one] if one.group.is_none() => {
+                let route = naming.route(&one.route, &sc.name);
+                if path.is_empty() {
+                    let _ = writeln!(s, "    - {route}");
+                } else {
+                    let _ = writeln!(s, "    - {{ route: {route}{path} }}");
+                }
             }
-            path => {
-                let _ = writeln!(s, "    - {{ route: {route}, path: {path} }}");
+            members => {
+                let names: Vec<String> = members
+                    .iter()
+                    .map(|e| naming.route(&e.route, &sc.name).to_string())
+                    .collect();
+                let mut line = format!("    - {{ group: [{}]", names.join(", "));
+                if let Some(w) = weights(members) {
+                    let w: Vec<String> = w.iter().map(f64::to_string).collect();
+                    let _ = write!(line, ", weights: [{}]", w.join(", "));
+                }
+                if let Some(strategy) = members.iter().find_map(|e| e.strategy) {
+                    let _ = write!(line, ", strategy: {strategy}");
+                }
+                let _ = writeln!(s, "{line}{path} }}");
             }
         }
     }
@@ -352,38 +396,46 @@ pub fn litellm_yaml(scenarios: &[Scenario], addr: SocketAddr, naming: Naming) ->
     s.push_str("model_list:\n");
     let mut fallbacks: Vec<Value> = Vec::new();
     for sc in scenarios {
-        for (i, entry) in sc.chain.iter().enumerate() {
-            let route = naming.route(&entry.route, &sc.name);
-            let mut params = serde_json::Map::new();
-            params.insert(
-                "model".into(),
-                json!(format!("{}/{}", litellm_prefix(entry.wire), route.model())),
-            );
-            // LiteLLM's Gemini provider appends `/models/{model}:{method}` to its base.
-            let base = base_url(addr, route.provider(), entry.wire);
-            let base = match entry.wire {
-                Wire::Gemini => format!("{base}/v1beta"),
-                _ => base,
-            };
-            params.insert("api_base".into(), json!(base));
-            params.insert(
-                "api_key".into(),
-                json!(format!("os.environ/{MOCK_KEY_ENV}")),
-            );
-            if let Some(ms) = entry.timeout_ms {
-                params.insert("timeout".into(), json!(ms as f64 / 1000.0));
-            }
-            if let Some(ms) = entry.first_token_timeout_ms {
-                params.insert("stream_timeout".into(), json!(ms as f64 / 1000.0));
-            }
-            let _ = writeln!(s, "  - model_name: {}", litellm_group(sc, i, naming));
-            let _ = writeln!(s, "    litellm_params: {}", Value::Object(params));
-            if sc.path == CallPath::Embed {
-                let _ = writeln!(s, "    model_info: {{\"mode\": \"embedding\"}}");
+        let chain = chain_steps(&sc.chain);
+        for (i, step) in chain.iter().enumerate() {
+            // A group step is one model group of several deployments, as LiteLLM
+            // load-balances them.
+            for entry in step.iter() {
+                let route = naming.route(&entry.route, &sc.name);
+                let mut params = serde_json::Map::new();
+                params.insert(
+                    "model".into(),
+                    json!(format!("{}/{}", litellm_prefix(entry.wire), route.model())),
+                );
+                // LiteLLM's Gemini provider appends `/models/{model}:{method}` to its base.
+                let base = base_url(addr, route.provider(), entry.wire);
+                let base = match entry.wire {
+                    Wire::Gemini => format!("{base}/v1beta"),
+                    _ => base,
+                };
+                params.insert("api_base".into(), json!(base));
+                params.insert(
+                    "api_key".into(),
+                    json!(format!("os.environ/{MOCK_KEY_ENV}")),
+                );
+                if let Some(ms) = entry.timeout_ms {
+                    params.insert("timeout".into(), json!(ms as f64 / 1000.0));
+                }
+                if let Some(ms) = entry.first_token_timeout_ms {
+                    params.insert("stream_timeout".into(), json!(ms as f64 / 1000.0));
+                }
+                if let Some(w) = entry.weight {
+                    params.insert("weight".into(), json!(w));
+                }
+                let _ = writeln!(s, "  - model_name: {}", litellm_group(sc, i, naming));
+                let _ = writeln!(s, "    litellm_params: {}", Value::Object(params));
+                if sc.path == CallPath::Embed {
+                    let _ = writeln!(s, "    model_info: {{\"mode\": \"embedding\"}}");
+                }
             }
         }
-        if sc.chain.len() > 1 {
-            let rest: Vec<String> = (1..sc.chain.len())
+        if chain.len() > 1 {
+            let rest: Vec<String> = (1..chain.len())
                 .map(|i| litellm_group(sc, i, naming))
                 .collect();
             fallbacks.push(json!({ litellm_group(sc, 0, naming): rest }));
@@ -412,10 +464,7 @@ pub fn portkey_configs(
 }
 
 fn portkey_config(sc: &Scenario, addr: SocketAddr, naming: Naming) -> Value {
-    let targets: Vec<Value> = sc
-        .chain
-        .iter()
-        .map(|entry| {
+    let target = |entry: &ChainEntry| {
             let route = naming.route(&entry.route, &sc.name);
             let base = base_url(addr, route.provider(), entry.wire);
             // Portkey's hosts carry the API's version path; the mock's OpenAI bases
@@ -425,12 +474,26 @@ fn portkey_config(sc: &Scenario, addr: SocketAddr, naming: Naming) -> Value {
                 Wire::Anthropic => ("anthropic", format!("{base}/v1")),
                 Wire::Gemini => ("google", format!("{base}/v1beta")),
             };
-            json!({
+            let mut t = json!({
                 "provider": provider,
                 "api_key": super::runner::MOCK_KEY,
                 "custom_host": host,
                 "override_params": { "model": route.model() },
-            })
+            });
+            if let Some(w) = entry.weight {
+                t["weight"] = json!(w);
+            }
+            t
+    };
+    // A group step is a `loadbalance` target inside the chain's `fallback`.
+    let targets: Vec<Value> = chain_steps(&sc.chain)
+        .into_iter()
+        .map(|step| match step {
+            [one] if one.group.is_none() => target(one),
+            members => json!({
+                "strategy": { "mode": "loadbalance" },
+                "targets": members.iter().map(target).collect::<Vec<_>>(),
+            }),
         })
         .collect();
     json!({ "strategy": { "mode": "fallback" }, "targets": targets })

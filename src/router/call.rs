@@ -292,7 +292,7 @@ impl Router {
             elapsed_ms: 0,
             notes: Vec::new(),
         };
-        let (order, sticky) = self.order(tier, opts.session, start).await;
+        let (order, sticky, primary) = self.order(tier, opts.session, start).await;
         let mut walk = Walk {
             tier,
             path,
@@ -303,6 +303,7 @@ impl Router {
             order,
             pos: 0,
             sticky,
+            primary,
             retries_on_route: 0,
             trial: false,
             extra_cost_usd: 0.0,
@@ -339,11 +340,16 @@ impl Router {
                 let sw = Stopwatch::start();
                 // The attempt may take no longer than what is left of the budget.
                 let left = spent.time_left_ms(walk.opts.policy);
+                // A group member's call counts as in flight while it runs.
+                let busy = tier
+                    .group_of(walk.current())
+                    .map(|_| self.inner.in_flight.enter(&spec.route));
                 let Attempted {
                     result,
                     delivered,
                     visible,
                 } = call(spec, left).await;
+                drop(busy);
                 let latency_ms = sw.elapsed_ms();
                 walk.socket_ms += latency_ms;
                 if visible {

@@ -2,7 +2,8 @@
 //! of any path and walks a tier: [`selection`] passes over routes that are cooling,
 //! retired, unapproved, incapable or behind an open breaker; the wire makes the call;
 //! [`settlement`] asks `classify`, `decide` and `transition` — pure functions — and
-//! records the attempt. The async loop here only calls the wire and sleeps between
+//! records the attempt; [`group`] orders the members of a group step for one request.
+//! The async loop here only calls the wire and sleeps between
 //! attempts. `Router` is `Send + Sync` and cheap to clone: every request through one
 //! router shares its store (health and breakers) and session affinities.
 //!
@@ -17,6 +18,7 @@ mod snapshot;
 mod state;
 
 pub mod embed_queue;
+pub mod group;
 pub mod probe;
 
 pub use settlement::Observed;

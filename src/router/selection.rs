@@ -1,9 +1,12 @@
-//! Selection: which route a request tries next. Reads the health of the routes still
-//! ahead once per selection (a snapshot), then passes over the cooling, retired,
-//! unapproved, incapable and breaker-blocked ones, recording each skip.
+//! Selection: which route a request tries next. The try order is the chain, each group
+//! step's members in the order the request drew for them ([`super::group`]). Reads the
+//! health of the routes still ahead once per selection (a snapshot), then passes over
+//! the cooling, retired, unapproved, incapable and breaker-blocked ones, recording each
+//! skip.
 
-use super::state::{Router, Walk};
-use crate::config::route::{RouteSpec, Tier};
+use super::group::member_order;
+use super::state::{lock, Router, Walk};
+use crate::config::route::{GroupStrategy, RouteSpec, Tier};
 use crate::core::clock::UnixMs;
 use crate::core::trace::{Report, Skip, SkipWhy, Step};
 use crate::core::vocab::HealthState;
@@ -59,20 +62,26 @@ impl Router {
         walk.snapshot.put(pos, health);
     }
 
-    /// The try order: the chain, with a session's route first while it is ready.
+    /// The try order: the chain, each group's members in the order this request drew
+    /// for them, with a session's route first while it is ready; the sticky route; and
+    /// the primary (the first step's route, or the member drawn first).
     pub(super) async fn order(
         &self,
         tier: &Tier,
         session: Option<&str>,
         now: UnixMs,
-    ) -> (Vec<usize>, Option<usize>) {
+    ) -> (Vec<usize>, Option<usize>, usize) {
         let mut order: Vec<usize> = (0..tier.routes.len()).collect();
+        if !tier.groups.is_empty() {
+            self.order_groups(tier, &mut order);
+        }
+        let primary = order.first().copied().unwrap_or(0);
         let pinned = match session {
             Some(s) => self.inner.sessions.get(s, now).await,
             None => None,
         };
         let Some(pinned) = pinned else {
-            return (order, None);
+            return (order, None, primary);
         };
         let mut sticky = tier.routes.iter().position(|r| r.route == pinned);
         if let Some(i) = sticky {
@@ -82,10 +91,40 @@ impl Router {
             }
         }
         if let Some(i) = sticky {
-            order.remove(i);
+            // A pinned member leaves its group's place; the rest keep their drawn order.
+            if let Some(p) = order.iter().position(|&x| x == i) {
+                order.remove(p);
+            }
             order.insert(0, i);
         }
-        (order, sticky)
+        (order, sticky, primary)
+    }
+
+    /// Puts each group's members in the order this request tries them
+    /// (`group::member_order`), drawing from the router's seeded RNG.
+    fn order_groups(&self, tier: &Tier, order: &mut [usize]) {
+        for g in &tier.groups {
+            let members = g.members();
+            let n = members.len();
+            if n < 2 || members.end > order.len() {
+                continue;
+            }
+            let draws: Vec<f64> = {
+                let mut rng = lock(&self.inner.rng);
+                (0..n).map(|_| rng.f64()).collect()
+            };
+            let in_flight: Vec<u32> = match g.strategy {
+                GroupStrategy::LeastBusy => members
+                    .clone()
+                    .map(|i| self.inner.in_flight.count(&tier.routes[i].route))
+                    .collect(),
+                GroupStrategy::Weighted => Vec::new(),
+            };
+            let picked = member_order(g.strategy, &g.weights, &in_flight, &draws);
+            for (slot, m) in members.clone().zip(picked) {
+                order[slot] = g.start + m;
+            }
+        }
     }
 
     /// Advances to the next route that may be called, recording each one passed over.
@@ -196,7 +235,7 @@ impl Router {
                 cause,
             })
         };
-        if idx > 0 && !walk.opts.policy.approves_fallback(&spec.route) {
+        if !walk.tier.in_first_step(idx) && !walk.opts.policy.approves_fallback(&spec.route) {
             return skip(SkipWhy::Unapproved, None);
         }
         let health = walk.snapshot.at(pos);
@@ -237,7 +276,8 @@ impl Router {
             let i = walk.order[p];
             let spec = &walk.tier.routes[i];
             // The checks that need no store first: health is read only when it decides.
-            let eligible = (i == 0 || walk.opts.policy.approves_fallback(&spec.route))
+            let eligible = (walk.tier.in_first_step(i)
+                || walk.opts.policy.approves_fallback(&spec.route))
                 && cannot_serve(&spec.facts, &needs).is_none()
                 && walk
                     .chat

@@ -33,15 +33,17 @@ pub struct Observed {
     pub dropped: Vec<String>,
 }
 
-/// Why the attempt went to its route. Pure.
-fn chosen(retries_on_route: u32, trial: bool, sticky: bool, idx: usize) -> Chosen {
+/// Why the attempt went to its route. `primary`: the route is the one the request
+/// asked for first (chain position 0, or the member a first-step group drew first).
+/// Pure.
+fn chosen(retries_on_route: u32, trial: bool, sticky: bool, primary: bool) -> Chosen {
     if retries_on_route > 0 {
         Chosen::Retry
     } else if trial {
         Chosen::HalfOpenTrial
     } else if sticky {
         Chosen::SessionAffinity
-    } else if idx == 0 {
+    } else if primary {
         Chosen::Primary
     } else {
         Chosen::Fallback
@@ -272,12 +274,12 @@ impl Router {
             detail: seen.detail,
             code: seen.code,
             workflow: walk.opts.workflow.map(str::to_string),
-            requested_route: walk.tier.routes[0].route.clone(),
+            requested_route: walk.tier.routes[walk.primary].route.clone(),
             chosen: chosen(
                 walk.retries_on_route,
                 walk.trial,
                 walk.sticky == Some(idx),
-                idx,
+                idx == walk.primary,
             ),
             dropped: seen.dropped,
             tokens: seen.tokens,
@@ -391,10 +393,10 @@ mod tests {
 
     #[test]
     fn chosen_names_why_the_route_was_tried() {
-        assert_eq!(chosen(1, true, true, 0), Chosen::Retry);
-        assert_eq!(chosen(0, true, true, 0), Chosen::HalfOpenTrial);
-        assert_eq!(chosen(0, false, true, 2), Chosen::SessionAffinity);
-        assert_eq!(chosen(0, false, false, 0), Chosen::Primary);
-        assert_eq!(chosen(0, false, false, 1), Chosen::Fallback);
+        assert_eq!(chosen(1, true, true, true), Chosen::Retry);
+        assert_eq!(chosen(0, true, true, true), Chosen::HalfOpenTrial);
+        assert_eq!(chosen(0, false, true, false), Chosen::SessionAffinity);
+        assert_eq!(chosen(0, false, false, true), Chosen::Primary);
+        assert_eq!(chosen(0, false, false, false), Chosen::Fallback);
     }
 }

@@ -96,6 +96,8 @@ pub(super) struct Inner {
     pub(super) ceiling: Arc<Buckets>,
     /// Requests waiting for admission, in priority order.
     pub(super) queue: Arc<AdmissionQueue>,
+    /// Calls in flight to each group member (`strategy: least_busy` reads them).
+    pub(super) in_flight: super::group::InFlight,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -265,6 +267,9 @@ pub(super) struct Walk<'a> {
     pub(super) pos: usize,
     /// Chain position of the sticky route, when the session put it first.
     pub(super) sticky: Option<usize>,
+    /// Chain position of the route this request asked for first: 0, or the member its
+    /// draw put first when the first step is a group.
+    pub(super) primary: usize,
     pub(super) retries_on_route: u32,
     /// The current route's attempt is a half-open breaker trial.
     pub(super) trial: bool,
@@ -322,6 +327,7 @@ impl Router {
                 shared: None,
                 ceiling: unlimited.0.clone(),
                 queue: unlimited.1.clone(),
+                in_flight: Default::default(),
             }),
         }
     }

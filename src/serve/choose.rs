@@ -89,6 +89,7 @@ impl Lineup {
                     .entry(spec.route.to_string())
                     .or_insert_with(|| Chain {
                         tier: Tier {
+                            groups: Vec::new(),
                             name: spec.route.to_string(),
                             path: entry.path,
                             routes: vec![spec.clone()],

@@ -70,6 +70,7 @@ async fn chain() -> (MockServer, Tier) {
         ..BreakerConfig::default()
     };
     let tier = Tier {
+        groups: Vec::new(),
         name: "t".into(),
         path: poolctl::core::vocab::CallPath::Chat,
         routes: vec![

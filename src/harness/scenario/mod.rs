@@ -217,6 +217,10 @@ pub struct RequestSpec {
     /// v2, with `repeat`: how many copies end in each outcome.
     #[serde(default)]
     pub expect_counts: Option<BTreeMap<Outcome, u64>>,
+    /// After the last copy: each route's upstream calls so far lie in `[least, most]`
+    /// (weights honoured within a stated tolerance).
+    #[serde(default)]
+    pub upstream_calls_within: Option<BTreeMap<Route, [u64; 2]>>,
 }
 
 impl RequestSpec {
@@ -286,6 +290,7 @@ impl Scenario {
                 max_output_tokens: None,
                 expect: Some(e.clone()),
                 expect_counts: None,
+                upstream_calls_within: None,
             }],
             (_, Some(list)) => list.clone(),
             (None, None) => Vec::new(),
@@ -325,6 +330,10 @@ impl Scenario {
                     "a tier needs at least one route".into(),
                 );
             }
+        }
+        check_groups("chain", &self.chain).map_err(|(f, m)| self.at(f, m))?;
+        for (name, list) in &self.tiers {
+            check_groups(&format!("tiers.{name}"), list).map_err(|(f, m)| self.at(f, m))?;
         }
         for (field, entry) in self.entries() {
             let field = field.as_str();
@@ -605,8 +614,80 @@ impl Scenario {
                 known(r, format!("{at}.upstream_calls.{r}"))?;
             }
         }
+        for (i, spec) in specs.iter().enumerate() {
+            for (r, [lo, hi]) in spec.upstream_calls_within.iter().flatten() {
+                let field = format!("requests[{i}].upstream_calls_within.{r}");
+                known(r, field.clone())?;
+                if lo > hi {
+                    return err(&field, format!("[{lo}, {hi}]: the least is above the most"));
+                }
+            }
+        }
         Ok(())
     }
+
+    fn at(&self, field: String, message: String) -> YamlError {
+        YamlError::new(&self.file, message).at_field(field)
+    }
+}
+
+/// The groups of one chain (`list`, at `field`): consecutive entries naming the same
+/// `group:`; `weight` and `strategy` only on a member; weights on every member or on
+/// none, each above zero; one strategy per group.
+fn check_groups(field: &str, list: &[ChainEntry]) -> Result<(), (String, String)> {
+    let mut closed: BTreeSet<&str> = BTreeSet::new();
+    let mut open: Option<&str> = None;
+    for (i, e) in list.iter().enumerate() {
+        let at = |f: &str| format!("{field}[{i}].{f}");
+        let Some(name) = e.group.as_deref() else {
+            if e.weight.is_some() || e.strategy.is_some() {
+                let f = if e.weight.is_some() {
+                    "weight"
+                } else {
+                    "strategy"
+                };
+                return Err((at(f), format!("`{f}` belongs to a member of a `group:`")));
+            }
+            closed.extend(open.take());
+            continue;
+        };
+        if open != Some(name) {
+            if closed.contains(name) {
+                return Err((
+                    at("group"),
+                    format!(
+                        "the members of group `{name}` must be consecutive entries of the chain"
+                    ),
+                ));
+            }
+            closed.extend(open.replace(name));
+        }
+        if let Some(w) = e.weight {
+            if !(w.is_finite() && w > 0.0) {
+                return Err((at("weight"), format!("weight {w} is not above zero")));
+            }
+        }
+        let first = list[..i]
+            .iter()
+            .rposition(|p| p.group.as_deref() != Some(name))
+            .map_or(0, |p| p + 1);
+        let lead = &list[first];
+        if lead.weight.is_some() != e.weight.is_some() {
+            return Err((
+                at("weight"),
+                format!("give every member of group `{name}` a `weight`, or none"),
+            ));
+        }
+        if let (Some(a), Some(b)) = (list[first..i].iter().find_map(|p| p.strategy), e.strategy) {
+            if a != b {
+                return Err((
+                    at("strategy"),
+                    format!("group `{name}` is given two strategies ({a} and {b})"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A check made after parsing knows the field, not the line: find the line in `text`,

@@ -25,6 +25,16 @@ crate::provider_settings! {
         /// What every request body this route's mock receives must hold.
         #[serde(default)]
         pub received: Option<Received>,
+        /// Consecutive entries naming the same group are one group step of the chain
+        /// (interchangeable routes; README, "Groups of equal routes").
+        #[serde(default)]
+        pub group: Option<String>,
+        /// The member's weight in its group (every member gives one, or none does).
+        #[serde(default)]
+        pub weight: Option<f64>,
+        /// The group's strategy (`weighted`, `least_busy`); members that name one agree.
+        #[serde(default)]
+        pub strategy: Option<crate::config::route::GroupStrategy>,
     }
 }
 
