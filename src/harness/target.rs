@@ -492,7 +492,14 @@ async fn run_one(
             judge_counts(&mut run.checks, index - 1, counts, &seen, &comparable);
         }
         if let Some(within) = &spec.upstream_calls_within {
-            judge_within(&mut run.checks, index - 1, within, &names, &after, &comparable);
+            judge_within(
+                &mut run.checks,
+                index - 1,
+                within,
+                &names,
+                &after,
+                &comparable,
+            );
         }
     }
     if run.verdict != Verdict::Fail {

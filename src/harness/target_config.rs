@@ -465,25 +465,25 @@ pub fn portkey_configs(
 
 fn portkey_config(sc: &Scenario, addr: SocketAddr, naming: Naming) -> Value {
     let target = |entry: &ChainEntry| {
-            let route = naming.route(&entry.route, &sc.name);
-            let base = base_url(addr, route.provider(), entry.wire);
-            // Portkey's hosts carry the API's version path; the mock's OpenAI bases
-            // already end in `/v1`.
-            let (provider, host) = match entry.wire {
-                Wire::OpenAi => ("openai", base),
-                Wire::Anthropic => ("anthropic", format!("{base}/v1")),
-                Wire::Gemini => ("google", format!("{base}/v1beta")),
-            };
-            let mut t = json!({
-                "provider": provider,
-                "api_key": super::runner::MOCK_KEY,
-                "custom_host": host,
-                "override_params": { "model": route.model() },
-            });
-            if let Some(w) = entry.weight {
-                t["weight"] = json!(w);
-            }
-            t
+        let route = naming.route(&entry.route, &sc.name);
+        let base = base_url(addr, route.provider(), entry.wire);
+        // Portkey's hosts carry the API's version path; the mock's OpenAI bases
+        // already end in `/v1`.
+        let (provider, host) = match entry.wire {
+            Wire::OpenAi => ("openai", base),
+            Wire::Anthropic => ("anthropic", format!("{base}/v1")),
+            Wire::Gemini => ("google", format!("{base}/v1beta")),
+        };
+        let mut t = json!({
+            "provider": provider,
+            "api_key": super::runner::MOCK_KEY,
+            "custom_host": host,
+            "override_params": { "model": route.model() },
+        });
+        if let Some(w) = entry.weight {
+            t["weight"] = json!(w);
+        }
+        t
     };
     // A group step is a `loadbalance` target inside the chain's `fallback`.
     let targets: Vec<Value> = chain_steps(&sc.chain)
@@ -521,5 +521,105 @@ pub fn config_text(
         ConfigFormat::Pool => pool_yaml(scenarios, addr, naming, state),
         ConfigFormat::Litellm => litellm_yaml(scenarios, addr, naming),
         ConfigFormat::Portkey => portkey_json(scenarios, addr, naming),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::pool::PoolConfig;
+
+    const GROUPED: &str = r#"
+name: g
+policy: { max_retries_per_route: 0 }
+chain:
+  - route: azure-eu/gpt-4o
+    group: gpt-4o
+    weight: 3
+    replies: [ { ok: "EU" } ]
+  - route: azure-us/gpt-4o
+    group: gpt-4o
+    weight: 1
+    replies: [ { ok: "US" } ]
+  - route: openai/gpt-4o-mini
+    replies: [ { ok: "backup" } ]
+expect: { outcome: success }
+"#;
+
+    fn scenarios() -> Vec<Scenario> {
+        let one = Scenario::parse(Path::new("g.yaml"), GROUPED).unwrap();
+        let mut two = one.clone();
+        two.name = "h".into();
+        vec![one, two]
+    }
+
+    fn addr() -> SocketAddr {
+        "127.0.0.1:9".parse().unwrap()
+    }
+
+    #[test]
+    fn a_suite_pool_config_loads_with_one_tier_and_workflow_per_scenario_and_keeps_groups() {
+        let text = pool_yaml(&scenarios(), addr(), Naming::Tagged, None);
+        let config = PoolConfig::parse(Path::new("pool.yaml"), &text)
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert!(config.tiers.contains_key("g") && config.tiers.contains_key("h"));
+        assert_eq!(config.policies["g"].tier.as_deref(), Some("g"));
+        assert_eq!(config.policies["g"].max_retries_per_route, 0);
+        assert!(
+            !config.catalogue,
+            "a replayed scenario uses only its own facts"
+        );
+        assert!(text.contains(
+            "    - { group: [azure-eu~g/gpt-4o~g, azure-us~g/gpt-4o~g], weights: [3, 1] }\n"
+        ));
+    }
+
+    #[test]
+    fn a_litellm_config_makes_a_group_step_one_model_group_of_two_deployments() {
+        let text = litellm_yaml(&scenarios(), addr(), Naming::Tagged);
+        let v: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let list = v["model_list"].as_sequence().unwrap();
+        let in_g = |name: &str| {
+            list.iter()
+                .filter(|m| m["model_name"].as_str() == Some(name))
+                .count()
+        };
+        assert_eq!(in_g("g"), 2, "{text}");
+        assert_eq!(in_g("g.2"), 1, "{text}");
+        let fallbacks = &v["router_settings"]["fallbacks"][0]["g"];
+        assert_eq!(fallbacks[0].as_str(), Some("g.2"));
+        assert_eq!(
+            v["general_settings"]["master_key"].as_str(),
+            Some(LITELLM_MASTER_KEY)
+        );
+    }
+
+    #[test]
+    fn a_portkey_config_falls_back_over_a_loadbalanced_group() {
+        let configs = portkey_configs(&scenarios(), addr(), Naming::Tagged);
+        let g = &configs["g"];
+        assert_eq!(g["strategy"]["mode"], "fallback");
+        assert_eq!(g["targets"][0]["strategy"]["mode"], "loadbalance");
+        assert_eq!(g["targets"][0]["targets"][1]["weight"], 1.0);
+        assert_eq!(
+            g["targets"][1]["custom_host"],
+            "http://127.0.0.1:9/openai~g/v1"
+        );
+    }
+
+    #[test]
+    fn the_suite_globals_are_the_admission_scenarios_most_common_values() {
+        let mut a = Scenario::parse(Path::new("a.yaml"), GROUPED).unwrap();
+        a.limits.insert("openai".into(), Default::default());
+        let mut b = a.clone();
+        b.name = "b".into();
+        b.headroom = Some(1.0);
+        let mut c = b.clone();
+        c.name = "c".into();
+        let g = Globals::of(&[a.clone(), b.clone(), c]);
+        assert_eq!(g.headroom, Some(1.0));
+        assert!(g.differ(&b).is_none());
+        // `a` leaves headroom at its default, 0.9: not the suite's 1.0.
+        assert!(g.differ(&a).unwrap().contains("headroom 0.9"));
     }
 }
