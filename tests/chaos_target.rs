@@ -69,6 +69,30 @@ expect:
   upstream_calls: { anthropic/claude-x: 1, backup/model-b: 0 }
 "#;
 
+/// Two members of one group share the model name: which one answered must still be
+/// told apart (regression: the last member was always named).
+const GROUP_FIRST_ANSWERS: &str = r#"
+name: group-member-that-answers-is-named
+chain:
+  - route: azure-eu/gpt-4o
+    group: g
+    weight: 1000
+    dialect: azure
+    replies:
+      - ok: "EU"
+  - route: azure-us/gpt-4o
+    group: g
+    weight: 1
+    dialect: azure
+    replies:
+      - status: 503
+        json: { error: { message: "overloaded", code: "server_is_overloaded" } }
+expect:
+  outcome: success
+  served_by: azure-eu/gpt-4o
+  text: "EU"
+"#;
+
 const LONG_WAIT: &str = r#"
 name: second-request-an-hour-later
 chain:
@@ -140,6 +164,7 @@ fn target_exec_against_poolctl_serve_passes_and_reports_what_it_cannot_see() {
         ("a.yaml", FALLBACK),
         ("b.yaml", CUT_STREAM),
         ("c.yaml", LONG_WAIT),
+        ("e.yaml", GROUP_FIRST_ANSWERS),
     ]);
     let d = dir.path().to_str().unwrap();
     let out = poolctl(&["chaos", d, "--json", "--target-exec", &serve_cmd()]);
@@ -160,7 +185,13 @@ fn target_exec_against_poolctl_serve_passes_and_reports_what_it_cannot_see() {
     let wait = by_name(&runs, "second-request-an-hour-later");
     assert_eq!(wait["verdict"], "skip");
     assert_eq!(wait["skip"], "max_wait");
-    assert_eq!(tally["tally"]["passed"], 2);
+    let group = by_name(&runs, "group-member-that-answers-is-named");
+    assert_eq!(
+        check(group, "served_by")["got"],
+        "azure-eu/gpt-4o",
+        "{group}"
+    );
+    assert_eq!(tally["tally"]["passed"], 3);
     assert_eq!(tally["tally"]["skipped"], 1);
     // The gateway's output file is named at the end.
     assert!(text(&out.stderr).contains("the gateway's output: "));
@@ -382,12 +413,13 @@ fn the_suite_mock_counts_calls_per_renamed_route_and_reset_rewinds_them() {
     // Each scenario is a tier of its own, its routes renamed so none is shared.
     assert!(
         config.contains(
-            "  quota-then-backup:\n    - openai~quota-then-backup/gpt-x~quota-then-backup\n"
+            "  quota-then-backup:\n    - openai~quota-then-backup/gpt-x~openai~quota-then-backup\n"
         ),
         "{config}"
     );
     assert!(config.contains("  short-deadline: {"), "{config}");
-    let body = r#"{"model":"gpt-x~quota-then-backup","messages":[{"role":"user","content":"hi"}]}"#;
+    let body =
+        r#"{"model":"gpt-x~openai~quota-then-backup","messages":[{"role":"user","content":"hi"}]}"#;
     let call = || {
         raw(
             &m.addr,
@@ -404,7 +436,7 @@ fn the_suite_mock_counts_calls_per_renamed_route_and_reset_rewinds_them() {
     };
     assert_eq!(call(), 429);
     assert_eq!(call(), 429, "the last reply repeats");
-    let route = "openai~quota-then-backup/gpt-x~quota-then-backup";
+    let route = "openai~quota-then-backup/gpt-x~openai~quota-then-backup";
     assert_eq!(calls()["routes"][route]["calls"], 2);
     assert_eq!(calls()["routes"][route]["answered"], 0);
     let (status, _) = raw(
@@ -429,4 +461,83 @@ fn raw(addr: &str, request: &str) -> (u16, String) {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
+}
+
+#[test]
+fn interrupting_chaos_stops_the_gateway_it_started() {
+    const SLOW: &str = r#"
+name: slow-second-request
+chain:
+  - route: openai/gpt-x
+    replies:
+      - ok: "one"
+requests:
+  - expect: { outcome: success }
+  - after_ms: 4000
+    expect: { outcome: success }
+"#;
+    // The quick scenario runs first (file order); once its verdict is printed the
+    // gateway is up and chaos is inside the slow one's 4 s gap.
+    let dir = suite(&[("a.yaml", FALLBACK), ("s.yaml", SLOW)]);
+    let pid_file = dir.path().join("gateway.pid");
+    // `exec`: the gateway keeps the shell's pid, which it writes first.
+    let cmd = format!(
+        "echo $$ > {}; exec {} serve --config {{config}} --listen 127.0.0.1:{{port}}",
+        pid_file.display(),
+        env!("CARGO_BIN_EXE_poolctl")
+    );
+    let mut chaos = Command::new(env!("CARGO_BIN_EXE_poolctl"))
+        .args(["chaos", dir.path().to_str().unwrap(), "--target-exec", &cmd])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(chaos.stdout.take().unwrap());
+    let mut line = String::new();
+    assert!(
+        stdout.read_line(&mut line).unwrap() > 0,
+        "chaos ended early"
+    );
+    assert!(line.contains("quota-then-backup"), "{line}");
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let alive = |pid: &str| {
+        Command::new("kill")
+            .args(["-0", pid])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(alive(&pid), "the gateway runs");
+    let chaos_pid = chaos.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &chaos_pid])
+        .status()
+        .unwrap()
+        .success());
+    let out = chaos.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("interrupted: the gateway was stopped"),
+        "{stderr}"
+    );
+    assert!(!alive(&pid), "the gateway outlived chaos");
+}
+
+#[test]
+fn two_scenarios_that_would_share_routes_on_a_mock_are_refused() {
+    let a = FALLBACK.replace("name: quota-then-backup", "name: \"a b\"");
+    let b = FALLBACK.replace("name: quota-then-backup", "name: a_b");
+    let dir = suite(&[("a.yaml", &a), ("b.yaml", &b)]);
+    let out = poolctl(&["mock", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("serve as the same `a_b`"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -11,7 +11,9 @@ use crate::core::secret::Secret;
 use crate::harness::mock::MockServer;
 use crate::harness::scenario::Scenario;
 use crate::harness::suite_mock::{suite_routes, Naming};
-use crate::harness::target::{reachable, run_suite, Tally, Target, TargetRun, Verdict, Wrong};
+use crate::harness::target::{
+    missing_on_mock, reachable, run_suite, Tally, Target, TargetRun, Verdict, Wrong,
+};
 use crate::harness::target_config::{config_text, ConfigFormat, LITELLM_MASTER_KEY, MOCK_KEY_ENV};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -43,6 +45,22 @@ pub async fn run(
     naming: Naming,
     look: &Look,
 ) -> anyhow::Result<Exit> {
+    if let Some(why) = crate::harness::suite_mock::tag_collision(all) {
+        out::warn(&format!("error: {why}"));
+        return Ok(Exit::Usage);
+    }
+    if let Some(cmd) = &args.exec {
+        if !cmd.contains("{port}") {
+            out::warn("error: --target-exec needs `{port}` in its command: the gateway must listen on the port poolctl chooses");
+            return Ok(Exit::Usage);
+        }
+    }
+    if let Some(t) = &args.token {
+        if reqwest::header::HeaderValue::from_str(&format!("Bearer {t}")).is_err() {
+            out::warn("error: --target-token holds characters an HTTP header cannot carry");
+            return Ok(Exit::Usage);
+        }
+    }
     let client = crate::wire::http_client();
     // A LiteLLM config this run writes asks for its own master key.
     let token = match (&args.token, &args.exec, args.format) {
@@ -59,13 +77,38 @@ pub async fn run(
                 out::warn("error: --target needs --mock ADDR: the `poolctl mock` the target's config points at (or use --target-exec)");
                 return Ok(Exit::Usage);
             };
-            if let Err(why) = reachable(&client, url, token.as_ref(), REACH_TIMEOUT).await {
-                out::warn(&format!("error: cannot reach the target at {url}: {why}"));
-                return Ok(Exit::Usage);
+            match reachable(&client, url, token.as_ref(), REACH_TIMEOUT).await {
+                Err(why) => {
+                    out::warn(&format!("error: cannot reach the target at {url}: {why}"));
+                    return Ok(Exit::Usage);
+                }
+                // Every scenario would fail the same way: say it once.
+                Ok(status @ (401 | 403)) => {
+                    out::warn(&format!(
+                        "error: the target at {url} refused GET /v1/models with {status}: give its client token with --target-token (or $POOLCTL_TARGET_TOKEN)"
+                    ));
+                    return Ok(Exit::Usage);
+                }
+                Ok(_) => {}
             }
             if let Err(why) = reachable_mock(&client, mock).await {
                 out::warn(&format!("error: {why}"));
                 return Ok(Exit::Usage);
+            }
+            match missing_on_mock(&client, mock, &selected, naming).await {
+                Ok(missing) if !missing.is_empty() => {
+                    out::warn(&format!(
+                        "error: the mock at {mock} does not serve {} of these scenarios' routes (first: {}); start `poolctl mock` on the same PATHs as chaos",
+                        missing.len(),
+                        missing[0]
+                    ));
+                    return Ok(Exit::Usage);
+                }
+                Ok(_) => {}
+                Err(why) => {
+                    out::warn(&format!("error: {why}"));
+                    return Ok(Exit::Usage);
+                }
             }
             (url.clone(), mock)
         }
@@ -117,7 +160,23 @@ pub async fn run(
             None => out::line_live(&text),
         }
     };
-    let runs = run_suite(&selected, &target, &bump).await;
+    // Ctrl-C or SIGTERM stops the gateway this run started (it runs in its own process
+    // group, so a terminal's Ctrl-C does not reach it) before the run ends.
+    let runs = tokio::select! {
+        runs = run_suite(&selected, &target, &bump) => runs,
+        _ = interrupted() => {
+            if let Some(bar) = &progress {
+                bar.finish_and_clear();
+            }
+            if let Some(s) = started.take() {
+                let log = s.stop().await;
+                out::warn(&format!("interrupted: the gateway was stopped; its output: {}", log.display()));
+            } else {
+                out::warn("interrupted");
+            }
+            return Ok(Exit::Failed);
+        }
+    };
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
@@ -169,33 +228,40 @@ struct Started {
 }
 
 impl Started {
-    /// SIGTERM to the gateway's process group, then SIGKILL after `STOP_GRACE`.
+    /// Stops the gateway's whole process group, then the mocks.
     async fn stop(mut self) -> PathBuf {
-        #[cfg(target_os = "linux")]
-        if let Some(pid) = self
-            .child
-            .id()
-            .and_then(|p| rustix::process::Pid::from_raw(p as i32))
-        {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::TERM);
-        }
-        if tokio::time::timeout(STOP_GRACE, self.child.wait())
-            .await
-            .is_err()
-        {
-            #[cfg(target_os = "linux")]
-            if let Some(pid) = self
-                .child
-                .id()
-                .and_then(|p| rustix::process::Pid::from_raw(p as i32))
-            {
-                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-            }
-            let _ = self.child.kill().await;
-        }
+        stop_group(&mut self.child).await;
         drop(self.mock);
+        // The config and the state were only for this run; the log is named at the end.
+        for name in ["state.db", "state.db-wal", "state.db-shm"] {
+            let _ = std::fs::remove_file(self._dir.join(name));
+        }
         self.log
     }
+}
+
+/// SIGTERM to the process group `child` leads (the shell and whatever it started),
+/// then SIGKILL to the group if any of it is still there after `STOP_GRACE`: a gateway
+/// that ignores SIGTERM, or a shell that did not `exec`, must not outlive the run.
+async fn stop_group(child: &mut tokio::process::Child) {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::process::{kill_process_group, test_kill_process_group, Pid, Signal};
+        if let Some(pid) = child.id().and_then(|p| Pid::from_raw(p as i32)) {
+            let _ = kill_process_group(pid, Signal::TERM);
+            let sw = crate::core::clock::Stopwatch::start();
+            while test_kill_process_group(pid).is_ok() && sw.elapsed() < STOP_GRACE {
+                // Reap the shell as soon as it ends, or the group stays "alive" as a zombie.
+                let _ = child.try_wait();
+                crate::core::clock::real_sleep(Duration::from_millis(50)).await;
+            }
+            if test_kill_process_group(pid).is_ok() {
+                let _ = kill_process_group(pid, Signal::KILL);
+            }
+        }
+    }
+    let _ = child.kill().await;
+    let _ = child.wait().await;
 }
 
 /// Starts the mocks, writes the config, starts `cmd` and waits until it answers.
@@ -254,11 +320,14 @@ async fn start(
     let url = format!("http://127.0.0.1:{port}");
     let sw = crate::core::clock::Stopwatch::start();
     let limit = Duration::from_millis(args.start_timeout_ms);
-    out::warn(&format!(
-        "poolctl chaos: started `{line}`; waiting for {url}"
-    ));
+    out::warn(&format!("poolctl chaos: waiting for {url}, started as:"));
+    for part in wrap_text(&line, 76) {
+        out::warn(&format!("  {part}"));
+    }
     loop {
         if let Ok(Some(status)) = child.try_wait() {
+            // The shell ended; anything it started in the group goes too.
+            stop_group(&mut child).await;
             anyhow::bail!(
                 "the gateway exited ({status}) before it answered; its output is in {}:\n{}",
                 log.display(),
@@ -272,15 +341,21 @@ async fn start(
             break;
         }
         if sw.elapsed() > limit {
-            let _ = child.kill().await;
+            stop_group(&mut child).await;
             anyhow::bail!(
-                "the gateway did not answer at {url} within {} s (--start-timeout); its output is in {}:\n{}",
-                limit.as_secs(),
+                "the gateway did not answer at {url} within {} (--start-timeout); its output is in {}:\n{}",
+                crate::harness::target::secs(limit.as_millis() as u64),
                 log.display(),
                 tail(&log, 12)
             );
         }
-        crate::core::clock::real_sleep(Duration::from_millis(200)).await;
+        tokio::select! {
+            _ = crate::core::clock::real_sleep(Duration::from_millis(200)) => {}
+            _ = interrupted() => {
+                stop_group(&mut child).await;
+                anyhow::bail!("interrupted while the gateway started; it was stopped");
+            }
+        }
     }
     Ok(Started {
         url,
@@ -291,6 +366,22 @@ async fn start(
     })
 }
 
+/// Ctrl-C, or SIGTERM where there is one.
+async fn interrupted() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 /// A port free now on loopback (the gateway binds it a moment later).
 fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind(("127.0.0.1", 0))
@@ -299,8 +390,17 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 /// `path` as one word for `sh`.
+/// Quoted only where it must be, so a command that quotes `"{config}"` itself still
+/// gets the path.
 fn shell_quote(path: &Path) -> String {
-    format!("'{}'", path.display().to_string().replace('\'', "'\\''"))
+    let p = path.display().to_string();
+    if p.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
+    {
+        p
+    } else {
+        format!("'{}'", p.replace('\'', "'\\''"))
+    }
 }
 
 /// The last `n` lines of a file, for an error message (at most 64 KiB read).
@@ -322,9 +422,10 @@ fn tail(path: &Path, n: usize) -> String {
         .join("\n")
 }
 
-/// One line per scenario; under a failure, one line per failed check.
+/// One line per scenario; under a failure, each failed check, wrapped to the width.
 pub fn render(runs: &[TargetRun], look: &Look) -> String {
     let mut s = String::new();
+    let room = look.width.saturating_sub(6).max(20);
     for r in runs {
         let (word, tone) = match r.verdict {
             Verdict::Pass => ("PASS", Tone::Good),
@@ -332,25 +433,55 @@ pub fn render(runs: &[TargetRun], look: &Look) -> String {
             Verdict::Skip => ("SKIP", Tone::Warn),
         };
         s.push_str(&format!("{}  {}\n", look.paint(tone, word), r.name));
-        let room = look.width.saturating_sub(6).max(20);
-        if let Some(note) = &r.note {
-            s.push_str(&format!("      {}\n", crate::core::clip::clip(note, room)));
-        }
-        for c in r.failed() {
-            let line = format!(
+        let mut lines: Vec<String> = r.note.iter().cloned().collect();
+        lines.extend(r.failed().map(|c| {
+            format!(
                 "#{} {}: expected {}, got {}",
                 c.request + 1,
                 c.field,
                 c.expected,
                 c.got
-            );
-            s.push_str(&format!("      {}\n", crate::core::clip::clip(&line, room)));
+            )
+        }));
+        for line in lines {
+            for part in wrap_text(&line, room) {
+                s.push_str(&format!("      {part}\n"));
+            }
         }
     }
     s
 }
 
-/// The closing tally.
+/// `text` in lines of at most `room` characters, broken at spaces where it can be.
+fn wrap_text(text: &str, room: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let mut word = word.to_string();
+        while word.chars().count() > room {
+            if !line.is_empty() {
+                out.push(std::mem::take(&mut line));
+            }
+            let head: String = word.chars().take(room).collect();
+            word = word.chars().skip(room).collect();
+            out.push(head);
+        }
+        let extra = if line.is_empty() { 0 } else { 1 };
+        if line.chars().count() + extra + word.chars().count() > room && !line.is_empty() {
+            out.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&word);
+    }
+    if !line.is_empty() {
+        out.push(line);
+    }
+    out
+}
+
+/// The closing tally, wrapped to the width.
 pub fn summary(url: &str, t: &Tally, look: &Look) -> String {
     let wrong: Vec<String> = Wrong::ALL
         .iter()
@@ -365,33 +496,38 @@ pub fn summary(url: &str, t: &Tally, look: &Look) -> String {
         .iter()
         .map(|(k, n)| format!("{k} {n}"))
         .collect();
-    let mut s = format!(
+    let mut first = format!(
         "target {url}: {} tried, {} passed, {} failed",
-        t.tried,
-        look.paint(Tone::Good, &t.passed.to_string()),
-        if t.failed > 0 {
-            look.paint(Tone::Fail, &t.failed.to_string())
-        } else {
-            "0".into()
-        },
+        t.tried, t.passed, t.failed
     );
     if !wrong.is_empty() {
-        s.push_str(&format!(" ({})", wrong.join(", ")));
+        first.push_str(&format!(" ({})", wrong.join(", ")));
     }
-    s.push_str(&format!("\n{} skipped", t.skipped));
+    let mut second = format!("{} skipped", t.skipped);
     if !skipped.is_empty() {
-        s.push_str(&format!(" ({})", skipped.join(", ")));
+        second.push_str(&format!(" ({})", skipped.join(", ")));
     }
-    s.push_str(&format!(
-        "\n{} checks not observable from outside, {} not comparable",
+    let third = format!(
+        "{} checks not observable from outside, {} not comparable",
         t.not_observable_checks, t.not_comparable_checks
-    ));
-    s
+    );
+    let room = look.width.max(40);
+    let mut lines: Vec<String> = Vec::new();
+    for l in [first, second, third] {
+        lines.extend(wrap_text(&l, room));
+    }
+    let tone = if t.failed > 0 { Tone::Fail } else { Tone::Good };
+    lines[0] = look.paint(tone, &lines[0]);
+    lines.join("\n")
 }
 
 fn junit(runs: &[TargetRun]) -> String {
+    // XML 1.0 has no form for most control characters: they are dropped, newlines kept.
     let esc = |s: &str| {
-        s.replace('&', "&amp;")
+        s.chars()
+            .filter(|c| !c.is_control() || *c == '\n')
+            .collect::<String>()
+            .replace('&', "&amp;")
             .replace('<', "&lt;")
             .replace('>', "&gt;")
             .replace('"', "&quot;")
@@ -441,4 +577,48 @@ fn junit(runs: &[TargetRun]) -> String {
     }
     s.push_str("</testsuite>\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapped_lines_fit_the_room_and_keep_every_word() {
+        let text = "#1 served_by: expected azure-eu/gpt-4o, got none (the answer names model gpt-4o~azure-eu~a-very-long-scenario-name-that-goes-on)";
+        let lines = wrap_text(text, 40);
+        assert!(lines.iter().all(|l| l.chars().count() <= 40), "{lines:?}");
+        assert_eq!(lines.join(" ").replace(' ', ""), text.replace(' ', ""));
+    }
+
+    #[test]
+    fn the_summary_fits_80_columns() {
+        let mut t = Tally {
+            tried: 254,
+            passed: 200,
+            failed: 54,
+            skipped: 66,
+            ..Tally::default()
+        };
+        for (k, n) in [
+            ("upstream calls", 30),
+            ("outcome", 20),
+            ("splice", 3),
+            ("hang", 1),
+        ] {
+            t.wrong.insert(k, n);
+        }
+        for (k, n) in [
+            ("concurrent copies", 9),
+            ("not comparable", 10),
+            ("over --max-wait", 22),
+            ("own clock", 14),
+            ("preset health", 11),
+        ] {
+            t.skipped_by.insert(k, n);
+        }
+        let text = summary("http://127.0.0.1:43627", &t, &Look::plain(80));
+        assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+        assert!(text.contains("54 failed"));
+    }
 }

@@ -5,7 +5,7 @@
 //! replayed incident.
 //!
 //! One scenario keeps its routes' names; a suite's are renamed per scenario
-//! (`provider~scenario/model~scenario`, harness::suite_mock) so no two scenarios share
+//! (`provider~scenario/model~provider~scenario`, harness::suite_mock) so no two scenarios share
 //! a provider or a model. `GET /calls` reports the upstream calls per route and
 //! `POST /reset` rewinds every script.
 
@@ -64,13 +64,17 @@ pub fn naming_for(scenarios: &[Scenario]) -> Naming {
 
 /// Every scenario under `paths`, or every load error as one message.
 pub fn load_scenarios(paths: &[PathBuf]) -> anyhow::Result<Vec<Scenario>> {
+    // The caller prints the message after "error: "; each further problem gets its own.
     crate::harness::suite::load_all(paths).map_err(|errors| {
-        let lines: Vec<String> = errors.iter().map(|e| format!("error: {e}")).collect();
-        anyhow::anyhow!(
-            "{}\n{} scenario file(s) could not be loaded",
-            lines.join("\n"),
-            errors.len()
-        )
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        match lines.as_slice() {
+            [one] => anyhow::anyhow!("{one}"),
+            many => anyhow::anyhow!(
+                "{}\n{} problems in the scenario files; nothing is served",
+                many.join("\nerror: "),
+                many.len()
+            ),
+        }
     })
 }
 
@@ -80,6 +84,11 @@ pub async fn run(args: MockArgs) -> anyhow::Result<Exit> {
     }
     let scenarios = load_scenarios(&args.paths)?;
     let naming = naming_for(&scenarios);
+    if naming == Naming::Tagged {
+        if let Some(why) = crate::harness::suite_mock::tag_collision(&scenarios) {
+            anyhow::bail!(why);
+        }
+    }
     // Outages run on the wall clock here, from the moment the server starts (and again
     // from each `POST /reset`).
     let clock: std::sync::Arc<dyn crate::core::clock::Clock> =

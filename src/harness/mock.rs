@@ -376,21 +376,38 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                 seq: n + 1,
                 request: &request,
             };
-            if answers(reply) {
+            // Counted once written: a delayed answer the gateway gave up on (it closed
+            // the connection) never reached it.
+            if serve_reply(&mut stream, reply, &ctx).await && answers(reply) {
                 state.answered.fetch_add(1, Ordering::SeqCst);
             }
-            serve_reply(&mut stream, reply, &ctx).await;
         }
     }
 }
 
-/// Whether `reply` is a 2xx answer (after any delay).
+/// Whether `reply` (after any delay) is an answer a client could be given: a success,
+/// a stream with text, or a scripted 2xx whose body carries choices, content blocks,
+/// candidates or data (a 2xx carrying an error is not one).
 fn answers(reply: &Reply) -> bool {
     match reply {
         Reply::Delay { then, .. } => answers(then),
-        Reply::Ok { .. } | Reply::Stream(_) => true,
-        Reply::Status { status, .. } => (200..300).contains(status),
-        Reply::Reset => false,
+        Reply::Ok { .. } => true,
+        Reply::Stream(s) => s
+            .items
+            .iter()
+            .any(|i| matches!(i, super::scenario::StreamItem::Text(t) if !t.is_empty())),
+        Reply::Status {
+            status,
+            body: Body::Json(v),
+            ..
+        } if (200..300).contains(status) => ["choices", "content", "candidates", "data", "results"]
+            .iter()
+            .any(|f| {
+                v.get(*f)
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| !a.is_empty())
+            }),
+        Reply::Status { .. } | Reply::Reset => false,
     }
 }
 
@@ -640,7 +657,8 @@ fn positive_int(body: &Value, field: &str, required: bool) -> Result<(), String>
     }
 }
 
-async fn serve_reply(stream: &mut TcpStream, reply: &Reply, ctx: &ReplyCtx<'_>) {
+/// Plays `reply`; whether it was written whole (a stream: begun).
+async fn serve_reply(stream: &mut TcpStream, reply: &Reply, ctx: &ReplyCtx<'_>) -> bool {
     let mut reply = reply;
     while let Reply::Delay { ms, then } = reply {
         real_sleep(Duration::from_millis(*ms)).await;
@@ -648,7 +666,10 @@ async fn serve_reply(stream: &mut TcpStream, reply: &Reply, ctx: &ReplyCtx<'_>) 
     }
     match reply {
         Reply::Delay { .. } => unreachable!("unwrapped above"),
-        Reply::Reset => reset(stream),
+        Reply::Reset => {
+            reset(stream);
+            false
+        }
         Reply::Status {
             status,
             headers,
@@ -662,7 +683,9 @@ async fn serve_reply(stream: &mut TcpStream, reply: &Reply, ctx: &ReplyCtx<'_>) 
                 Body::Raw(s) => ("text/plain; charset=utf-8", s.clone().into_bytes()),
                 Body::Empty => ("application/json", Vec::new()),
             };
-            let _ = write_response(stream, *status, headers, ctype, &bytes).await;
+            write_response(stream, *status, headers, ctype, &bytes)
+                .await
+                .is_ok()
         }
         Reply::Ok {
             text,
@@ -680,22 +703,24 @@ async fn serve_reply(stream: &mut TcpStream, reply: &Reply, ctx: &ReplyCtx<'_>) 
                     headers: headers.clone(),
                 };
                 super::stream_server::serve_stream(stream, &sr, ctx).await;
-                return;
+                return true;
             }
             let body = super::wire_bodies::success(ctx, text, *usage);
             let mut hs = headers.clone();
             hs.push(request_id_header(ctx.wire, ctx.seq));
-            let _ = write_response(
+            write_response(
                 stream,
                 200,
                 &hs,
                 "application/json",
                 body.to_string().as_bytes(),
             )
-            .await;
+            .await
+            .is_ok()
         }
         Reply::Stream(sr) => {
             super::stream_server::serve_stream(stream, sr, ctx).await;
+            true
         }
     }
 }

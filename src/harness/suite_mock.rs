@@ -16,7 +16,8 @@ use std::sync::Arc;
 pub enum Naming {
     /// As the scenario writes them: one scenario served alone (`poolctl mock FILE`).
     AsWritten,
-    /// `provider~scenario/model~scenario`: unique per scenario.
+    /// `provider~scenario/model~provider~scenario`: unique per scenario, and each
+    /// route's model name unique too.
     Tagged,
 }
 
@@ -27,10 +28,12 @@ impl Naming {
             Naming::AsWritten => route.clone(),
             Naming::Tagged => {
                 let tag = tag(scenario);
+                // The model carries the provider too: two members of a group share a
+                // model name, and an answer's `model` must still name its route.
                 Route::parse(&format!(
-                    "{}~{tag}/{}~{tag}",
-                    route.provider(),
-                    route.model()
+                    "{p}~{tag}/{m}~{p}~{tag}",
+                    p = route.provider(),
+                    m = route.model()
                 ))
                 .expect("a provider and a model, both non-empty")
             }
@@ -77,6 +80,25 @@ pub fn tag(scenario: &str) -> String {
         .collect()
 }
 
+/// Two scenarios whose names come out as one tag would share routes, tiers and
+/// scripts on the mock: the first such pair, named with both files.
+pub fn tag_collision(scenarios: &[Scenario]) -> Option<String> {
+    let mut seen: std::collections::BTreeMap<String, &Scenario> = Default::default();
+    for s in scenarios {
+        if let Some(first) = seen.insert(tag(&s.name), s) {
+            return Some(format!(
+                "scenarios `{}` ({}) and `{}` ({}) have names that serve as the same `{}` on a mock; rename one",
+                first.name,
+                first.file.display(),
+                s.name,
+                s.file.display(),
+                tag(&s.name)
+            ));
+        }
+    }
+    None
+}
+
 /// Every route of every scenario, renamed by `naming`, for one mock server.
 /// Outages run on `clock` from `start` (and again from each `POST /reset`).
 pub fn suite_routes(
@@ -105,7 +127,7 @@ mod tests {
         let r = Route::parse("openrouter/anthropic/claude-3.5").unwrap();
         let a = Naming::Tagged.route(&r, "a-b");
         assert_eq!(a.provider(), "openrouter~a-b");
-        assert_eq!(a.model(), "anthropic/claude-3.5~a-b");
+        assert_eq!(a.model(), "anthropic/claude-3.5~openrouter~a-b");
         assert_ne!(a, Naming::Tagged.route(&r, "a-c"));
         assert_eq!(Naming::AsWritten.route(&r, "a-b"), r);
     }
@@ -120,7 +142,7 @@ mod tests {
     fn limit_keys_rename_routes_and_providers() {
         assert_eq!(
             Naming::Tagged.limit_key("openai/gpt-4o", "s"),
-            "openai~s/gpt-4o~s"
+            "openai~s/gpt-4o~openai~s"
         );
         assert_eq!(Naming::Tagged.limit_key("anthropic", "s"), "anthropic~s");
     }

@@ -171,6 +171,9 @@ pub struct TargetRun {
     pub note: Option<String>,
     pub checks: Vec<Check>,
     pub wall_ms: f64,
+    /// Every request it sent got no HTTP answer at all (refused, reset, timed out).
+    #[serde(skip)]
+    pub unanswered: bool,
 }
 
 impl TargetRun {
@@ -232,6 +235,12 @@ pub fn skip_reason(
         if let Some(why) = globals.differ(scenario) {
             return Some((SkipKind::NotComparable, why));
         }
+        if let Some(p) = split_provider(scenario) {
+            return Some((
+                SkipKind::NotComparable,
+                format!("its routes of provider `{p}` have different settings, which a pool config holds once per provider"),
+            ));
+        }
     }
     if target.format != ConfigFormat::Pool && scenario.path == CallPath::Rerank {
         return Some((
@@ -245,7 +254,43 @@ pub fn skip_reason(
     None
 }
 
-fn secs(ms: u64) -> String {
+/// A provider whose routes in `scenario` carry different settings (the in-process
+/// runner gives each route its own; a pool config one per provider).
+fn split_provider(scenario: &Scenario) -> Option<String> {
+    let mut seen: BTreeMap<&str, crate::config::route::ProviderSettings> = BTreeMap::new();
+    for (_, e) in scenario.entries() {
+        let p = e.route.provider();
+        match seen.get(p) {
+            Some(first) if *first != e.settings() => return Some(p.to_string()),
+            Some(_) => {}
+            None => {
+                seen.insert(p, e.settings());
+            }
+        }
+    }
+    None
+}
+
+/// Which of `scenarios`' routes the mock at `mock` does not serve: a mock started on
+/// other paths (one scenario is served as written, a suite renamed).
+pub async fn missing_on_mock(
+    client: &reqwest::Client,
+    mock: SocketAddr,
+    scenarios: &[Scenario],
+    naming: Naming,
+) -> Result<Vec<String>, String> {
+    let calls = read_calls(client, mock).await?;
+    Ok(scenarios
+        .iter()
+        .flat_map(|s| {
+            s.entries()
+                .map(move |(_, e)| naming.route(&e.route, &s.name).to_string())
+        })
+        .filter(|r| !calls.calls.contains_key(r))
+        .collect())
+}
+
+pub fn secs(ms: u64) -> String {
     if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
@@ -326,21 +371,27 @@ struct Names {
 impl Names {
     fn of(scenario: &Scenario, naming: Naming) -> Names {
         let mut back = BTreeMap::new();
-        let mut by_model = BTreeMap::new();
+        let mut served: BTreeMap<String, Vec<&Route>> = BTreeMap::new();
         let mut written: BTreeMap<&str, Vec<&Route>> = BTreeMap::new();
         for (_, e) in scenario.entries() {
-            let served = naming.route(&e.route, &scenario.name);
-            by_model.insert(served.model().to_string(), e.route.clone());
-            back.insert(served.to_string(), e.route.clone());
+            let name = naming.route(&e.route, &scenario.name);
+            served
+                .entry(name.model().to_string())
+                .or_default()
+                .push(&e.route);
+            back.insert(name.to_string(), e.route.clone());
             written.entry(e.route.model()).or_default().push(&e.route);
         }
-        // A scripted body names the model as the scenario wrote it: that name points
-        // at its route too, where no other route of the scenario has it.
-        for (model, routes) in written {
+        // A model name points at a route only where no other route has it (two group
+        // members served as written share one); a scripted body names the model as the
+        // scenario wrote it, which points at its route too.
+        let mut by_model = BTreeMap::new();
+        for (model, routes) in served
+            .into_iter()
+            .chain(written.into_iter().map(|(m, r)| (m.to_string(), r)))
+        {
             if let [one] = routes.as_slice() {
-                by_model
-                    .entry(model.to_string())
-                    .or_insert_with(|| (*one).clone());
+                by_model.entry(model).or_insert_with(|| (*one).clone());
             }
         }
         Names { back, by_model }
@@ -380,7 +431,27 @@ pub async fn run_suite(
         _ => BTreeMap::new(),
     };
     let mut runs = Vec::with_capacity(scenarios.len());
+    let mut silent = 0;
     for s in scenarios {
+        // A target that stopped answering would cost every remaining scenario its whole
+        // deadline: after a few in a row, the rest are failed at once, saying why.
+        if silent >= GIVE_UP_AFTER {
+            let run = TargetRun {
+                file: s.file.clone(),
+                name: s.name.clone(),
+                verdict: Verdict::Fail,
+                skip: None,
+                note: Some(format!(
+                    "not sent: the target gave no answer to {GIVE_UP_AFTER} scenarios in a row"
+                )),
+                checks: Vec::new(),
+                wall_ms: 0.0,
+                unanswered: true,
+            };
+            on_done(&run);
+            runs.push(run);
+            continue;
+        }
         let run = run_one(
             s,
             target,
@@ -389,11 +460,15 @@ pub async fn run_suite(
             &client,
         )
         .await;
+        silent = if run.unanswered { silent + 1 } else { 0 };
         on_done(&run);
         runs.push(run);
     }
     runs
 }
+
+/// Scenarios in a row with no HTTP answer at all before the rest are not sent.
+const GIVE_UP_AFTER: usize = 3;
 
 async fn run_one(
     scenario: &Scenario,
@@ -411,6 +486,7 @@ async fn run_one(
         note: None,
         checks: Vec::new(),
         wall_ms: 0.0,
+        unanswered: false,
     };
     if let Some((kind, why)) = skip_reason(scenario, target, globals) {
         run.skip = Some(kind);
@@ -425,41 +501,61 @@ async fn run_one(
     let names = Names::of(scenario, target.naming);
     let comparable = Comparable::of(scenario, target.format);
     let mut index = 0;
+    let (mut sent, mut unanswered) = (0usize, 0usize);
     for spec in scenario.request_specs() {
         if spec.after_ms > 0 {
             crate::core::clock::real_sleep(Duration::from_millis(spec.after_ms)).await;
         }
         let copies = spec.copies() as usize;
-        let before = match read_calls(client, target.mock).await {
-            Ok(c) => c,
-            Err(e) => {
-                run.verdict = Verdict::Fail;
-                run.note = Some(e);
-                break;
+        // As the in-process runner observes: after each copy, or after a concurrent
+        // batch as a whole.
+        let mut seen: Vec<(Seen, Calls, Calls)> = Vec::with_capacity(copies);
+        let mut broke = None;
+        if spec.concurrent {
+            match read_calls(client, target.mock).await {
+                Ok(before) => {
+                    let all = futures_util::future::join_all(
+                        (0..copies).map(|_| send(client, target, scenario, &spec, portkey)),
+                    )
+                    .await;
+                    match read_calls(client, target.mock).await {
+                        Ok(after) => {
+                            seen.extend(all.into_iter().map(|s| (s, before.clone(), after.clone())))
+                        }
+                        Err(e) => broke = Some(e),
+                    }
+                }
+                Err(e) => broke = Some(e),
             }
-        };
-        let seen: Vec<Seen> = if spec.concurrent {
-            futures_util::future::join_all(
-                (0..copies).map(|_| send(client, target, scenario, &spec, portkey)),
-            )
-            .await
         } else {
-            let mut all = Vec::with_capacity(copies);
             for _ in 0..copies {
-                all.push(send(client, target, scenario, &spec, portkey).await);
+                let before = match read_calls(client, target.mock).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        broke = Some(e);
+                        break;
+                    }
+                };
+                let s = send(client, target, scenario, &spec, portkey).await;
+                match read_calls(client, target.mock).await {
+                    Ok(after) => seen.push((s, before, after)),
+                    Err(e) => {
+                        broke = Some(e);
+                        break;
+                    }
+                }
             }
-            all
-        };
-        let after = match read_calls(client, target.mock).await {
-            Ok(c) => c,
-            Err(e) => {
-                run.verdict = Verdict::Fail;
-                run.note = Some(e);
-                break;
-            }
-        };
+        }
+        if let Some(e) = broke {
+            run.verdict = Verdict::Fail;
+            run.note = Some(e);
+            break;
+        }
+        let after = seen.last().map(|(_, _, a)| a.clone()).unwrap_or_default();
+        sent += seen.len();
+        unanswered += seen.iter().filter(|(s, _, _)| s.status == 0).count();
         let deadline = deadline_ms(scenario);
-        for s in &seen {
+        for (s, before, after) in &seen {
             if let Some(e) = &spec.expect {
                 judge(
                     &mut run.checks,
@@ -468,8 +564,8 @@ async fn run_one(
                     s,
                     &names,
                     &comparable,
-                    (&before, &after),
-                    copies,
+                    (before, after),
+                    if spec.concurrent { copies } else { 1 },
                     target.format,
                 );
             }
@@ -489,7 +585,8 @@ async fn run_one(
             index += 1;
         }
         if let Some(counts) = &spec.expect_counts {
-            judge_counts(&mut run.checks, index - 1, counts, &seen, &comparable);
+            let all: Vec<Seen> = seen.iter().map(|(s, _, _)| s.clone()).collect();
+            judge_counts(&mut run.checks, index - 1, counts, &all, &comparable);
         }
         if let Some(within) = &spec.upstream_calls_within {
             judge_within(
@@ -502,11 +599,12 @@ async fn run_one(
             );
         }
     }
+    run.unanswered = sent > 0 && unanswered == sent;
     if run.verdict != Verdict::Fail {
-        let judged = run
-            .checks
-            .iter()
-            .any(|c| c.status == CheckStatus::Passed && c.field != "deadline");
+        let judged = run.checks.iter().any(|c| {
+            c.status == CheckStatus::Passed
+                && !matches!(c.field.as_str(), "deadline" | "stream.splice")
+        });
         run.verdict = if run.failed().next().is_some() {
             Verdict::Fail
         } else if judged {
@@ -595,9 +693,26 @@ fn check(
             CheckStatus::Failed
         },
         wrong: (!ok).then_some(wrong),
-        expected,
-        got,
+        expected: printable(&expected),
+        got: printable(&got),
     }
+}
+
+/// `text` with control characters escaped: what a target sends (a model name, an
+/// error) reaches a terminal and a JUnit file, and must not drive either.
+fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 fn unjudged(request: usize, field: &str, status: CheckStatus, why: &str) -> Check {
@@ -607,7 +722,7 @@ fn unjudged(request: usize, field: &str, status: CheckStatus, why: &str) -> Chec
         status,
         wrong: None,
         expected: String::new(),
-        got: why.into(),
+        got: printable(why),
     }
 }
 
@@ -691,13 +806,21 @@ fn judge(
             out.push(not(field));
         }
     }
-    // A stream spliced from two answers is wrong whatever the scenario expects.
-    if s.stream {
-        let routes: Vec<&Route> = s
-            .models
-            .iter()
-            .filter_map(|m| names.route_of_model(m))
-            .collect();
+    // A stream spliced from two answers is wrong whatever the scenario expects; it can
+    // be seen only where the chunks name the routes' models.
+    let routes: Vec<&Route> = s
+        .models
+        .iter()
+        .filter_map(|m| names.route_of_model(m))
+        .collect();
+    if s.stream && routes.is_empty() {
+        out.push(unjudged(
+            i,
+            "stream.splice",
+            CheckStatus::NotObservable,
+            "no chunk names a route's model",
+        ));
+    } else if s.stream {
         let mut distinct = routes.clone();
         distinct.dedup();
         out.push(check(
@@ -1074,27 +1197,31 @@ async fn exchange(req: reqwest::RequestBuilder, stream: bool) -> Seen {
         .unwrap_or("")
         .to_ascii_lowercase();
     let mut raw: Vec<u8> = Vec::new();
-    let mut sse = SseRead;
+    let mut sse = SseRead::default();
+    let sse_body = ctype.starts_with("text/event-stream");
+    let mut read = 0usize;
     loop {
         match resp.chunk().await {
             Ok(Some(bytes)) => {
-                if raw.len() + bytes.len() > MAX_ANSWER_BYTES {
+                read += bytes.len();
+                if read > MAX_ANSWER_BYTES {
                     seen.broken = Some(format!(
                         "the answer is over {} MiB",
                         MAX_ANSWER_BYTES / (1024 * 1024)
                     ));
                     return seen;
                 }
-                raw.extend_from_slice(&bytes);
-                if ctype.starts_with("text/event-stream") {
-                    sse.feed(&raw, &mut seen);
+                if sse_body {
+                    // What a stream said is read as it arrives; only its size is kept.
+                    sse.feed(&bytes, &mut seen);
+                } else {
+                    raw.extend_from_slice(&bytes);
                 }
             }
             Ok(None) => break,
             Err(e) => {
-                if ctype.starts_with("text/event-stream") {
+                if sse_body {
                     // A stream cut mid-body: what arrived is what the client has.
-                    sse.feed(&raw, &mut seen);
                     return seen;
                 }
                 seen.broken = Some(format!("the body broke off: {}", transport_error(&e)));
@@ -1111,8 +1238,7 @@ async fn exchange(req: reqwest::RequestBuilder, stream: bool) -> Seen {
         }
         return seen;
     }
-    if stream && ctype.starts_with("text/event-stream") {
-        sse.feed(&raw, &mut seen);
+    if stream && sse_body {
         return seen;
     }
     match serde_json::from_slice::<Value>(&raw) {
@@ -1175,78 +1301,84 @@ fn read_answer(v: &Value, seen: &mut Seen) {
         || v.get("results").and_then(Value::as_array).is_some()
     {
         // Embeddings or rerank results.
-    } else if v.get("error").is_some() {
+    } else if v.get("error").is_some_and(|e| !e.is_null()) {
         seen.broken = Some("an error object in a 2xx".into());
     } else {
         seen.broken = Some("an answer with neither `choices`, `data` nor `results`".into());
     }
 }
 
-/// Reads SSE events from the bytes received so far (all of them, each time: a
-/// scenario's streams are small).
+/// Reads SSE events as their bytes arrive: each complete line once, so a long stream
+/// costs time in proportion to its length.
 #[derive(Debug, Default)]
-struct SseRead;
+struct SseRead {
+    /// Bytes of a line not ended yet.
+    partial: Vec<u8>,
+    /// The current event's `event:` name.
+    event: String,
+    finished: bool,
+    done: bool,
+    error: bool,
+}
 
 impl SseRead {
-    fn feed(&mut self, raw: &[u8], seen: &mut Seen) {
-        let text = String::from_utf8_lossy(raw);
-        let (mut out, mut finished, mut done, mut error) = (String::new(), false, false, false);
-        let mut models: Vec<String> = Vec::new();
-        let mut event = "";
-        for line in text.split('\n') {
-            let line = line.trim_end_matches('\r');
-            if line.is_empty() {
-                event = "";
-                continue;
+    /// Reads the lines `bytes` completes into `seen`.
+    fn feed(&mut self, bytes: &[u8], seen: &mut Seen) {
+        self.partial.extend_from_slice(bytes);
+        let mut start = 0;
+        while let Some(n) = self.partial[start..].iter().position(|b| *b == b'\n') {
+            let line = String::from_utf8_lossy(&self.partial[start..start + n]).into_owned();
+            start += n + 1;
+            self.line(line.trim_end_matches('\r'), seen);
+        }
+        self.partial.drain(..start);
+        seen.stream_error = self.error;
+        seen.clean_end = self.finished && self.done && !self.error;
+    }
+
+    fn line(&mut self, line: &str, seen: &mut Seen) {
+        if line.is_empty() {
+            self.event.clear();
+            return;
+        }
+        if let Some(name) = line.strip_prefix("event:") {
+            self.event = name.trim().to_string();
+            if self.event == "error" {
+                self.error = true;
             }
-            if let Some(name) = line.strip_prefix("event:") {
-                event = name.trim();
-                if event == "error" {
-                    error = true;
+            return;
+        }
+        let Some(data) = line.strip_prefix("data:") else {
+            return;
+        };
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(data) else {
+            return;
+        };
+        if v.get("error").is_some_and(|e| !e.is_null()) || self.event == "error" {
+            self.error = true;
+            return;
+        }
+        note_model(seen, &v);
+        for c in v
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for field in ["/delta/content", "/delta/refusal"] {
+                if let Some(t) = c.pointer(field).and_then(Value::as_str) {
+                    seen.text.push_str(t);
                 }
-                continue;
             }
-            let Some(data) = line.strip_prefix("data:") else {
-                continue;
-            };
-            let data = data.trim();
-            if data == "[DONE]" {
-                done = true;
-                continue;
-            }
-            let Ok(v) = serde_json::from_str::<Value>(data) else {
-                continue;
-            };
-            if v.get("error").is_some() || event == "error" {
-                error = true;
-                continue;
-            }
-            if let Some(m) = v.get("model").and_then(Value::as_str) {
-                if models.last().map(String::as_str) != Some(m) {
-                    models.push(m.to_string());
-                }
-            }
-            for c in v
-                .get("choices")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(t) = c.pointer("/delta/content").and_then(Value::as_str) {
-                    out.push_str(t);
-                }
-                if let Some(t) = c.pointer("/delta/refusal").and_then(Value::as_str) {
-                    out.push_str(t);
-                }
-                if c.get("finish_reason").is_some_and(|f| !f.is_null()) {
-                    finished = true;
-                }
+            if c.get("finish_reason").is_some_and(|f| !f.is_null()) {
+                self.finished = true;
             }
         }
-        seen.text = out;
-        seen.models = models;
-        seen.stream_error = error;
-        seen.clean_end = finished && done && !error;
     }
 }
 
@@ -1297,14 +1429,14 @@ pub async fn reachable(
     url: &str,
     token: Option<&Secret>,
     within: Duration,
-) -> Result<(), String> {
+) -> Result<u16, String> {
     let probe = format!("{}/v1/models", url.trim_end_matches('/'));
     let mut req = client.get(&probe).timeout(within);
     if let Some(t) = token {
         req = req.bearer_auth(t.expose());
     }
     match req.send().await {
-        Ok(_) => Ok(()),
+        Ok(r) => Ok(r.status().as_u16()),
         Err(e) => Err(transport_error(&e)),
     }
 }
@@ -1385,13 +1517,17 @@ mod tests {
     fn a_stream_with_finish_and_done_is_clean_and_one_with_an_error_is_not() {
         let mut seen = Seen::default();
         let raw = b"data: {\"model\":\"m~s\",\"choices\":[{\"delta\":{\"content\":\"O\"}}]}\n\ndata: {\"model\":\"m~s\",\"choices\":[{\"delta\":{\"content\":\"K\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
-        SseRead.feed(raw, &mut seen);
+        SseRead::default().feed(raw, &mut seen);
         assert!(seen.clean_end);
         assert_eq!(seen.text, "OK");
         assert_eq!(seen.models, vec!["m~s".to_string()]);
         let raw = b"data: {\"model\":\"m~s\",\"choices\":[{\"delta\":{\"content\":\"O\"}}]}\n\nevent: error\ndata: {\"error\":{\"message\":\"x\"}}\n\n";
         let mut seen = Seen::default();
-        SseRead.feed(raw, &mut seen);
+        let mut sse = SseRead::default();
+        // Fed in two pieces, split inside a line.
+        sse.feed(&raw[..20], &mut seen);
+        sse.feed(&raw[20..], &mut seen);
+        assert_eq!(seen.text, "O");
         assert!(!seen.clean_end);
         assert!(seen.stream_error);
     }

@@ -75,6 +75,27 @@ pub fn target_model(scenario: &Scenario, naming: Naming) -> String {
     }
 }
 
+/// A name as a YAML key or value: bare when it is plain, else a JSON string (which
+/// YAML reads as a quoted scalar), so a scenario named `x: y #z` stays one key.
+fn key(name: &str) -> String {
+    let plain = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '~' | '/'));
+    if plain {
+        name.to_string()
+    } else {
+        Value::from(name).to_string()
+    }
+}
+
+/// `text` on one comment line.
+fn comment(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 /// `headroom` and `interactive_floor` are one per pool config: the value most of the
 /// suite's admission scenarios use (ties: the smaller). A scenario that wants another
 /// cannot be compared on a pool target (`globals_differ`).
@@ -153,8 +174,8 @@ pub fn pool_yaml(
             let _ = writeln!(
                 s,
                 "# poolctl mock: scenario `{}` ({})",
-                one.name,
-                one.file.display()
+                comment(&one.name),
+                comment(&one.file.display().to_string())
             );
         }
         many => {
@@ -192,10 +213,10 @@ pub fn pool_yaml(
     }
     s.push_str("tiers:\n");
     for sc in scenarios {
-        let _ = writeln!(s, "  {}:", target_model(sc, naming));
+        let _ = writeln!(s, "  {}:", key(&target_model(sc, naming)));
         tier_lines(&mut s, sc, None, naming);
         for t in sc.tiers.keys() {
-            let _ = writeln!(s, "  {}:", naming.tier(t, &sc.name));
+            let _ = writeln!(s, "  {}:", key(&naming.tier(t, &sc.name)));
             tier_lines(&mut s, sc, Some(t), naming);
         }
     }
@@ -204,7 +225,7 @@ pub fn pool_yaml(
         s.push_str("policies:\n");
         for sc in cards {
             let card = card_json(sc, naming);
-            let _ = writeln!(s, "  {}: {card}", target_model(sc, naming));
+            let _ = writeln!(s, "  {}: {card}", key(&target_model(sc, naming)));
         }
     }
     let models: Vec<(Route, Value)> = scenarios
@@ -220,7 +241,7 @@ pub fn pool_yaml(
     if !models.is_empty() {
         s.push_str("models:\n");
         for (route, facts) in models {
-            let _ = writeln!(s, "  {route}: {facts}");
+            let _ = writeln!(s, "  {}: {facts}", key(route.as_str()));
         }
     }
     let limits: Vec<(String, Value)> = scenarios
@@ -234,15 +255,15 @@ pub fn pool_yaml(
         .collect();
     if !limits.is_empty() {
         s.push_str("limits:\n");
-        for (key, l) in limits {
-            let _ = writeln!(s, "  {key}: {l}");
+        for (name, l) in limits {
+            let _ = writeln!(s, "  {}: {l}", key(&name));
         }
     }
     s
 }
 
 fn provider_block(s: &mut String, entry: &ChainEntry, name: &str, addr: SocketAddr) {
-    let _ = writeln!(s, "  {name}:");
+    let _ = writeln!(s, "  {}:", key(name));
     let _ = writeln!(s, "    wire: {}", entry.wire);
     let _ = writeln!(s, "    base_url: {}", base_url(addr, name, entry.wire));
     let _ = writeln!(s, "    api_key_env: {MOCK_KEY_ENV}");
@@ -308,15 +329,15 @@ fn tier_lines(s: &mut String, sc: &Scenario, tier: Option<&str>, naming: Naming)
             [one] if one.group.is_none() => {
                 let route = naming.route(&one.route, &sc.name);
                 if path.is_empty() {
-                    let _ = writeln!(s, "    - {route}");
+                    let _ = writeln!(s, "    - {}", key(route.as_str()));
                 } else {
-                    let _ = writeln!(s, "    - {{ route: {route}{path} }}");
+                    let _ = writeln!(s, "    - {{ route: {}{path} }}", key(route.as_str()));
                 }
             }
             members => {
                 let names: Vec<String> = members
                     .iter()
-                    .map(|e| naming.route(&e.route, &sc.name).to_string())
+                    .map(|e| key(naming.route(&e.route, &sc.name).as_str()))
                     .collect();
                 let mut line = format!("    - {{ group: [{}]", names.join(", "));
                 if let Some(w) = weights(members) {
@@ -371,10 +392,11 @@ fn litellm_prefix(wire: Wire) -> &'static str {
 /// the name a client asks for.
 fn litellm_group(sc: &Scenario, i: usize, naming: Naming) -> String {
     let base = target_model(sc, naming);
+    // `~` is in no tag, so a step's group never meets another scenario's name.
     if i == 0 {
         base
     } else {
-        format!("{base}.{}", i + 1)
+        format!("{base}~{}", i + 1)
     }
 }
 
@@ -427,7 +449,7 @@ pub fn litellm_yaml(scenarios: &[Scenario], addr: SocketAddr, naming: Naming) ->
                 if let Some(w) = entry.weight {
                     params.insert("weight".into(), json!(w));
                 }
-                let _ = writeln!(s, "  - model_name: {}", litellm_group(sc, i, naming));
+                let _ = writeln!(s, "  - model_name: {}", key(&litellm_group(sc, i, naming)));
                 let _ = writeln!(s, "    litellm_params: {}", Value::Object(params));
                 if sc.path == CallPath::Embed {
                     let _ = writeln!(s, "    model_info: {{\"mode\": \"embedding\"}}");
@@ -570,7 +592,7 @@ expect: { outcome: success }
             "a replayed scenario uses only its own facts"
         );
         assert!(text.contains(
-            "    - { group: [azure-eu~g/gpt-4o~g, azure-us~g/gpt-4o~g], weights: [3, 1] }\n"
+            "    - { group: [azure-eu~g/gpt-4o~azure-eu~g, azure-us~g/gpt-4o~azure-us~g], weights: [3, 1] }\n"
         ));
     }
 
