@@ -392,10 +392,17 @@ fn answers(reply: &Reply) -> bool {
     match reply {
         Reply::Delay { then, .. } => answers(then),
         Reply::Ok { .. } => true,
-        Reply::Stream(s) => s
-            .items
-            .iter()
-            .any(|i| matches!(i, super::scenario::StreamItem::Text(t) if !t.is_empty())),
+        // A stream that ends as a stream should is an answer, even an empty one (a
+        // content filter's); one that breaks is one only if text or scripted chunks
+        // went out first.
+        Reply::Stream(s) => {
+            matches!(s.end, StreamEnd::Done | StreamEnd::NoDone)
+                || s.items.iter().any(|i| match i {
+                    super::scenario::StreamItem::Text(t) => !t.is_empty(),
+                    // Scripted chunks are the scenario's own answer, whole or not.
+                    super::scenario::StreamItem::Raw { .. } => true,
+                })
+        }
         Reply::Status {
             status,
             body: Body::Json(v),
