@@ -259,6 +259,8 @@ impl Provider {
 #[derive(Debug, Clone)]
 struct Deployment {
     group: String,
+    /// Its `model_name`.
+    name_src: Src,
     provider: usize,
     model: String,
     path: &'static str,
@@ -712,6 +714,18 @@ pub fn translate(
     }
     if let Some((shown, src, note, _)) = &state {
         w.line(&format!("state: {}", q(shown)), src, note);
+    }
+    if let Some(s) = &strategy {
+        let word = if least_busy { "least_busy" } else { "weighted" };
+        w.line(
+            &format!("# a group's strategy: {word}"),
+            &s.src,
+            "",
+        );
+    }
+    for var in r.env_vars.keys() {
+        let src = r.src(&[k("environment_variables"), k(var)]);
+        w.line(&format!("# ${var}: read where the file names os.environ/{var}"), &src, "");
     }
     w.plain("providers:");
     for p in &providers {
@@ -1180,6 +1194,7 @@ fn deployment(
     }
     Some(Deployment {
         group,
+        name_src,
         provider,
         model: model_name,
         path,
@@ -1294,6 +1309,10 @@ fn fallback_map(
             if !known_group(r, &from, &src, groups) {
                 continue;
             }
+            if !groups[&from].1 {
+                r.warn(&src, format!("fallbacks of `{from}` not used: the group has no deployment poolctl can call"));
+                continue;
+            }
             let targets: Vec<String> = match to {
                 Value::Sequence(list) => list.iter().filter_map(value_text).collect(),
                 other => value_text(other).into_iter().collect(),
@@ -1302,8 +1321,13 @@ fn fallback_map(
                 if t == from {
                     continue;
                 }
-                if known_group(r, &t, &src, groups) {
+                if !known_group(r, &t, &src, groups) {
+                    continue;
+                }
+                if groups[&t].1 {
                     into.entry(from.clone()).or_default().push((t, src.clone()));
+                } else {
+                    r.warn(&src, format!("fallback `{t}` of `{from}` not used: the group has no deployment poolctl can call"));
                 }
             }
         }
@@ -1344,10 +1368,18 @@ fn step(
         }
         many => {
             let list: Vec<String> = many.iter().map(|(r, _)| q(r)).collect();
+            // The other deployments' lines, so each is cited.
+            let others: Vec<String> = many[1..]
+                .iter()
+                .map(|(_, d)| match d.name_src.line {
+                    Some(l) => format!("{}:{l} {}", w.name, d.name_src.field),
+                    None => d.name_src.field.clone(),
+                })
+                .collect();
             w.line(
                 &format!("    - group: [{}]", list.join(", ")),
                 src,
-                &format!(" ({} deployments)", many.len()),
+                &format!(", {}", others.join(", ")),
             );
             // LiteLLM's weighted pick: `weight`, else the rpm of every deployment.
             if let Some((_, wsrc)) = many.iter().find_map(|(_, d)| d.weight.as_ref()) {
@@ -1422,6 +1454,16 @@ fn redis_state(r: &mut Reader, router: Option<&Mapping>, keys: &[&str]) -> Optio
         None => String::new(),
     };
     let shown = format!("redis://{host}:{port}{db}");
+    let others: Vec<String> = keys
+        .iter()
+        .filter(|k| **k != "redis_host")
+        .map(|k| format!("router_settings.{k}"))
+        .collect();
+    let also = if others.is_empty() {
+        String::new()
+    } else {
+        format!(", {}", others.join(", "))
+    };
     let password = match sec.get("redis_password") {
         Some(v) => {
             let src = src_of(r, "redis_password");
@@ -1442,11 +1484,11 @@ fn redis_state(r: &mut Reader, router: Option<&Mapping>, keys: &[&str]) -> Optio
             (
                 shown,
                 host_src,
-                " (the password of redis_password is added at load, never written here)".into(),
+                format!("{also} (the password is added at load, never written here)"),
                 Some(Secret::new(full)),
             )
         }
-        None => (shown, host_src, String::new(), None),
+        None => (shown, host_src, also, None),
     })
 }
 
