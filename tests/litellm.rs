@@ -33,7 +33,14 @@ const SINGLE: &[&str] = &[
 ];
 
 /// What a provider holds, cited at the first deployment that names the provider.
-const SHARED_PARAMS: &[&str] = &["model", "api_base", "api_key", "api_version", "timeout", "stream_timeout"];
+const SHARED_PARAMS: &[&str] = &[
+    "model",
+    "api_base",
+    "api_key",
+    "api_version",
+    "timeout",
+    "stream_timeout",
+];
 
 /// The values the configs' `os.environ/` fields other than keys resolve to.
 fn env(var: &str) -> Option<String> {
@@ -160,7 +167,9 @@ fn every_field_is_mapped_or_named_as_not_used() {
             // of the same provider are cited there, once.
             let shared = field.starts_with("model_list[")
                 && mapped(&format!("{deployment}.model_name"))
-                && SHARED_PARAMS.iter().any(|p| field.ends_with(&format!(".litellm_params.{p}")));
+                && SHARED_PARAMS
+                    .iter()
+                    .any(|p| field.ends_with(&format!(".litellm_params.{p}")));
             assert!(
                 mapped(&field)
                     || named.iter().any(|n| *n == field
@@ -176,7 +185,12 @@ fn every_field_is_mapped_or_named_as_not_used() {
         // Named once each.
         let mut seen = std::collections::BTreeSet::new();
         for u in &imp.unused {
-            assert!(seen.insert(&u.field), "{}: `{}` named twice", f.display(), u.field);
+            assert!(
+                seen.insert(&u.field),
+                "{}: `{}` named twice",
+                f.display(),
+                u.field
+            );
             assert!(u.message.starts_with("not used by poolctl"), "{u}");
             assert!(u.line.is_some(), "{u}");
         }
@@ -228,7 +242,10 @@ fn the_fields_poolctl_does_not_use_are_named_with_their_lines() {
         "litellm_settings.success_callback",
         "general_settings.alerting",
     ] {
-        assert!(azure.iter().any(|(f, _)| f == field), "{field} not in {azure:?}");
+        assert!(
+            azure.iter().any(|(f, _)| f == field),
+            "{field} not in {azure:?}"
+        );
     }
 }
 
@@ -274,7 +291,11 @@ fn an_unset_key_variable_is_an_error_at_the_litellm_line() {
     assert_eq!(lines[0].0, 10, "{}", report.text());
     assert!(lines[0].1.contains("AZURE_API_KEY"), "{}", report.text());
     assert_eq!(lines[1].0, 16, "{}", report.text());
-    assert!(lines[1].1.contains("ANTHROPIC_API_KEY"), "{}", report.text());
+    assert!(
+        lines[1].1.contains("ANTHROPIC_API_KEY"),
+        "{}",
+        report.text()
+    );
 }
 
 #[test]
@@ -307,14 +328,18 @@ fn the_mapping_of_fallbacks_windows_content_policy_retries_and_aliases() {
     // The Redis password is in the state the config uses, never in the text.
     match config.state_location() {
         poolctl::config::pool::StateLocation::Redis(url) => {
-            assert!(url.contains("%3Cyour%20redis%20password%3E@redis.internal:1992"), "{url}")
+            assert!(
+                url.contains("%3Cyour%20redis%20password%3E@redis.internal:1992"),
+                "{url}"
+            )
         }
         other => panic!("{other:?}"),
     }
     assert!(!imp.text.contains("your redis password"), "{}", imp.text);
 
     // content_policy_fallbacks: a card that moves on content_policy.
-    let text = std::fs::read_to_string(Path::new(DIR).join("docs-content-policy-fallbacks.yaml")).unwrap();
+    let text =
+        std::fs::read_to_string(Path::new(DIR).join("docs-content-policy-fallbacks.yaml")).unwrap();
     let (config, _) = litellm::load(Path::new("cp.yaml"), &text, &env_with_keys).unwrap();
     let card = &config.policies["gpt-3.5-turbo-small"];
     assert!(card.moves_on_content_policy());
@@ -340,7 +365,10 @@ fn model_info_becomes_the_models_facts_and_prices_per_million_tokens() {
     assert_eq!(facts.output_usd_per_mtok, Some(1.1));
     assert_eq!(config.limits["deepseek/deepseek-chat"].tpm, Some(100_000));
     let p = &config.providers["deepseek"];
-    assert_eq!((p.timeout_ms, p.first_token_timeout_ms), (Some(2500), Some(1000)));
+    assert_eq!(
+        (p.timeout_ms, p.first_token_timeout_ms),
+        (Some(2500), Some(1000))
+    );
     assert_eq!(p.base_url, "https://api.deepseek.com/v1");
     assert_eq!(imp.unused.len(), 1);
     assert_eq!(imp.unused[0].field, "model_list[0].model_info.base_model");
@@ -395,7 +423,11 @@ fn the_config_format_flag_forces_litellm_and_refuses_portkey() {
     assert!(out(&o).contains("providers"), "{}", out(&o));
     let o = poolctl(&file, &["check", "--config-format", "litellm"], &[]);
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
-    assert!(out(&o).contains("no deployment poolctl can call"), "{}", out(&o));
+    assert!(
+        out(&o).contains("no deployment poolctl can call"),
+        "{}",
+        out(&o)
+    );
     let o = poolctl(&file, &["check", "--config-format", "portkey"], &[]);
     assert_eq!(o.status.code(), Some(2), "{}", out(&o));
     assert!(out(&o).contains("pool or litellm"), "{}", out(&o));
@@ -417,7 +449,10 @@ fn ciris_copy_with(dir: &Path, mock: &MockServer, rpm: Option<u64>) -> PathBuf {
             Some((p, _)) if ["together_ai", "groq", "openrouter"].contains(&p) => p.to_string(),
             _ => "openai".to_string(),
         };
-        params.insert("api_base".into(), mock.base_url(&prefix, Wire::OpenAi).into());
+        params.insert(
+            "api_base".into(),
+            mock.base_url(&prefix, Wire::OpenAi).into(),
+        );
         params.insert("api_key".into(), "os.environ/CIRIS_KEY".into());
         if let Some(rpm) = rpm {
             params.insert("rpm".into(), rpm.into());
@@ -490,7 +525,10 @@ async fn walk_follows_a_real_configs_fallbacks_over_loopback() {
     );
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["served_by"], "groq/meta-llama/llama-4-maverick-17b-128e-instruct", "{v}");
+    assert_eq!(
+        v["served_by"], "groq/meta-llama/llama-4-maverick-17b-128e-instruct",
+        "{v}"
+    );
     assert_eq!(mock.calls(&Route::parse(MAVERICK_OR).unwrap()), 1);
     assert_eq!(mock.calls(&Route::parse(MAVERICK_GROQ).unwrap()), 1);
     assert_eq!(mock.calls(&Route::parse(MAVERICK_TOGETHER).unwrap()), 0);
@@ -526,7 +564,10 @@ async fn probe_sends_one_request_to_each_route_of_a_real_configs_group() {
         ],
         "{v}"
     );
-    assert_eq!(v["tiers"][0]["routes"][0]["class"], "quota_exhausted", "{v}");
+    assert_eq!(
+        v["tiers"][0]["routes"][0]["class"], "quota_exhausted",
+        "{v}"
+    );
     for r in [MAVERICK_OR, MAVERICK_GROQ, MAVERICK_TOGETHER] {
         assert_eq!(mock.calls(&Route::parse(r).unwrap()), 1, "{r}");
     }
@@ -566,7 +607,10 @@ async fn serve_answers_a_model_group_behind_the_master_key() {
     assert_eq!(v["choices"][0]["message"]["content"], "from groq", "{v}");
     let (_, stderr) = gw.stop().await;
     assert!(stderr.contains("serve_token_env"), "{stderr}");
-    assert!(!stderr.contains(MASTER) && !stderr.contains(UPSTREAM), "{stderr}");
+    assert!(
+        !stderr.contains(MASTER) && !stderr.contains(UPSTREAM),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -574,7 +618,11 @@ async fn serve_refuses_to_start_when_the_master_key_variable_is_unset() {
     let mock = ciris_mock().await;
     let dir = tempfile::tempdir().unwrap();
     let file = ciris_copy(dir.path(), &mock);
-    let o = poolctl(&file, &["serve", "--listen", "127.0.0.1:0"], &[("CIRIS_KEY", UPSTREAM)]);
+    let o = poolctl(
+        &file,
+        &["serve", "--listen", "127.0.0.1:0"],
+        &[("CIRIS_KEY", UPSTREAM)],
+    );
     assert_eq!(o.status.code(), Some(2), "{}", out(&o));
     assert!(out(&o).contains("LITELLM_MASTER_KEY"), "{}", out(&o));
 }
@@ -633,8 +681,16 @@ async fn a_literal_key_is_used_warned_by_line_and_never_printed() {
         .output()
         .unwrap();
     assert_eq!(check.status.code(), Some(0), "{}", out(&check));
-    assert!(out(&check).contains("os.environ/OPENAI_API_KEY"), "{}", out(&check));
-    assert!(out(&import).contains("api_key_env: LITELLM_KEY_OPENAI"), "{}", out(&import));
+    assert!(
+        out(&check).contains("os.environ/OPENAI_API_KEY"),
+        "{}",
+        out(&check)
+    );
+    assert!(
+        out(&import).contains("api_key_env: LITELLM_KEY_OPENAI"),
+        "{}",
+        out(&import)
+    );
     for o in [&o, &check, &import] {
         assert!(!out(o).contains(LITERAL), "the key leaked: {}", out(o));
     }
@@ -661,6 +717,7 @@ fn import_prints_the_text_every_command_reads_and_exits_2_on_not_yaml() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), import(&file).text);
     // The text is a pool config: it parses as one, once its keys are set.
     let keys: BTreeMap<&str, &str> = BTreeMap::new();
-    let parsed = poolctl::config::pool::PoolConfig::parse(Path::new("pool.yaml"), &import(&file).text);
+    let parsed =
+        poolctl::config::pool::PoolConfig::parse(Path::new("pool.yaml"), &import(&file).text);
     assert!(parsed.is_ok(), "{parsed:?} {keys:?}");
 }

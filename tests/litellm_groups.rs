@@ -120,7 +120,8 @@ async fn walk_and_probe_use_both_members_of_a_load_balanced_group() {
     )
     .unwrap();
     let o = poolctl(&file, &["walk", "gpt-4o", "--json"]);
-    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    let text =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{text}");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["served_by"], "openai-2/gpt-4o", "{v}");

@@ -10,12 +10,12 @@
 
 use super::args::ConfigArg;
 use super::context::{env_key, missing_hint, reads_as_litellm};
-use crate::harness::target_config::ConfigFormat;
 use super::exit::Exit;
 use super::out;
 use crate::config::pool::{locate, DialectSource, PoolConfig, CONFIG_ENV};
 use crate::config::problems;
 use crate::config::yaml::YamlError;
+use crate::harness::target_config::ConfigFormat;
 use clap::Args;
 use serde::Serialize;
 use serde_path_to_error::Segment;
@@ -262,9 +262,16 @@ fn check_litellm(file: &Path, text: &str, env: &dyn Fn(&str) -> Option<String>) 
     };
     let remap = |f: Finding| Finding::from_yaml(&import.remap(f.as_yaml()));
     let f = &mut report.findings;
-    f.errors = std::mem::take(&mut f.errors).into_iter().map(remap).collect();
-    f.warnings = std::mem::take(&mut f.warnings).into_iter().map(remap).collect();
-    f.errors.extend(import.errors.iter().map(Finding::from_yaml));
+    f.errors = std::mem::take(&mut f.errors)
+        .into_iter()
+        .map(remap)
+        .collect();
+    f.warnings = std::mem::take(&mut f.warnings)
+        .into_iter()
+        .map(remap)
+        .collect();
+    f.errors
+        .extend(import.errors.iter().map(Finding::from_yaml));
     f.warnings.extend(import.notices().map(Finding::from_yaml));
     f.errors.sort_by_key(|f| f.line.unwrap_or(0));
     f.warnings.sort_by_key(|f| f.line.unwrap_or(0));

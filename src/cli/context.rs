@@ -4,11 +4,11 @@
 use super::args::ConfigArg;
 use crate::admission::buckets::Buckets;
 use crate::config::pool::{locate, PoolConfig, StateLocation, CONFIG_ENV};
+use crate::harness::target_config::ConfigFormat;
 use crate::router::Router;
 use crate::store::redis_buckets::RedisBuckets;
 use crate::store::shared_buckets::SharedBuckets;
 use crate::store::{FallbackStore, HealthStore, RedisStore, SqliteStore};
-use crate::harness::target_config::ConfigFormat;
 use anyhow::Context;
 use std::sync::Arc;
 

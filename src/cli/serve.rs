@@ -265,8 +265,13 @@ fn stop_signal() -> impl std::future::Future<Output = ()> {
 /// names (or the key a LiteLLM file's `master_key` holds under that name), and where
 /// it came from. A `serve_token_env` that resolves to nothing stops the gateway: it
 /// must never serve open when its config asks for a token.
-fn serve_token(config: &crate::config::pool::PoolConfig) -> anyhow::Result<(Option<Secret>, Option<String>)> {
-    if let Some(t) = std::env::var(serve::TOKEN_ENV).ok().filter(|t| !t.is_empty()) {
+fn serve_token(
+    config: &crate::config::pool::PoolConfig,
+) -> anyhow::Result<(Option<Secret>, Option<String>)> {
+    if let Some(t) = std::env::var(serve::TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.is_empty())
+    {
         return Ok((Some(Secret::new(t)), Some(format!("${}", serve::TOKEN_ENV))));
     }
     let Some(var) = &config.serve_token_env else {

@@ -114,6 +114,17 @@ pub fn load(
     Ok((config, import))
 }
 
+/// A workflow card's lines: the field as written, its source, a note.
+type CardFields = Vec<(String, Src, String)>;
+
+/// What a `model_info` value is.
+enum Fact {
+    Count,
+    Flag,
+    /// USD per token, written per million tokens.
+    Price,
+}
+
 /// One piece of a path into the LiteLLM file.
 #[derive(Clone)]
 enum Seg {
@@ -145,31 +156,181 @@ struct Known {
 /// LiteLLM's provider prefixes with an equivalent: the OpenAI-compatible ones ride the
 /// `openai` wire; their base URLs are LiteLLM's defaults.
 const KNOWN: &[Known] = &[
-    known("openai", Wire::OpenAi, Some(Dialect::Openai), Some("https://api.openai.com/v1"), "OPENAI_API_KEY"),
-    known("azure", Wire::OpenAi, Some(Dialect::Azure), None, "AZURE_API_KEY"),
-    known("azure_ai", Wire::OpenAi, Some(Dialect::Azure), None, "AZURE_AI_API_KEY"),
-    known("anthropic", Wire::Anthropic, Some(Dialect::Anthropic), Some("https://api.anthropic.com"), "ANTHROPIC_API_KEY"),
-    known("gemini", Wire::Gemini, Some(Dialect::Gemini), Some("https://generativelanguage.googleapis.com"), "GEMINI_API_KEY"),
-    known("deepseek", Wire::OpenAi, Some(Dialect::Deepseek), Some("https://api.deepseek.com/v1"), "DEEPSEEK_API_KEY"),
-    known("groq", Wire::OpenAi, Some(Dialect::Groq), Some("https://api.groq.com/openai/v1"), "GROQ_API_KEY"),
-    known("mistral", Wire::OpenAi, Some(Dialect::Mistral), Some("https://api.mistral.ai/v1"), "MISTRAL_API_KEY"),
-    known("codestral", Wire::OpenAi, Some(Dialect::Mistral), Some("https://codestral.mistral.ai/v1"), "CODESTRAL_API_KEY"),
-    known("openrouter", Wire::OpenAi, Some(Dialect::Openrouter), Some("https://openrouter.ai/api/v1"), "OPENROUTER_API_KEY"),
-    known("dashscope", Wire::OpenAi, Some(Dialect::Dashscope), Some("https://dashscope-intl.aliyuncs.com/compatible-mode/v1"), "DASHSCOPE_API_KEY"),
-    known("volcengine", Wire::OpenAi, Some(Dialect::Volcengine), Some("https://ark.cn-beijing.volces.com/api/v3"), "VOLCENGINE_API_KEY"),
-    known("together_ai", Wire::OpenAi, Some(Dialect::Together), Some("https://api.together.xyz/v1"), "TOGETHERAI_API_KEY"),
-    known("fireworks_ai", Wire::OpenAi, Some(Dialect::Fireworks), Some("https://api.fireworks.ai/inference/v1"), "FIREWORKS_AI_API_KEY"),
-    known("xai", Wire::OpenAi, Some(Dialect::Xai), Some("https://api.x.ai/v1"), "XAI_API_KEY"),
-    known("moonshot", Wire::OpenAi, Some(Dialect::Moonshot), Some("https://api.moonshot.ai/v1"), "MOONSHOT_API_KEY"),
-    known("zai", Wire::OpenAi, Some(Dialect::Zhipu), Some("https://api.z.ai/api/paas/v4"), "ZAI_API_KEY"),
-    known("zhipu", Wire::OpenAi, Some(Dialect::Zhipu), Some("https://open.bigmodel.cn/api/paas/v4"), "ZHIPUAI_API_KEY"),
-    known("minimax", Wire::OpenAi, Some(Dialect::Minimax), Some("https://api.minimax.io/v1"), "MINIMAX_API_KEY"),
-    known("cerebras", Wire::OpenAi, None, Some("https://api.cerebras.ai/v1"), "CEREBRAS_API_KEY"),
-    known("nvidia_nim", Wire::OpenAi, None, Some("https://integrate.api.nvidia.com/v1"), "NVIDIA_NIM_API_KEY"),
-    known("perplexity", Wire::OpenAi, None, Some("https://api.perplexity.ai"), "PERPLEXITYAI_API_KEY"),
-    known("deepinfra", Wire::OpenAi, None, Some("https://api.deepinfra.com/v1/openai"), "DEEPINFRA_API_KEY"),
-    known("hosted_vllm", Wire::OpenAi, None, None, "HOSTED_VLLM_API_KEY"),
-    known("openai_like", Wire::OpenAi, None, None, "OPENAI_LIKE_API_KEY"),
+    known(
+        "openai",
+        Wire::OpenAi,
+        Some(Dialect::Openai),
+        Some("https://api.openai.com/v1"),
+        "OPENAI_API_KEY",
+    ),
+    known(
+        "azure",
+        Wire::OpenAi,
+        Some(Dialect::Azure),
+        None,
+        "AZURE_API_KEY",
+    ),
+    known(
+        "azure_ai",
+        Wire::OpenAi,
+        Some(Dialect::Azure),
+        None,
+        "AZURE_AI_API_KEY",
+    ),
+    known(
+        "anthropic",
+        Wire::Anthropic,
+        Some(Dialect::Anthropic),
+        Some("https://api.anthropic.com"),
+        "ANTHROPIC_API_KEY",
+    ),
+    known(
+        "gemini",
+        Wire::Gemini,
+        Some(Dialect::Gemini),
+        Some("https://generativelanguage.googleapis.com"),
+        "GEMINI_API_KEY",
+    ),
+    known(
+        "deepseek",
+        Wire::OpenAi,
+        Some(Dialect::Deepseek),
+        Some("https://api.deepseek.com/v1"),
+        "DEEPSEEK_API_KEY",
+    ),
+    known(
+        "groq",
+        Wire::OpenAi,
+        Some(Dialect::Groq),
+        Some("https://api.groq.com/openai/v1"),
+        "GROQ_API_KEY",
+    ),
+    known(
+        "mistral",
+        Wire::OpenAi,
+        Some(Dialect::Mistral),
+        Some("https://api.mistral.ai/v1"),
+        "MISTRAL_API_KEY",
+    ),
+    known(
+        "codestral",
+        Wire::OpenAi,
+        Some(Dialect::Mistral),
+        Some("https://codestral.mistral.ai/v1"),
+        "CODESTRAL_API_KEY",
+    ),
+    known(
+        "openrouter",
+        Wire::OpenAi,
+        Some(Dialect::Openrouter),
+        Some("https://openrouter.ai/api/v1"),
+        "OPENROUTER_API_KEY",
+    ),
+    known(
+        "dashscope",
+        Wire::OpenAi,
+        Some(Dialect::Dashscope),
+        Some("https://dashscope-intl.aliyuncs.com/compatible-mode/v1"),
+        "DASHSCOPE_API_KEY",
+    ),
+    known(
+        "volcengine",
+        Wire::OpenAi,
+        Some(Dialect::Volcengine),
+        Some("https://ark.cn-beijing.volces.com/api/v3"),
+        "VOLCENGINE_API_KEY",
+    ),
+    known(
+        "together_ai",
+        Wire::OpenAi,
+        Some(Dialect::Together),
+        Some("https://api.together.xyz/v1"),
+        "TOGETHERAI_API_KEY",
+    ),
+    known(
+        "fireworks_ai",
+        Wire::OpenAi,
+        Some(Dialect::Fireworks),
+        Some("https://api.fireworks.ai/inference/v1"),
+        "FIREWORKS_AI_API_KEY",
+    ),
+    known(
+        "xai",
+        Wire::OpenAi,
+        Some(Dialect::Xai),
+        Some("https://api.x.ai/v1"),
+        "XAI_API_KEY",
+    ),
+    known(
+        "moonshot",
+        Wire::OpenAi,
+        Some(Dialect::Moonshot),
+        Some("https://api.moonshot.ai/v1"),
+        "MOONSHOT_API_KEY",
+    ),
+    known(
+        "zai",
+        Wire::OpenAi,
+        Some(Dialect::Zhipu),
+        Some("https://api.z.ai/api/paas/v4"),
+        "ZAI_API_KEY",
+    ),
+    known(
+        "zhipu",
+        Wire::OpenAi,
+        Some(Dialect::Zhipu),
+        Some("https://open.bigmodel.cn/api/paas/v4"),
+        "ZHIPUAI_API_KEY",
+    ),
+    known(
+        "minimax",
+        Wire::OpenAi,
+        Some(Dialect::Minimax),
+        Some("https://api.minimax.io/v1"),
+        "MINIMAX_API_KEY",
+    ),
+    known(
+        "cerebras",
+        Wire::OpenAi,
+        None,
+        Some("https://api.cerebras.ai/v1"),
+        "CEREBRAS_API_KEY",
+    ),
+    known(
+        "nvidia_nim",
+        Wire::OpenAi,
+        None,
+        Some("https://integrate.api.nvidia.com/v1"),
+        "NVIDIA_NIM_API_KEY",
+    ),
+    known(
+        "perplexity",
+        Wire::OpenAi,
+        None,
+        Some("https://api.perplexity.ai"),
+        "PERPLEXITYAI_API_KEY",
+    ),
+    known(
+        "deepinfra",
+        Wire::OpenAi,
+        None,
+        Some("https://api.deepinfra.com/v1/openai"),
+        "DEEPINFRA_API_KEY",
+    ),
+    known(
+        "hosted_vllm",
+        Wire::OpenAi,
+        None,
+        None,
+        "HOSTED_VLLM_API_KEY",
+    ),
+    known(
+        "openai_like",
+        Wire::OpenAi,
+        None,
+        None,
+        "OPENAI_LIKE_API_KEY",
+    ),
     known("custom_openai", Wire::OpenAi, None, None, "OPENAI_API_KEY"),
     known("lm_studio", Wire::OpenAi, None, None, "LM_STUDIO_API_KEY"),
     known("llamafile", Wire::OpenAi, None, None, "LLAMAFILE_API_KEY"),
@@ -199,7 +360,16 @@ fn split_model(model: &str) -> Option<(&'static Known, String)> {
             return (!rest.is_empty()).then(|| (kn, rest.to_string()));
         }
     }
-    let openai = ["gpt-", "chatgpt-", "o1", "o3", "o4", "text-embedding-", "davinci", "babbage"];
+    let openai = [
+        "gpt-",
+        "chatgpt-",
+        "o1",
+        "o3",
+        "o4",
+        "text-embedding-",
+        "davinci",
+        "babbage",
+    ];
     let prefix = if model.starts_with("claude") {
         "anthropic"
     } else if !model.contains('/') && openai.iter().any(|p| model.starts_with(p)) {
@@ -531,7 +701,8 @@ pub fn translate(
             if !used.iter().any(|(s, n)| *s == sec_name && *n == key) {
                 let src = r.src(&[k(sec_name), k(&key)]);
                 // `request_timeout` is the module's name for the router's `timeout`.
-                let same = |n: &str| n == key || [n, key.as_str()] == ["timeout", "request_timeout"];
+                let same =
+                    |n: &str| n == key || [n, key.as_str()] == ["timeout", "request_timeout"];
                 let shadowed = used.iter().any(|(_, n)| same(n));
                 r.unused(
                     &src,
@@ -717,15 +888,15 @@ pub fn translate(
     }
     if let Some(s) = &strategy {
         let word = if least_busy { "least_busy" } else { "weighted" };
-        w.line(
-            &format!("# a group's strategy: {word}"),
-            &s.src,
-            "",
-        );
+        w.line(&format!("# a group's strategy: {word}"), &s.src, "");
     }
     for var in r.env_vars.keys() {
         let src = r.src(&[k("environment_variables"), k(var)]);
-        w.line(&format!("# ${var}: read where the file names os.environ/{var}"), &src, "");
+        w.line(
+            &format!("# ${var}: read where the file names os.environ/{var}"),
+            &src,
+            "",
+        );
     }
     w.plain("providers:");
     for p in &providers {
@@ -738,7 +909,11 @@ pub fn translate(
         if let Some(d) = p.dialect {
             w.line(&format!("    dialect: {d}"), &p.base_src, "");
         }
-        w.line(&format!("    base_url: {}", q(&p.base_url)), &p.base_src, p.base_note);
+        w.line(
+            &format!("    base_url: {}", q(&p.base_url)),
+            &p.base_src,
+            p.base_note,
+        );
         match &p.key {
             Key::Env(var) => w.line(
                 &format!("    api_key_env: {}", q(var)),
@@ -766,7 +941,13 @@ pub fn translate(
             // times; the breaker opens on that failure.
             let open = cooldown
                 .as_ref()
-                .map(|(ms, _)| format!(", open_ms: {}, max_open_ms: {}", ms.max(&1), ms.max(&60_000)))
+                .map(|(ms, _)| {
+                    format!(
+                        ", open_ms: {}, max_open_ms: {}",
+                        ms.max(&1),
+                        ms.max(&60_000)
+                    )
+                })
                 .unwrap_or_default();
             w.line(
                 &format!("    breaker: {{ consecutive_failures: {}{open} }}", n + 1),
@@ -780,7 +961,16 @@ pub fn translate(
         let (gsrc, _) = &groups[group];
         w.line(&format!("  {}:", q(group)), gsrc, "");
         let mut seen: Vec<String> = Vec::new();
-        step(&mut w, &deployments, &providers, idx, gsrc, least_busy, strategy.as_ref(), &mut seen);
+        step(
+            &mut w,
+            &deployments,
+            &providers,
+            idx,
+            gsrc,
+            least_busy,
+            strategy.as_ref(),
+            &mut seen,
+        );
         let own = chains.get(group);
         let after = own.cloned().unwrap_or_else(|| {
             defaults
@@ -798,20 +988,37 @@ pub fn translate(
             let Some(fidx) = members.get(fb) else {
                 continue; // a group with no served deployment: already named
             };
-            step(&mut w, &deployments, &providers, fidx, src, least_busy, strategy.as_ref(), &mut seen);
+            step(
+                &mut w,
+                &deployments,
+                &providers,
+                fidx,
+                src,
+                least_busy,
+                strategy.as_ref(),
+                &mut seen,
+            );
         }
     }
     // Workflows: a model group's card when the router settings change one, and the
     // aliases of `model_group_alias`.
-    let mut cards: Vec<(String, Vec<(String, Src, String)>)> = Vec::new();
+    let mut cards: Vec<(String, CardFields)> = Vec::new();
     for group in members.keys() {
-        let mut fields: Vec<(String, Src, String)> = Vec::new();
+        let mut fields: CardFields = Vec::new();
         if let Some((n, src)) = &retries {
-            fields.push((format!("max_retries_per_route: {n}"), src.clone(), String::new()));
+            fields.push((
+                format!("max_retries_per_route: {n}"),
+                src.clone(),
+                String::new(),
+            ));
         }
         if let Some(list) = policy_targets.get(group) {
             if let Some((_, src)) = list.first() {
-                fields.push(("on_content_policy: fallback".into(), src.clone(), String::new()));
+                fields.push((
+                    "on_content_policy: fallback".into(),
+                    src.clone(),
+                    String::new(),
+                ));
             }
         }
         if !fields.is_empty() {
@@ -995,7 +1202,10 @@ fn deployment(
         .entry(group.clone())
         .or_insert_with(|| (name_src.clone(), false));
     let Some(params) = m.get("litellm_params").and_then(Value::as_mapping) else {
-        r.error(&item_src, "a deployment needs `litellm_params` with `model`".into());
+        r.error(
+            &item_src,
+            "a deployment needs `litellm_params` with `model`".into(),
+        );
         return None;
     };
     let model_src = r.src(&at(&[k("litellm_params"), k("model")]));
@@ -1005,7 +1215,11 @@ fn deployment(
     };
     let info = m.get("model_info").and_then(Value::as_mapping);
     let mode_src = r.src(&at(&[k("model_info"), k("mode")]));
-    let path = match info.and_then(|i| i.get("mode")).and_then(value_text).as_deref() {
+    let path = match info
+        .and_then(|i| i.get("mode"))
+        .and_then(value_text)
+        .as_deref()
+    {
         None | Some("chat") => "chat",
         Some("embedding") => "embed",
         Some("rerank") => "rerank",
@@ -1041,9 +1255,15 @@ fn deployment(
             "api_base" | "base_url" => api_base = r.string(v, &src).map(|s| (s, src)),
             "api_key" => api_key = Some((v.clone(), src)),
             "api_version" => api_version = r.string(v, &src).map(|s| (s, src)),
-            "timeout" => timeout_ms = r.number(v, &src).map(|n| ((n * 1000.0).round() as u64, src)),
+            "timeout" => {
+                timeout_ms = r
+                    .number(v, &src)
+                    .map(|n| ((n * 1000.0).round() as u64, src))
+            }
             "stream_timeout" => {
-                first_token_ms = r.number(v, &src).map(|n| ((n * 1000.0).round() as u64, src))
+                first_token_ms = r
+                    .number(v, &src)
+                    .map(|n| ((n * 1000.0).round() as u64, src))
             }
             "rpm" => rpm = r.number(v, &src).map(|n| (n.round() as u64, src)),
             "tpm" => tpm = r.number(v, &src).map(|n| (n.round() as u64, src)),
@@ -1069,7 +1289,11 @@ fn deployment(
             }
         },
         (None, _) => match kn.base {
-            Some(b) => (b.to_string(), model_src.clone(), " (LiteLLM's default base)"),
+            Some(b) => (
+                b.to_string(),
+                model_src.clone(),
+                " (LiteLLM's default base)",
+            ),
             None => {
                 r.error(
                     &model_src,
@@ -1164,25 +1388,25 @@ fn deployment(
         for (key, v) in info {
             let key = key_str(key);
             let src = r.src(&at(&[k("model_info"), k(&key)]));
-            let (field, scale) = match key.as_str() {
+            let (field, kind) = match key.as_str() {
                 "mode" => continue,
-                k if k == window_key => ("context_window", None),
-                "max_output_tokens" => ("max_output_tokens", None),
-                "supports_vision" => ("images", Some(0.0)),
-                "supports_function_calling" => ("tools", Some(0.0)),
-                "supports_response_schema" => ("json_schema", Some(0.0)),
-                "input_cost_per_token" => ("input_usd_per_mtok", Some(1e6)),
-                "output_cost_per_token" => ("output_usd_per_mtok", Some(1e6)),
-                "cache_read_input_token_cost" => ("cached_input_usd_per_mtok", Some(1e6)),
+                k if k == window_key => ("context_window", Fact::Count),
+                "max_output_tokens" => ("max_output_tokens", Fact::Count),
+                "supports_vision" => ("images", Fact::Flag),
+                "supports_function_calling" => ("tools", Fact::Flag),
+                "supports_response_schema" => ("json_schema", Fact::Flag),
+                "input_cost_per_token" => ("input_usd_per_mtok", Fact::Price),
+                "output_cost_per_token" => ("output_usd_per_mtok", Fact::Price),
+                "cache_read_input_token_cost" => ("cached_input_usd_per_mtok", Fact::Price),
                 _ => {
                     r.unused(&src, "");
                     continue;
                 }
             };
-            let value = match scale {
-                Some(s) if s == 0.0 => r.flag(v, &src).map(|b| b.to_string()),
-                Some(s) => r.number(v, &src).map(|n| trim_float(n * s)),
-                None => r.number(v, &src).map(|n| (n.round() as u64).to_string()),
+            let value = match kind {
+                Fact::Flag => r.flag(v, &src).map(|b| b.to_string()),
+                Fact::Price => r.number(v, &src).map(|n| trim_float(n * 1e6)),
+                Fact::Count => r.number(v, &src).map(|n| (n.round() as u64).to_string()),
             };
             if let Some(value) = value {
                 facts.push((field, value, src));
@@ -1253,12 +1477,7 @@ fn literal_var(provider: &str) -> String {
 
 /// Whether `g` is a model group of the file; an unknown one is an error naming the
 /// nearest.
-fn known_group(
-    r: &mut Reader,
-    g: &str,
-    src: &Src,
-    groups: &IndexMap<String, (Src, bool)>,
-) -> bool {
+fn known_group(r: &mut Reader, g: &str, src: &Src, groups: &IndexMap<String, (Src, bool)>) -> bool {
     if groups.contains_key(g) {
         return true;
     }
@@ -1267,7 +1486,11 @@ fn known_group(
         src,
         format!(
             "unknown model group `{g}`{}",
-            crate::config::pool::suggest(&nearest, "model groups", &groups.keys().cloned().collect::<Vec<_>>())
+            crate::config::pool::suggest(
+                &nearest,
+                "model groups",
+                &groups.keys().cloned().collect::<Vec<_>>()
+            )
         ),
     );
     false
@@ -1284,7 +1507,8 @@ fn fallback_map(
         if !s.value.is_null() {
             r.error(
                 &s.src,
-                "expected LiteLLM's list of maps: `[{\"model-group\": [\"fallback\", ...]}]`".into(),
+                "expected LiteLLM's list of maps: `[{\"model-group\": [\"fallback\", ...]}]`"
+                    .into(),
             );
         }
         return;
@@ -1393,8 +1617,17 @@ fn step(
                     .iter()
                     .map(|(_, d)| d.rpm.as_ref().map(|r| r.0).unwrap_or(1).to_string())
                     .collect();
-                let rsrc = many[0].1.rpm.as_ref().map(|r| r.1.clone()).unwrap_or_default();
-                w.line(&format!("      weights: [{}]", ws.join(", ")), &rsrc, " (by rpm)");
+                let rsrc = many[0]
+                    .1
+                    .rpm
+                    .as_ref()
+                    .map(|r| r.1.clone())
+                    .unwrap_or_default();
+                w.line(
+                    &format!("      weights: [{}]", ws.join(", ")),
+                    &rsrc,
+                    " (by rpm)",
+                );
             }
             if least_busy {
                 if let Some(s) = strategy {
@@ -1449,7 +1682,9 @@ fn redis_state(r: &mut Reader, router: Option<&Mapping>, keys: &[&str]) -> Optio
     let db = match sec.get("redis_db") {
         Some(v) => {
             let src = src_of(r, "redis_db");
-            r.string(v, &src).map(|d| format!("/{d}")).unwrap_or_default()
+            r.string(v, &src)
+                .map(|d| format!("/{d}"))
+                .unwrap_or_default()
         }
         None => String::new(),
     };
@@ -1549,12 +1784,8 @@ impl Writer {
 
 /// `s` as a YAML scalar: bare when it is a plain name, else double-quoted (JSON).
 fn q(s: &str) -> String {
-    let plain = s
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphanumeric())
-        && s
-            .chars()
+    let plain = s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "._/-".contains(c))
         && s.parse::<f64>().is_err()
         && !["true", "false", "null", "yes", "no", "on", "off", "y", "n"]
