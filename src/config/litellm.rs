@@ -1817,3 +1817,107 @@ fn is_secret_name(name: &str) -> bool {
         .iter()
         .any(|w| up.contains(w))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn a_prefix_names_the_wire_and_no_prefix_is_read_by_the_model_name() {
+        let (kn, m) = split_model("together_ai/meta-llama/Llama-3").unwrap();
+        assert_eq!(
+            (kn.prefix, kn.wire, m.as_str()),
+            ("together_ai", Wire::OpenAi, "meta-llama/Llama-3")
+        );
+        assert_eq!(split_model("gpt-4o").unwrap().0.prefix, "openai");
+        assert_eq!(
+            split_model("claude-3-opus-20240229").unwrap().0.wire,
+            Wire::Anthropic
+        );
+        assert!(split_model("bedrock/anthropic.claude-v2").is_none());
+        assert!(
+            split_model("gemini-pro").is_none(),
+            "LiteLLM reads it as Vertex AI's"
+        );
+        assert!(split_model("openai/").is_none());
+    }
+
+    #[test]
+    fn scalars_are_quoted_only_when_yaml_would_read_them_otherwise() {
+        assert_eq!(q("openai/gpt-4o"), "openai/gpt-4o");
+        assert_eq!(q("x/llama:free"), "\"x/llama:free\"");
+        assert_eq!(q("yes"), "\"yes\"");
+        assert_eq!(q("3.5"), "\"3.5\"");
+        assert_eq!(q("<your-endpoint>"), "\"<your-endpoint>\"");
+    }
+
+    #[test]
+    fn a_redis_url_is_shown_without_its_credentials() {
+        assert_eq!(
+            without_userinfo("redis://:pw@h:6379/0"),
+            ("redis://h:6379/0".into(), true)
+        );
+        assert_eq!(
+            without_userinfo("redis://h:6379"),
+            ("redis://h:6379".into(), false)
+        );
+        assert_eq!(percent_encode("a b@c/d"), "a%20b%40c%2Fd");
+    }
+
+    /// Guards the secret boundary: a literal key and a Redis password reach the loaded
+    /// config and never the text.
+    #[test]
+    fn secrets_reach_the_config_never_the_text() {
+        let text = "model_list:\n  - model_name: m\n    litellm_params:\n      model: groq/llama\n      api_key: sk-literal-0123456789abcdef\nrouter_settings:\n  redis_host: r.internal\n  redis_password: os.environ/RPW\ngeneral_settings:\n  master_key: sk-master-0123456789abcdef\n";
+        let env = |v: &str| (v == "RPW").then(|| "s3cr3t-redis".to_string());
+        let (config, import) = load(Path::new("c.yaml"), text, &env).unwrap();
+        for secret in [
+            "sk-literal-0123456789abcdef",
+            "s3cr3t-redis",
+            "sk-master-0123456789abcdef",
+        ] {
+            assert!(!import.text.contains(secret), "{}", import.text);
+        }
+        assert_eq!(
+            config.key("LITELLM_KEY_GROQ", &no_env).as_deref(),
+            Some("sk-literal-0123456789abcdef")
+        );
+        assert_eq!(
+            config.key(MASTER_KEY_VAR, &no_env).as_deref(),
+            Some("sk-master-0123456789abcdef")
+        );
+        // The environment wins over the file's literal.
+        let set = |v: &str| (v == "LITELLM_KEY_GROQ").then(|| "from-env".to_string());
+        assert_eq!(
+            config.key("LITELLM_KEY_GROQ", &set).as_deref(),
+            Some("from-env")
+        );
+        assert_eq!(config.serve_token_env.as_deref(), Some(MASTER_KEY_VAR));
+        assert_eq!(
+            config.state_location(),
+            crate::config::pool::StateLocation::Redis(
+                "redis://:s3cr3t-redis@r.internal:6379".into()
+            )
+        );
+        // Each literal named by its line, never by its value.
+        let lines: Vec<Option<usize>> = import.warnings.iter().map(|w| w.line).collect();
+        assert_eq!(lines, [Some(10), Some(5)]);
+        assert!(import.warnings.iter().all(|w| !w.message.contains("sk-")));
+    }
+
+    #[test]
+    fn an_unset_environment_value_is_a_located_error() {
+        let text = "model_list:\n  - model_name: m\n    litellm_params:\n      model: openai/x\n      api_base: os.environ/BASE\n";
+        let err = load(Path::new("c.yaml"), text, &no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("c.yaml:5") && err.contains("`BASE` is not set"),
+            "{err}"
+        );
+    }
+}
