@@ -33,11 +33,14 @@ const ENV_PREFIX: &str = "os.environ/";
 pub const MASTER_KEY_VAR: &str = "LITELLM_MASTER_KEY";
 
 /// Whether `text` is a LiteLLM proxy config: a YAML map with a top-level `model_list`.
+/// A scan of the lines, not a parse: it runs before the limits every load holds
+/// (size, depth) are checked, so it must be linear whatever the text.
 pub fn is_litellm(text: &str) -> bool {
-    serde_yaml::from_str::<Value>(text)
-        .ok()
-        .and_then(|v| v.as_mapping().map(|m| m.contains_key("model_list")))
-        .unwrap_or(false)
+    text.lines().any(|l| {
+        ["model_list:", "\"model_list\":", "'model_list':"]
+            .iter()
+            .any(|k| l.starts_with(k))
+    })
 }
 
 /// A LiteLLM config translated: the pool-config text and what it cannot hold.
@@ -579,6 +582,15 @@ pub fn translate(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Import, YamlError> {
+    if let Some(line) = yaml::too_deep(text, yaml::MAX_DEPTH) {
+        return Err(YamlError {
+            line: Some(line),
+            ..YamlError::new(
+                file,
+                format!("nesting deeper than {} levels (the limit)", yaml::MAX_DEPTH),
+            )
+        });
+    }
     let root: Value = serde_yaml::from_str(text).map_err(|e| {
         let loc = e.location();
         YamlError {
@@ -1844,6 +1856,16 @@ mod tests {
             "LiteLLM reads it as Vertex AI's"
         );
         assert!(split_model("openai/").is_none());
+    }
+
+    #[test]
+    fn a_litellm_file_is_told_by_a_top_level_model_list_in_linear_time() {
+        assert!(is_litellm("# c\nmodel_list:\n  - model_name: x\n"));
+        assert!(!is_litellm("providers:\n  model_list: 1\n"));
+        let deep = format!("model_list: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(is_litellm(&deep));
+        let err = translate(Path::new("d.yaml"), &deep, &no_env).unwrap_err();
+        assert!(err.message.contains("nesting deeper"), "{err}");
     }
 
     #[test]
