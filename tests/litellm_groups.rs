@@ -54,8 +54,24 @@ fn a_model_group_of_several_deployments_is_one_group_step_weighted_by_rpm() {
     let file = Path::new(DIR).join("docs-azure-load-balancing.yaml");
     let text = std::fs::read_to_string(&file).unwrap();
     let (config, _) = litellm::load(&file, &text, &env_with_keys).unwrap();
-    let tier = config.tier_entries("gpt-4o").unwrap();
-    assert_eq!(tier.len(), 1, "one step: the group");
+    // The group's members, in turn (one step of the tier).
+    let routes: Vec<String> = config
+        .tier_entries("gpt-4o")
+        .unwrap()
+        .iter()
+        .map(|e| e.route.to_string())
+        .collect();
+    assert_eq!(routes, ["azure/gpt-4o-eu", "azure-2/gpt-4o-ca"]);
+    let report = check_file(&file, &env_with_keys);
+    assert!(
+        report
+            .findings
+            .warnings
+            .iter()
+            .all(|w| !w.field.starts_with("tiers.gpt-4o")),
+        "{}",
+        report.text()
+    );
     assert_eq!(config.limits["azure/gpt-4o-eu"].rpm, Some(6));
     assert_eq!(config.limits["azure-2/gpt-4o-ca"].rpm, Some(6));
 }

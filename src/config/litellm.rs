@@ -1862,7 +1862,11 @@ mod tests {
     fn a_litellm_file_is_told_by_a_top_level_model_list_in_linear_time() {
         assert!(is_litellm("# c\nmodel_list:\n  - model_name: x\n"));
         assert!(!is_litellm("providers:\n  model_list: 1\n"));
-        let deep = format!("model_list: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        let deep = format!(
+            "model_list: {}{}\n",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
         assert!(is_litellm(&deep));
         let err = translate(Path::new("d.yaml"), &deep, &no_env).unwrap_err();
         assert!(err.message.contains("nesting deeper"), "{err}");
