@@ -345,10 +345,14 @@ fn the_mapping_of_fallbacks_windows_content_policy_retries_and_aliases() {
     assert!(card.moves_on_content_policy());
     assert_eq!(card.tier.as_deref(), Some("gpt-3.5-turbo-small"));
     assert_eq!(config.tiers["gpt-3.5-turbo-small"].len(), 2);
-    // Azure: the deployment's URL with its api_version.
+    // Azure: its v1 API, the deployment as the model.
     assert_eq!(
         config.providers["azure"].base_url,
-        "https://example-resource.openai.azure.com/openai/deployments/chatgpt-v-2?api-version=2023-07-01-preview"
+        "https://example-resource.openai.azure.com/openai/v1"
+    );
+    assert_eq!(
+        config.tiers["gpt-3.5-turbo-small"][0].route.as_str(),
+        "azure/chatgpt-v-2"
     );
 }
 

@@ -404,7 +404,7 @@ struct Provider {
     dialect: Option<Dialect>,
     base_url: String,
     base_src: Src,
-    base_note: &'static str,
+    base_note: String,
     key: Key,
     key_src: Src,
     key_note: &'static str,
@@ -924,7 +924,7 @@ pub fn translate(
         w.line(
             &format!("    base_url: {}", q(&p.base_url)),
             &p.base_src,
-            p.base_note,
+            &p.base_note,
         );
         match &p.key {
             Key::Env(var) => w.line(
@@ -1315,25 +1315,26 @@ fn deployment(
             }
         },
     };
+    // Azure: its v1 API (`{resource}/openai/v1`, the deployment as the body's `model`),
+    // which takes the key as `Authorization: Bearer` as every OpenAI-compatible API
+    // does; the deployments URL LiteLLM calls wants an `api-key` header instead, and a
+    // dated `api_version` the v1 API does not need.
+    let mut base_note = base_note.to_string();
     let base_url = match kn.prefix {
         "azure" => {
-            let version = api_version
-                .clone()
-                .map(|(v, _)| v)
-                .or_else(|| r.lookup("AZURE_API_VERSION"));
+            if let Some((v, src)) = &api_version {
+                let _ = write!(
+                    base_note,
+                    ", {} `{v}` (Azure's v1 API needs no version)",
+                    src.field
+                );
+            }
             let root = base_url
                 .split("/openai")
                 .next()
                 .unwrap_or(&base_url)
                 .to_string();
-            match version {
-                // The deployment's own URL, as LiteLLM calls it.
-                Some(v) if !["v1", "latest", "preview"].contains(&v.as_str()) => {
-                    format!("{root}/openai/deployments/{model_name}?api-version={v}")
-                }
-                // Azure's v1 API: the deployment is the body's `model`.
-                _ => format!("{root}/openai/v1"),
-            }
+            format!("{root}/openai/v1")
         }
         "gemini" => strip_suffixes(&base_url, &["/v1beta", "/v1"]),
         "anthropic" => strip_suffixes(&base_url, &["/v1/messages", "/v1"]),
