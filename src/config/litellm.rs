@@ -1937,6 +1937,21 @@ mod tests {
     }
 
     #[test]
+    fn environment_variables_answer_os_environ_and_their_keys_are_held_like_literals() {
+        let text = "environment_variables:\n  BASE: http://127.0.0.1:9/v1\n  MY_API_KEY: sk-env-block-0123456789\nmodel_list:\n  - model_name: m\n    litellm_params:\n      model: openai/x\n      api_base: os.environ/BASE\n      api_key: os.environ/MY_API_KEY\n";
+        let (config, import) = load(Path::new("c.yaml"), text, &no_env).unwrap();
+        assert_eq!(config.providers["openai"].base_url, "http://127.0.0.1:9/v1");
+        assert_eq!(config.providers["openai"].api_key_env, "MY_API_KEY");
+        assert_eq!(
+            config.key("MY_API_KEY", &no_env).as_deref(),
+            Some("sk-env-block-0123456789")
+        );
+        assert!(!import.text.contains("sk-env-block"), "{}", import.text);
+        assert_eq!(import.warnings.len(), 1);
+        assert_eq!(import.warnings[0].line, Some(3));
+    }
+
+    #[test]
     fn an_unset_environment_value_is_a_located_error() {
         let text = "model_list:\n  - model_name: m\n    litellm_params:\n      model: openai/x\n      api_base: os.environ/BASE\n";
         let err = load(Path::new("c.yaml"), text, &no_env)
