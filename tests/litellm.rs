@@ -725,3 +725,135 @@ fn import_prints_the_text_every_command_reads_and_exits_2_on_not_yaml() {
         poolctl::config::pool::PoolConfig::parse(Path::new("pool.yaml"), &import(&file).text);
     assert!(parsed.is_ok(), "{parsed:?} {keys:?}");
 }
+
+/// A copy of `name` with every deployment poolctl calls on the loopback mock (its
+/// prefix the mock provider; Azure's v1 API on the mock's `openai`), keys from one
+/// variable, and no Redis (the copies run alone); the mock serves every route.
+async fn loopback_copy(name: &str, dir: &Path) -> (MockServer, PathBuf, Vec<String>) {
+    let text = std::fs::read_to_string(Path::new(DIR).join(name)).unwrap();
+    let mut root: Value = serde_yaml::from_str(&text).unwrap();
+    let mut routes: Vec<(String, Wire)> = Vec::new();
+    let mut edits: Vec<(usize, String, String)> = Vec::new();
+    let mut groups: Vec<String> = Vec::new();
+    for (i, item) in root["model_list"].as_sequence().unwrap().iter().enumerate() {
+        let model = item["litellm_params"]["model"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let mode = item["model_info"]["mode"].as_str().unwrap_or("chat");
+        let (prefix, rest) = match model.split_once('/') {
+            Some((p, r)) => (p.to_string(), r.to_string()),
+            None if model.starts_with("claude") => ("anthropic".into(), model.clone()),
+            None => ("openai".into(), model.clone()),
+        };
+        let known = [
+            "openai",
+            "azure",
+            "anthropic",
+            "gemini",
+            "mistral",
+            "groq",
+            "cerebras",
+            "openrouter",
+            "zhipu",
+            "together_ai",
+            "xai",
+        ];
+        if !known.contains(&prefix.as_str()) || mode != "chat" {
+            continue;
+        }
+        let (wire, mock_provider) = match prefix.as_str() {
+            "anthropic" => (Wire::Anthropic, "anthropic".to_string()),
+            "gemini" => (Wire::Gemini, "gemini".to_string()),
+            "azure" => (Wire::OpenAi, "openai".to_string()),
+            p => (Wire::OpenAi, p.to_string()),
+        };
+        routes.push((format!("{mock_provider}/{rest}"), wire));
+        edits.push((i, prefix, mock_provider));
+        let g = item["model_name"].as_str().unwrap().to_string();
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    routes.sort_by(|a, b| a.0.cmp(&b.0));
+    routes.dedup_by(|a, b| a.0 == b.0);
+    let mock = MockServer::start(
+        ([127, 0, 0, 1], 0).into(),
+        routes
+            .iter()
+            .map(|(r, wire)| MockRoute {
+                route: Route::parse(r).unwrap(),
+                wire: *wire,
+                path: CallPath::Chat,
+                replies: vec![ok("pong")],
+                outage: None,
+                record: false,
+            })
+            .collect(),
+    )
+    .await
+    .unwrap();
+    for (i, prefix, mock_provider) in edits {
+        let base = match prefix.as_str() {
+            "azure" => format!("http://{}", mock.addr()),
+            "anthropic" => mock.base_url("anthropic", Wire::Anthropic),
+            "gemini" => format!("{}/v1beta", mock.base_url("gemini", Wire::Gemini)),
+            _ => mock.base_url(&mock_provider, Wire::OpenAi),
+        };
+        let params = root["model_list"][i]["litellm_params"]
+            .as_mapping_mut()
+            .unwrap();
+        params.insert("api_base".into(), base.into());
+        params.insert("api_key".into(), "os.environ/COPY_KEY".into());
+    }
+    if let Some(router) = root
+        .get_mut("router_settings")
+        .and_then(Value::as_mapping_mut)
+    {
+        router.retain(|k, _| !k.as_str().unwrap_or("").starts_with("redis_"));
+    }
+    let file = dir.join(name);
+    std::fs::write(&file, serde_yaml::to_string(&root).unwrap()).unwrap();
+    (mock, file, groups)
+}
+
+/// `check`, `probe`, `walk`, `serve` and `capacity` on a loopback copy of every real
+/// config whose groups hold one deployment each, over real HTTP.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_command_runs_on_a_loopback_copy_of_each_real_config() {
+    let env = [
+        ("COPY_KEY", UPSTREAM),
+        ("LITELLM_MASTER_KEY", MASTER),
+        ("AZURE_API_BASE", "http://127.0.0.1:9"),
+        ("MLX_VLM_API_BASE", "http://127.0.0.1:9/v1"),
+    ];
+    for name in SINGLE {
+        let dir = tempfile::tempdir().unwrap();
+        let (_mock, file, groups) = loopback_copy(name, dir.path()).await;
+        let run = |args: &[&str]| poolctl(&file, args, &env);
+        let o = run(&["check"]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", out(&o));
+        let o = run(&["probe"]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", out(&o));
+        let o = run(&["walk", &groups[0]]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", out(&o));
+        let o = run(&["capacity"]);
+        assert_ne!(o.status.code(), Some(2), "{name}: {}", out(&o));
+        let gw = gateway::start(&file, &[], &env).await;
+        let r = reqwest::Client::new()
+            .post(gw.url("/v1/chat/completions"))
+            .bearer_auth(MASTER)
+            .json(&json!({"model": groups[0], "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{name}");
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], "pong", "{name}: {v}");
+        let (_, stderr) = gw.stop().await;
+        assert!(
+            !stderr.contains(UPSTREAM) && !stderr.contains(MASTER),
+            "{stderr}"
+        );
+    }
+}
