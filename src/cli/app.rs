@@ -3,7 +3,7 @@
 
 use super::exit::Exit;
 use super::look::{ColorChoice, Look};
-use super::{capacity, chaos, check, health_cmds, mock, models, probe, serve, walk};
+use super::{capacity, chaos, check, health_cmds, import, mock, models, probe, serve, walk};
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -78,6 +78,12 @@ pub enum Command {
     /// ?). A config's `models:` overrides these facts one by one. Exit: 0 listed; 1 no
     /// model matches; 2 usage error.
     Models(models::ModelsArgs),
+    /// Print the pool config another gateway's config is read as (`import litellm
+    /// FILE`): each line names the field it came from; what is not used is listed.
+    ///
+    /// Every command reads a LiteLLM config.yaml as this text. Exit: 0 printed; 1 printed,
+    /// with problems on stderr; 2 the file cannot be read or is not YAML.
+    Import(import::ImportArgs),
 }
 
 /// Runs a parsed command line.
@@ -95,5 +101,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Capacity(args) => capacity::run(args).await,
         Command::Serve(args) => serve::run(args).await,
         Command::Models(args) => models::run(args, &look),
+        Command::Import(args) => import::run(args),
     }
 }

@@ -9,6 +9,24 @@ pub struct ConfigArg {
     /// The pool config (default: $POOLCTL_CONFIG, else ./pool.yaml).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// The config's format: `pool` (the default: a file with a top-level `model_list`
+    /// is read as LiteLLM's) or `litellm` (a LiteLLM proxy config.yaml, always).
+    #[arg(long, value_name = "FORMAT", default_value = "pool", value_parser = read_format)]
+    pub config_format: crate::harness::target_config::ConfigFormat,
+}
+
+/// `--config-format` of a command that reads a config: pool or litellm.
+pub fn read_format(s: &str) -> Result<crate::harness::target_config::ConfigFormat, String> {
+    use crate::harness::target_config::ConfigFormat;
+    match ConfigFormat::parse(s) {
+        Some(f @ (ConfigFormat::Pool | ConfigFormat::Litellm)) => Ok(f),
+        Some(ConfigFormat::Portkey) => Err(
+            "`portkey` is a format `mock` and `chaos` write (Portkey reads no config file); a config is read as pool or litellm".into(),
+        ),
+        None => Err(format!(
+            "`{s}` is not a config format to read; expected pool or litellm"
+        )),
+    }
 }
 
 /// A count flag (`--jobs`, `--concurrency`): 1 to `MAX`. Zero would run nothing, or wait

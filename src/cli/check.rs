@@ -9,12 +9,13 @@
 //! prints one JSON document, whatever the problems.
 
 use super::args::ConfigArg;
-use super::context::{env_key, missing_hint};
+use super::context::{env_key, missing_hint, reads_as_litellm};
 use super::exit::Exit;
 use super::out;
 use crate::config::pool::{locate, DialectSource, PoolConfig, CONFIG_ENV};
 use crate::config::problems;
 use crate::config::yaml::YamlError;
+use crate::harness::target_config::ConfigFormat;
 use clap::Args;
 use serde::Serialize;
 use serde_path_to_error::Segment;
@@ -166,6 +167,16 @@ impl Report {
 
 /// Checks the config at `file`, reading keys through `env`.
 pub fn check_file(file: &Path, env: &dyn Fn(&str) -> Option<String>) -> Report {
+    check_file_as(file, ConfigFormat::Pool, env)
+}
+
+/// `check_file` in format `format` (`pool` reads a file with a top-level `model_list`
+/// as LiteLLM's).
+pub fn check_file_as(
+    file: &Path,
+    format: ConfigFormat,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Report {
     let unloadable = |message: String| Report {
         file: file.to_path_buf(),
         findings: Findings {
@@ -186,6 +197,9 @@ pub fn check_file(file: &Path, env: &dyn Fn(&str) -> Option<String>) -> Report {
         Ok(t) => t,
         Err(e) => return unloadable(e.message),
     };
+    if reads_as_litellm(format, &text) {
+        return check_litellm(file, &text, env);
+    }
     match PoolConfig::lint(file, &text) {
         Err(not_yaml) => Report {
             findings: Findings {
@@ -194,37 +208,98 @@ pub fn check_file(file: &Path, env: &dyn Fn(&str) -> Option<String>) -> Report {
             },
             ..unloadable(String::new())
         },
-        Ok(lint) => {
-            let mut findings = Findings {
-                errors: lint.problems.iter().map(Finding::from_yaml).collect(),
-                warnings: Vec::new(),
-            };
-            if let Some(config) = &lint.config {
-                let more = findings_of(config, &text, env);
-                // A value that only stood in for a missing field (`api_key_env`,
-                // `base_url`) is not the file's: nothing to say about it.
-                findings.errors.extend(
-                    more.errors
-                        .into_iter()
-                        .filter(|f| !lint.stand_ins.contains(&f.field)),
-                );
-                findings.warnings.extend(
-                    more.warnings
-                        .into_iter()
-                        .filter(|f| !lint.stand_ins.contains(&f.field)),
-                );
-            }
-            // In file order, as a person fixes them; the whole-file ones first.
-            findings.errors.sort_by_key(|f| f.line.unwrap_or(0));
-            findings.warnings.sort_by_key(|f| f.line.unwrap_or(0));
-            Report {
+        Ok(lint) => from_lint(file, lint, &text, env, &|_| {}),
+    }
+}
+
+/// What `lint` found in `text`, and what the parsed config's fields cannot say alone.
+/// `prepare` gives the parsed config what its text does not hold (a LiteLLM file's
+/// literal keys).
+fn from_lint(
+    file: &Path,
+    lint: crate::config::pool::Lint,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    prepare: &dyn Fn(&mut PoolConfig),
+) -> Report {
+    let mut findings = Findings {
+        errors: lint.problems.iter().map(Finding::from_yaml).collect(),
+        warnings: Vec::new(),
+    };
+    let mut config = lint.config;
+    if let Some(config) = config.as_mut() {
+        prepare(config);
+        let more = findings_of(config, text, env);
+        // A value that only stood in for a missing field (`api_key_env`,
+        // `base_url`) is not the file's: nothing to say about it.
+        findings.errors.extend(
+            more.errors
+                .into_iter()
+                .filter(|f| !lint.stand_ins.contains(&f.field)),
+        );
+        findings.warnings.extend(
+            more.warnings
+                .into_iter()
+                .filter(|f| !lint.stand_ins.contains(&f.field)),
+        );
+    }
+    // In file order, as a person fixes them; the whole-file ones first.
+    findings.errors.sort_by_key(|f| f.line.unwrap_or(0));
+    findings.warnings.sort_by_key(|f| f.line.unwrap_or(0));
+    Report {
+        file: file.to_path_buf(),
+        findings,
+        unloadable: false,
+        config,
+    }
+}
+
+/// `check` of a LiteLLM config: its translation checked like any pool config, every
+/// finding at the LiteLLM line it came from, with the mapping's own problems, its
+/// literal secrets and every field poolctl does not use.
+fn check_litellm(file: &Path, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Report {
+    let import = match crate::config::litellm::translate(file, text, env) {
+        Ok(import) => import,
+        Err(e) => {
+            return Report {
                 file: file.to_path_buf(),
-                findings,
-                unloadable: false,
-                config: lint.config,
+                findings: Findings {
+                    errors: vec![Finding::from_yaml(&e)],
+                    warnings: Vec::new(),
+                },
+                unloadable: true,
+                config: None,
             }
         }
-    }
+    };
+    let mut report = match PoolConfig::lint(file, &import.text) {
+        Ok(lint) => from_lint(file, lint, &import.text, env, &|c| import.apply(c)),
+        Err(e) => Report {
+            file: file.to_path_buf(),
+            findings: Findings {
+                errors: vec![Finding::from_yaml(&e)],
+                warnings: Vec::new(),
+            },
+            unloadable: false,
+            config: None,
+        },
+    };
+    let remap = |f: Finding| Finding::from_yaml(&import.remap(f.as_yaml()));
+    let f = &mut report.findings;
+    f.errors = std::mem::take(&mut f.errors)
+        .into_iter()
+        .map(remap)
+        .collect();
+    f.warnings = std::mem::take(&mut f.warnings)
+        .into_iter()
+        .map(remap)
+        .collect();
+    f.errors
+        .extend(import.errors.iter().map(Finding::from_yaml));
+    f.warnings.extend(import.notices().map(Finding::from_yaml));
+    f.errors.sort_by_key(|f| f.line.unwrap_or(0));
+    f.warnings.sort_by_key(|f| f.line.unwrap_or(0));
+    report
 }
 
 /// The line of a field path given as keys, e.g. `["providers", "openai", "api_key_env"]`.
@@ -256,7 +331,7 @@ pub fn findings_of(
     // reported where the first of them names it.
     let mut unset: Vec<(&str, Vec<&str>)> = Vec::new();
     for (name, p) in &config.providers {
-        if env(&p.api_key_env).is_none_or(|v| v.is_empty()) {
+        if config.key(&p.api_key_env, env).is_none() {
             match unset.iter_mut().find(|(v, _)| *v == p.api_key_env) {
                 Some((_, users)) => users.push(name),
                 None => unset.push((&p.api_key_env, vec![name])),
@@ -335,6 +410,14 @@ pub fn findings_of(
             });
         }
     }
+    if let Some(var) = &config.serve_token_env {
+        if config.key(var, env).is_none() {
+            f.warnings.push(finding(
+                &["serve_token_env"],
+                format!("environment variable `{var}` is not set or is empty: `poolctl serve` refuses to start without the token it names"),
+            ));
+        }
+    }
     let used: std::collections::BTreeSet<&str> = config
         .tiers
         .values()
@@ -360,7 +443,7 @@ pub fn findings(config: &PoolConfig, env: &dyn Fn(&str) -> Option<String>) -> Fi
 pub fn run(args: CheckArgs) -> anyhow::Result<Exit> {
     let path = locate(args.config.config.as_deref());
     let report = if path.exists() {
-        check_file(&path, &env_key)
+        check_file_as(&path, args.config.config_format, &env_key)
     } else {
         let env = std::env::var_os(CONFIG_ENV).filter(|v| !v.is_empty());
         let message = format!(

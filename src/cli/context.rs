@@ -4,6 +4,7 @@
 use super::args::ConfigArg;
 use crate::admission::buckets::Buckets;
 use crate::config::pool::{locate, PoolConfig, StateLocation, CONFIG_ENV};
+use crate::harness::target_config::ConfigFormat;
 use crate::router::Router;
 use crate::store::redis_buckets::RedisBuckets;
 use crate::store::shared_buckets::SharedBuckets;
@@ -22,7 +23,30 @@ pub fn load_config(arg: &ConfigArg) -> anyhow::Result<PoolConfig> {
             missing_hint(arg.config.is_some(), env.is_some())
         );
     }
-    Ok(PoolConfig::load(&path)?)
+    let text = crate::config::yaml::read_text(&path)?;
+    if !reads_as_litellm(arg.config_format, &text) {
+        return Ok(PoolConfig::parse(&path, &text)?);
+    }
+    let (config, import) = crate::config::litellm::load(&path, &text, &env_key)?;
+    // Once per command: the literal secrets (their lines, never their values), and how
+    // many fields were left out (`check` and `import` name each).
+    for w in &import.warnings {
+        super::out::warn(&format!("warning: {w}"));
+    }
+    if !import.unused.is_empty() {
+        super::out::warn(&format!(
+            "warning: {}: {} LiteLLM field(s) not used by poolctl (`poolctl check` names each)",
+            path.display(),
+            import.unused.len()
+        ));
+    }
+    Ok(config)
+}
+
+/// Whether a config is read as LiteLLM's: `--config-format litellm`, or a top-level
+/// `model_list`.
+pub fn reads_as_litellm(format: ConfigFormat, text: &str) -> bool {
+    format == ConfigFormat::Litellm || crate::config::litellm::is_litellm(text)
 }
 
 /// Where the missing path came from, so the hint never suggests what was already done.

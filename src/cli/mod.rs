@@ -11,6 +11,7 @@ pub mod check;
 pub mod context;
 pub mod exit;
 pub mod health_cmds;
+pub mod import;
 pub mod look;
 pub mod mock;
 pub mod models;

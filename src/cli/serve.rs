@@ -111,10 +111,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
             store,
         ))
         .with_sessions(Arc::new(sessions));
-    let token = std::env::var(serve::TOKEN_ENV)
-        .ok()
-        .filter(|t| !t.is_empty())
-        .map(Secret::new);
+    let (token, token_from) = serve_token(&config)?;
     let settings = Settings {
         listen: args.listen,
         max_body_bytes: args.max_body_bytes,
@@ -162,10 +159,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         gw.lineup.tiers().count(),
         config.file.display(),
         state_name,
-        if gw.settings.token.is_some() {
-            format!(", clients must send ${}", serve::TOKEN_ENV)
-        } else {
-            String::new()
+        match &token_from {
+            Some(from) => format!(", clients must send {from}"),
+            None => String::new(),
         }
     ));
     let metrics_task = match metrics_listener {
@@ -262,5 +258,31 @@ fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(not(unix))]
     async {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The client token: `$POOLCTL_SERVE_TOKEN`, else the variable `serve_token_env`
+/// names (or the key a LiteLLM file's `master_key` holds under that name), and where
+/// it came from. A `serve_token_env` that resolves to nothing stops the gateway: it
+/// must never serve open when its config asks for a token.
+fn serve_token(
+    config: &crate::config::pool::PoolConfig,
+) -> anyhow::Result<(Option<Secret>, Option<String>)> {
+    if let Some(t) = std::env::var(serve::TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.is_empty())
+    {
+        return Ok((Some(Secret::new(t)), Some(format!("${}", serve::TOKEN_ENV))));
+    }
+    let Some(var) = &config.serve_token_env else {
+        return Ok((None, None));
+    };
+    match config.key(var, &env_key) {
+        Some(t) => Ok((Some(Secret::new(t)), Some(format!("the token of `serve_token_env` (${var})")))),
+        None => anyhow::bail!(
+            "{}: field `serve_token_env`: environment variable `{var}` is not set or is empty (set it, or ${})",
+            config.file.display(),
+            serve::TOKEN_ENV
+        ),
     }
 }

@@ -7,6 +7,7 @@
 //! Imports: `core`, `classify`, `admission`, `policy`, `wire` (a route's endpoint).
 
 pub mod catalogue;
+pub mod litellm;
 pub mod pool;
 pub mod problems;
 pub mod resolve;

@@ -54,6 +54,13 @@ pub struct PoolConfig {
     pub sessions: crate::store::sessions::SessionLimits,
     /// `state_tls:` (paths as written): trust and identity for a `rediss://` store.
     pub state_tls: Option<crate::store::redis::StateTls>,
+    /// `serve_token_env:` the variable that holds the gateway's client token
+    /// (`POOLCTL_SERVE_TOKEN` wins over it).
+    pub serve_token_env: Option<String>,
+    /// Keys a config read from another format holds in memory (a LiteLLM file's literal
+    /// `api_key`), by the variable name the config gives them; that variable, when set,
+    /// wins. Never in a pool.yaml, never printed.
+    pub inline_keys: BTreeMap<String, crate::core::secret::Secret>,
 }
 
 /// Where health (and, with a fleet, the buckets) lives.
@@ -290,6 +297,8 @@ struct RawConfig {
     interactive_floor: Option<f64>,
     #[serde(default)]
     sessions: crate::store::sessions::SessionLimits,
+    #[serde(default)]
+    serve_token_env: Option<String>,
 }
 
 impl RawConfig {
@@ -322,6 +331,8 @@ impl RawConfig {
                 .unwrap_or(crate::store::redis::DEFAULT_DEADLINE_MS),
             sessions: self.sessions,
             state_tls: self.state_tls,
+            serve_token_env: self.serve_token_env,
+            inline_keys: BTreeMap::new(),
         }
     }
 }

@@ -53,8 +53,8 @@ impl PoolConfig {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Endpoint, ConfigError> {
         let p = self.provider(provider)?;
-        let key = env(&p.api_key_env)
-            .filter(|k| !k.is_empty())
+        let key = self
+            .key(&p.api_key_env, env)
             .ok_or_else(|| ConfigError::MissingKey {
                 file: self.file.clone(),
                 // The text is not kept once parsed; an error is rare enough to read it again.
@@ -70,6 +70,14 @@ impl PoolConfig {
             Secret::new(key),
             Some(&p.base_url),
         ))
+    }
+
+    /// The value of key variable `var`: the environment's, else a key the config holds
+    /// in memory under that name (`inline_keys`).
+    pub fn key(&self, var: &str, env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+        env(var)
+            .filter(|k| !k.is_empty())
+            .or_else(|| self.inline_keys.get(var).map(|s| s.expose().to_string()))
     }
 
     /// What `route`'s model can serve and costs: its `models:` entry, each fact it does

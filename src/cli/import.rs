@@ -1,0 +1,60 @@
+//! `poolctl import litellm FILE`: the pool config a LiteLLM proxy config is read as,
+//! printed. It is exactly the text every other command runs on when given the LiteLLM
+//! file: each line from a LiteLLM field ends in `# from FILE:LINE FIELD`, and what
+//! poolctl does not use is listed at the end. Keys never appear in it: a literal key is
+//! named by the variable to export it as.
+//!
+//! Exit: 0 printed; 1 printed, with problems (on stderr) that `check` reports too; 2
+//! the file cannot be read or is not YAML.
+
+use super::context::env_key;
+use super::exit::Exit;
+use super::out;
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Source {
+    /// A LiteLLM proxy config.yaml (`model_list`, `router_settings`, ...).
+    Litellm,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The format of FILE.
+    #[arg(value_enum)]
+    pub from: Source,
+    /// The file to read.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+}
+
+pub fn run(args: ImportArgs) -> anyhow::Result<Exit> {
+    let Source::Litellm = args.from;
+    let text = match crate::config::yaml::read_text(&args.file) {
+        Ok(t) => t,
+        Err(e) => {
+            out::warn(&format!("error: {e}"));
+            return Ok(Exit::Usage);
+        }
+    };
+    let import = match crate::config::litellm::translate(&args.file, &text, &env_key) {
+        Ok(i) => i,
+        Err(e) => {
+            out::warn(&format!("error: {e}"));
+            return Ok(Exit::Usage);
+        }
+    };
+    out::print(&import.text)?;
+    for w in &import.warnings {
+        out::warn(&format!("warning: {w}"));
+    }
+    for e in &import.errors {
+        out::warn(&format!("error: {e}"));
+    }
+    Ok(if import.errors.is_empty() {
+        Exit::Ok
+    } else {
+        Exit::Failed
+    })
+}
