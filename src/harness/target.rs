@@ -660,6 +660,15 @@ impl Comparable {
                     e.strategy == Some(crate::config::route::GroupStrategy::LeastBusy)
                 }) {
                     Some("a least_busy group")
+                } else if f == ConfigFormat::Portkey
+                    && scenario.path == CallPath::Embed
+                    && scenario
+                        .entries()
+                        .any(|(_, e)| e.wire == crate::core::vocab::Wire::Gemini)
+                {
+                    // Portkey embeds on Gemini with `embedContent`; the mock serves
+                    // `batchEmbedContents`, as poolctl calls it.
+                    Some("a Gemini embedding route (Portkey's method the mock lacks)")
                 } else if scenario
                     .request_specs()
                     .iter()

@@ -494,7 +494,8 @@ fn portkey_config(sc: &Scenario, addr: SocketAddr, naming: Naming) -> Value {
         let (provider, host) = match entry.wire {
             Wire::OpenAi => ("openai", base),
             Wire::Anthropic => ("anthropic", format!("{base}/v1")),
-            Wire::Gemini => ("google", format!("{base}/v1beta")),
+            // Portkey's Google provider adds `/v1beta/models/...` itself.
+            Wire::Gemini => ("google", base),
         };
         let mut t = json!({
             "provider": provider,
@@ -607,9 +608,9 @@ expect: { outcome: success }
                 .count()
         };
         assert_eq!(in_g("g"), 2, "{text}");
-        assert_eq!(in_g("g.2"), 1, "{text}");
+        assert_eq!(in_g("g~2"), 1, "{text}");
         let fallbacks = &v["router_settings"]["fallbacks"][0]["g"];
-        assert_eq!(fallbacks[0].as_str(), Some("g.2"));
+        assert_eq!(fallbacks[0].as_str(), Some("g~2"));
         assert_eq!(
             v["general_settings"]["master_key"].as_str(),
             Some(LITELLM_MASTER_KEY)
