@@ -164,7 +164,7 @@ pub async fn run(
     // group, so a terminal's Ctrl-C does not reach it) before the run ends.
     let runs = tokio::select! {
         runs = run_suite(&selected, &target, &bump) => runs,
-        _ = interrupted() => {
+        _ = super::mock::wait_for_stop() => {
             if let Some(bar) = &progress {
                 bar.finish_and_clear();
             }
@@ -351,7 +351,7 @@ async fn start(
         }
         tokio::select! {
             _ = crate::core::clock::real_sleep(Duration::from_millis(200)) => {}
-            _ = interrupted() => {
+            _ = super::mock::wait_for_stop() => {
                 stop_group(&mut child).await;
                 anyhow::bail!("interrupted while the gateway started; it was stopped");
             }
@@ -364,22 +364,6 @@ async fn start(
         log,
         _dir: dir,
     })
-}
-
-/// Ctrl-C, or SIGTERM where there is one.
-async fn interrupted() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// A port free now on loopback (the gateway binds it a moment later).

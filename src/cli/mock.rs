@@ -224,7 +224,7 @@ async fn detach(args: &MockArgs) -> anyhow::Result<Exit> {
 }
 
 /// Ctrl-C, or SIGTERM where there is one.
-async fn wait_for_stop() {
+pub async fn wait_for_stop() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

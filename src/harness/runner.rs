@@ -307,6 +307,26 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
     run
 }
 
+/// The chat request one entry of `requests:` sends: the scenario's shape, with the
+/// entry's declared input and output tokens (`chaos`, and `chaos --target`).
+pub fn request_chat(scenario: &Scenario, spec: &RequestSpec) -> ChatRequest {
+    let shape = scenario.request.as_ref();
+    let mut chat = shaped_chat_request(shape);
+    if !scenario.limits.is_empty() {
+        // Under admission a request declares no maximum output unless it says so
+        // (scenario-format v2): the model's max_output_tokens, else 4 096, is
+        // reserved. v1 scenarios keep the default prompt's small maximum.
+        chat.max_tokens = shape.and_then(|s| s.max_tokens);
+    }
+    if let Some(n) = spec.input_tokens {
+        chat.token_estimate = Some(n);
+    }
+    if let Some(n) = spec.max_output_tokens {
+        chat.max_tokens = Some(n);
+    }
+    chat
+}
+
 /// The embedding batch chaos sends on the embed path.
 pub fn scenario_embed_request() -> EmbedRequest {
     EmbedRequest {
@@ -406,19 +426,7 @@ impl Call<'_> {
             degrade_tier: self.degrade,
             ..CallOptions::new(self.policy)
         };
-        let mut chat = shaped_chat_request(shape);
-        if !scenario.limits.is_empty() {
-            // Under admission a request declares no maximum output unless it says so
-            // (scenario-format v2): the model's max_output_tokens, else 4 096, is
-            // reserved. v1 scenarios keep the default prompt's small maximum.
-            chat.max_tokens = shape.and_then(|s| s.max_tokens);
-        }
-        if let Some(n) = spec.input_tokens {
-            chat.token_estimate = Some(n);
-        }
-        if let Some(n) = spec.max_output_tokens {
-            chat.max_tokens = Some(n);
-        }
+        let chat = request_chat(scenario, spec);
         let req = match scenario.path {
             CallPath::Chat => Request::Chat(chat),
             CallPath::Stream => Request::Stream(chat),

@@ -19,7 +19,7 @@
 //! or that needs what a target cannot be given (preset health, its own clock), is
 //! skipped and counted.
 
-use super::runner::{shaped_chat_request, MOCK_KEY};
+use super::runner::MOCK_KEY;
 use super::scenario::{Expect, Reply, RequestSpec, Scenario};
 use super::suite_mock::Naming;
 use super::target_config::{portkey_configs, target_model, ConfigFormat, Globals};
@@ -1056,16 +1056,7 @@ fn judge_within(
 /// token count the scenario declares (a gateway estimates it from the text).
 pub fn chat_body(scenario: &Scenario, spec: &RequestSpec, model: &str) -> Value {
     let shape = scenario.request.as_ref();
-    let mut chat = shaped_chat_request(shape);
-    if !scenario.limits.is_empty() {
-        chat.max_tokens = shape.and_then(|s| s.max_tokens);
-    }
-    if let Some(n) = spec.input_tokens {
-        chat.token_estimate = Some(n);
-    }
-    if let Some(n) = spec.max_output_tokens {
-        chat.max_tokens = Some(n);
-    }
+    let mut chat = super::runner::request_chat(scenario, spec);
     pad_to_estimate(&mut chat);
     let ep = crate::config::route::ProviderSettings::default().endpoint(
         "target",
@@ -1490,6 +1481,7 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::harness::runner::shaped_chat_request;
 
     fn scenario(text: &str) -> Scenario {
         Scenario::parse(std::path::Path::new("t.yaml"), text).expect("parses")
