@@ -69,6 +69,18 @@ pub struct ChaosArgs {
     pub start_timeout: u64,
 }
 
+/// The scenarios' progress on a terminal's stderr; none for `--json` or a log.
+pub fn progress_bar(len: usize, json: bool) -> Option<indicatif::ProgressBar> {
+    (!json && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(len as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {pos}/{len} scenarios {wide_msg}")
+                .expect("static template"),
+        );
+        bar
+    })
+}
+
 fn default_jobs() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
@@ -146,14 +158,7 @@ pub async fn run(args: ChaosArgs, look: &Look) -> anyhow::Result<Exit> {
         return super::chaos_target::run(target, &all, selected, naming, look).await;
     }
 
-    let progress = (!args.json && std::io::stderr().is_terminal()).then(|| {
-        let bar = indicatif::ProgressBar::new(selected.len() as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {pos}/{len} scenarios {wide_msg}")
-                .expect("static template"),
-        );
-        bar
-    });
+    let progress = progress_bar(selected.len(), args.json);
     let bump = |r: &ScenarioRun| {
         if let Some(bar) = &progress {
             bar.inc(1);

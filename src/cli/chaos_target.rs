@@ -15,7 +15,6 @@ use crate::harness::target::{
     missing_on_mock, reachable, run_suite, Tally, Target, TargetRun, Verdict, Wrong,
 };
 use crate::harness::target_config::{config_text, ConfigFormat, LITELLM_MASTER_KEY, MOCK_KEY_ENV};
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -134,14 +133,7 @@ pub async fn run(
         naming,
         max_wait_ms: args.max_wait_ms,
     };
-    let progress = (!args.json && std::io::stderr().is_terminal()).then(|| {
-        let bar = indicatif::ProgressBar::new(selected.len() as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {pos}/{len} scenarios {wide_msg}")
-                .expect("static template"),
-        );
-        bar
-    });
+    let progress = super::chaos::progress_bar(selected.len(), args.json);
     // Each scenario's verdict is printed as it ends: a suite against a slow gateway
     // takes minutes, and a CI log should show where it is.
     let json = args.json;
@@ -418,15 +410,7 @@ pub fn render(runs: &[TargetRun], look: &Look) -> String {
         };
         s.push_str(&format!("{}  {}\n", look.paint(tone, word), r.name));
         let mut lines: Vec<String> = r.note.iter().cloned().collect();
-        lines.extend(r.failed().map(|c| {
-            format!(
-                "#{} {}: expected {}, got {}",
-                c.request + 1,
-                c.field,
-                c.expected,
-                c.got
-            )
-        }));
+        lines.extend(r.failed().map(failed_line));
         for line in lines {
             for part in wrap_text(&line, room) {
                 s.push_str(&format!("      {part}\n"));
@@ -434,6 +418,17 @@ pub fn render(runs: &[TargetRun], look: &Look) -> String {
         }
     }
     s
+}
+
+/// One failed check, as the text output and JUnit show it.
+fn failed_line(c: &crate::harness::target::Check) -> String {
+    format!(
+        "#{} {}: expected {}, got {}",
+        c.request + 1,
+        c.field,
+        c.expected,
+        c.got
+    )
 }
 
 /// `text` in lines of at most `room` characters, broken at spaces where it can be.
@@ -540,15 +535,7 @@ fn junit(runs: &[TargetRun]) -> String {
                     .note
                     .iter()
                     .cloned()
-                    .chain(r.failed().map(|c| {
-                        format!(
-                            "#{} {}: expected {}, got {}",
-                            c.request + 1,
-                            c.field,
-                            c.expected,
-                            c.got
-                        )
-                    }))
+                    .chain(r.failed().map(failed_line))
                     .collect();
                 s.push_str(&format!(
                     "<failure message=\"{}\">{}</failure>",
