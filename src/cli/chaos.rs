@@ -8,7 +8,6 @@ use crate::harness::runner::ScenarioRun;
 use crate::harness::scenario::{discover, Scenario};
 use crate::harness::suite::{load_all, run_all};
 use clap::Args;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -67,18 +66,6 @@ pub struct ChaosArgs {
     /// With --target-exec: how long the gateway may take to answer after it starts.
     #[arg(long, value_name = "DUR", default_value = "60s", value_parser = super::args::duration_ms, help_heading = "Against a gateway")]
     pub start_timeout: u64,
-}
-
-/// The scenarios' progress on a terminal's stderr; none for `--json` or a log.
-pub fn progress_bar(len: usize, json: bool) -> Option<indicatif::ProgressBar> {
-    (!json && std::io::stderr().is_terminal()).then(|| {
-        let bar = indicatif::ProgressBar::new(len as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {pos}/{len} scenarios {wide_msg}")
-                .expect("static template"),
-        );
-        bar
-    })
 }
 
 fn default_jobs() -> usize {
@@ -158,7 +145,7 @@ pub async fn run(args: ChaosArgs, look: &Look) -> anyhow::Result<Exit> {
         return super::chaos_target::run(target, &all, selected, naming, look).await;
     }
 
-    let progress = progress_bar(selected.len(), args.json);
+    let progress = out::progress_bar(selected.len(), "{pos}/{len} scenarios", args.json);
     let bump = |r: &ScenarioRun| {
         if let Some(bar) = &progress {
             bar.inc(1);

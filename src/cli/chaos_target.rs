@@ -133,7 +133,7 @@ pub async fn run(
         naming,
         max_wait_ms: args.max_wait_ms,
     };
-    let progress = super::chaos::progress_bar(selected.len(), args.json);
+    let progress = super::out::progress_bar(selected.len(), "{pos}/{len} scenarios", args.json);
     // Each scenario's verdict is printed as it ends: a suite against a slow gateway
     // takes minutes, and a CI log should show where it is.
     let json = args.json;

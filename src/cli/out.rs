@@ -71,3 +71,16 @@ pub fn warn(text: &str) {
     let _ = err.write_all(mask(text).as_bytes());
     let _ = err.write_all(b"\n");
 }
+
+/// Progress on a terminal's stderr for long work (`chaos`, `probe`): `counter` is
+/// indicatif's template for the count, e.g. `"{pos}/{len} scenarios"`. None for
+/// `--json` or when stderr is a log, where a bar would only be noise.
+pub fn progress_bar(len: usize, counter: &str, json: bool) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    (!json && io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(len as u64);
+        let template = format!("{{spinner}} {counter} {{wide_msg}}");
+        bar.set_style(indicatif::ProgressStyle::with_template(&template).expect("static template"));
+        bar
+    })
+}

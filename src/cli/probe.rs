@@ -12,7 +12,6 @@ use crate::router::probe::{
     apply, probe_all, ProbeResult, Target, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, PER_PROVIDER,
 };
 use clap::Args;
-use std::io::IsTerminal;
 
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
@@ -87,16 +86,7 @@ pub async fn run(args: ProbeArgs, look: &Look) -> anyhow::Result<Exit> {
         }
     }
 
-    let bar = (!args.json && std::io::stderr().is_terminal()).then(|| {
-        let bar = indicatif::ProgressBar::new(unique.len() as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} probing {pos}/{len} routes {wide_msg}",
-            )
-            .expect("static template"),
-        );
-        bar
-    });
+    let bar = super::out::progress_bar(unique.len(), "probing {pos}/{len} routes", args.json);
     let on_done = |r: &ProbeResult| {
         if let Some(b) = &bar {
             b.inc(1);
