@@ -54,6 +54,7 @@ fn failure_of(dialect: Dialect, wire: Wire, case: &Case) -> Option<UpstreamFailu
             Wire::OpenAi => poolctl::wire::openai::parse_chat(&v).map(|_| ()),
             Wire::Anthropic => poolctl::wire::anthropic::parse_chat(&v).map(|_| ()),
             Wire::Gemini => poolctl::wire::gemini::parse_chat(&v).map(|_| ()),
+            Wire::Responses => poolctl::wire::responses::parse_chat(&v).map(|_| ()),
         },
     };
     match parsed {

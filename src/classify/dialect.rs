@@ -97,6 +97,8 @@ impl Dialect {
             Wire::OpenAi => Dialect::Openai,
             Wire::Anthropic => Dialect::Anthropic,
             Wire::Gemini => Dialect::Gemini,
+            // The Responses API's errors are OpenAI's.
+            Wire::Responses => Dialect::Openai,
         }
     }
 

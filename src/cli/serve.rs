@@ -134,7 +134,21 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         Some(shared) => shared.target().to_string(),
         None => config.state_path().display().to_string(),
     };
+    // The Responses API's conversations: a SQLite file beside the health file, or the
+    // fleet's Redis.
+    let conversations = {
+        use crate::store::conversations::{sqlite_path, Conversations};
+        match config.state_location() {
+            StateLocation::File(path) => {
+                Conversations::sqlite(&sqlite_path(&path), config.responses)?
+            }
+            StateLocation::Redis(url) => {
+                Conversations::redis(open_redis(&config, &url)?, config.responses)
+            }
+        }
+    };
     let mut gw = Gateway::new(lineup, router, settings);
+    gw.conversations = Arc::new(conversations);
     gw.shared_health = shared_health;
     gw.readiness = Some(Arc::new(readiness));
     // One gateway per lane, each with an upstream pool of its own (see

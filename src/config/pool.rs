@@ -52,6 +52,9 @@ pub struct PoolConfig {
     pub state_timeout_ms: u64,
     /// The bounds of session affinity (`x-poolctl-session`).
     pub sessions: crate::store::sessions::SessionLimits,
+    /// The bounds of the conversations `serve` keeps for the Responses API
+    /// (`responses_ttl`, `responses_max_bytes`, `responses_max`).
+    pub responses: crate::store::conversations::Limits,
     /// `state_tls:` (paths as written): trust and identity for a `rediss://` store.
     pub state_tls: Option<crate::store::redis::StateTls>,
     /// `serve_token_env:` the variable that holds the gateway's client token
@@ -298,7 +301,52 @@ struct RawConfig {
     #[serde(default)]
     sessions: crate::store::sessions::SessionLimits,
     #[serde(default)]
+    responses_ttl: Option<Ttl>,
+    #[serde(default)]
+    responses_max_bytes: Option<usize>,
+    #[serde(default)]
+    responses_max: Option<usize>,
+    #[serde(default)]
     serve_token_env: Option<String>,
+}
+
+/// `responses_ttl`: milliseconds, or a duration with its unit (`90s`, `30m`, `24h`, `7d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ttl(u64);
+
+impl<'de> Deserialize<'de> for Ttl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Ms(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Ms(ms) => Ok(Ttl(ms)),
+            Raw::Text(t) => ttl_ms(&t).map(Ttl).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "`{t}` is not a duration: write milliseconds, or a number with ms, s, m, h or d (`24h`)"
+                ))
+            }),
+        }
+    }
+}
+
+/// A duration with its unit, in milliseconds.
+fn ttl_ms(t: &str) -> Option<u64> {
+    let t = t.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit())?;
+    let n: u64 = t[..split].parse().ok()?;
+    let scale = match t[split..].trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(scale)
 }
 
 impl RawConfig {
@@ -330,6 +378,14 @@ impl RawConfig {
                 .state_timeout_ms
                 .unwrap_or(crate::store::redis::DEFAULT_DEADLINE_MS),
             sessions: self.sessions,
+            responses: {
+                use crate::store::conversations as c;
+                c::Limits {
+                    ttl_ms: self.responses_ttl.map_or(c::DEFAULT_TTL_MS, |t| t.0),
+                    max_bytes: self.responses_max_bytes.unwrap_or(c::DEFAULT_MAX_BYTES),
+                    max: self.responses_max.unwrap_or(c::DEFAULT_MAX),
+                }
+            },
             state_tls: self.state_tls,
             serve_token_env: self.serve_token_env,
             inline_keys: BTreeMap::new(),

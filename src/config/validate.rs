@@ -178,6 +178,31 @@ impl PoolConfig {
                 ));
             }
         }
+        // OpenAI keeps a response 30 days; a longer promise is one no store should make.
+        const MAX_TTL_MS: u64 = 30 * 86_400_000;
+        let r = &self.responses;
+        for (field, bad, msg) in [
+            (
+                "responses_ttl",
+                r.ttl_ms == 0 || r.ttl_ms > MAX_TTL_MS,
+                "must be from 1 ms to 30 days (`24h`): how long a response can be continued",
+            ),
+            (
+                "responses_max_bytes",
+                r.max_bytes == 0,
+                "must be at least 1: the largest conversation kept",
+            ),
+            (
+                "responses_max",
+                r.max == 0,
+                "must be at least 1: the conversations kept at once",
+            ),
+        ] {
+            if bad {
+                let key = format!("{field}:");
+                out.push(invalid(field.into(), &[key.as_str()], msg.into()));
+            }
+        }
         if self.state_timeout_ms == 0 {
             let msg = "must be at least 1 ms: a store call with no time cannot succeed".into();
             out.push(invalid(

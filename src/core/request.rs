@@ -29,6 +29,33 @@ pub struct Original {
     /// refused it: audio, a file by id, a custom tool, ...); `None` when it can. A
     /// route of another wire is then passed over with this reason.
     pub untranslatable: Option<String>,
+    /// Bodies for the routes of one provider, in place of this one. A conversation the
+    /// gateway re-sends (Responses `previous_response_id`) keeps a provider's own
+    /// reasoning items and item ids only for that provider; this body leaves them out.
+    /// Empty for a body sent as the client sent it.
+    pub per_provider: Vec<(String, Arc<Original>)>,
+    /// What this body left out that a `per_provider` body keeps (`reasoning_items`):
+    /// named as dropped for a route of any other provider.
+    pub left_out: Vec<String>,
+}
+
+impl Original {
+    /// The body a route of `provider` is sent.
+    pub fn for_provider(&self, provider: &str) -> &Original {
+        self.per_provider
+            .iter()
+            .find(|(p, _)| p == provider)
+            .map_or(self, |(_, o)| o)
+    }
+
+    /// What a route of `provider` is sent without (see `left_out`).
+    pub fn left_out_for(&self, provider: &str) -> &[String] {
+        if self.per_provider.iter().any(|(p, _)| p == provider) {
+            &[]
+        } else {
+            &self.left_out
+        }
+    }
 }
 
 /// How much the model should reason before it answers: OpenAI's `reasoning_effort`,

@@ -136,6 +136,9 @@ vocab_enum!(
         OpenAi => "openai",
         Anthropic => "anthropic",
         Gemini => "gemini",
+        /// OpenAI's Responses API (`POST {base}/responses`): OpenAI, Azure's v1 API,
+        /// xAI, Groq, OpenRouter and others serve it beside chat completions.
+        Responses => "openai_responses",
     }
 );
 

@@ -194,7 +194,7 @@ impl MockServer {
     /// OpenAI-compatible bases end in `/v1`; Anthropic and Gemini bases are the host.
     pub fn base_url(&self, provider: &str, wire: Wire) -> String {
         match wire {
-            Wire::OpenAi => format!("http://{}/{provider}/v1", self.addr),
+            Wire::OpenAi | Wire::Responses => format!("http://{}/{provider}/v1", self.addr),
             Wire::Anthropic | Wire::Gemini => format!("http://{}/{provider}", self.addr),
         }
     }
@@ -551,6 +551,12 @@ fn route_request<'a>(
             _ => CallKind::Chat,
         };
         (wire, kind, model_of(&body)?)
+    } else if rest == "/v1/responses" {
+        let kind = match body.get("stream").and_then(Value::as_bool) {
+            Some(true) => CallKind::Stream,
+            _ => CallKind::Chat,
+        };
+        (Wire::Responses, kind, model_of(&body)?)
     } else if rest == "/v1/embeddings" {
         (Wire::OpenAi, CallKind::Embed, model_of(&body)?)
     } else if rest == "/v1/rerank" {
@@ -562,6 +568,11 @@ fn route_request<'a>(
         .routes
         .get(&(provider.to_string(), model.clone()))
         .ok_or_else(|| format!("no route `{provider}/{model}` in this scenario"))?;
+    // A provider of the Responses API serves OpenAI's embeddings and rerank beside it.
+    let wire = match (state.spec.wire, wire, kind) {
+        (Wire::Responses, Wire::OpenAi, CallKind::Embed | CallKind::Rerank) => Wire::Responses,
+        _ => wire,
+    };
     if state.spec.wire != wire {
         return Err(format!(
             "route `{provider}/{model}` speaks the {} wire, but this request is {wire}",
@@ -583,7 +594,7 @@ fn model_of(body: &Value) -> Result<String, String> {
 fn check_wire(req: &Parsed, wire: Wire, kind: CallKind, body: &Value) -> Result<(), String> {
     let nonempty = |name: &str| req.header(name).is_some_and(|v| !v.trim().is_empty());
     match wire {
-        Wire::OpenAi => {
+        Wire::OpenAi | Wire::Responses => {
             let auth = req.header("authorization").unwrap_or("");
             if !auth.starts_with("Bearer ") || auth.len() <= "Bearer ".len() {
                 return Err("missing `Authorization: Bearer <key>`".into());
@@ -640,6 +651,27 @@ fn check_wire(req: &Parsed, wire: Wire, kind: CallKind, body: &Value) -> Result<
         }
         (Wire::Gemini, _) => {
             array("requests")?;
+        }
+        (Wire::Responses, _) => {
+            match body.get("input") {
+                Some(Value::String(s)) if !s.is_empty() => {}
+                Some(Value::Array(items)) if !items.is_empty() => {
+                    for (i, item) in items.iter().enumerate() {
+                        if !item.is_object() {
+                            return Err(format!("`input[{i}]` is not an object"));
+                        }
+                    }
+                }
+                _ => return Err("`input` must be a string or a non-empty array of items".into()),
+            }
+            // The gateway sends the whole conversation: never an id of the provider's.
+            if body
+                .get("previous_response_id")
+                .is_some_and(|p| !p.is_null())
+            {
+                return Err("`previous_response_id` was sent; this mock keeps no responses".into());
+            }
+            positive_int(body, "max_output_tokens", false)?;
         }
         (Wire::OpenAi, CallKind::Embed) => match body.get("input") {
             Some(Value::String(s)) if !s.is_empty() => {}

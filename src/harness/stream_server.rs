@@ -48,6 +48,7 @@ async fn write_stream(
         model: ctx.model,
         seq: ctx.seq,
         include_usage,
+        sequence: std::cell::Cell::new(0),
     };
     let prompt = sr
         .usage
@@ -78,14 +79,14 @@ async fn write_stream(
         .map_or_else(|| (prompt, tokens_of(&text)), |u| (u.input, u.output));
     match sr.end {
         StreamEnd::Done => {
-            chunk(stream, &sse.finish(usage)).await?;
+            chunk(stream, &sse.finish(usage, &text)).await?;
             if let Some(t) = sse.terminator() {
                 chunk(stream, &t).await?;
             }
             close(stream).await
         }
         StreamEnd::NoDone => {
-            chunk(stream, &sse.finish(usage)).await?;
+            chunk(stream, &sse.finish(usage, &text)).await?;
             close(stream).await
         }
         StreamEnd::Eof => close(stream).await,
@@ -126,6 +127,8 @@ struct Sse<'a> {
     seq: usize,
     /// OpenAI sends a usage chunk only when the request asks (`stream_options.include_usage`).
     include_usage: bool,
+    /// The Responses API numbers every event of a stream.
+    sequence: std::cell::Cell<u64>,
 }
 
 impl Sse<'_> {
@@ -139,6 +142,19 @@ impl Sse<'_> {
 
     fn id(&self) -> String {
         format!("chatcmpl-mock-{}", self.seq)
+    }
+
+    /// A Responses API event: `type` and the next `sequence_number` added to `v`.
+    fn typed(&self, kind: &str, mut v: serde_json::Value) -> String {
+        let n = self.sequence.get();
+        self.sequence.set(n + 1);
+        v["type"] = json!(kind);
+        v["sequence_number"] = json!(n);
+        Self::event(kind, v)
+    }
+
+    fn item_id(&self) -> String {
+        format!("msg_mock_{:04}", self.seq)
     }
 
     /// Events before any text: OpenAI's role chunk, Anthropic's message and block start.
@@ -162,6 +178,25 @@ impl Sse<'_> {
                 ) + &Self::event("ping", json!({"type": "ping"})),
             ),
             Wire::Gemini => None,
+            Wire::Responses => {
+                let r = super::wire_bodies::responses_object(
+                    self.model,
+                    self.seq,
+                    "in_progress",
+                    "",
+                    (0, 0),
+                );
+                Some(
+                    self.typed("response.created", json!({"response": r}))
+                        + &self.typed("response.in_progress", json!({"response": r}))
+                        + &self.typed("response.output_item.added", json!({"output_index": 0,
+                            "item": {"id": self.item_id(), "type": "message", "status": "in_progress",
+                                     "role": "assistant", "content": []}}))
+                        + &self.typed("response.content_part.added", json!({"item_id": self.item_id(),
+                            "output_index": 0, "content_index": 0,
+                            "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}})),
+                )
+            }
         }
     }
 
@@ -180,11 +215,17 @@ impl Sse<'_> {
                 "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}],
                 "modelVersion": self.model, "responseId": format!("mock-{}", self.seq)
             })),
+            Wire::Responses => self.typed(
+                "response.output_text.delta",
+                json!({"item_id": self.item_id(), "output_index": 0, "content_index": 0,
+                       "delta": text, "logprobs": []}),
+            ),
         }
     }
 
-    /// The finish: finish reason and usage (not yet the terminator).
-    fn finish(&self, (prompt, completion): (u64, u64)) -> String {
+    /// The finish: finish reason and usage (not yet the terminator). `text` is the
+    /// whole answer, which the Responses API repeats at its end.
+    fn finish(&self, (prompt, completion): (u64, u64), text: &str) -> String {
         match self.wire {
             Wire::OpenAi => {
                 let finish = Self::data(json!({
@@ -218,15 +259,40 @@ impl Sse<'_> {
                                   "totalTokenCount": prompt + completion},
                 "modelVersion": self.model, "responseId": format!("mock-{}", self.seq)
             })),
+            Wire::Responses => {
+                let part =
+                    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
+                let r = super::wire_bodies::responses_object(
+                    self.model,
+                    self.seq,
+                    "completed",
+                    text,
+                    (prompt, completion),
+                );
+                self.typed(
+                    "response.output_text.done",
+                    json!({"item_id": self.item_id(),
+                        "output_index": 0, "content_index": 0, "text": text, "logprobs": []}),
+                ) + &self.typed(
+                    "response.content_part.done",
+                    json!({"item_id": self.item_id(),
+                        "output_index": 0, "content_index": 0, "part": part}),
+                ) + &self.typed(
+                    "response.output_item.done",
+                    json!({"output_index": 0,
+                        "item": r["output"][0]}),
+                ) + &self.typed("response.completed", json!({"response": r}))
+            }
         }
     }
 
-    /// The wire's end-of-stream marker; Gemini has none (its finish chunk ends it).
+    /// The wire's end-of-stream marker; Gemini and the Responses API have none (their
+    /// finish ends it).
     fn terminator(&self) -> Option<String> {
         match self.wire {
             Wire::OpenAi => Some("data: [DONE]\n\n".to_string()),
             Wire::Anthropic => Some(Self::event("message_stop", json!({"type": "message_stop"}))),
-            Wire::Gemini => None,
+            Wire::Gemini | Wire::Responses => None,
         }
     }
 
@@ -243,6 +309,19 @@ impl Sse<'_> {
             ),
             Wire::Gemini => Self::data(json!({"error": {"code": 503,
                 "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}})),
+            // What OpenAI sends once a stream's 200 is out: the response, failed.
+            Wire::Responses => {
+                let mut r = super::wire_bodies::responses_object(
+                    self.model,
+                    self.seq,
+                    "failed",
+                    "",
+                    (0, 0),
+                );
+                r["error"] = json!({"code": "server_error",
+                    "message": "The server had an error while processing your request. Sorry about that!"});
+                self.typed("response.failed", json!({"response": r}))
+            }
         }
     }
 }

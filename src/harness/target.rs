@@ -242,6 +242,20 @@ pub fn skip_reason(
             ));
         }
     }
+    if target.format != ConfigFormat::Pool
+        && scenario
+            .entries()
+            .any(|(_, e)| e.wire == crate::core::vocab::Wire::Responses)
+    {
+        // Their configs name a provider, and send it chat completions.
+        return Some((
+            SkipKind::NotComparable,
+            format!(
+                "a route of the Responses wire, which a {} config does not call",
+                target.format.as_str()
+            ),
+        ));
+    }
     if target.format != ConfigFormat::Pool && scenario.path == CallPath::Rerank {
         return Some((
             SkipKind::NotComparable,

@@ -61,7 +61,7 @@ impl ConfigFormat {
 /// the host.
 pub fn base_url(addr: SocketAddr, provider: &str, wire: Wire) -> String {
     match wire {
-        Wire::OpenAi => format!("http://{addr}/{provider}/v1"),
+        Wire::OpenAi | Wire::Responses => format!("http://{addr}/{provider}/v1"),
         Wire::Anthropic | Wire::Gemini => format!("http://{addr}/{provider}"),
     }
 }
@@ -382,7 +382,8 @@ fn drop_nulls(v: Value) -> Value {
 /// LiteLLM's provider prefix for a wire.
 fn litellm_prefix(wire: Wire) -> &'static str {
     match wire {
-        Wire::OpenAi => "openai",
+        // A Responses route is not comparable on LiteLLM (`target::skip_reason`).
+        Wire::OpenAi | Wire::Responses => "openai",
         Wire::Anthropic => "anthropic",
         Wire::Gemini => "gemini",
     }
@@ -492,7 +493,8 @@ fn portkey_config(sc: &Scenario, addr: SocketAddr, naming: Naming) -> Value {
         // Portkey's hosts carry the API's version path; the mock's OpenAI bases
         // already end in `/v1`.
         let (provider, host) = match entry.wire {
-            Wire::OpenAi => ("openai", base),
+            // A Responses route is not comparable on Portkey (`target::skip_reason`).
+            Wire::OpenAi | Wire::Responses => ("openai", base),
             Wire::Anthropic => ("anthropic", format!("{base}/v1")),
             // Portkey's Google provider adds `/v1beta/models/...` itself.
             Wire::Gemini => ("google", base),

@@ -48,7 +48,7 @@ pub fn success(ctx: &ReplyCtx<'_>, text: &str, usage: Option<UsageSpec>) -> Valu
     let model = ctx.model;
     let seq = ctx.seq;
     match (ctx.wire, ctx.call) {
-        (Wire::OpenAi, CallKind::Embed) => {
+        (Wire::OpenAi | Wire::Responses, CallKind::Embed) => {
             let n = inputs(ctx.request.get("input"));
             // As OpenAI does: `encoding_format: base64` answers little-endian f32s in
             // base64, each vector one string.
@@ -117,6 +117,7 @@ pub fn success(ctx: &ReplyCtx<'_>, text: &str, usage: Option<UsageSpec>) -> Valu
             "stop_sequence": null,
             "usage": {"input_tokens": p, "output_tokens": c},
         }),
+        (Wire::Responses, _) => responses_object(model, seq, "completed", text, (p, c)),
         (Wire::Gemini, _) => json!({
             "candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
                             "finishReason": "STOP", "index": 0}],
@@ -125,6 +126,36 @@ pub fn success(ctx: &ReplyCtx<'_>, text: &str, usage: Option<UsageSpec>) -> Valu
             "responseId": format!("mock-{seq}"),
         }),
     }
+}
+
+/// A Responses API `response` object of one assistant message (empty `output` while
+/// `in_progress`), as OpenAI answers it.
+pub fn responses_object(
+    model: &str,
+    seq: usize,
+    status: &str,
+    text: &str,
+    (p, c): (u64, u64),
+) -> Value {
+    let done = status != "in_progress";
+    let output = if done {
+        json!([{"id": format!("msg_mock_{seq:04}"), "type": "message", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}])
+    } else {
+        json!([])
+    };
+    let usage = if done {
+        json!({"input_tokens": p, "input_tokens_details": {"cached_tokens": 0},
+               "output_tokens": c, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": p + c})
+    } else {
+        Value::Null
+    };
+    json!({
+        "id": format!("resp_mock_{seq:04}"), "object": "response", "created_at": 1_767_225_600,
+        "status": status, "error": null, "incomplete_details": null, "model": model,
+        "output": output, "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
+        "usage": usage,
+    })
 }
 
 fn inputs(v: Option<&Value>) -> usize {

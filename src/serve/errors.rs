@@ -13,6 +13,8 @@ use serde_json::json;
 pub enum Flavor {
     OpenAi,
     Anthropic,
+    /// OpenAI's Responses API (`/v1/responses`): OpenAI's error shape, typed events.
+    Responses,
 }
 
 /// One error response, before rendering.
@@ -26,6 +28,8 @@ pub struct ApiError {
     pub message: String,
     /// `Retry-After`, in seconds.
     pub retry_after_secs: Option<u64>,
+    /// OpenAI `param`: the request field the error is about.
+    pub param: Option<String>,
 }
 
 impl ApiError {
@@ -36,6 +40,7 @@ impl ApiError {
             code: code.to_string(),
             message: message.into(),
             retry_after_secs: None,
+            param: None,
         }
     }
 
@@ -50,8 +55,8 @@ impl ApiError {
         // once for every error the gateway writes. JSON escapes its control characters.
         let message = clip(&self.message, MESSAGE_BYTES);
         let v = match flavor {
-            Flavor::OpenAi => json!({"error": {
-                "message": message, "type": self.kind, "code": self.code, "param": null,
+            Flavor::OpenAi | Flavor::Responses => json!({"error": {
+                "message": message, "type": self.kind, "code": self.code, "param": self.param,
             }}),
             Flavor::Anthropic => json!({"type": "error", "error": {
                 "type": self.kind, "message": message,

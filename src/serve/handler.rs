@@ -62,6 +62,8 @@ fn preflight(headers: &HeaderMap) -> Response<Body> {
 fn flavor_of(path: &str) -> Flavor {
     if path == "/v1/messages" {
         Flavor::Anthropic
+    } else if path == "/v1/responses" || path.starts_with("/v1/responses/") {
+        Flavor::Responses
     } else {
         Flavor::OpenAi
     }
@@ -240,7 +242,13 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
                 Err(e) => ask.refuse("unknown_model", e, &id),
             };
         }
-        (&Method::POST, "/v1/chat/completions" | "/v1/messages") => Wants::Chat,
+        // The conversations the gateway keeps for the Responses API.
+        (&Method::GET | &Method::DELETE, p) if p.starts_with("/v1/responses/") => {
+            let rest = p["/v1/responses/".len()..].to_string();
+            let query = req.uri().query().map(str::to_string);
+            return super::responses::stored(ask, &method, &rest, query.as_deref()).await;
+        }
+        (&Method::POST, "/v1/chat/completions" | "/v1/messages" | "/v1/responses") => Wants::Chat,
         (&Method::POST, "/v1/embeddings") => Wants::Embed,
         (&Method::POST, "/v1/rerank") => Wants::Rerank,
         (
@@ -248,6 +256,7 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
             "/v1/models"
             | "/v1/chat/completions"
             | "/v1/messages"
+            | "/v1/responses"
             | "/v1/embeddings"
             | "/v1/rerank",
         ) => {
@@ -261,7 +270,7 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
         }
         _ => {
             return ask.refuse("unknown_path", ApiError::new(404, "invalid_request_error", "unknown_url",
-                format!("no such endpoint: {method} {path} (this gateway serves /v1/chat/completions, /v1/messages, /v1/embeddings, /v1/rerank, /v1/models)")), "");
+                format!("no such endpoint: {method} {path} (this gateway serves /v1/chat/completions, /v1/messages, /v1/responses, /v1/embeddings, /v1/rerank, /v1/models)")), "");
         }
     };
     if gw.draining() {
@@ -325,6 +334,9 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
     let ending = ask.ending();
     let work = async {
         match wants {
+            Wants::Chat if flavor == Flavor::Responses => {
+                super::responses::create(ask, body, &parts.headers).await
+            }
             Wants::Chat => chat(ask, body, &parts.headers).await,
             Wants::Embed => embed(ask, body).await,
             Wants::Rerank => rerank(ask, body).await,
@@ -544,12 +556,14 @@ fn wire_of(flavor: Flavor) -> Wire {
     match flavor {
         Flavor::OpenAi => Wire::OpenAi,
         Flavor::Anthropic => Wire::Anthropic,
+        Flavor::Responses => Wire::Responses,
     }
 }
 
 async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
     let parsed = match ask.flavor {
-        Flavor::OpenAi => ingress::openai_chat(&body),
+        // A Responses body is read by `responses::create`, never here.
+        Flavor::OpenAi | Flavor::Responses => ingress::openai_chat(&body),
         Flavor::Anthropic => ingress::anthropic_messages(&body),
     };
     let mut c = match parsed {
@@ -607,7 +621,7 @@ async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
         Some(reply) => {
             let n = gw.next_id();
             let body = match ask.flavor {
-                Flavor::OpenAi => egress::openai_completion(
+                Flavor::OpenAi | Flavor::Responses => egress::openai_completion(
                     &format!("chatcmpl-poolctl-{n}"),
                     crate::core::clock::wall_now_ms() / 1000,
                     &reply,

@@ -28,6 +28,28 @@ pub struct ChatIn {
     /// id, a custom tool, ...): only a route of the client's own wire, which gets the
     /// client's body as it is, can serve it. The conversation is then empty.
     pub untranslatable: Option<ApiError>,
+    /// A request of the Responses API: the conversation it continues and keeps.
+    pub responses: Option<std::sync::Arc<Turn>>,
+}
+
+/// One turn of a Responses API conversation, as the gateway keeps it: the response's
+/// own id, what it continues, and the items before its answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    /// The id the client sees (`resp_…`): the gateway's own.
+    pub id: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    pub previous_response_id: Option<String>,
+    /// `store` (default true): the conversation is kept after the answer.
+    pub store: bool,
+    /// The request's top-level fields, which the `response` object echoes.
+    pub fields: Arc<Map<String, Value>>,
+    /// The conversation's items before the answer: the previous response's, then this
+    /// request's input.
+    pub history: Vec<Value>,
+    /// Items of `history` only their provider may be sent as they are.
+    pub origins: Vec<(usize, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -330,6 +352,7 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
         stream: opt_bool(&o, "stream")?,
         include_usage,
         untranslatable,
+        responses: None,
     })
 }
 
@@ -493,6 +516,7 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         // Anthropic streams always end with the usage in `message_delta`.
         include_usage: true,
         untranslatable,
+        responses: None,
     })
 }
 
@@ -574,6 +598,8 @@ pub fn original(
         stream_options: spans.stream_options,
         headers: forwarded,
         untranslatable: untranslatable.map(|e| e.message.clone()),
+        per_provider: Vec::new(),
+        left_out: Vec::new(),
     }))
 }
 

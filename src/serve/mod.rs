@@ -8,6 +8,7 @@ pub mod ask;
 pub mod bare_errors;
 pub mod choose;
 pub mod egress;
+pub mod egress_responses;
 pub mod egress_stream;
 pub mod errors;
 pub mod guard;
@@ -19,6 +20,7 @@ pub mod listener;
 pub mod log;
 pub mod metrics;
 pub mod respond;
+pub mod responses;
 pub mod status;
 pub mod stream;
 
@@ -98,6 +100,8 @@ pub struct Gateway {
     pub shared_health: Option<std::sync::Arc<crate::store::FallbackStore>>,
     /// The state store as `/readyz` reads it (no cache, no fallback); `None`: not read.
     pub readiness: Option<Arc<Readiness>>,
+    /// The Responses API's conversations (`previous_response_id`).
+    pub conversations: Arc<crate::store::conversations::Conversations>,
     /// The upstream keys, only to mask them out of upstream messages.
     keys: Vec<Secret>,
     /// One permit per request-body byte buffered now (`max_buffered_body_bytes`).
@@ -150,6 +154,9 @@ impl Gateway {
             settings,
             shared_health: None,
             readiness: None,
+            conversations: Arc::new(crate::store::conversations::Conversations::memory(
+                Default::default(),
+            )),
             keys,
             next_id: Arc::new(AtomicU64::new(1)),
             draining: Arc::new(AtomicBool::new(false)),
@@ -169,6 +176,7 @@ impl Gateway {
             settings: self.settings.clone(),
             shared_health: self.shared_health.clone(),
             readiness: self.readiness.clone(),
+            conversations: self.conversations.clone(),
             keys: self.keys.clone(),
             body_budget: self.body_budget.clone(),
             body_budget_total: self.body_budget_total,

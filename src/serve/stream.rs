@@ -6,10 +6,11 @@
 use super::adapter::{self, Called, Event, Finish, Progress};
 use super::ask::{last_user_text, Ask};
 use super::choose::Wants;
+use super::egress_responses::ResponsesStream;
 use super::egress_stream::{self, AnthropicStream, OpenAiStream};
 use super::errors::{ApiError, Flavor};
 use super::http::{dropped_header, error_response, full, lock, refusal, trace_headers, Body};
-use super::ingress::ChatIn;
+use super::ingress::{ChatIn, Turn};
 use super::respond::{self, Context};
 use super::Gateway;
 use crate::core::clock::Stopwatch;
@@ -31,6 +32,7 @@ use tokio::sync::mpsc;
 enum Encoder {
     OpenAi(OpenAiStream),
     Anthropic(AnthropicStream),
+    Responses(ResponsesStream),
     /// Same wire: the upstream's events are forwarded as they came (fidelity.md §1).
     PassThrough,
 }
@@ -57,6 +59,8 @@ enum Msg {
 struct Live {
     tx: mpsc::UnboundedSender<Msg>,
     flavor: Flavor,
+    /// A Responses API request's conversation: its id labels every lifecycle event.
+    turn: Option<Arc<Turn>>,
     include_usage: bool,
     id: String,
     order: Vec<Route>,
@@ -94,15 +98,44 @@ struct LiveState {
     /// The model an attempt's upstream said is answering, with that attempt: the
     /// model every chunk names, where the route's configured name is only a guess.
     answering: Option<(usize, String)>,
+    /// A same-wire Responses stream's last event (`response.completed`), held until
+    /// its conversation is kept: the client may send the next turn once it reads it.
+    held_final: Option<Bytes>,
 }
 
 impl Live {
+    /// A same-wire Responses frame: lifecycle events carry the gateway's id.
+    fn relabel(&self, frame: Bytes) -> Bytes {
+        let Some(turn) = &self.turn else {
+            return frame;
+        };
+        let r = crate::wire::responses::Relabel {
+            id: &turn.id,
+            previous_response_id: turn.previous_response_id.as_deref(),
+            stored: true,
+        };
+        match crate::wire::responses::relabel_frame(&frame, r) {
+            Some(b) => b.into(),
+            None => frame,
+        }
+    }
+
     fn on_event(&self, ev: Event) {
         let mut s = lock(&self.state);
         if let Event::Raw { frame, .. } = ev {
+            let frame = self.relabel(frame);
             match &s.encoder {
                 Some(Encoder::PassThrough) => {
                     s.stop_sent |= frame.starts_with(b"event: message_stop");
+                    if self.turn.is_some()
+                        && matches!(
+                            crate::wire::responses::frame_kind(&frame),
+                            Some("response.completed" | "response.incomplete")
+                        )
+                    {
+                        s.held_final = Some(frame);
+                        return;
+                    }
                     if s.held_raw.is_empty() {
                         let _ = self.tx.send(Msg::Bytes(frame));
                         return;
@@ -170,16 +203,19 @@ impl Live {
                     .map(|r| r.model().to_string())
                     .unwrap_or_default(),
             };
-            s.encoder = Some(match self.flavor {
-                Flavor::OpenAi => Encoder::OpenAi(OpenAiStream::new(
+            s.encoder = Some(match (self.flavor, &self.turn) {
+                (Flavor::Anthropic, _) => {
+                    Encoder::Anthropic(AnthropicStream::new(self.id.clone(), model))
+                }
+                (Flavor::Responses, Some(turn)) => {
+                    Encoder::Responses(ResponsesStream::new(turn.clone(), model))
+                }
+                (Flavor::OpenAi | Flavor::Responses, _) => Encoder::OpenAi(OpenAiStream::new(
                     self.id.clone(),
                     crate::core::clock::wall_now_ms() / 1000,
                     model,
                     self.include_usage,
                 )),
-                Flavor::Anthropic => {
-                    Encoder::Anthropic(AnthropicStream::new(self.id.clone(), model))
-                }
             });
             let dropped = self.dropped(route.as_ref());
             let _ = self.tx.send(Msg::Started {
@@ -214,13 +250,22 @@ impl LiveState {
                 Event::Finish(_) => Vec::new(),
                 _ => e.event(ev),
             },
+            Some(Encoder::Responses(e)) => e.encode(ev),
             Some(Encoder::PassThrough) | None => Vec::new(),
         }
     }
 
     /// The end of a started stream: finish, usage, the outcome comment, and `[DONE]`;
     /// or after a failure, the in-band error and the comment, never `[DONE]`.
-    fn tail(&mut self, called: &Called, error: Option<&ApiError>, flavor: Flavor) -> Vec<u8> {
+    /// `responses_end`: a Responses stream's last events, written once its
+    /// conversation was kept (`keep_stream`).
+    fn tail(
+        &mut self,
+        called: &Called,
+        error: Option<&ApiError>,
+        flavor: Flavor,
+        responses_end: Vec<u8>,
+    ) -> Vec<u8> {
         let report = &called.report;
         let mut out = Vec::new();
         let finish = called
@@ -265,6 +310,16 @@ impl LiveState {
                     report.attempts.len(),
                 ));
             }
+            (Some(Encoder::Responses(e)), error) => {
+                match error {
+                    Some(err) => out.extend(e.error(err)),
+                    None => out.extend(responses_end),
+                }
+                out.extend(egress_stream::outcome_comment(
+                    report.outcome.as_str(),
+                    report.attempts.len(),
+                ));
+            }
             (Some(Encoder::PassThrough), error) => {
                 // The upstream's frames carried the finish and the usage; the gateway
                 // adds only what ends the stream.
@@ -276,6 +331,8 @@ impl LiveState {
                     (Flavor::Anthropic, None) if !self.stop_sent => {
                         out.extend(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
                     }
+                    // Ended by the caller: a failure, or the held last event.
+                    (Flavor::Responses, _) => out.extend(responses_end),
                     _ => {}
                 }
                 out.extend(egress_stream::outcome_comment(
@@ -313,6 +370,8 @@ struct Cut {
     deadline: Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
     ending: super::ask::Ending,
     flavor: Flavor,
+    /// The response's id (a Responses stream's failure names it).
+    id: String,
     /// Upstream calls made by the first token: after it, a stream makes no other.
     attempts: usize,
     /// The deadline passed (its future is not polled again).
@@ -334,6 +393,7 @@ impl Cut {
         let mut out = match self.flavor {
             Flavor::OpenAi => OpenAiStream::new(String::new(), 0, String::new(), false).error(&e),
             Flavor::Anthropic => AnthropicStream::new(String::new(), String::new()).error(&e),
+            Flavor::Responses => responses_failed(&self.id, &e),
         };
         out.extend(egress_stream::outcome_comment(
             crate::core::vocab::Outcome::Cancelled.as_str(),
@@ -424,10 +484,14 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
     let (tx, rx) = mpsc::unbounded_channel::<Msg>();
     let gw = ask.gw.clone();
     let n = gw.next_id();
-    let id = match ask.flavor {
-        Flavor::OpenAi => format!("chatcmpl-poolctl-{n}"),
-        Flavor::Anthropic => format!("msg_poolctl_{n}"),
+    let turn = c.responses.clone();
+    let id = match (ask.flavor, &turn) {
+        (_, Some(turn)) => turn.id.clone(),
+        (Flavor::Anthropic, None) => format!("msg_poolctl_{n}"),
+        (Flavor::OpenAi | Flavor::Responses, None) => format!("chatcmpl-poolctl-{n}"),
     };
+    let cut_id = id.clone();
+    let unstarted_turn = turn.clone();
     let ask = Arc::new(ask);
     let routing = {
         let (ask, gw) = (ask.clone(), gw.clone());
@@ -440,6 +504,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
             let wire = match ask.flavor {
                 Flavor::OpenAi => crate::core::vocab::Wire::OpenAi,
                 Flavor::Anthropic => crate::core::vocab::Wire::Anthropic,
+                Flavor::Responses => crate::core::vocab::Wire::Responses,
             };
             let same_wire = match &c.request.original {
                 Some(_) => std::iter::once(target.tier)
@@ -463,6 +528,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                 drops,
                 tx: tx.clone(),
                 flavor: ask.flavor,
+                turn: turn.clone(),
                 include_usage: c.include_usage,
                 id,
                 order,
@@ -491,14 +557,23 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                 None => Some(ask.failure(&choice, &called.report).await),
                 Some(_) => None,
             };
-            let mut state = lock(&live.state);
-            if state.encoder.is_some() {
-                let error = error.map(|mut e| {
+            let started = lock(&live.state).encoder.is_some();
+            let error = match (started, error) {
+                (true, Some(mut e)) => {
                     e.kind = "stream_interrupted".into();
                     e.code = "stream_interrupted".into();
-                    e
-                });
-                let tail = state.tail(&called, error.as_ref(), ask.flavor);
+                    Some(e)
+                }
+                (_, e) => e,
+            };
+            let responses_end = match (&live.turn, &error) {
+                (Some(turn), None) if started => responses_end(&ask, turn, &live, &called).await,
+                (Some(turn), Some(e)) if started => responses_failed(&turn.id, e),
+                _ => Vec::new(),
+            };
+            let mut state = lock(&live.state);
+            if state.encoder.is_some() {
+                let tail = state.tail(&called, error.as_ref(), ask.flavor, responses_end);
                 drop(state);
                 ask.finish(&choice, &c.model, &called.report, 200, in_router, prompt);
                 let _ = tx.send(Msg::Bytes(tail.into()));
@@ -538,6 +613,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                 deadline: Box::pin(gw.until_cut()),
                 ending: ask.ending(),
                 flavor: ask.flavor,
+                id: cut_id,
                 attempts,
                 fired: false,
                 done: false,
@@ -555,7 +631,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
         }) => {
             // Its last act was to send this: nothing is left to cancel.
             driver.routing = None;
-            unstarted(&ask, *called, error, include_usage)
+            unstarted(&ask, *called, error, include_usage, unstarted_turn).await
         }
         // The routing ended without a word: it panicked.
         Some(Msg::Bytes(_)) | None => {
@@ -573,6 +649,96 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
     }
 }
 
+/// A Responses stream's end, once its answer is whole: the open item closed, the
+/// conversation kept, then the last event (`response.completed`), which says whether
+/// it was kept. A same-wire stream ends with the upstream's own last event, held until
+/// now.
+async fn responses_end(ask: &Ask, turn: &Turn, live: &Live, called: &Called) -> Vec<u8> {
+    let served = called.report.served_by.clone();
+    let provider = served.as_ref().map(|r| r.provider().to_string());
+    let (mut out, object) = {
+        let mut s = lock(&live.state);
+        match &mut s.encoder {
+            Some(Encoder::Responses(e)) => {
+                let finish = called
+                    .reply
+                    .as_ref()
+                    .map(|r| r.finish.clone())
+                    .unwrap_or(Finish::Stop);
+                let usage = called.reply.as_ref().and_then(|r| r.usage);
+                let closing = e.close_all();
+                let object = e.completed_object(&finish, usage.as_ref());
+                (closing, Some(object))
+            }
+            Some(Encoder::PassThrough) => (
+                Vec::new(),
+                s.held_final
+                    .as_ref()
+                    .and_then(|f| crate::wire::responses::frame_response(f)),
+            ),
+            _ => (Vec::new(), None),
+        }
+    };
+    let Some(mut object) = object else {
+        return out;
+    };
+    let output = object["output"].as_array().cloned().unwrap_or_default();
+    let stored = super::responses::keep(
+        ask,
+        turn,
+        served.as_ref(),
+        provider.as_deref(),
+        output,
+        Some(object.clone()),
+        None,
+    )
+    .await;
+    let mut s = lock(&live.state);
+    match &mut s.encoder {
+        Some(Encoder::Responses(e)) => {
+            if !stored {
+                object["store"] = serde_json::json!(false);
+            }
+            out.extend(e.completed_event(&object));
+        }
+        Some(Encoder::PassThrough) => {
+            if let Some(frame) = s.held_final.take() {
+                let r = crate::wire::responses::Relabel {
+                    id: &turn.id,
+                    previous_response_id: turn.previous_response_id.as_deref(),
+                    stored,
+                };
+                match crate::wire::responses::relabel_frame(&frame, r) {
+                    Some(b) => out.extend(b),
+                    None => out.extend_from_slice(&frame),
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// What ends a Responses stream whose answer failed after its first event (a
+/// same-wire stream, or one cut by the drain deadline): the error, then the response,
+/// failed.
+fn responses_failed(id: &str, e: &ApiError) -> Vec<u8> {
+    let error = serde_json::json!({"type": "error", "sequence_number": 0,
+        "error": {"type": e.kind, "code": e.code, "message": e.message, "param": null}});
+    let failed = serde_json::json!({"type": "response.failed", "sequence_number": 0,
+        "response": {"id": id, "object": "response", "status": "failed", "output": [],
+            "error": {"code": "server_error", "message": e.message}}});
+    let mut out = Vec::new();
+    for (kind, v) in [("error", error), ("response.failed", failed)] {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\ndata: ");
+        out.extend(serde_json::to_vec(&v).unwrap_or_default());
+        out.extend_from_slice(b"\n\n");
+    }
+    out
+}
+
 fn sse_headers(h: &mut HeaderMap) {
     h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert("cache-control", HeaderValue::from_static("no-cache"));
@@ -580,11 +746,12 @@ fn sse_headers(h: &mut HeaderMap) {
 
 /// A stream request that ended before any visible token: a failure gets the status
 /// table's status; an empty answer is sent as a whole, complete stream.
-fn unstarted(
+async fn unstarted(
     ask: &Ask,
     called: Called,
     error: Option<ApiError>,
     include_usage: bool,
+    turn: Option<Arc<Turn>>,
 ) -> Response<Body> {
     let report = &called.report;
     let mut r = match (&called.reply, error) {
@@ -596,19 +763,48 @@ fn unstarted(
         (Some(reply), None) => {
             let mut s = LiveState::default();
             let id = format!("poolctl-{}", ask.gw.next_id());
-            s.encoder = Some(match ask.flavor {
-                Flavor::OpenAi => Encoder::OpenAi(OpenAiStream::new(
+            s.encoder = Some(match (ask.flavor, &turn) {
+                (Flavor::Anthropic, _) => {
+                    Encoder::Anthropic(AnthropicStream::new(id, reply.model.clone()))
+                }
+                (Flavor::Responses, Some(turn)) => {
+                    Encoder::Responses(ResponsesStream::new(turn.clone(), reply.model.clone()))
+                }
+                (Flavor::OpenAi | Flavor::Responses, _) => Encoder::OpenAi(OpenAiStream::new(
                     id,
                     crate::core::clock::wall_now_ms() / 1000,
                     reply.model.clone(),
                     include_usage,
                 )),
-                Flavor::Anthropic => {
-                    Encoder::Anthropic(AnthropicStream::new(id, reply.model.clone()))
-                }
             });
             let mut bytes = s.encode(&Event::Text(String::new()));
-            bytes.extend(s.tail(&called, None, ask.flavor));
+            // An empty answer is an answer: a Responses conversation keeps it too.
+            let end = match (&turn, &mut s.encoder) {
+                (Some(turn), Some(Encoder::Responses(e))) => {
+                    let mut end = e.close_all();
+                    let mut object = e.completed_object(&reply.finish, reply.usage.as_ref());
+                    let served = report.served_by.clone();
+                    let provider = served.as_ref().map(|r| r.provider().to_string());
+                    let output = object["output"].as_array().cloned().unwrap_or_default();
+                    let stored = super::responses::keep(
+                        ask,
+                        turn,
+                        served.as_ref(),
+                        provider.as_deref(),
+                        output,
+                        Some(object.clone()),
+                        None,
+                    )
+                    .await;
+                    if !stored {
+                        object["store"] = serde_json::json!(false);
+                    }
+                    end.extend(e.completed_event(&object));
+                    end
+                }
+                _ => Vec::new(),
+            };
+            bytes.extend(s.tail(&called, None, ask.flavor, end));
             let mut r = Response::new(full(bytes));
             sse_headers(r.headers_mut());
             r

@@ -10,6 +10,7 @@
 //! the same way: a [`breaker::Step`] (data) that the store applies atomically with the
 //! pure [`breaker::step`]. So a fleet that shares a store shares its breakers too.
 
+pub mod conversations;
 mod fallback;
 mod health_store;
 mod memory;

@@ -288,6 +288,55 @@ impl SqliteStore {
         })
     }
 
+    /// Stores a conversation (`store::conversations`) under `id` until `expires_ms`,
+    /// then drops what has expired and, past `max` rows, the oldest: one transaction.
+    pub fn put_response(
+        &self,
+        id: String,
+        body: Vec<u8>,
+        now: UnixMs,
+        expires_ms: UnixMs,
+        max: usize,
+    ) -> StoreFuture<'_, ()> {
+        self.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
+                "INSERT OR REPLACE INTO responses (id, body, stored_ms, expires_ms) VALUES (?1, ?2, ?3, ?4)",
+                params![id, body, now, expires_ms],
+            )?;
+            tx.execute("DELETE FROM responses WHERE expires_ms <= ?1", params![now])?;
+            let rows: i64 = tx.query_row("SELECT COUNT(*) FROM responses", [], |r| r.get(0))?;
+            let over = rows - i64::try_from(max).unwrap_or(i64::MAX);
+            if over > 0 {
+                tx.execute(
+                    "DELETE FROM responses WHERE id IN
+                     (SELECT id FROM responses ORDER BY stored_ms ASC LIMIT ?1)",
+                    params![over],
+                )?;
+            }
+            tx.commit()
+        })
+    }
+
+    /// The conversation stored under `id`, unless it expired by `now`.
+    pub fn get_response(&self, id: String, now: UnixMs) -> StoreFuture<'_, Option<Vec<u8>>> {
+        self.run(move |conn| {
+            conn.query_row(
+                "SELECT body FROM responses WHERE id = ?1 AND expires_ms > ?2",
+                params![id, now],
+                |r| r.get(0),
+            )
+            .optional()
+        })
+    }
+
+    /// Forgets the conversation under `id`; whether one was stored.
+    pub fn delete_response(&self, id: String) -> StoreFuture<'_, bool> {
+        self.run(move |conn| {
+            Ok(conn.execute("DELETE FROM responses WHERE id = ?1", params![id])? > 0)
+        })
+    }
+
     /// Runs SQLite's own consistency check; `Ok("ok")` for a sound file.
     pub fn integrity_check(&self) -> StoreFuture<'_, String> {
         self.run(|conn| conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)))
@@ -356,6 +405,13 @@ fn set_up(conn: &Connection) -> rusqlite::Result<String> {
                  seen_ms    INTEGER NOT NULL,
                  PRIMARY KEY (route, dimension)
              ) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS responses (
+                 id         TEXT PRIMARY KEY,
+                 body       BLOB NOT NULL,
+                 stored_ms  INTEGER NOT NULL,
+                 expires_ms INTEGER NOT NULL
+             );
+             CREATE INDEX IF NOT EXISTS responses_by_age ON responses (stored_ms);
              COMMIT;",
     )?;
     Ok(mode)

@@ -6,7 +6,7 @@ use super::codec::{bad_success, BadSuccess};
 use super::endpoint::Endpoint;
 use super::http::send;
 use super::rerank as rerank_wire;
-use super::{anthropic, gemini, openai};
+use super::{anthropic, gemini, openai, responses};
 use crate::classify::failure::{Headers, Transport, UpstreamFailure};
 use crate::core::answer::FinishReason;
 use crate::core::request::{ChatRequest, EmbedRequest, RerankRequest, Usage};
@@ -43,10 +43,16 @@ pub async fn chat(
 ) -> Result<ChatSuccess, UpstreamFailure> {
     let same_wire = req.same_wire(endpoint.wire);
     let call = match (same_wire, endpoint.wire) {
-        (Some(orig), _) => super::passthrough::chat_call(endpoint, model, orig, false),
+        (Some(orig), _) => super::passthrough::chat_call(
+            endpoint,
+            model,
+            orig.for_provider(&endpoint.provider),
+            false,
+        ),
         (None, Wire::OpenAi) => openai::chat_call(endpoint, model, req),
         (None, Wire::Anthropic) => anthropic::chat_call(endpoint, model, req),
         (None, Wire::Gemini) => gemini::chat_call(endpoint, model, req),
+        (None, Wire::Responses) => responses::chat_call(endpoint, model, req),
     };
     let raw = call.body.is_raw();
     let mut call = call;
@@ -73,6 +79,7 @@ pub async fn chat(
                 Wire::OpenAi => openai::parse_chat(&reply.json),
                 Wire::Anthropic => anthropic::parse_chat(&reply.json),
                 Wire::Gemini => gemini::parse_chat(&reply.json),
+                Wire::Responses => responses::parse_chat(&reply.json),
             };
             (reply.status, reply.headers, reply.raw, parsed)
         }
@@ -134,15 +141,22 @@ pub async fn embed(
     model: &str,
     req: &EmbedRequest,
 ) -> Result<EmbedSuccess, UpstreamFailure> {
-    let call = match (req.same_wire(endpoint.wire), endpoint.wire) {
+    // A provider that speaks the Responses API serves OpenAI's `/embeddings` beside it.
+    let wire = match endpoint.wire {
+        Wire::Responses => Wire::OpenAi,
+        w => w,
+    };
+    let call = match (req.same_wire(wire), wire) {
         (_, Wire::Anthropic) => return Err(unsupported(endpoint, "embeddings")),
         (Some(orig), _) => super::passthrough::embed_call(endpoint, model, orig),
-        (None, Wire::OpenAi) => openai::embed_call(endpoint, model, &req.inputs, req.dimensions),
         (None, Wire::Gemini) => gemini::embed_call(endpoint, model, &req.inputs, req.dimensions),
+        (None, Wire::OpenAi | Wire::Responses) => {
+            openai::embed_call(endpoint, model, &req.inputs, req.dimensions)
+        }
     };
     let raw = call.body.is_raw();
     let reply = send(client, call, endpoint.timeout_ms).await?;
-    let parsed = match endpoint.wire {
+    let parsed = match wire {
         Wire::Gemini => gemini::parse_embed(&reply.json, req.inputs.len()),
         _ => openai::parse_embed(&reply.json, req.inputs.len()),
     };
@@ -165,7 +179,7 @@ pub async fn rerank(
     model: &str,
     req: &RerankRequest,
 ) -> Result<RerankSuccess, UpstreamFailure> {
-    if endpoint.wire != Wire::OpenAi {
+    if !matches!(endpoint.wire, Wire::OpenAi | Wire::Responses) {
         return Err(unsupported(endpoint, "rerank"));
     }
     let call = rerank_wire::rerank_call(endpoint, model, &req.query, &req.documents, req.top_n);

@@ -35,7 +35,12 @@ pub fn carry(
     streaming: bool,
 ) -> Result<Vec<String>, Cannot> {
     let mut lacks: Vec<(String, bool)> = Vec::new();
-    if req.same_wire(endpoint.wire).is_none() {
+    if let Some(orig) = req.same_wire(endpoint.wire) {
+        // A re-sent conversation's reasoning, kept only for the provider it came from.
+        for field in orig.left_out_for(&endpoint.provider) {
+            lacks.push((field.clone(), false));
+        }
+    } else {
         if let Some(why) = req
             .original
             .as_deref()
@@ -132,6 +137,21 @@ fn cross_wire(req: &ChatRequest, wire: Wire, streaming: bool, out: &mut Vec<(Str
         Wire::OpenAi => {
             if req.sampling.top_k.is_some() {
                 lack("top_k", false);
+            }
+        }
+        // The Responses API has no stop sequences, seed, top_k or `n`.
+        Wire::Responses => {
+            if !req.sampling.stop.is_empty() {
+                lack("stop", false);
+            }
+            if req.sampling.seed.is_some() {
+                lack("seed", false);
+            }
+            if req.sampling.top_k.is_some() {
+                lack("top_k", false);
+            }
+            if n > 1 {
+                lack("n", true);
             }
         }
     }

@@ -16,6 +16,7 @@ pub mod http;
 pub mod openai;
 pub mod passthrough;
 pub mod rerank;
+pub mod responses;
 pub mod sse;
 pub mod stream;
 pub mod stream_event;

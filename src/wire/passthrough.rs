@@ -8,7 +8,7 @@ use super::endpoint::Endpoint;
 use super::http::{CallBody, HttpCall};
 use crate::core::request::Original;
 use crate::core::vocab::Wire;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use std::ops::Range;
 
 /// The byte spans of top-level fields of a JSON object body, found in one pass without
@@ -17,9 +17,15 @@ use std::ops::Range;
 pub struct Spans {
     pub model: Option<Range<usize>>,
     pub stream_options: Option<Range<usize>>,
+    /// A Responses object's `id`, `previous_response_id` and `store`, and an event's
+    /// `response` (the gateway answers with its own id: `wire::responses`).
+    pub id: Option<Range<usize>>,
+    pub previous_response_id: Option<Range<usize>>,
+    pub store: Option<Range<usize>>,
+    pub response: Option<Range<usize>>,
 }
 
-/// The spans of the top-level `model` and `stream_options` values of `body`.
+/// The spans of the top-level values of `body` that [`Spans`] names.
 pub fn spans(body: &[u8]) -> Option<Spans> {
     let mut s = Scanner { b: body, i: 0 };
     s.ws();
@@ -41,6 +47,10 @@ pub fn spans(body: &[u8]) -> Option<Spans> {
         match &body[key.start + 1..key.end - 1] {
             b"model" => out.model = Some(span),
             b"stream_options" => out.stream_options = Some(span),
+            b"id" => out.id = Some(span),
+            b"previous_response_id" => out.previous_response_id = Some(span),
+            b"store" => out.store = Some(span),
+            b"response" => out.response = Some(span),
             _ => {}
         }
         s.ws();
@@ -138,6 +148,21 @@ impl Scanner<'_> {
     }
 }
 
+/// `body` with the value at each span replaced (spans in any order, none overlapping).
+pub fn splice(body: &[u8], mut edits: Vec<(Range<usize>, Vec<u8>)>) -> Vec<u8> {
+    edits.sort_by_key(|(r, _)| r.start);
+    let extra: usize = edits.iter().map(|(_, v)| v.len()).sum();
+    let mut out = Vec::with_capacity(body.len() + extra);
+    let mut at = 0;
+    for (span, with) in edits {
+        out.extend_from_slice(&body[at..span.start]);
+        out.extend_from_slice(&with);
+        at = span.end;
+    }
+    out.extend_from_slice(&body[at..]);
+    out
+}
+
 /// The client's body with its `model` value replaced by `model`, and, when
 /// `include_usage`, `stream_options.include_usage: true` set (the rest of
 /// `stream_options` kept).
@@ -169,17 +194,7 @@ pub fn body(orig: &Original, model: &str, include_usage: bool) -> Bytes {
             }
         }
     }
-    edits.sort_by_key(|(r, _)| r.start);
-    let extra: usize = edits.iter().map(|(_, v)| v.len()).sum();
-    let mut out = BytesMut::with_capacity(b.len() + extra);
-    let mut at = 0;
-    for (span, with) in edits {
-        out.put_slice(&b[at..span.start]);
-        out.put_slice(&with);
-        at = span.end;
-    }
-    out.put_slice(&b[at..]);
-    out.freeze()
+    Bytes::from(splice(b, edits))
 }
 
 /// The headers of a same-wire call: the route's credential, and on the Anthropic wire
@@ -212,6 +227,7 @@ fn headers(ep: &Endpoint, orig: &Original) -> Vec<(&'static str, String)> {
 pub fn chat_call(ep: &Endpoint, model: &str, orig: &Original, include_usage: bool) -> HttpCall {
     let path = match ep.wire {
         Wire::Anthropic => "/v1/messages",
+        Wire::Responses => super::responses::PATH,
         _ => "/chat/completions",
     };
     HttpCall {
@@ -244,6 +260,8 @@ mod tests {
             stream_options: s.stream_options,
             headers: vec![],
             untranslatable: None,
+            per_provider: vec![],
+            left_out: vec![],
         }
     }
 

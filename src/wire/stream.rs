@@ -32,7 +32,7 @@ fn stream_call_whole(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall 
         // Not of Mistral, which rejects `stream_options` (below).
         let usage =
             ep.wire == Wire::OpenAi && ep.dialect != crate::classify::dialect::Dialect::Mistral;
-        return super::passthrough::chat_call(ep, model, orig, usage);
+        return super::passthrough::chat_call(ep, model, orig.for_provider(&ep.provider), usage);
     }
     match ep.wire {
         Wire::OpenAi => {
@@ -61,6 +61,13 @@ fn stream_call_whole(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall 
             call.url = ep.url(&format!(
                 "/v1beta/models/{model}:streamGenerateContent?alt=sse"
             ));
+            call
+        }
+        Wire::Responses => {
+            let mut call = super::responses::chat_call(ep, model, req);
+            if let Some(body) = call.body.json_mut() {
+                body["stream"] = Value::Bool(true);
+            }
             call
         }
     }
@@ -601,6 +608,8 @@ mod tests {
             stream_options: None,
             headers: Vec::new(),
             untranslatable: None,
+            per_provider: Vec::new(),
+            left_out: Vec::new(),
         }));
         let sent = |d| match stream_call(&endpoint(d), "m", &same).body {
             super::super::http::CallBody::Raw(b) => String::from_utf8(b.to_vec()).unwrap(),

@@ -72,6 +72,86 @@ pub fn parse_event(wire: Wire, event: &str, data: &str, calls_so_far: u32) -> Ve
         Wire::OpenAi => openai_event(&v),
         Wire::Anthropic => anthropic_event(event, &v),
         Wire::Gemini => gemini_event(&v, calls_so_far),
+        Wire::Responses => responses_event(event, &v),
+    }
+}
+
+/// One typed event of the Responses API (`type` in the data, else the SSE event name).
+/// A function call's deltas carry its `output_index` as their index; the lifecycle's
+/// last event (`response.completed` / `incomplete`) is the finish, with the usage, and
+/// ends the stream (this wire sends no `[DONE]`).
+fn responses_event(event: &str, v: &Value) -> Vec<WireEvent> {
+    let kind = v.get("type").and_then(Value::as_str).unwrap_or(event);
+    let text = |key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
+    let index = || v.get("output_index").and_then(Value::as_u64).unwrap_or(0) as u32;
+    match kind {
+        "response.created" | "response.in_progress" => v
+            .pointer("/response/model")
+            .and_then(Value::as_str)
+            .map(|m| vec![WireEvent::Model(m.to_string())])
+            .unwrap_or_default(),
+        "response.output_text.delta" => {
+            let t = text("delta");
+            if t.is_empty() {
+                Vec::new()
+            } else {
+                vec![WireEvent::Delta(t)]
+            }
+        }
+        "response.refusal.delta" => vec![WireEvent::Refusal(text("delta"))],
+        "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+            vec![WireEvent::Reasoning(text("delta"))]
+        }
+        "response.output_item.added"
+            if v.pointer("/item/type").and_then(Value::as_str) == Some("function_call") =>
+        {
+            let item = |key: &str| {
+                v.pointer(&format!("/item/{key}"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            };
+            vec![WireEvent::ToolCall {
+                index: index(),
+                id: item("call_id"),
+                name: item("name"),
+                arguments: item("arguments").unwrap_or_default(),
+            }]
+        }
+        "response.function_call_arguments.delta" => vec![WireEvent::ToolCall {
+            index: index(),
+            id: None,
+            name: None,
+            arguments: text("delta"),
+        }],
+        "response.completed" | "response.incomplete" => {
+            let response = v.get("response").unwrap_or(&Value::Null);
+            let mut out = Vec::new();
+            if let Some(m) = response.get("model").and_then(Value::as_str) {
+                out.push(WireEvent::Model(m.to_string()));
+            }
+            let finish = super::responses::finish(response);
+            // A response the content filter cut is a refusal (fidelity.md §4).
+            if finish == Some(FinishReason::ContentFilter) {
+                out.push(WireEvent::Refusal(String::new()));
+            }
+            let usage = response
+                .get("usage")
+                .filter(|u| u.is_object())
+                .map(|u| super::responses::usage(Some(u)));
+            out.push(WireEvent::Finish(finish, usage));
+            out.push(WireEvent::Terminator);
+            out
+        }
+        "response.failed" => vec![WireEvent::Error(Box::new(super::responses::error_fields(
+            v.pointer("/response/error"),
+        )))],
+        // The documented flat form: `code` and `message` beside `type`.
+        "error" => vec![WireEvent::Error(Box::new(ErrorFields {
+            code: v.get("code").and_then(Value::as_str).map(str::to_string),
+            message: v.get("message").and_then(Value::as_str).map(str::to_string),
+            ..Default::default()
+        }))],
+        _ => Vec::new(),
     }
 }
 

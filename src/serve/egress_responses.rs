@@ -1,0 +1,615 @@
+//! Egress for the Responses API: a `response` object for an answer a route of another
+//! wire gave, and the typed SSE events of a streamed one (`response.created`, the
+//! output items and their parts, the deltas, `response.completed`), in the order the
+//! official SDK's stream helper assembles them: an item is added before its deltas, a
+//! content part before its text, and the stream ends with the whole response.
+
+use super::adapter::{Event, Finish, Reply};
+use super::errors::ApiError;
+use super::ingress::Turn;
+use crate::core::answer::FinishReason;
+use crate::core::conversation::ToolCall;
+use crate::core::request::Usage;
+use crate::wire::responses::output::{self, Answered, Envelope};
+use serde_json::{json, Value};
+
+pub(super) fn finish_reason(f: &Finish) -> FinishReason {
+    match f {
+        Finish::Stop => FinishReason::Stop,
+        Finish::Length => FinishReason::Length,
+        Finish::ToolCalls => FinishReason::ToolCalls,
+        Finish::ContentFilter => FinishReason::ContentFilter,
+        Finish::Other(s) => FinishReason::Other(s.clone()),
+    }
+}
+
+/// The `response` object of an answer from a route of another wire, and its output
+/// items (what the conversation keeps).
+pub(super) fn response(turn: &Turn, reply: &Reply) -> (Value, Vec<Value>) {
+    let finish = finish_reason(&reply.finish);
+    let answered = Answered {
+        text: &reply.text,
+        refusal: reply.refusal.as_deref(),
+        reasoning: reply.reasoning.as_deref(),
+        tool_calls: &reply.tool_calls,
+        finish: &finish,
+    };
+    let items = output::output_items(&answered);
+    let (status, incomplete) = output::status_of(&answered);
+    let envelope = Envelope {
+        id: &turn.id,
+        created_at: turn.created_at,
+        model: &reply.model,
+        status,
+        incomplete,
+        error: None,
+        previous_response_id: turn.previous_response_id.as_deref(),
+        usage: Some(output::usage(reply.usage.as_ref())),
+    };
+    (
+        output::response_object(&envelope, &turn.fields, items.clone()),
+        items,
+    )
+}
+
+/// The output item open now, and where its text goes.
+#[derive(Debug)]
+enum Open {
+    /// A message; `part` is its content index, `refusal` whether that part is one.
+    Message {
+        index: usize,
+        id: String,
+        part: usize,
+        refusal: bool,
+    },
+    Reasoning {
+        index: usize,
+        id: String,
+    },
+    /// A function call, by the upstream's index of it.
+    Call {
+        index: usize,
+        upstream: u32,
+    },
+}
+
+/// A function call being streamed.
+#[derive(Debug)]
+struct Call {
+    upstream: u32,
+    index: usize,
+    id: String,
+    call_id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Encodes one stream as Responses API events. It keeps what the final
+/// `response.completed` repeats (every item whole): the API asks it of any server.
+#[derive(Debug)]
+pub struct ResponsesStream {
+    turn: std::sync::Arc<Turn>,
+    model: String,
+    seq: u64,
+    started: bool,
+    /// Every output item so far, in order; the open one's text is in `text`.
+    output: Vec<Value>,
+    open: Option<Open>,
+    /// The open message's parts (text, refusal), or the open reasoning's text.
+    text: String,
+    parts: Vec<Value>,
+    calls: Vec<Call>,
+}
+
+impl ResponsesStream {
+    pub fn new(turn: std::sync::Arc<Turn>, model: String) -> Self {
+        ResponsesStream {
+            turn,
+            model,
+            seq: 0,
+            started: false,
+            output: Vec::new(),
+            open: None,
+            text: String::new(),
+            parts: Vec::new(),
+            calls: Vec::new(),
+        }
+    }
+
+    fn event(&mut self, kind: &str, mut v: Value, out: &mut Vec<u8>) {
+        v["type"] = json!(kind);
+        v["sequence_number"] = json!(self.seq);
+        self.seq += 1;
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\ndata: ");
+        let _ = serde_json::to_writer(&mut *out, &v);
+        out.extend_from_slice(b"\n\n");
+    }
+
+    /// The `response` object as of now.
+    fn object(
+        &self,
+        status: &str,
+        incomplete: Option<&str>,
+        usage: Option<Value>,
+        error: Option<Value>,
+    ) -> Value {
+        let envelope = Envelope {
+            id: &self.turn.id,
+            created_at: self.turn.created_at,
+            model: &self.model,
+            status,
+            incomplete,
+            error,
+            previous_response_id: self.turn.previous_response_id.as_deref(),
+            usage,
+        };
+        let output = if status == "in_progress" {
+            Vec::new()
+        } else {
+            self.output.clone()
+        };
+        output::response_object(&envelope, &self.turn.fields, output)
+    }
+
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if std::mem::replace(&mut self.started, true) {
+            return;
+        }
+        let r = self.object("in_progress", None, None, None);
+        self.event("response.created", json!({ "response": r }), out);
+        self.event("response.in_progress", json!({ "response": r }), out);
+    }
+
+    /// Closes the open item: its parts and the item, done.
+    fn close(&mut self, out: &mut Vec<u8>) {
+        match self.open.take() {
+            None => {}
+            Some(Open::Message {
+                index,
+                id,
+                part,
+                refusal,
+            }) => {
+                self.close_part(index, &id, part, refusal, out);
+                let item = json!({"id": id, "type": "message", "status": "completed", "role": "assistant",
+                    "content": std::mem::take(&mut self.parts)});
+                self.event(
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": item}),
+                    out,
+                );
+                self.output[index] = item;
+            }
+            Some(Open::Reasoning { index, id }) => {
+                let text = std::mem::take(&mut self.text);
+                let part = json!({"type": "summary_text", "text": text});
+                self.event(
+                    "response.reasoning_summary_text.done",
+                    json!({"item_id": id, "output_index": index, "summary_index": 0, "text": text}),
+                    out,
+                );
+                self.event(
+                    "response.reasoning_summary_part.done",
+                    json!({"item_id": id, "output_index": index, "summary_index": 0, "part": part}),
+                    out,
+                );
+                let item = output::reasoning_item(&id, &text);
+                self.event(
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": item}),
+                    out,
+                );
+                self.output[index] = item;
+            }
+            Some(Open::Call { index, upstream }) => {
+                let Some(call) = self.calls.iter().find(|c| c.upstream == upstream) else {
+                    return;
+                };
+                let item = json!({"id": call.id, "type": "function_call", "status": "completed",
+                    "call_id": call.call_id, "name": call.name, "arguments": call.arguments});
+                let done =
+                    json!({"item_id": call.id, "output_index": index, "arguments": call.arguments});
+                self.event("response.function_call_arguments.done", done, out);
+                self.event(
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": item}),
+                    out,
+                );
+                self.output[index] = item;
+            }
+        }
+    }
+
+    fn close_part(
+        &mut self,
+        index: usize,
+        id: &str,
+        part: usize,
+        refusal: bool,
+        out: &mut Vec<u8>,
+    ) {
+        let text = std::mem::take(&mut self.text);
+        let (done, value) = if refusal {
+            (
+                "response.refusal.done",
+                json!({"type": "refusal", "refusal": text}),
+            )
+        } else {
+            ("response.output_text.done", output::output_text(&text))
+        };
+        let key = if refusal { "refusal" } else { "text" };
+        let mut v = json!({"item_id": id, "output_index": index, "content_index": part});
+        v[key] = json!(text);
+        if !refusal {
+            v["logprobs"] = json!([]);
+        }
+        self.event(done, v, out);
+        self.event(
+            "response.content_part.done",
+            json!({"item_id": id, "output_index": index, "content_index": part, "part": value}),
+            out,
+        );
+        self.parts.push(value);
+    }
+
+    /// Text (or a refusal) goes to the open message's part of its kind, opening the
+    /// message, or a part, as needed.
+    fn message_text(&mut self, t: &str, refusal: bool, out: &mut Vec<u8>) {
+        let same = matches!(&self.open, Some(Open::Message { refusal: r, .. }) if *r == refusal);
+        if !same {
+            if let Some(Open::Message {
+                index,
+                id,
+                part,
+                refusal: r,
+            }) = self.open.take()
+            {
+                // The message goes on with a part of the other kind.
+                self.close_part(index, &id, part, r, out);
+                self.open = Some(Open::Message {
+                    index,
+                    id,
+                    part: part + 1,
+                    refusal,
+                });
+            } else {
+                self.close(out);
+                let index = self.output.len();
+                let id = output::new_id("msg");
+                let item = json!({"id": id, "type": "message", "status": "in_progress", "role": "assistant", "content": []});
+                self.output.push(item.clone());
+                self.event(
+                    "response.output_item.added",
+                    json!({"output_index": index, "item": item}),
+                    out,
+                );
+                self.open = Some(Open::Message {
+                    index,
+                    id,
+                    part: 0,
+                    refusal,
+                });
+            }
+            if let Some(Open::Message {
+                index, id, part, ..
+            }) = &self.open
+            {
+                let empty = if refusal {
+                    json!({"type": "refusal", "refusal": ""})
+                } else {
+                    output::output_text("")
+                };
+                let v = json!({"item_id": id, "output_index": index, "content_index": part, "part": empty});
+                self.event("response.content_part.added", v, out);
+            }
+        }
+        if let Some(Open::Message {
+            index, id, part, ..
+        }) = &self.open
+        {
+            let v = if refusal {
+                json!({"item_id": id, "output_index": index, "content_index": part, "delta": t})
+            } else {
+                json!({"item_id": id, "output_index": index, "content_index": part, "delta": t, "logprobs": []})
+            };
+            let kind = if refusal {
+                "response.refusal.delta"
+            } else {
+                "response.output_text.delta"
+            };
+            self.event(kind, v, out);
+        }
+        self.text.push_str(t);
+    }
+
+    fn reasoning(&mut self, t: &str, out: &mut Vec<u8>) {
+        if !matches!(self.open, Some(Open::Reasoning { .. })) {
+            self.close(out);
+            let index = self.output.len();
+            let id = output::new_id("rs");
+            let item = json!({"id": id, "type": "reasoning", "summary": []});
+            self.output.push(item.clone());
+            self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": item}),
+                out,
+            );
+            self.event(
+                "response.reasoning_summary_part.added",
+                json!({"item_id": id, "output_index": index,
+                "summary_index": 0, "part": {"type": "summary_text", "text": ""}}),
+                out,
+            );
+            self.open = Some(Open::Reasoning { index, id });
+        }
+        if let Some(Open::Reasoning { index, id }) = &self.open {
+            let v = json!({"item_id": id, "output_index": index, "summary_index": 0, "delta": t});
+            self.event("response.reasoning_summary_text.delta", v, out);
+        }
+        self.text.push_str(t);
+    }
+
+    fn call(
+        &mut self,
+        upstream: u32,
+        id: Option<&str>,
+        name: Option<&str>,
+        arguments: &str,
+        out: &mut Vec<u8>,
+    ) {
+        let known = self.calls.iter().position(|c| c.upstream == upstream);
+        let at = match known {
+            Some(at) => at,
+            None => {
+                self.close(out);
+                let index = self.output.len();
+                let call = Call {
+                    upstream,
+                    index,
+                    id: output::new_id("fc"),
+                    call_id: id
+                        .map(str::to_string)
+                        .unwrap_or_else(|| format!("call_{upstream}")),
+                    name: name.unwrap_or_default().to_string(),
+                    arguments: String::new(),
+                };
+                let item = json!({"id": call.id, "type": "function_call", "status": "in_progress",
+                    "call_id": call.call_id, "name": call.name, "arguments": ""});
+                self.output.push(item.clone());
+                self.event(
+                    "response.output_item.added",
+                    json!({"output_index": index, "item": item}),
+                    out,
+                );
+                self.open = Some(Open::Call { index, upstream });
+                self.calls.push(call);
+                self.calls.len() - 1
+            }
+        };
+        if arguments.is_empty() {
+            return;
+        }
+        let (item_id, index) = (self.calls[at].id.clone(), self.calls[at].index);
+        self.calls[at].arguments.push_str(arguments);
+        let v = json!({"item_id": item_id, "output_index": index, "delta": arguments});
+        self.event("response.function_call_arguments.delta", v, out);
+    }
+
+    /// The bytes for one event (the response's first two events with the first).
+    pub fn encode(&mut self, e: &Event) -> Vec<u8> {
+        let mut out = Vec::new();
+        match e {
+            Event::Text(t) => {
+                self.start(&mut out);
+                if !t.is_empty() || self.output.is_empty() {
+                    self.message_text(t, false, &mut out);
+                }
+            }
+            Event::Refusal(t) => {
+                self.start(&mut out);
+                self.message_text(t, true, &mut out);
+            }
+            Event::Reasoning(t) => {
+                self.start(&mut out);
+                self.reasoning(t, &mut out);
+            }
+            Event::ToolCall {
+                index,
+                id,
+                name,
+                arguments,
+            } => {
+                self.start(&mut out);
+                self.call(*index, id.as_deref(), name.as_deref(), arguments, &mut out);
+            }
+            // The finish and the usage come in `finish`, with the whole response.
+            Event::Finish(_) | Event::Usage(_) | Event::Model(_) | Event::Raw { .. } => {}
+        }
+        out
+    }
+
+    /// The items as they stand, once closed: what the conversation keeps.
+    pub fn output(&self) -> &[Value] {
+        &self.output
+    }
+
+    /// Closes the open item: its last events.
+    pub fn close_all(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.close(&mut out);
+        out
+    }
+
+    /// The whole `response` the stream ends with, its items closed (`close_all` first):
+    /// completed, or incomplete when the answer was cut (`max_output_tokens`,
+    /// `content_filter`).
+    pub fn completed_object(&self, finish: &Finish, usage: Option<&Usage>) -> Value {
+        let reason = finish_reason(finish);
+        let refusal = self.output.iter().any(|i| {
+            i["content"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|p| p["type"] == "refusal"))
+        });
+        let no_calls: [ToolCall; 0] = [];
+        let answered = Answered {
+            text: "",
+            refusal: refusal.then_some("refused"),
+            reasoning: None,
+            tool_calls: &no_calls,
+            finish: &reason,
+        };
+        let (status, incomplete) = output::status_of(&answered);
+        self.object(status, incomplete, Some(output::usage(usage)), None)
+    }
+
+    /// The last event, carrying `response`: `response.completed`, or
+    /// `response.incomplete` for a cut one.
+    pub fn completed_event(&mut self, response: &Value) -> Vec<u8> {
+        let kind = if response["status"] == "incomplete" {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        let mut out = Vec::new();
+        self.event(kind, json!({ "response": response }), &mut out);
+        out
+    }
+
+    /// The stream's first events were the upstream's own (a same-wire stream): what
+    /// this encoder writes continues it.
+    pub fn mark_started(&mut self) {
+        self.started = true;
+    }
+
+    /// What ends a stream an upstream failure cut: the error, then the response,
+    /// failed (OpenAI sends both; the SDK raises on the first).
+    pub fn error(&mut self, e: &ApiError) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.start(&mut out);
+        self.close(&mut out);
+        let error = json!({"type": e.kind, "code": e.code, "message": e.message, "param": null});
+        self.event("error", json!({ "error": error }), &mut out);
+        let failed = json!({"code": "server_error", "message": e.message});
+        let r = self.object("failed", None, None, Some(failed));
+        self.event("response.failed", json!({ "response": r }), &mut out);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Map;
+
+    fn turn() -> std::sync::Arc<Turn> {
+        std::sync::Arc::new(Turn {
+            id: "resp_gw".into(),
+            created_at: 7,
+            previous_response_id: None,
+            store: true,
+            fields: std::sync::Arc::new(Map::new()),
+            history: vec![],
+            origins: vec![],
+        })
+    }
+
+    fn events(bytes: &[u8]) -> Vec<Value> {
+        std::str::from_utf8(bytes)
+            .unwrap()
+            .split("\n\n")
+            .filter_map(|f| f.lines().find_map(|l| l.strip_prefix("data: ")))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_stream_is_the_lifecycle_the_sdk_helper_assembles() {
+        let mut s = ResponsesStream::new(turn(), "claude-x".into());
+        let mut bytes = Vec::new();
+        for e in [
+            Event::Reasoning("hmm".into()),
+            Event::Text("Hel".into()),
+            Event::Text("lo".into()),
+            Event::ToolCall {
+                index: 1,
+                id: Some("toolu_1".into()),
+                name: Some("f".into()),
+                arguments: String::new(),
+            },
+            Event::ToolCall {
+                index: 1,
+                id: None,
+                name: None,
+                arguments: "{\"a\":".into(),
+            },
+            Event::ToolCall {
+                index: 1,
+                id: None,
+                name: None,
+                arguments: "1}".into(),
+            },
+        ] {
+            bytes.extend(s.encode(&e));
+        }
+        let usage = Usage {
+            input_tokens: 5,
+            output_tokens: 3,
+            ..Usage::default()
+        };
+        bytes.extend(s.close_all());
+        let r = s.completed_object(&Finish::ToolCalls, Some(&usage));
+        bytes.extend(s.completed_event(&r));
+        let ev = events(&bytes);
+        let kinds: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds[..2], ["response.created", "response.in_progress"]);
+        assert_eq!(*kinds.last().unwrap(), "response.completed");
+        // Sequence numbers count every event from 0.
+        for (i, e) in ev.iter().enumerate() {
+            assert_eq!(e["sequence_number"], i as u64);
+        }
+        // Each item is added before its deltas, each text part before its text.
+        let pos = |k: &str| kinds.iter().position(|x| *x == k).unwrap();
+        assert!(pos("response.content_part.added") < pos("response.output_text.delta"));
+        assert!(pos("response.output_item.added") < pos("response.reasoning_summary_text.delta"));
+        let output = r["output"].as_array().unwrap();
+        let types: Vec<&str> = output.iter().map(|i| i["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["reasoning", "message", "function_call"]);
+        assert_eq!(output[1]["content"][0]["text"], "Hello");
+        assert_eq!(output[2]["arguments"], "{\"a\":1}");
+        assert_eq!(output[2]["call_id"], "toolu_1");
+        assert_eq!(r["usage"]["input_tokens"], 5);
+        assert_eq!(r["id"], "resp_gw");
+        assert_eq!(s.output().len(), 3);
+    }
+
+    #[test]
+    fn a_cut_answer_ends_incomplete_and_a_failure_failed() {
+        let mut s = ResponsesStream::new(turn(), "m".into());
+        let mut bytes = s.encode(&Event::Text("Half".into()));
+        bytes.extend(s.close_all());
+        let r = s.completed_object(&Finish::Length, None);
+        bytes.extend(s.completed_event(&r));
+        assert_eq!(r["status"], "incomplete");
+        assert_eq!(r["incomplete_details"]["reason"], "max_output_tokens");
+        assert_eq!(
+            events(&bytes).last().unwrap()["type"],
+            "response.incomplete"
+        );
+        let mut s = ResponsesStream::new(turn(), "m".into());
+        let mut bytes = s.encode(&Event::Text("Hal".into()));
+        bytes.extend(s.error(&ApiError::new(
+            502,
+            "stream_interrupted",
+            "stream_interrupted",
+            "cut",
+        )));
+        let ev = events(&bytes);
+        let n = ev.len();
+        assert_eq!(ev[n - 2]["type"], "error");
+        assert_eq!(ev[n - 2]["error"]["code"], "stream_interrupted");
+        assert_eq!(ev[n - 1]["type"], "response.failed");
+        assert_eq!(ev[n - 1]["response"]["status"], "failed");
+    }
+}

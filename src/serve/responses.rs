@@ -1,0 +1,490 @@
+//! OpenAI's Responses API through the gateway: `POST /v1/responses` (streamed or not)
+//! on the same model lookup and the same router as chat, and the conversations it keeps
+//! (`GET` / `DELETE /v1/responses/{id}`, `GET …/input_items`).
+//!
+//! The gateway owns each conversation. A request with `previous_response_id` has the
+//! stored items re-materialised and sent whole to whichever route serves, whatever
+//! provider answered before; a route of the Responses wire is sent the whole input,
+//! never an id. The id a client sees is the gateway's own.
+
+use super::adapter::{self, Called, Reply};
+use super::ask::{served_dropped, Ask};
+use super::choose::Wants;
+use super::egress_responses;
+use super::errors::ApiError;
+use super::http::{dropped_header, error_response, json_response, trace_headers, Body};
+use super::ingress::{ChatIn, Turn};
+use crate::core::clock::{wall_now_ms, Stopwatch};
+use crate::core::request::Original;
+use crate::core::vocab::{Route, Wire};
+use crate::store::conversations::{PutError, Stored};
+use crate::wire::responses::{output, request, Relabel};
+use bytes::Bytes;
+use hyper::{HeaderMap, Response};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// A previous response the store does not hold (or no longer does).
+fn previous_not_found(id: &str) -> ApiError {
+    let mut e = ApiError::new(
+        404,
+        "invalid_request_error",
+        "previous_response_not_found",
+        format!("Previous response with id '{id}' not found."),
+    );
+    e.param = Some("previous_response_id".into());
+    e
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::new(
+        404,
+        "invalid_request_error",
+        "not_found",
+        format!("Response with id '{id}' not found."),
+    )
+}
+
+fn store_unreachable(why: &str) -> ApiError {
+    ApiError::new(
+        503,
+        "unavailable",
+        "store_unreachable",
+        format!("the conversation store did not answer: {why}"),
+    )
+}
+
+/// `items` as a route of `provider` may be sent them: items that came from another
+/// provider lose their ids, and its reasoning items are left out (they mean nothing
+/// elsewhere). `None`: a provider none came from. Also says whether reasoning was left.
+pub(super) fn history_for(
+    items: &[Value],
+    origins: &[(usize, String)],
+    provider: Option<&str>,
+) -> (Vec<Value>, bool) {
+    let mut out = Vec::with_capacity(items.len());
+    let mut left_reasoning = false;
+    for (i, item) in items.iter().enumerate() {
+        let foreign = origins
+            .iter()
+            .any(|(at, p)| *at == i && Some(p.as_str()) != provider);
+        if !foreign {
+            out.push(item.clone());
+            continue;
+        }
+        if item.get("type").and_then(Value::as_str) == Some("reasoning") {
+            left_reasoning = true;
+            continue;
+        }
+        let mut item = item.clone();
+        if let Some(o) = item.as_object_mut() {
+            o.remove("id");
+        }
+        out.push(item);
+    }
+    (out, left_reasoning)
+}
+
+/// The body for a route of the Responses wire as an `Original`: the client's bytes when
+/// it continues nothing, else one body per provider the history came from and one for
+/// every other provider.
+fn original_of(
+    body: Bytes,
+    b: &request::ResponsesBody,
+    prior: &[Value],
+    origins: &[(usize, String)],
+    untranslatable: Option<&ApiError>,
+    headers: &HeaderMap,
+) -> Option<Arc<Original>> {
+    if prior.is_empty() {
+        return super::ingress::original(body, Wire::Responses, headers, untranslatable);
+    }
+    let build = |provider: Option<&str>| {
+        let (history, left) = history_for(prior, origins, provider);
+        let mut input = history;
+        input.extend(b.input.iter().cloned());
+        let bytes = Bytes::from(request::rebuilt(&b.fields, input));
+        let o = super::ingress::original(bytes, Wire::Responses, headers, untranslatable)?;
+        Some((o, left))
+    };
+    let (neutral, left) = build(None)?;
+    let mut providers: Vec<&str> = origins.iter().map(|(_, p)| p.as_str()).collect();
+    providers.sort_unstable();
+    providers.dedup();
+    let per_provider = providers
+        .into_iter()
+        .filter_map(|p| build(Some(p)).map(|(o, _)| (p.to_string(), o)))
+        .collect();
+    let mut o = Arc::try_unwrap(neutral).unwrap_or_else(|a| (*a).clone());
+    o.per_provider = per_provider;
+    if left {
+        o.left_out = vec!["reasoning_items".into()];
+    }
+    Some(Arc::new(o))
+}
+
+/// `POST /v1/responses`.
+pub(super) async fn create(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
+    let b = match request::parse(&body) {
+        Ok(b) => b,
+        Err(m) => return ask.refuse("bad_request", ApiError::bad_request(m), ""),
+    };
+    let gw = ask.gw.clone();
+    let (prior, origins) = match &b.previous_response_id {
+        None => (Vec::new(), Vec::new()),
+        Some(id) => match gw.conversations.get(id, wall_now_ms()).await {
+            Ok(Some(s)) => (s.items, s.origins),
+            Ok(None) => {
+                return ask.refuse(
+                    "previous_response_not_found",
+                    previous_not_found(id),
+                    &b.model,
+                )
+            }
+            Err(e) => {
+                return ask.refuse(
+                    "store_unreachable",
+                    store_unreachable(&gw.mask(&e.to_string())),
+                    &b.model,
+                )
+            }
+        },
+    };
+    let (mut chat_request, untranslatable) = match request::chat_request(&b, &prior) {
+        Ok(r) => r,
+        Err(m) => return ask.refuse("bad_request", ApiError::bad_request(m), &b.model),
+    };
+    let untranslatable = untranslatable.map(ApiError::bad_request);
+    chat_request.original =
+        original_of(body, &b, &prior, &origins, untranslatable.as_ref(), headers);
+    let mut history = prior;
+    history.extend(b.input.iter().cloned());
+    let turn = Arc::new(Turn {
+        id: output::new_id("resp"),
+        created_at: wall_now_ms() / 1000,
+        previous_response_id: b.previous_response_id.clone(),
+        store: b.store,
+        fields: Arc::new(b.fields.clone()),
+        history,
+        origins,
+    });
+    let c = ChatIn {
+        model: b.model.clone(),
+        request: chat_request,
+        stream: b.stream,
+        // Every wire's stream reports its usage by the end, which the response carries.
+        include_usage: true,
+        untranslatable,
+        responses: Some(turn.clone()),
+    };
+    let choice = match gw.lineup.choose(&c.model, Wants::Chat) {
+        Ok(ch) => ch,
+        Err(e) => return ask.refuse("unknown_model", e, &c.model),
+    };
+    ask.chose(&c.model, choice.workflow);
+    if let Some(e) = &c.untranslatable {
+        if c.request.original.is_none() {
+            return ask.refuse("bad_request", e.clone(), &c.model);
+        }
+    }
+    if c.stream {
+        return super::stream::stream(ask, c).await;
+    }
+    let rt = Stopwatch::start();
+    let untranslatable = c.untranslatable.is_some();
+    let Called { report, reply } =
+        adapter::chat(&gw.router, ask.target(&choice), c.request, untranslatable).await;
+    let in_router = rt.elapsed();
+    let response = match reply {
+        Some(reply) => {
+            let served = report.served_by.clone();
+            answer(&ask, &turn, reply, served.as_ref()).await
+        }
+        None => error_response(&ask.failure(&choice, &report).await, ask.flavor),
+    };
+    let mut response = response;
+    trace_headers(
+        response.headers_mut(),
+        report.served_by.as_ref(),
+        report.outcome.as_str(),
+        report.attempts.len(),
+    );
+    dropped_header(response.headers_mut(), served_dropped(&report));
+    ask.finish(
+        &choice,
+        &c.model,
+        &report,
+        response.status().as_u16(),
+        in_router,
+        None,
+    );
+    response
+}
+
+/// The answer as a `response` object, its conversation stored first (a client may send
+/// the next turn the moment it reads this one).
+async fn answer(ask: &Ask, turn: &Turn, reply: Reply, served: Option<&Route>) -> Response<Body> {
+    let same_wire = reply.raw.as_ref().filter(|r| r.wire == Wire::Responses);
+    let provider = served.map(|r| r.provider().to_string());
+    let (object, items) = match same_wire {
+        // As the upstream sent it: its output items are what the conversation keeps.
+        Some(raw) => match serde_json::from_slice::<Value>(&raw.bytes) {
+            Ok(v) => {
+                let items = v
+                    .get("output")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                (None, items)
+            }
+            Err(_) => (None, Vec::new()),
+        },
+        None => {
+            let (object, items) = egress_responses::response(turn, &reply);
+            (Some(object), items)
+        }
+    };
+    let stored = keep(
+        ask,
+        turn,
+        served,
+        provider.as_deref(),
+        items,
+        object.clone(),
+        same_wire.map(|r| &r.bytes),
+    )
+    .await;
+    let relabel = Relabel {
+        id: &turn.id,
+        previous_response_id: turn.previous_response_id.as_deref(),
+        stored,
+    };
+    match (same_wire, object) {
+        (Some(raw), _) => match crate::wire::responses::relabel_object(&raw.bytes, relabel) {
+            Some(b) => json_response(200, b),
+            None => json_response(200, raw.bytes.clone()),
+        },
+        (None, Some(mut object)) => {
+            if !stored {
+                object["store"] = json!(false);
+            }
+            json_response(200, serde_json::to_vec(&object).unwrap_or_default())
+        }
+        (None, None) => json_response(200, Vec::new()),
+    }
+}
+
+/// Stores the conversation up to this answer when the client asked it kept: the history,
+/// then `output` (marked as the serving provider's own). Whether it was kept: a
+/// conversation over `responses_max_bytes`, or a store that failed, is not, and the
+/// answer says `store: false`. `object` is the response as the client sees it; `raw`,
+/// a same-wire answer's bytes, from which it is made.
+pub(super) async fn keep(
+    ask: &Ask,
+    turn: &Turn,
+    served: Option<&Route>,
+    provider: Option<&str>,
+    output: Vec<Value>,
+    object: Option<Value>,
+    raw: Option<&Bytes>,
+) -> bool {
+    if !turn.store {
+        return false;
+    }
+    let (Some(served), Some(provider)) = (served, provider) else {
+        return false;
+    };
+    let response = match (object, raw) {
+        (Some(o), _) => o,
+        (None, Some(raw)) => {
+            let relabel = Relabel {
+                id: &turn.id,
+                previous_response_id: turn.previous_response_id.as_deref(),
+                stored: true,
+            };
+            crate::wire::responses::relabel_object(raw, relabel)
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or(Value::Null)
+        }
+        (None, None) => Value::Null,
+    };
+    let start = turn.history.len();
+    let mut origins = turn.origins.clone();
+    origins.extend((0..output.len()).map(|i| (start + i, provider.to_string())));
+    let output_len = output.len();
+    let mut items = turn.history.clone();
+    items.extend(output);
+    let stored = Stored {
+        id: turn.id.clone(),
+        route: served.as_str().to_string(),
+        items,
+        output_len,
+        origins,
+        response,
+    };
+    match ask.gw.conversations.put(&stored, wall_now_ms()).await {
+        Ok(()) => true,
+        Err(e @ PutError::TooLarge { .. }) => {
+            tracing::warn!(target: "poolctl::serve", id = %turn.id, "response not kept: {e}");
+            false
+        }
+        Err(PutError::Store(e)) => {
+            let e = ask.gw.mask(&e.to_string());
+            tracing::warn!(target: "poolctl::serve", id = %turn.id, "response not kept: {e}");
+            false
+        }
+    }
+}
+
+/// `GET /v1/responses/{id}`, `GET /v1/responses/{id}/input_items` and
+/// `DELETE /v1/responses/{id}`, on the stored copy.
+pub(super) async fn stored(
+    ask: Ask,
+    method: &hyper::Method,
+    rest: &str,
+    query: Option<&str>,
+) -> Response<Body> {
+    let gw = ask.gw.clone();
+    let (id, input_items) = match rest.strip_suffix("/input_items") {
+        Some(id) => (id, true),
+        None => (rest, false),
+    };
+    if id.is_empty() || id.contains('/') {
+        return ask.refuse("unknown_path", not_found(id), "");
+    }
+    if method == hyper::Method::DELETE {
+        return match gw.conversations.delete(id).await {
+            Ok(true) => {
+                ask.quiet();
+                json_response(
+                    200,
+                    serde_json::to_vec(&json!({"id": id, "object": "response", "deleted": true}))
+                        .unwrap_or_default(),
+                )
+            }
+            Ok(false) => ask.refuse("not_found", not_found(id), ""),
+            Err(e) => ask.refuse(
+                "store_unreachable",
+                store_unreachable(&gw.mask(&e.to_string())),
+                "",
+            ),
+        };
+    }
+    let s = match gw.conversations.get(id, wall_now_ms()).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return ask.refuse("not_found", not_found(id), ""),
+        Err(e) => {
+            return ask.refuse(
+                "store_unreachable",
+                store_unreachable(&gw.mask(&e.to_string())),
+                "",
+            )
+        }
+    };
+    ask.quiet();
+    if !input_items {
+        return json_response(200, serde_json::to_vec(&s.response).unwrap_or_default());
+    }
+    json_response(
+        200,
+        serde_json::to_vec(&input_page(&s, query)).unwrap_or_default(),
+    )
+}
+
+/// One page of a stored response's input items, as OpenAI lists them: newest first by
+/// default (`order=asc` for oldest first), `limit` (1–100, default 20) after the item
+/// `after`. Items without an id are given their position (`item_N`) so paging works.
+fn input_page(s: &Stored, query: Option<&str>) -> Value {
+    let mut limit = 20usize;
+    let mut asc = false;
+    let mut after: Option<String> = None;
+    for pair in query.unwrap_or("").split('&') {
+        match pair.split_once('=') {
+            Some(("limit", v)) => limit = v.parse().unwrap_or(20).clamp(1, 100),
+            Some(("order", v)) => asc = v == "asc",
+            Some(("after", v)) => after = Some(v.to_string()),
+            _ => {}
+        }
+    }
+    let mut items: Vec<Value> = s
+        .input_items()
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let mut item = item.clone();
+            if item.get("id").and_then(Value::as_str).is_none() {
+                item["id"] = json!(format!("item_{i}"));
+            }
+            if item.get("type").is_none() {
+                item["type"] = json!("message");
+            }
+            item
+        })
+        .collect();
+    if !asc {
+        items.reverse();
+    }
+    let start = after
+        .and_then(|a| {
+            items
+                .iter()
+                .position(|i| i["id"] == json!(a))
+                .map(|p| p + 1)
+        })
+        .unwrap_or(0);
+    let page: Vec<Value> = items.iter().skip(start).take(limit).cloned().collect();
+    let has_more = start + page.len() < items.len();
+    json!({
+        "object": "list",
+        "data": page,
+        "first_id": page.first().map(|i| i["id"].clone()),
+        "last_id": page.last().map(|i| i["id"].clone()),
+        "has_more": has_more,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_providers_items_lose_their_ids_and_its_reasoning() {
+        let items = vec![
+            json!({"role": "user", "content": "hi"}),
+            json!({"id": "rs_1", "type": "reasoning", "summary": []}),
+            json!({"id": "msg_1", "type": "message", "role": "assistant", "content": []}),
+        ];
+        let origins = vec![(1, "openai".to_string()), (2, "openai".to_string())];
+        let (own, left) = history_for(&items, &origins, Some("openai"));
+        assert_eq!((own, left), (items.clone(), false));
+        let (other, left) = history_for(&items, &origins, Some("xai"));
+        assert!(left);
+        assert_eq!(other.len(), 2);
+        assert!(other[1].get("id").is_none());
+        assert_eq!(other[1]["type"], "message");
+    }
+
+    #[test]
+    fn input_items_page_newest_first_with_ids() {
+        let s = Stored {
+            id: "resp_1".into(),
+            route: "a/b".into(),
+            items: vec![
+                json!({"role": "user", "content": "1"}),
+                json!({"role": "user", "content": "2"}),
+                json!({"type": "message", "role": "assistant", "content": []}),
+            ],
+            output_len: 1,
+            origins: vec![],
+            response: json!({}),
+        };
+        let page = input_page(&s, Some("limit=1"));
+        assert_eq!(page["data"][0]["content"], "2");
+        assert_eq!(page["data"][0]["id"], "item_1");
+        assert_eq!(page["has_more"], true);
+        let next = input_page(&s, Some("limit=1&after=item_1"));
+        assert_eq!(next["data"][0]["content"], "1");
+        assert_eq!(next["has_more"], false);
+        assert_eq!(input_page(&s, Some("order=asc"))["data"][0]["content"], "1");
+    }
+}

@@ -1,0 +1,334 @@
+//! The conversations the gateway keeps for the Responses API: each response's whole
+//! conversation (every input and output item, oldest first) under the response's id, so
+//! that a request with `previous_response_id` is re-sent whole to whichever route serves
+//! it, whatever provider answered before (seed 003: a conversation is never left behind
+//! on a provider).
+//!
+//! Bounded three ways, each a config field (`responses_ttl`, `responses_max_bytes`,
+//! `responses_max`): a conversation expires `ttl` after it was stored; one larger than
+//! `max_bytes` is not stored; past `max` conversations the oldest are dropped. Kept in
+//! memory (tests, chaos), in a SQLite file beside the health file (one machine), or in
+//! Redis (a fleet: every process sees every conversation).
+
+use super::{RedisStore, SqliteStore, StoreError};
+use crate::core::clock::UnixMs;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The bounds on what is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// How long a stored conversation can be continued.
+    pub ttl_ms: u64,
+    /// A conversation larger than this (serialised) is not stored.
+    pub max_bytes: usize,
+    /// The most conversations kept at once; past it, the oldest go.
+    pub max: usize,
+}
+
+/// 24 h, as OpenAI keeps nothing shorter and a chat rarely pauses longer.
+pub const DEFAULT_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// A long conversation with an image or two fits; a runaway one does not.
+pub const DEFAULT_MAX_BYTES: usize = 8 * 1024 * 1024;
+pub const DEFAULT_MAX: usize = 10_000;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            ttl_ms: DEFAULT_TTL_MS,
+            max_bytes: DEFAULT_MAX_BYTES,
+            max: DEFAULT_MAX,
+        }
+    }
+}
+
+/// One stored response: the conversation up to and including its answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stored {
+    pub id: String,
+    /// The route that answered.
+    pub route: String,
+    /// Every item of the conversation, oldest first: the inputs, then this answer's
+    /// output items.
+    pub items: Vec<Value>,
+    /// How many of `items`, at the end, are this answer's output.
+    pub output_len: usize,
+    /// Items only their provider may be sent again (reasoning items, items with that
+    /// provider's ids): `(index into items, provider)`.
+    pub origins: Vec<(usize, String)>,
+    /// The `response` object as the client received it (`GET /v1/responses/{id}`).
+    pub response: Value,
+}
+
+impl Stored {
+    /// The conversation's input items (all but this answer's output).
+    pub fn input_items(&self) -> &[Value] {
+        &self.items[..self.items.len().saturating_sub(self.output_len)]
+    }
+}
+
+/// Why a conversation was not stored.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PutError {
+    #[error("the conversation is {size} bytes, over `responses_max_bytes` ({max})")]
+    TooLarge { size: usize, max: usize },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Serialised bodies with their expiry, least recently stored first out.
+type MemoryMap = Mutex<lru::LruCache<String, (std::sync::Arc<Vec<u8>>, UnixMs)>>;
+
+enum Backend {
+    Memory(MemoryMap),
+    Sqlite(SqliteStore),
+    Redis(RedisStore),
+}
+
+pub struct Conversations {
+    limits: Limits,
+    backend: Backend,
+}
+
+impl std::fmt::Debug for Conversations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.backend {
+            Backend::Memory(_) => "memory",
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Redis(_) => "redis",
+        };
+        f.debug_struct("Conversations")
+            .field("backend", &kind)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+/// A conversation's key in Redis. Every conversation and the index share one hash
+/// tag: the bound is kept by one script on one node.
+fn redis_key(id: &str) -> String {
+    format!("{}resp:{{responses}}:{id}", super::redis::PREFIX)
+}
+
+fn redis_index() -> String {
+    format!("{}resp:{{responses}}", super::redis::PREFIX)
+}
+
+static PUT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("redis/conversation.lua")));
+
+/// The SQLite file conversations are kept in, beside the health file `state`:
+/// `state.db` → `state.responses.db`. A file of their own, so that a conversation's
+/// write never waits on a health transition's lock, nor wakes the gateway's watch on
+/// the health file.
+pub fn sqlite_path(state: &Path) -> PathBuf {
+    let stem = state
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "state".into());
+    state.with_file_name(format!("{stem}.responses.db"))
+}
+
+impl Conversations {
+    pub fn memory(limits: Limits) -> Self {
+        let cap =
+            std::num::NonZeroUsize::new(limits.max.max(1)).unwrap_or(std::num::NonZeroUsize::MIN);
+        Conversations {
+            limits,
+            backend: Backend::Memory(Mutex::new(lru::LruCache::new(cap))),
+        }
+    }
+
+    /// Conversations in the SQLite file at `path` (see [`sqlite_path`]).
+    pub fn sqlite(path: &Path, limits: Limits) -> Result<Self, StoreError> {
+        Ok(Conversations {
+            limits,
+            backend: Backend::Sqlite(SqliteStore::open(path)?),
+        })
+    }
+
+    /// Conversations shared by a fleet in Redis.
+    pub fn redis(redis: RedisStore, limits: Limits) -> Self {
+        Conversations {
+            limits,
+            backend: Backend::Redis(redis),
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Stores `c` at `now`; it can be continued until `now + ttl`.
+    pub async fn put(&self, c: &Stored, now: UnixMs) -> Result<(), PutError> {
+        let body = serde_json::to_vec(c).unwrap_or_default();
+        if body.len() > self.limits.max_bytes {
+            return Err(PutError::TooLarge {
+                size: body.len(),
+                max: self.limits.max_bytes,
+            });
+        }
+        let ttl = self.limits.ttl_ms.max(1);
+        let expires = now.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX));
+        match &self.backend {
+            Backend::Memory(m) => {
+                let mut m = m.lock().unwrap_or_else(|p| p.into_inner());
+                m.put(c.id.clone(), (std::sync::Arc::new(body), expires));
+                Ok(())
+            }
+            Backend::Sqlite(s) => Ok(s
+                .put_response(c.id.clone(), body, now, expires, self.limits.max)
+                .await?),
+            Backend::Redis(r) => {
+                let (key, index) = (redis_key(&c.id), redis_index());
+                let max = self.limits.max.max(1);
+                r.within(|mut conn| async move {
+                    PUT.key(&key)
+                        .key(&index)
+                        .arg(body)
+                        .arg(ttl)
+                        .arg(now)
+                        .arg(max)
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                })
+                .await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// The conversation stored under `id`, unless it expired or was never stored. A
+    /// stored value this version cannot read is no conversation.
+    pub async fn get(&self, id: &str, now: UnixMs) -> Result<Option<Stored>, StoreError> {
+        let body: Option<Vec<u8>> = match &self.backend {
+            Backend::Memory(m) => {
+                let mut m = m.lock().unwrap_or_else(|p| p.into_inner());
+                match m.peek(id) {
+                    Some((_, expires)) if *expires <= now => {
+                        m.pop(id);
+                        None
+                    }
+                    Some((body, _)) => Some(body.as_ref().clone()),
+                    None => None,
+                }
+            }
+            Backend::Sqlite(s) => s.get_response(id.to_string(), now).await?,
+            Backend::Redis(r) => {
+                let key = redis_key(id);
+                r.within(|mut c| async move {
+                    redis::cmd("GET")
+                        .arg(&key)
+                        .query_async::<Option<Vec<u8>>>(&mut c)
+                        .await
+                })
+                .await?
+            }
+        };
+        Ok(body.and_then(|b| serde_json::from_slice(&b).ok()))
+    }
+
+    /// Forgets `id`; whether a conversation was stored under it.
+    pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Memory(m) => Ok(m
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop(id)
+                .is_some()),
+            Backend::Sqlite(s) => s.delete_response(id.to_string()).await,
+            Backend::Redis(r) => {
+                let (key, index) = (redis_key(id), redis_index());
+                let removed: i64 = r
+                    .within(|mut c| async move {
+                        let n: i64 = redis::cmd("DEL").arg(&key).query_async(&mut c).await?;
+                        redis::cmd("ZREM")
+                            .arg(&index)
+                            .arg(&key)
+                            .query_async::<i64>(&mut c)
+                            .await?;
+                        Ok(n)
+                    })
+                    .await?;
+                Ok(removed > 0)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn stored(id: &str, text: &str) -> Stored {
+        Stored {
+            id: id.into(),
+            route: "openai/gpt-4o".into(),
+            items: vec![
+                json!({"role": "user", "content": text}),
+                json!({"type": "message", "role": "assistant", "content": []}),
+            ],
+            output_len: 1,
+            origins: vec![],
+            response: json!({"id": id, "object": "response"}),
+        }
+    }
+
+    async fn bounds_hold(c: &Conversations) {
+        c.put(&stored("resp_a", "hi"), 1_000).await.unwrap();
+        let got = c.get("resp_a", 1_001).await.unwrap().unwrap();
+        assert_eq!(got, stored("resp_a", "hi"));
+        assert_eq!(got.input_items().len(), 1);
+        // Expired at stored + ttl.
+        assert!(c.get("resp_a", 1_000 + 60_000).await.unwrap().is_none());
+        // Past `max`, the oldest goes.
+        c.put(&stored("resp_1", "1"), 2_000).await.unwrap();
+        c.put(&stored("resp_2", "2"), 2_001).await.unwrap();
+        c.put(&stored("resp_3", "3"), 2_002).await.unwrap();
+        assert!(c.get("resp_1", 2_003).await.unwrap().is_none());
+        assert!(c.get("resp_3", 2_003).await.unwrap().is_some());
+        // Too large: refused, and the error says by how much.
+        let big = stored("resp_big", &"x".repeat(5_000));
+        match c.put(&big, 2_004).await {
+            Err(PutError::TooLarge { size, max }) => assert!(size > max && max == 4_096),
+            other => panic!("{other:?}"),
+        }
+        assert!(c.delete("resp_3").await.unwrap());
+        assert!(!c.delete("resp_3").await.unwrap());
+        assert!(c.get("resp_3", 2_005).await.unwrap().is_none());
+    }
+
+    const LIMITS: Limits = Limits {
+        ttl_ms: 60_000,
+        max_bytes: 4_096,
+        max: 2,
+    };
+
+    #[tokio::test]
+    async fn memory_conversations_keep_their_bounds() {
+        bounds_hold(&Conversations::memory(LIMITS)).await;
+    }
+
+    #[tokio::test]
+    async fn sqlite_conversations_keep_their_bounds() {
+        let dir = tempfile_dir();
+        let c = Conversations::sqlite(&sqlite_path(&dir.join("state.db")), LIMITS).unwrap();
+        bounds_hold(&c).await;
+        assert!(dir.join("state.responses.db").exists());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "poolctl-conv-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}
