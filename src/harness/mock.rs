@@ -387,7 +387,8 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
 
 /// Whether `reply` (after any delay) is an answer a client could be given: a success,
 /// a stream with text, or a scripted 2xx whose body carries choices, content blocks,
-/// candidates or data (a 2xx carrying an error is not one).
+/// candidates, data or output items, or is a finished Responses object (a 2xx carrying
+/// an error is not one).
 fn answers(reply: &Reply) -> bool {
     match reply {
         Reply::Delay { then, .. } => answers(then),
@@ -407,13 +408,21 @@ fn answers(reply: &Reply) -> bool {
             status,
             body: Body::Json(v),
             ..
-        } if (200..300).contains(status) => ["choices", "content", "candidates", "data", "results"]
-            .iter()
-            .any(|f| {
-                v.get(*f)
-                    .and_then(Value::as_array)
-                    .is_some_and(|a| !a.is_empty())
-            }),
+        } if (200..300).contains(status) => {
+            ["choices", "content", "candidates", "data", "results", "output"]
+                .iter()
+                .any(|f| {
+                    v.get(*f)
+                        .and_then(Value::as_array)
+                        .is_some_and(|a| !a.is_empty())
+                })
+                // A Responses object the filter cut holds no item, and is still one.
+                || (v.get("object").and_then(Value::as_str) == Some("response")
+                    && matches!(
+                        v.get("status").and_then(Value::as_str),
+                        Some("completed" | "incomplete")
+                    ))
+        }
         Reply::Status { .. } | Reply::Reset => false,
     }
 }

@@ -208,12 +208,15 @@ pub async fn run_scenario(scenario: &Scenario, client: &reqwest::Client) -> Scen
     let policy = scenario.policy.clone().unwrap_or_default();
     let tiers = extra_tiers(scenario, &mock);
     let degrade = policy.degrade_tier.as_ref().and_then(|t| tiers.get(t));
+    let conversations = crate::store::conversations::Conversations::memory(Default::default());
     let call = Call {
         router: &router,
         tier: &tier,
         degrade,
         scenario,
         policy: &policy,
+        conversations: &conversations,
+        last_response: std::sync::Mutex::new(None),
     };
     // What the scenario can see after a request: health, calls, bucket levels.
     let observe = || {
@@ -413,6 +416,11 @@ struct Call<'a> {
     degrade: Option<&'a Tier>,
     scenario: &'a Scenario,
     policy: &'a Policy,
+    /// `ingress: responses`: the conversations the scenario's responses keep, and the
+    /// id of the previous request's response when it was kept (what `continue: true`
+    /// continues).
+    conversations: &'a crate::store::conversations::Conversations,
+    last_response: std::sync::Mutex<Option<String>>,
 }
 
 impl Call<'_> {
@@ -426,6 +434,9 @@ impl Call<'_> {
             degrade_tier: self.degrade,
             ..CallOptions::new(self.policy)
         };
+        if scenario.ingress == super::scenario::ingress::Ingress::Responses {
+            return self.send_responses(spec, opts).await;
+        }
         let chat = request_chat(scenario, spec);
         let req = match scenario.path {
             CallPath::Chat => Request::Chat(chat),
@@ -434,5 +445,104 @@ impl Call<'_> {
             CallPath::Rerank => Request::Rerank(scenario_rerank_request()),
         };
         self.router.call(self.tier, &req, opts).await.report
+    }
+
+    /// One request of the Responses API: its body read as the gateway reads a client's,
+    /// joined to the conversation it continues, and the answer's conversation kept.
+    async fn send_responses(&self, spec: &RequestSpec, opts: CallOptions<'_>) -> Report {
+        use crate::wire::responses::output;
+        let scenario = self.scenario;
+        let shape = scenario.request.as_ref();
+        // The previous request's response; when it kept none, an id never kept, as a
+        // client continuing a turn that failed would send: the request fails unrouted.
+        let previous = spec.continues.then(|| {
+            self.last_response
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .unwrap_or_else(|| "resp_never_kept".to_string())
+        });
+        let max = request_chat(scenario, spec).max_tokens;
+        let stream = scenario.path == CallPath::Stream;
+        let body = super::scenario::ingress::responses_body(
+            &scenario.name,
+            shape,
+            spec,
+            stream,
+            max,
+            previous.as_deref(),
+        );
+        let body = bytes::Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+        let now = self.router.clock().now_ms();
+        let begun = match crate::router::conversation::begin(self.conversations, body, now).await {
+            Ok(b) => b,
+            Err(e) => return refused(scenario.path, e.to_string()),
+        };
+        let mut chat = begun.request;
+        if let Some(n) = spec.input_tokens.or(shape.and_then(|s| s.prompt_tokens)) {
+            chat.token_estimate = Some(n);
+        }
+        let req = if stream {
+            Request::Stream(chat)
+        } else {
+            Request::Chat(chat)
+        };
+        let called = self.router.call(self.tier, &req, opts).await;
+        *self.last_response.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        if let (Some(a), Some(served)) = (&called.answer, &called.report.served_by) {
+            let id = output::new_id("resp");
+            // A same-wire answer's own items; else the answer written as items.
+            let same_wire = a
+                .raw
+                .as_ref()
+                .filter(|r| r.wire == crate::core::vocab::Wire::Responses)
+                .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.bytes).ok())
+                .and_then(|v| v.get("output").and_then(|o| o.as_array()).cloned());
+            let finish = a
+                .finish_reason
+                .clone()
+                .unwrap_or(crate::core::answer::FinishReason::Stop);
+            let items = same_wire.unwrap_or_else(|| {
+                output::output_items(&output::Answered {
+                    text: &a.text,
+                    refusal: a.refusal.as_deref(),
+                    reasoning: a.reasoning.as_deref(),
+                    tool_calls: &a.tool_calls,
+                    finish: &finish,
+                })
+            });
+            if begun.body.store {
+                let kept = crate::router::conversation::stored(
+                    &id,
+                    &begun.history,
+                    &begun.origins,
+                    served,
+                    items,
+                    serde_json::json!({ "id": id }),
+                );
+                if self.conversations.put(&kept, now).await.is_ok() {
+                    *self.last_response.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
+                }
+            }
+        }
+        called.report
+    }
+}
+
+/// A request that never reached the router (a `continue` with nothing to continue):
+/// failed, for `why`, with no attempt.
+fn refused(path: CallPath, why: String) -> Report {
+    Report {
+        path,
+        outcome: crate::core::vocab::Outcome::Failed,
+        reason: Some(crate::core::vocab::Reason::Request),
+        served_by: None,
+        text: None,
+        attempts: Vec::new(),
+        skipped: Vec::new(),
+        waits_ms: Vec::new(),
+        queued_ms: 0,
+        elapsed_ms: 0,
+        notes: vec![why],
     }
 }

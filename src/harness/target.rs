@@ -354,6 +354,8 @@ struct Seen {
     stream: bool,
     elapsed_ms: u64,
     timed_out: bool,
+    /// A Responses API answer's id (what the next turn's `continue` sends).
+    response_id: Option<String>,
 }
 
 impl Seen {
@@ -516,6 +518,8 @@ async fn run_one(
     let comparable = Comparable::of(scenario, target.format);
     let mut index = 0;
     let (mut sent, mut unanswered) = (0usize, 0usize);
+    // `ingress: responses`: the previous request's response id, for `continue: true`.
+    let last_response: std::sync::Mutex<Option<String>> = Default::default();
     for spec in scenario.request_specs() {
         if spec.after_ms > 0 {
             crate::core::clock::real_sleep(Duration::from_millis(spec.after_ms)).await;
@@ -528,10 +532,11 @@ async fn run_one(
         if spec.concurrent {
             match read_calls(client, target.mock).await {
                 Ok(before) => {
-                    let all = futures_util::future::join_all(
-                        (0..copies).map(|_| send(client, target, scenario, &spec, portkey)),
-                    )
-                    .await;
+                    let all =
+                        futures_util::future::join_all((0..copies).map(|_| {
+                            send(client, target, scenario, &spec, portkey, &last_response)
+                        }))
+                        .await;
                     match read_calls(client, target.mock).await {
                         Ok(after) => {
                             seen.extend(all.into_iter().map(|s| (s, before.clone(), after.clone())))
@@ -550,7 +555,7 @@ async fn run_one(
                         break;
                     }
                 };
-                let s = send(client, target, scenario, &spec, portkey).await;
+                let s = send(client, target, scenario, &spec, portkey, &last_response).await;
                 match read_calls(client, target.mock).await {
                     Ok(after) => seen.push((s, before, after)),
                     Err(e) => {
@@ -1126,15 +1131,34 @@ fn pad_to_estimate(chat: &mut ChatRequest) {
     }
 }
 
-fn endpoint_path(path: CallPath) -> &'static str {
-    match path {
+fn endpoint_path(scenario: &Scenario) -> &'static str {
+    if scenario.ingress == super::scenario::ingress::Ingress::Responses {
+        return "/v1/responses";
+    }
+    match scenario.path {
         CallPath::Chat | CallPath::Stream => "/v1/chat/completions",
         CallPath::Embed => "/v1/embeddings",
         CallPath::Rerank => "/v1/rerank",
     }
 }
 
-fn request_body(scenario: &Scenario, spec: &RequestSpec, model: &str) -> Value {
+fn request_body(
+    scenario: &Scenario,
+    spec: &RequestSpec,
+    model: &str,
+    previous: Option<&str>,
+) -> Value {
+    if scenario.ingress == super::scenario::ingress::Ingress::Responses {
+        let max = super::runner::request_chat(scenario, spec).max_tokens;
+        return super::scenario::ingress::responses_body(
+            model,
+            scenario.request.as_ref(),
+            spec,
+            scenario.path == CallPath::Stream,
+            max,
+            previous,
+        );
+    }
     match scenario.path {
         CallPath::Chat | CallPath::Stream => chat_body(scenario, spec, model),
         CallPath::Embed => {
@@ -1154,13 +1178,22 @@ async fn send(
     scenario: &Scenario,
     spec: &RequestSpec,
     portkey: Option<&Value>,
+    last_response: &std::sync::Mutex<Option<String>>,
 ) -> Seen {
     let model = target_model(scenario, target.naming);
-    let body = request_body(scenario, spec, &model);
+    // As a client continuing the previous turn: its id, or one never answered.
+    let previous = spec.continues.then(|| {
+        last_response
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_else(|| "resp_never_kept".to_string())
+    });
+    let body = request_body(scenario, spec, &model, previous.as_deref());
     let url = format!(
         "{}{}",
         target.url.trim_end_matches('/'),
-        endpoint_path(scenario.path)
+        endpoint_path(scenario)
     );
     let mut req = client.post(&url).json(&body);
     if let Some(t) = &target.token {
@@ -1190,6 +1223,8 @@ async fn send(
     };
     seen.stream = stream;
     seen.elapsed_ms = sw.elapsed().as_millis() as u64;
+    *last_response.lock().unwrap_or_else(|p| p.into_inner()) =
+        seen.success().then(|| seen.response_id.clone()).flatten();
     seen
 }
 
@@ -1292,9 +1327,36 @@ fn note_model(seen: &mut Seen, v: &Value) {
     }
 }
 
-/// A whole (non-streamed) answer: chat, embeddings or rerank.
+/// A whole (non-streamed) answer: chat, a Responses object, embeddings or rerank.
 fn read_answer(v: &Value, seen: &mut Seen) {
     note_model(seen, v);
+    if v.get("object").and_then(Value::as_str) == Some("response") {
+        seen.response_id = v.get("id").and_then(Value::as_str).map(str::to_string);
+        if v.get("status").and_then(Value::as_str) == Some("failed") {
+            seen.broken = Some("a response whose status is failed".into());
+        }
+        // The text of every message item: its text parts, else its refusal.
+        for item in v
+            .get("output")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for part in item
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                for f in ["text", "refusal"] {
+                    if let Some(t) = part.get(f).and_then(Value::as_str) {
+                        seen.text.push_str(t);
+                    }
+                }
+            }
+        }
+        return;
+    }
     if let Some(choices) = v.get("choices").and_then(Value::as_array) {
         let Some(first) = choices.first() else {
             seen.broken = Some("an answer with no choices".into());
@@ -1336,6 +1398,33 @@ struct SseRead {
 }
 
 impl SseRead {
+    /// One typed event of a Responses API stream: the lifecycle names the model and the
+    /// id, deltas carry the text, and the last event (there is no `[DONE]`) ends it.
+    fn responses_event(&mut self, kind: &str, v: &Value, seen: &mut Seen) {
+        let response = v.get("response").unwrap_or(&Value::Null);
+        match kind {
+            "response.created" | "response.in_progress" => {
+                note_model(seen, response);
+                seen.response_id = response
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                if let Some(t) = v.get("delta").and_then(Value::as_str) {
+                    seen.text.push_str(t);
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                note_model(seen, response);
+                self.finished = true;
+                self.done = true;
+            }
+            "response.failed" => self.error = true,
+            _ => {}
+        }
+    }
+
     /// Reads the lines `bytes` completes into `seen`.
     fn feed(&mut self, bytes: &[u8], seen: &mut Seen) {
         self.partial.extend_from_slice(bytes);
@@ -1375,6 +1464,14 @@ impl SseRead {
         };
         if v.get("error").is_some_and(|e| !e.is_null()) || self.event == "error" {
             self.error = true;
+            return;
+        }
+        if let Some(kind) = v
+            .get("type")
+            .and_then(Value::as_str)
+            .filter(|k| k.starts_with("response."))
+        {
+            self.responses_event(kind, &v, seen);
             return;
         }
         note_model(seen, &v);

@@ -17,6 +17,7 @@ mod settlement;
 mod snapshot;
 mod state;
 
+pub mod conversation;
 pub mod embed_queue;
 pub mod group;
 pub mod probe;

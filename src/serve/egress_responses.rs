@@ -264,7 +264,7 @@ impl ResponsesStream {
                 id,
                 part,
                 refusal: r,
-            }) = self.open.take()
+            }) = self.open.take_if(|o| matches!(o, Open::Message { .. }))
             {
                 // The message goes on with a part of the other kind.
                 self.close_part(index, &id, part, r, out);

@@ -334,9 +334,7 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
     let ending = ask.ending();
     let work = async {
         match wants {
-            Wants::Chat if flavor == Flavor::Responses => {
-                super::responses::create(ask, body, &parts.headers).await
-            }
+            Wants::Chat if flavor == Flavor::Responses => super::responses::create(ask, body).await,
             Wants::Chat => chat(ask, body, &parts.headers).await,
             Wants::Embed => embed(ask, body).await,
             Wants::Rerank => rerank(ask, body).await,

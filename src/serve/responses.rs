@@ -15,12 +15,12 @@ use super::errors::ApiError;
 use super::http::{dropped_header, error_response, json_response, trace_headers, Body};
 use super::ingress::{ChatIn, Turn};
 use crate::core::clock::{wall_now_ms, Stopwatch};
-use crate::core::request::Original;
 use crate::core::vocab::{Route, Wire};
+use crate::router::conversation::{self, BeginError};
 use crate::store::conversations::{PutError, Stored};
-use crate::wire::responses::{output, request, Relabel};
+use crate::wire::responses::{output, Relabel};
 use bytes::Bytes;
-use hyper::{HeaderMap, Response};
+use hyper::Response;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -54,127 +54,37 @@ fn store_unreachable(why: &str) -> ApiError {
     )
 }
 
-/// `items` as a route of `provider` may be sent them: items that came from another
-/// provider lose their ids, and its reasoning items are left out (they mean nothing
-/// elsewhere). `None`: a provider none came from. Also says whether reasoning was left.
-pub(super) fn history_for(
-    items: &[Value],
-    origins: &[(usize, String)],
-    provider: Option<&str>,
-) -> (Vec<Value>, bool) {
-    let mut out = Vec::with_capacity(items.len());
-    let mut left_reasoning = false;
-    for (i, item) in items.iter().enumerate() {
-        let foreign = origins
-            .iter()
-            .any(|(at, p)| *at == i && Some(p.as_str()) != provider);
-        if !foreign {
-            out.push(item.clone());
-            continue;
-        }
-        if item.get("type").and_then(Value::as_str) == Some("reasoning") {
-            left_reasoning = true;
-            continue;
-        }
-        let mut item = item.clone();
-        if let Some(o) = item.as_object_mut() {
-            o.remove("id");
-        }
-        out.push(item);
-    }
-    (out, left_reasoning)
-}
-
-/// The body for a route of the Responses wire as an `Original`: the client's bytes when
-/// it continues nothing, else one body per provider the history came from and one for
-/// every other provider.
-fn original_of(
-    body: Bytes,
-    b: &request::ResponsesBody,
-    prior: &[Value],
-    origins: &[(usize, String)],
-    untranslatable: Option<&ApiError>,
-    headers: &HeaderMap,
-) -> Option<Arc<Original>> {
-    if prior.is_empty() {
-        return super::ingress::original(body, Wire::Responses, headers, untranslatable);
-    }
-    let build = |provider: Option<&str>| {
-        let (history, left) = history_for(prior, origins, provider);
-        let mut input = history;
-        input.extend(b.input.iter().cloned());
-        let bytes = Bytes::from(request::rebuilt(&b.fields, input));
-        let o = super::ingress::original(bytes, Wire::Responses, headers, untranslatable)?;
-        Some((o, left))
-    };
-    let (neutral, left) = build(None)?;
-    let mut providers: Vec<&str> = origins.iter().map(|(_, p)| p.as_str()).collect();
-    providers.sort_unstable();
-    providers.dedup();
-    let per_provider = providers
-        .into_iter()
-        .filter_map(|p| build(Some(p)).map(|(o, _)| (p.to_string(), o)))
-        .collect();
-    let mut o = Arc::try_unwrap(neutral).unwrap_or_else(|a| (*a).clone());
-    o.per_provider = per_provider;
-    if left {
-        o.left_out = vec!["reasoning_items".into()];
-    }
-    Some(Arc::new(o))
-}
-
 /// `POST /v1/responses`.
-pub(super) async fn create(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
-    let b = match request::parse(&body) {
-        Ok(b) => b,
-        Err(m) => return ask.refuse("bad_request", ApiError::bad_request(m), ""),
-    };
+pub(super) async fn create(ask: Ask, body: Bytes) -> Response<Body> {
     let gw = ask.gw.clone();
-    let (prior, origins) = match &b.previous_response_id {
-        None => (Vec::new(), Vec::new()),
-        Some(id) => match gw.conversations.get(id, wall_now_ms()).await {
-            Ok(Some(s)) => (s.items, s.origins),
-            Ok(None) => {
-                return ask.refuse(
-                    "previous_response_not_found",
-                    previous_not_found(id),
-                    &b.model,
-                )
-            }
-            Err(e) => {
-                return ask.refuse(
-                    "store_unreachable",
-                    store_unreachable(&gw.mask(&e.to_string())),
-                    &b.model,
-                )
-            }
-        },
+    let begun = match conversation::begin(&gw.conversations, body, wall_now_ms()).await {
+        Ok(b) => b,
+        Err(BeginError::Bad(m)) => return ask.refuse("bad_request", ApiError::bad_request(m), ""),
+        Err(BeginError::NotFound(id)) => {
+            return ask.refuse("previous_response_not_found", previous_not_found(&id), "")
+        }
+        Err(BeginError::Store(e)) => {
+            let e = store_unreachable(&gw.mask(&e.to_string()));
+            return ask.refuse("store_unreachable", e, "");
+        }
     };
-    let (mut chat_request, untranslatable) = match request::chat_request(&b, &prior) {
-        Ok(r) => r,
-        Err(m) => return ask.refuse("bad_request", ApiError::bad_request(m), &b.model),
-    };
-    let untranslatable = untranslatable.map(ApiError::bad_request);
-    chat_request.original =
-        original_of(body, &b, &prior, &origins, untranslatable.as_ref(), headers);
-    let mut history = prior;
-    history.extend(b.input.iter().cloned());
+    let b = &begun.body;
     let turn = Arc::new(Turn {
         id: output::new_id("resp"),
         created_at: wall_now_ms() / 1000,
         previous_response_id: b.previous_response_id.clone(),
         store: b.store,
         fields: Arc::new(b.fields.clone()),
-        history,
-        origins,
+        history: begun.history,
+        origins: begun.origins,
     });
     let c = ChatIn {
         model: b.model.clone(),
-        request: chat_request,
+        request: begun.request,
         stream: b.stream,
         // Every wire's stream reports its usage by the end, which the response carries.
         include_usage: true,
-        untranslatable,
+        untranslatable: begun.untranslatable.map(ApiError::bad_request),
         responses: Some(turn.clone()),
     };
     let choice = match gw.lineup.choose(&c.model, Wants::Chat) {
@@ -225,7 +135,6 @@ pub(super) async fn create(ask: Ask, body: Bytes, headers: &HeaderMap) -> Respon
 /// the next turn the moment it reads this one).
 async fn answer(ask: &Ask, turn: &Turn, reply: Reply, served: Option<&Route>) -> Response<Body> {
     let same_wire = reply.raw.as_ref().filter(|r| r.wire == Wire::Responses);
-    let provider = served.map(|r| r.provider().to_string());
     let (object, items) = match same_wire {
         // As the upstream sent it: its output items are what the conversation keeps.
         Some(raw) => match serde_json::from_slice::<Value>(&raw.bytes) {
@@ -248,7 +157,6 @@ async fn answer(ask: &Ask, turn: &Turn, reply: Reply, served: Option<&Route>) ->
         ask,
         turn,
         served,
-        provider.as_deref(),
         items,
         object.clone(),
         same_wire.map(|r| &r.bytes),
@@ -283,7 +191,6 @@ pub(super) async fn keep(
     ask: &Ask,
     turn: &Turn,
     served: Option<&Route>,
-    provider: Option<&str>,
     output: Vec<Value>,
     object: Option<Value>,
     raw: Option<&Bytes>,
@@ -291,7 +198,7 @@ pub(super) async fn keep(
     if !turn.store {
         return false;
     }
-    let (Some(served), Some(provider)) = (served, provider) else {
+    let Some(served) = served else {
         return false;
     };
     let response = match (object, raw) {
@@ -308,20 +215,14 @@ pub(super) async fn keep(
         }
         (None, None) => Value::Null,
     };
-    let start = turn.history.len();
-    let mut origins = turn.origins.clone();
-    origins.extend((0..output.len()).map(|i| (start + i, provider.to_string())));
-    let output_len = output.len();
-    let mut items = turn.history.clone();
-    items.extend(output);
-    let stored = Stored {
-        id: turn.id.clone(),
-        route: served.as_str().to_string(),
-        items,
-        output_len,
-        origins,
+    let stored = conversation::stored(
+        &turn.id,
+        &turn.history,
+        &turn.origins,
+        served,
+        output,
         response,
-    };
+    );
     match ask.gw.conversations.put(&stored, wall_now_ms()).await {
         Ok(()) => true,
         Err(e @ PutError::TooLarge { .. }) => {
@@ -446,23 +347,6 @@ fn input_page(s: &Stored, query: Option<&str>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn another_providers_items_lose_their_ids_and_its_reasoning() {
-        let items = vec![
-            json!({"role": "user", "content": "hi"}),
-            json!({"id": "rs_1", "type": "reasoning", "summary": []}),
-            json!({"id": "msg_1", "type": "message", "role": "assistant", "content": []}),
-        ];
-        let origins = vec![(1, "openai".to_string()), (2, "openai".to_string())];
-        let (own, left) = history_for(&items, &origins, Some("openai"));
-        assert_eq!((own, left), (items.clone(), false));
-        let (other, left) = history_for(&items, &origins, Some("xai"));
-        assert!(left);
-        assert_eq!(other.len(), 2);
-        assert!(other[1].get("id").is_none());
-        assert_eq!(other[1]["type"], "message");
-    }
 
     #[test]
     fn input_items_page_newest_first_with_ids() {

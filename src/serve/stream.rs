@@ -655,7 +655,6 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
 /// now.
 async fn responses_end(ask: &Ask, turn: &Turn, live: &Live, called: &Called) -> Vec<u8> {
     let served = called.report.served_by.clone();
-    let provider = served.as_ref().map(|r| r.provider().to_string());
     let (mut out, object) = {
         let mut s = lock(&live.state);
         match &mut s.encoder {
@@ -687,7 +686,6 @@ async fn responses_end(ask: &Ask, turn: &Turn, live: &Live, called: &Called) -> 
         ask,
         turn,
         served.as_ref(),
-        provider.as_deref(),
         output,
         Some(object.clone()),
         None,
@@ -784,13 +782,11 @@ async fn unstarted(
                     let mut end = e.close_all();
                     let mut object = e.completed_object(&reply.finish, reply.usage.as_ref());
                     let served = report.served_by.clone();
-                    let provider = served.as_ref().map(|r| r.provider().to_string());
                     let output = object["output"].as_array().cloned().unwrap_or_default();
                     let stored = super::responses::keep(
                         ask,
                         turn,
                         served.as_ref(),
-                        provider.as_deref(),
                         output,
                         Some(object.clone()),
                         None,

@@ -4,6 +4,7 @@
 //! replies, health presets) and what must then have happened ([`expect`]).
 
 mod expect;
+pub mod ingress;
 mod locate;
 mod script;
 
@@ -41,6 +42,9 @@ pub struct Scenario {
     pub about: Option<String>,
     #[serde(default)]
     pub path: CallPath,
+    /// The API the client speaks: `chat` (default) or `responses`.
+    #[serde(default)]
+    pub ingress: ingress::Ingress,
     #[serde(default)]
     pub now: Option<String>,
     #[serde(default)]
@@ -89,6 +93,12 @@ pub struct RequestShape {
     /// prompt when absent.
     #[serde(default)]
     pub messages: Option<Vec<serde_json::Value>>,
+    /// `ingress: responses`: the Responses `input` (a string or items).
+    #[serde(default)]
+    pub input: Option<serde_json::Value>,
+    /// `ingress: responses`: the Responses `instructions`.
+    #[serde(default)]
+    pub instructions: Option<String>,
     /// Tools offered: `{name, description, parameters}`.
     #[serde(default)]
     pub tools: Vec<ToolShape>,
@@ -133,6 +143,12 @@ impl RequestShape {
         mut base: crate::core::request::ChatRequest,
     ) -> Result<crate::core::request::ChatRequest, String> {
         use crate::core::request::{Effort, Reasoning, Unmapped};
+        if self.input.is_some() || self.instructions.is_some() {
+            return Err(
+                "`input` and `instructions` are the Responses API's: set `ingress: responses`"
+                    .into(),
+            );
+        }
         if let Some(m) = &self.messages {
             if m.is_empty() {
                 return Err("`messages` must not be empty".into());
@@ -221,6 +237,14 @@ pub struct RequestSpec {
     /// (weights honoured within a stated tolerance).
     #[serde(default)]
     pub upstream_calls_within: Option<BTreeMap<Route, [u64; 2]>>,
+    /// `ingress: responses`: this turn's `input` (a string or items), in place of the
+    /// scenario's.
+    #[serde(default)]
+    pub input: Option<serde_json::Value>,
+    /// `ingress: responses`: the turn continues the previous request's response
+    /// (`previous_response_id`).
+    #[serde(default, rename = "continue")]
+    pub continues: bool,
 }
 
 impl RequestSpec {
@@ -291,10 +315,64 @@ impl Scenario {
                 expect: Some(e.clone()),
                 expect_counts: None,
                 upstream_calls_within: None,
+                input: None,
+                continues: false,
             }],
             (_, Some(list)) => list.clone(),
             (None, None) => Vec::new(),
         }
+    }
+
+    /// `ingress: responses`: a chat or stream path, a request the Responses API can
+    /// say, and `continue` only after a request.
+    fn validate_responses(&self) -> Result<(), YamlError> {
+        let err = |field: &str, msg: String| {
+            Err(YamlError::new(&self.file, msg).at_field(field.to_string()))
+        };
+        if !matches!(self.path, CallPath::Chat | CallPath::Stream) {
+            return err(
+                "ingress",
+                format!(
+                    "the Responses API has no `{}` path: use chat or stream",
+                    self.path
+                ),
+            );
+        }
+        if let Some(f) = self.request.as_ref().and_then(ingress::unsupported_fields) {
+            return err(
+                "request",
+                format!("`{f}` has no place in a Responses request"),
+            );
+        }
+        for (i, spec) in self.request_specs().iter().enumerate() {
+            if i == 0 && spec.continues {
+                return err(
+                    "requests[0].continue",
+                    "the first request has no response to continue".into(),
+                );
+            }
+            let body = ingress::responses_body(
+                &self.name,
+                self.request.as_ref(),
+                spec,
+                self.path == CallPath::Stream,
+                Some(16),
+                None,
+            );
+            let parsed = serde_json::to_vec(&body)
+                .map_err(|e| e.to_string())
+                .and_then(|b| crate::wire::responses::request::parse(&b))
+                .and_then(|b| crate::wire::responses::request::chat_request(&b, &[]).map(|_| ()));
+            if let Err(e) = parsed {
+                let field = if self.requests.is_some() {
+                    format!("requests[{i}]")
+                } else {
+                    "request".into()
+                };
+                return err(&field, format!("the Responses request is not usable: {e}"));
+            }
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<(), YamlError> {
@@ -315,11 +393,28 @@ impl Scenario {
         if self.chain.is_empty() {
             return err("chain", "the chain needs at least one route".into());
         }
-        if let Some(shape) = &self.request {
-            let base = crate::core::request::ChatRequest::user("", 16);
-            if let Err(e) = shape.chat(base) {
-                return err("request", format!("the request is not usable: {e}"));
+        match self.ingress {
+            ingress::Ingress::Chat => {
+                if let Some(shape) = &self.request {
+                    let base = crate::core::request::ChatRequest::user("", 16);
+                    if let Err(e) = shape.chat(base) {
+                        return err("request", format!("the request is not usable: {e}"));
+                    }
+                }
+                if let Some(i) = self
+                    .requests
+                    .iter()
+                    .flatten()
+                    .position(|r| r.input.is_some() || r.continues)
+                {
+                    return err(
+                        &format!("requests[{i}]"),
+                        "`input` and `continue` are the Responses API's: set `ingress: responses`"
+                            .into(),
+                    );
+                }
             }
+            ingress::Ingress::Responses => self.validate_responses()?,
         }
         let mut routes = BTreeSet::new();
         let mut wires: BTreeMap<&str, Wire> = BTreeMap::new();
@@ -375,7 +470,7 @@ impl Scenario {
             let wire_serves_path = match self.path {
                 CallPath::Chat | CallPath::Stream => true,
                 CallPath::Embed => entry.wire != Wire::Anthropic,
-                CallPath::Rerank => entry.wire == Wire::OpenAi,
+                CallPath::Rerank => matches!(entry.wire, Wire::OpenAi | Wire::Responses),
             };
             if !wire_serves_path {
                 return err(

@@ -5,9 +5,13 @@
 
 use super::items;
 use crate::core::conversation::{Conversation, ToolSpec};
-use crate::core::request::{ChatRequest, Effort, Reasoning, Sampling, ToolChoice, Unmapped};
+use crate::core::request::{
+    ChatRequest, Effort, Original, Reasoning, Sampling, ToolChoice, Unmapped,
+};
+use crate::core::vocab::Wire;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A Responses body as the client sent it, read but not yet joined to its history.
 #[derive(Debug, Clone, PartialEq)]
@@ -347,6 +351,93 @@ pub fn rebuilt(fields: &Map<String, Value>, input: Vec<Value>) -> Vec<u8> {
     serde_json::to_vec(&out).unwrap_or_default()
 }
 
+/// A Responses body kept for a route of this wire (`None` without a top-level `model`
+/// string to replace). No client header is forwarded on this wire.
+pub fn original(body: bytes::Bytes, untranslatable: Option<&str>) -> Option<Arc<Original>> {
+    let spans = crate::wire::passthrough::spans(&body)?;
+    let model = spans.model?;
+    if body.get(model.start) != Some(&b'"') {
+        return None;
+    }
+    Some(Arc::new(Original {
+        wire: Wire::Responses,
+        bytes: body,
+        model,
+        stream_options: spans.stream_options,
+        headers: Vec::new(),
+        untranslatable: untranslatable.map(str::to_string),
+        per_provider: Vec::new(),
+        left_out: Vec::new(),
+    }))
+}
+
+/// `items` as a route of `provider` may be sent them: items that came from another
+/// provider (`origins`) lose their ids, and that provider's reasoning items are left
+/// out (they mean nothing elsewhere). `None`: a provider none came from. Also says
+/// whether reasoning was left out.
+pub fn history_for(
+    items: &[Value],
+    origins: &[(usize, String)],
+    provider: Option<&str>,
+) -> (Vec<Value>, bool) {
+    let mut out = Vec::with_capacity(items.len());
+    let mut left_reasoning = false;
+    for (i, item) in items.iter().enumerate() {
+        let foreign = origins
+            .iter()
+            .any(|(at, p)| *at == i && Some(p.as_str()) != provider);
+        if !foreign {
+            out.push(item.clone());
+            continue;
+        }
+        if item.get("type").and_then(Value::as_str) == Some("reasoning") {
+            left_reasoning = true;
+            continue;
+        }
+        let mut item = item.clone();
+        if let Some(o) = item.as_object_mut() {
+            o.remove("id");
+        }
+        out.push(item);
+    }
+    (out, left_reasoning)
+}
+
+/// The body a route of this wire is sent: the client's bytes when the request
+/// continues nothing; else, rebuilt with the whole conversation, one body for each
+/// provider the history came from (its own items as they were) and one for any other.
+pub fn original_with_history(
+    body: bytes::Bytes,
+    b: &ResponsesBody,
+    prior: &[Value],
+    origins: &[(usize, String)],
+    untranslatable: Option<&str>,
+) -> Option<Arc<Original>> {
+    if prior.is_empty() {
+        return original(body, untranslatable);
+    }
+    let build = |provider: Option<&str>| {
+        let (mut input, left) = history_for(prior, origins, provider);
+        input.extend(b.input.iter().cloned());
+        let bytes = bytes::Bytes::from(rebuilt(&b.fields, input));
+        Some((original(bytes, untranslatable)?, left))
+    };
+    let (neutral, left) = build(None)?;
+    let mut providers: Vec<&str> = origins.iter().map(|(_, p)| p.as_str()).collect();
+    providers.sort_unstable();
+    providers.dedup();
+    let per_provider = providers
+        .into_iter()
+        .filter_map(|p| build(Some(p)).map(|(o, _)| (p.to_string(), o)))
+        .collect();
+    let mut o = Arc::try_unwrap(neutral).unwrap_or_else(|a| (*a).clone());
+    o.per_provider = per_provider;
+    if left {
+        o.left_out = vec!["reasoning_items".into()];
+    }
+    Some(Arc::new(o))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,6 +535,34 @@ mod tests {
         // What only the Responses wire carries leaves the request untranslatable.
         let b = body(json!({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]}));
         assert!(chat_request(&b, &[]).unwrap().1.is_some());
+    }
+
+    #[test]
+    fn another_providers_items_lose_their_ids_and_its_reasoning() {
+        let items = vec![
+            json!({"role": "user", "content": "hi"}),
+            json!({"id": "rs_1", "type": "reasoning", "summary": []}),
+            json!({"id": "msg_1", "type": "message", "role": "assistant", "content": []}),
+        ];
+        let origins = vec![(1, "openai".to_string()), (2, "openai".to_string())];
+        let (own, left) = history_for(&items, &origins, Some("openai"));
+        assert_eq!((own, left), (items.clone(), false));
+        let (other, left) = history_for(&items, &origins, Some("xai"));
+        assert!(left);
+        assert_eq!(other.len(), 2);
+        assert!(other[1].get("id").is_none());
+        assert_eq!(other[1]["type"], "message");
+        // The request carries a body per provider; another is told what it lacks.
+        let b = body(json!({"model": "m", "input": "next", "previous_response_id": "resp_1"}));
+        let raw = bytes::Bytes::from(serde_json::to_vec(&b.fields).unwrap());
+        let o = original_with_history(raw, &b, &items, &origins, None).unwrap();
+        assert_eq!(o.left_out_for("openai"), &[] as &[String]);
+        assert_eq!(o.left_out_for("xai"), &["reasoning_items".to_string()]);
+        let sent: Value = serde_json::from_slice(&o.for_provider("openai").bytes).unwrap();
+        assert_eq!(sent["input"].as_array().unwrap().len(), 4);
+        let sent: Value = serde_json::from_slice(&o.for_provider("xai").bytes).unwrap();
+        assert_eq!(sent["input"].as_array().unwrap().len(), 3);
+        assert!(sent.get("previous_response_id").is_none());
     }
 
     #[test]
