@@ -46,9 +46,21 @@ pub struct WalkArgs {
     /// route that cannot carry it is skipped, as `cannot_carry`.
     #[arg(long = "image", value_name = "URL|FILE")]
     pub images: Vec<String>,
+    /// The API the request enters on: `chat` (chat completions), or `responses`
+    /// (OpenAI's Responses API, read as `serve` reads one: a route of the Responses
+    /// wire is sent the body as written).
+    #[arg(long, value_enum, value_name = "API", default_value = "chat")]
+    pub ingress: WalkIngress,
     /// Print JSON (spec/cli.md) instead of steps.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `walk --ingress`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WalkIngress {
+    Chat,
+    Responses,
 }
 
 /// The most bytes `--image` reads from a file: what providers take inline.
@@ -187,9 +199,34 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
         }
         req
     };
+    if args.ingress == WalkIngress::Responses && !matches!(path, CallPath::Chat | CallPath::Stream)
+    {
+        anyhow::bail!(
+            "--ingress responses: tier `{}` serves the {path} path; the Responses API has chat and stream only",
+            args.tier
+        );
+    }
+    // The Responses API: the prompt and attachments as one user message's items, read
+    // by the code that reads a gateway client's body.
+    let chat_request = match args.ingress {
+        WalkIngress::Chat => chat(),
+        WalkIngress::Responses => {
+            let (_, input) = crate::wire::responses::items::to_items(&chat().conversation);
+            let body = serde_json::json!({
+                "model": args.tier, "input": input, "max_output_tokens": 64,
+                "stream": path == CallPath::Stream, "store": false,
+            });
+            let body = bytes::Bytes::from(serde_json::to_vec(&body)?);
+            let none = crate::store::conversations::Conversations::memory(Default::default());
+            crate::router::conversation::begin(&none, body, 0)
+                .await
+                .map_err(|e| anyhow::anyhow!("--ingress responses: {e}"))?
+                .request
+        }
+    };
     let req = match path {
-        CallPath::Chat => Request::Chat(chat()),
-        CallPath::Stream => Request::Stream(chat()),
+        CallPath::Chat => Request::Chat(chat_request),
+        CallPath::Stream => Request::Stream(chat_request),
         CallPath::Embed => Request::Embed(EmbedRequest {
             inputs: vec![args.prompt.clone()],
             dimensions: None,

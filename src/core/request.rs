@@ -209,6 +209,10 @@ pub struct ChatRequest {
     /// A JSON Schema the answer must satisfy (`response_format: json_schema`;
     /// `json_object` is the schema `{"type": "object"}`).
     pub json_schema: Option<serde_json::Value>,
+    /// The schema's own `name` and `strict` (chat `response_format.json_schema`,
+    /// Responses `text.format`): kept on every wire that has them (fidelity.md §2).
+    pub schema_name: Option<String>,
+    pub schema_strict: Option<bool>,
     /// How many answers (`n`); `None` is one.
     pub n: Option<u32>,
     /// `parallel_tool_calls`; `None` leaves the provider's default (parallel).
@@ -243,6 +247,8 @@ impl ChatRequest {
             max_tokens: Some(max_tokens),
             sampling: Sampling::default(),
             json_schema: None,
+            schema_name: None,
+            schema_strict: None,
             n: None,
             parallel_tool_calls: None,
             reasoning: None,

@@ -273,6 +273,15 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
             }
         },
     };
+    let schema_name = o
+        .get("response_format")
+        .and_then(|rf| rf.pointer("/json_schema/name"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let schema_strict = o
+        .get("response_format")
+        .and_then(|rf| rf.pointer("/json_schema/strict"))
+        .and_then(Value::as_bool);
     let json_schema = match o.get("response_format") {
         None | Some(Value::Null) => None,
         Some(rf) => match rf.get("type").and_then(Value::as_str) {
@@ -337,6 +346,8 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
             top_k: opt_u32(&o, "top_k")?,
         },
         json_schema,
+        schema_name,
+        schema_strict,
         n,
         parallel_tool_calls: opt_bool_or_none(&o, "parallel_tool_calls")?,
         reasoning,
@@ -491,6 +502,8 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
             top_k: opt_u32(&o, "top_k")?,
         },
         json_schema: None,
+        schema_name: None,
+        schema_strict: None,
         n: None,
         parallel_tool_calls,
         reasoning,

@@ -311,16 +311,7 @@ fn input_page(s: &Stored, query: Option<&str>) -> Value {
         .input_items()
         .iter()
         .enumerate()
-        .map(|(i, item)| {
-            let mut item = item.clone();
-            if item.get("id").and_then(Value::as_str).is_none() {
-                item["id"] = json!(format!("item_{i}"));
-            }
-            if item.get("type").is_none() {
-                item["type"] = json!("message");
-            }
-            item
-        })
+        .map(|(i, item)| listed(i, item))
         .collect();
     if !asc {
         items.reverse();
@@ -344,6 +335,39 @@ fn input_page(s: &Stored, query: Option<&str>) -> Value {
     })
 }
 
+/// An input item as OpenAI lists it: with an id (its position, when it had none), and
+/// a message in the typed form typed clients read: `type`, `status`, and `content` as
+/// parts (`input_text`, or `output_text` for the assistant's), never a bare string.
+fn listed(i: usize, item: &Value) -> Value {
+    let mut item = item.clone();
+    if item.get("id").and_then(Value::as_str).is_none() {
+        item["id"] = json!(format!("item_{i}"));
+    }
+    let message = matches!(
+        item.get("type").and_then(Value::as_str),
+        None | Some("message")
+    );
+    if message {
+        item["type"] = json!("message");
+        if item.get("status").is_none() {
+            item["status"] = json!("completed");
+        }
+        if let Some(text) = item
+            .get("content")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+        {
+            let kind = if item["role"] == "assistant" {
+                "output_text"
+            } else {
+                "input_text"
+            };
+            item["content"] = json!([{ "type": kind, "text": text }]);
+        }
+    }
+    item
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,12 +387,19 @@ mod tests {
             response: json!({}),
         };
         let page = input_page(&s, Some("limit=1"));
-        assert_eq!(page["data"][0]["content"], "2");
+        assert_eq!(
+            page["data"][0]["content"],
+            json!([{"type": "input_text", "text": "2"}])
+        );
+        assert_eq!(page["data"][0]["status"], "completed");
         assert_eq!(page["data"][0]["id"], "item_1");
         assert_eq!(page["has_more"], true);
         let next = input_page(&s, Some("limit=1&after=item_1"));
-        assert_eq!(next["data"][0]["content"], "1");
+        assert_eq!(next["data"][0]["content"][0]["text"], "1");
         assert_eq!(next["has_more"], false);
-        assert_eq!(input_page(&s, Some("order=asc"))["data"][0]["content"], "1");
+        assert_eq!(
+            input_page(&s, Some("order=asc"))["data"][0]["content"][0]["text"],
+            "1"
+        );
     }
 }

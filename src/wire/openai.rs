@@ -57,10 +57,14 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         };
     }
     if let Some(schema) = &req.json_schema {
-        body["response_format"] = json!({
-            "type": "json_schema",
-            "json_schema": {"name": "answer", "schema": schema},
+        let mut spec = json!({
+            "name": req.schema_name.as_deref().unwrap_or("answer"),
+            "schema": schema,
         });
+        if let Some(strict) = req.schema_strict {
+            spec["strict"] = json!(strict);
+        }
+        body["response_format"] = json!({"type": "json_schema", "json_schema": spec});
     }
     if let Some(user) = &req.user {
         body["user"] = json!(user);

@@ -68,10 +68,18 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         body.insert("reasoning".into(), json!({"effort": r.effort().as_str()}));
     }
     if let Some(schema) = &req.json_schema {
-        let format = if *schema == json!({"type": "object"}) {
+        let format = if *schema == json!({"type": "object"}) && req.schema_name.is_none() {
             json!({"type": "json_object"})
         } else {
-            json!({"type": "json_schema", "name": "answer", "schema": schema})
+            let mut f = json!({
+                "type": "json_schema",
+                "name": req.schema_name.as_deref().unwrap_or("answer"),
+                "schema": schema,
+            });
+            if let Some(strict) = req.schema_strict {
+                f["strict"] = json!(strict);
+            }
+            f
         };
         body.insert("text".into(), json!({ "format": format }));
     }

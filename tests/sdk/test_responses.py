@@ -21,12 +21,14 @@ by field, and what the SDK read with what the upstream answered:
 - `client.responses.stream(...)` (text and a function call) on each route kind, and
   the raw `create(stream=True)` events;
 - a two-turn conversation (`previous_response_id`) whose turns different providers
-  serve: the second gets the whole first turn, a Responses-wire upstream never gets the
-  id; retrieve, input_items, delete, and a deleted or unknown id that is a 404
+  serve (also after a streamed first turn): the second gets the whole first turn but
+  not its instructions, a Responses-wire upstream never gets the id; retrieve,
+  input_items, delete, `store: false`, and a deleted or unknown id that is a 404
   `previous_response_not_found` after exactly one request;
-- every route rate limited: RateLimitError after exactly one request;
-- the OpenAI Agents SDK (`openai-agents`) running one agent with one tool, over the
-  Responses-wire route and over the Anthropic route.
+- every route rate limited, streamed and not: RateLimitError after exactly one request;
+- the OpenAI Agents SDK (`openai-agents`, `Runner.run_sync`) running one agent with one
+  tool, over the Responses-wire route and over the Anthropic route, each also with
+  `auto_previous_response_id` (the id and only the tool's output sent to the gateway).
 
 Plain Python, no pytest; prints one line per check, then `N passed, M failed`.
 

@@ -222,6 +222,16 @@ pub fn chat_request(
         }
         Some(_) => return Err("`reasoning` must be an object".into()),
     };
+    let format = o.get("text").and_then(|t| t.get("format"));
+    let schema_name = format
+        .filter(|f| f.get("type").and_then(Value::as_str) == Some("json_schema"))
+        .and_then(|f| f.get("name"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let schema_strict = format
+        .filter(|f| f.get("type").and_then(Value::as_str) == Some("json_schema"))
+        .and_then(|f| f.get("strict"))
+        .and_then(Value::as_bool);
     let json_schema = match o.get("text") {
         None | Some(Value::Null) => None,
         Some(Value::Object(t)) => {
@@ -291,6 +301,8 @@ pub fn chat_request(
             ..Sampling::default()
         },
         json_schema,
+        schema_name,
+        schema_strict,
         n: None,
         parallel_tool_calls,
         reasoning,
