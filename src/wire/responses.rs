@@ -279,8 +279,12 @@ pub fn relabel_object(body: &[u8], r: Relabel<'_>) -> Option<Vec<u8>> {
         None => {}
     }
     if !r.stored {
-        if let Some(span) = spans.store {
-            edits.push((span, b"false".to_vec()));
+        match spans.store {
+            Some(span) => edits.push((span, b"false".to_vec())),
+            None => {
+                let at = body.iter().position(|c| *c == b'{')? + 1;
+                edits.push((at..at, br#""store":false,"#.to_vec()));
+            }
         }
     }
     Some(super::passthrough::splice(body, edits))

@@ -1,0 +1,271 @@
+//! The Responses API's conversations through `poolctl serve`, end to end: the built
+//! binary in front of loopback mock providers that record what they received. A
+//! conversation kept by one gateway is continued after it restarts (SQLite) or by
+//! another process of its fleet (Redis), on another provider, which receives the whole
+//! history; the bounds (`responses_ttl`, `responses_max_bytes`, `responses_max`) hold.
+//! No test sleeps.
+
+use poolctl::core::vocab::{CallPath, Route, Wire};
+use poolctl::harness::mock::{MockRoute, MockServer};
+use poolctl::harness::redis_server::RedisServer;
+use poolctl::harness::scenario::Reply;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+#[path = "support/gateway.rs"]
+mod gateway;
+use gateway::{Gateway, DEADLINE};
+
+const KEY_VAR: &str = "POOLCTL_RESPONSES_TEST_KEY";
+
+fn route(s: &str) -> Route {
+    Route::parse(s).unwrap()
+}
+
+fn ok(text: &str) -> Reply {
+    Reply::Ok {
+        text: text.into(),
+        headers: vec![],
+        usage: None,
+    }
+}
+
+/// A Responses-wire route `rsp/gpt-4o` and an Anthropic route `ant/claude`, each
+/// recording what it received.
+async fn mocks() -> MockServer {
+    let routes = vec![
+        MockRoute {
+            route: route("rsp/gpt-4o"),
+            wire: Wire::Responses,
+            path: CallPath::Chat,
+            replies: vec![ok("Paris.")],
+            outage: None,
+            record: true,
+        },
+        MockRoute {
+            route: route("ant/claude"),
+            wire: Wire::Anthropic,
+            path: CallPath::Chat,
+            replies: vec![ok("About 2.1 million.")],
+            outage: None,
+            record: true,
+        },
+    ];
+    MockServer::start(([127, 0, 0, 1], 0).into(), routes)
+        .await
+        .unwrap()
+}
+
+/// Both routes as tiers of their own (a client names the route), `extra` at the end.
+fn config(dir: &Path, mock: &MockServer, extra: &str) -> PathBuf {
+    let yaml = format!(
+        "providers:\n  rsp:\n    wire: openai_responses\n    base_url: {}\n    api_key_env: {KEY_VAR}\n  \
+         ant:\n    wire: anthropic\n    base_url: {}\n    api_key_env: {KEY_VAR}\n\
+         tiers:\n  first:\n    - rsp/gpt-4o\n  second:\n    - ant/claude\n{extra}",
+        mock.base_url("rsp", Wire::Responses),
+        mock.base_url("ant", Wire::Anthropic),
+    );
+    let path = dir.join("pool.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+async fn start(config: &Path) -> Gateway {
+    gateway::start(config, &[], &[(KEY_VAR, "sk-upstream-responses-77")]).await
+}
+
+/// `POST /v1/responses`: the status and the body.
+async fn respond(gw: &Gateway, body: Value) -> (u16, Value) {
+    tokio::time::timeout(DEADLINE, async {
+        let r = reqwest::Client::new()
+            .post(gw.url("/v1/responses"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<Value>().await.unwrap_or(Value::Null))
+    })
+    .await
+    .expect("the gateway answers in time")
+}
+
+/// The first turn on the Responses route; its response id.
+async fn first_turn(gw: &Gateway) -> String {
+    let (status, v) = respond(
+        gw,
+        json!({"model": "first", "input": "What is the capital of France?"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["output"][0]["content"][0]["text"], "Paris.");
+    let id = v["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("resp_") && id != "resp_mock_0001", "{id}");
+    id
+}
+
+/// The second turn on the Anthropic route, continuing `id`: it must carry the first
+/// turn whole.
+async fn second_turn(gw: &Gateway, mock: &MockServer, id: &str) {
+    let (status, v) = respond(
+        gw,
+        json!({"model": "second", "input": "And its population?", "previous_response_id": id}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["previous_response_id"], id);
+    assert_eq!(v["output"][0]["content"][0]["text"], "About 2.1 million.");
+    let got = mock.received(&route("ant/claude"));
+    let last = got.last().expect("the Anthropic route was called");
+    let texts: Vec<&str> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"][0]["text"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "What is the capital of France?",
+            "Paris.",
+            "And its population?"
+        ],
+        "{last}"
+    );
+}
+
+#[tokio::test]
+async fn a_conversation_kept_in_sqlite_is_continued_on_another_provider_after_serve_restarts() {
+    let mock = mocks().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &mock, "");
+    let gw = start(&config).await;
+    let id = first_turn(&gw).await;
+    let (code, _) = gw.stop().await;
+    assert_eq!(code, Some(0));
+    // Beside the health file, in a file of its own.
+    assert!(dir.path().join(".poolctl/state.responses.db").exists());
+    let gw = start(&config).await;
+    second_turn(&gw, &mock, &id).await;
+    // The Responses route was never sent an id of its own.
+    for body in mock.received(&route("rsp/gpt-4o")) {
+        assert!(body.get("previous_response_id").is_none(), "{body}");
+    }
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_fleet_on_redis_continues_a_conversation_another_process_began() {
+    let redis = RedisServer::must_start();
+    let mock = mocks().await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = format!("state: {}\nstate_timeout_ms: 2000\n", redis.url());
+    let config = config(dir.path(), &mock, &state);
+    let (one, two) = (start(&config).await, start(&config).await);
+    let id = first_turn(&one).await;
+    second_turn(&two, &mock, &id).await;
+    // Deleted through either process, gone for both.
+    let r = reqwest::Client::new()
+        .delete(one.url(&format!("/v1/responses/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (status, v) = respond(
+        &two,
+        json!({"model": "second", "input": "x", "previous_response_id": id}),
+    )
+    .await;
+    assert_eq!(status, 404, "{v}");
+    assert_eq!(v["error"]["code"], "previous_response_not_found");
+    one.stop().await;
+    two.stop().await;
+}
+
+#[tokio::test]
+async fn a_conversation_over_responses_max_bytes_is_answered_but_not_kept() {
+    let mock = mocks().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &mock, "responses_max_bytes: 200\n");
+    let gw = start(&config).await;
+    let (status, v) = respond(&gw, json!({"model": "first", "input": "Hello?"})).await;
+    assert_eq!(status, 200, "{v}");
+    // The answer says so.
+    assert_eq!(v["store"], false, "{v}");
+    let id = v["id"].as_str().unwrap();
+    let (status, v) = respond(
+        &gw,
+        json!({"model": "second", "input": "x", "previous_response_id": id}),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"]["param"].as_str()),
+        (404, Some("previous_response_id"))
+    );
+    let (_, stderr) = gw.stop().await;
+    assert!(stderr.contains("over `responses_max_bytes`"), "{stderr}");
+}
+
+#[tokio::test]
+async fn past_responses_max_the_oldest_conversation_goes_and_an_expired_one_is_gone() {
+    let mock = mocks().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &mock, "responses_max: 2\n");
+    let gw = start(&config).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (_, v) = respond(&gw, json!({"model": "first", "input": "Hi"})).await;
+        ids.push(v["id"].as_str().unwrap().to_string());
+    }
+    let get = |id: &str| {
+        let url = gw.url(&format!("/v1/responses/{id}"));
+        async move { reqwest::get(url).await.unwrap().status().as_u16() }
+    };
+    assert_eq!(get(&ids[0]).await, 404);
+    assert_eq!(get(&ids[1]).await, 200);
+    assert_eq!(get(&ids[2]).await, 200);
+    gw.stop().await;
+    // A TTL of 1 ms: by the next request it has passed.
+    let config = self::config(dir.path(), &mock, "responses_ttl: 1ms\n");
+    let gw = start(&config).await;
+    let (_, v) = respond(&gw, json!({"model": "first", "input": "Hi"})).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(get_on(&gw, &id).await, 404);
+    gw.stop().await;
+}
+
+async fn get_on(gw: &Gateway, id: &str) -> u16 {
+    reqwest::get(gw.url(&format!("/v1/responses/{id}")))
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn check_names_a_bad_responses_bound_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = mocks().await;
+    for (extra, field) in [
+        ("responses_ttl: 0\n", "responses_ttl"),
+        ("responses_ttl: 31d\n", "responses_ttl"),
+        ("responses_ttl: soon\n", "responses_ttl"),
+        ("responses_max_bytes: 0\n", "responses_max_bytes"),
+        ("responses_max: 0\n", "responses_max"),
+    ] {
+        let config = config(dir.path(), &mock, extra);
+        let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
+            .args(["check", "--json", "--config"])
+            .arg(&config)
+            .env(KEY_VAR, "x")
+            .output()
+            .await
+            .unwrap();
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(o.status.code(), Some(1), "{extra}: {v}");
+        let e = &v["errors"][0];
+        assert_eq!(e["field"], field, "{extra}: {v}");
+        // The line the bound is on, after the 14 lines of providers and tiers.
+        assert_eq!(e["line"], 15, "{extra}: {v}");
+    }
+}
