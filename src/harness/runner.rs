@@ -464,7 +464,7 @@ impl Call<'_> {
         });
         let max = request_chat(scenario, spec).max_tokens;
         let stream = scenario.path == CallPath::Stream;
-        let body = super::scenario::ingress::responses_body(
+        let body = super::scenario::responses_body(
             &scenario.name,
             shape,
             spec,

@@ -1150,7 +1150,7 @@ fn request_body(
 ) -> Value {
     if scenario.ingress == super::scenario::ingress::Ingress::Responses {
         let max = super::runner::request_chat(scenario, spec).max_tokens;
-        return super::scenario::ingress::responses_body(
+        return super::scenario::responses_body(
             model,
             scenario.request.as_ref(),
             spec,

@@ -16,6 +16,7 @@ pub mod handler;
 pub mod health_cache;
 pub mod http;
 pub mod ingress;
+pub mod keep;
 pub mod listener;
 pub mod log;
 pub mod metrics;

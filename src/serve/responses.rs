@@ -17,7 +17,7 @@ use super::ingress::{ChatIn, Turn};
 use crate::core::clock::{wall_now_ms, Stopwatch};
 use crate::core::vocab::{Route, Wire};
 use crate::router::conversation::{self, BeginError};
-use crate::store::conversations::{PutError, Stored};
+use crate::store::conversations::Stored;
 use crate::wire::responses::{output, Relabel};
 use bytes::Bytes;
 use hyper::Response;
@@ -153,7 +153,7 @@ async fn answer(ask: &Ask, turn: &Turn, reply: Reply, served: Option<&Route>) ->
             (Some(object), items)
         }
     };
-    let stored = keep(
+    let stored = super::keep::keep(
         ask,
         turn,
         served,
@@ -179,61 +179,6 @@ async fn answer(ask: &Ask, turn: &Turn, reply: Reply, served: Option<&Route>) ->
             json_response(200, serde_json::to_vec(&object).unwrap_or_default())
         }
         (None, None) => json_response(200, Vec::new()),
-    }
-}
-
-/// Stores the conversation up to this answer when the client asked it kept: the history,
-/// then `output` (marked as the serving provider's own). Whether it was kept: a
-/// conversation over `responses_max_bytes`, or a store that failed, is not, and the
-/// answer says `store: false`. `object` is the response as the client sees it; `raw`,
-/// a same-wire answer's bytes, from which it is made.
-pub(super) async fn keep(
-    ask: &Ask,
-    turn: &Turn,
-    served: Option<&Route>,
-    output: Vec<Value>,
-    object: Option<Value>,
-    raw: Option<&Bytes>,
-) -> bool {
-    if !turn.store {
-        return false;
-    }
-    let Some(served) = served else {
-        return false;
-    };
-    let response = match (object, raw) {
-        (Some(o), _) => o,
-        (None, Some(raw)) => {
-            let relabel = Relabel {
-                id: &turn.id,
-                previous_response_id: turn.previous_response_id.as_deref(),
-                stored: true,
-            };
-            crate::wire::responses::relabel_object(raw, relabel)
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or(Value::Null)
-        }
-        (None, None) => Value::Null,
-    };
-    let stored = conversation::stored(
-        &turn.id,
-        &turn.history,
-        &turn.origins,
-        served,
-        output,
-        response,
-    );
-    match ask.gw.conversations.put(&stored, wall_now_ms()).await {
-        Ok(()) => true,
-        Err(e @ PutError::TooLarge { .. }) => {
-            tracing::warn!(target: "poolctl::serve", id = %turn.id, "response not kept: {e}");
-            false
-        }
-        Err(PutError::Store(e)) => {
-            let e = ask.gw.mask(&e.to_string());
-            tracing::warn!(target: "poolctl::serve", id = %turn.id, "response not kept: {e}");
-            false
-        }
     }
 }
 

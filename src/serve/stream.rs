@@ -682,7 +682,7 @@ async fn responses_end(ask: &Ask, turn: &Turn, live: &Live, called: &Called) -> 
         return out;
     };
     let output = object["output"].as_array().cloned().unwrap_or_default();
-    let stored = super::responses::keep(
+    let stored = super::keep::keep(
         ask,
         turn,
         served.as_ref(),
@@ -783,7 +783,7 @@ async fn unstarted(
                     let mut object = e.completed_object(&reply.finish, reply.usage.as_ref());
                     let served = report.served_by.clone();
                     let output = object["output"].as_array().cloned().unwrap_or_default();
-                    let stored = super::responses::keep(
+                    let stored = super::keep::keep(
                         ask,
                         turn,
                         served.as_ref(),

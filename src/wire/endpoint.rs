@@ -5,6 +5,9 @@ use crate::classify::dialect::Dialect;
 use crate::core::secret::Secret;
 use crate::core::vocab::Wire;
 
+/// The path of OpenAI's Responses API under a provider's base URL.
+pub const RESPONSES_PATH: &str = "/responses";
+
 /// One provider as the wire calls it: where, how, with which key and deadlines. What the
 /// router does with its failures is in [`crate::config::route::RoutePolicy`].
 #[derive(Debug, Clone)]

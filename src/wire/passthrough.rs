@@ -227,7 +227,7 @@ fn headers(ep: &Endpoint, orig: &Original) -> Vec<(&'static str, String)> {
 pub fn chat_call(ep: &Endpoint, model: &str, orig: &Original, include_usage: bool) -> HttpCall {
     let path = match ep.wire {
         Wire::Anthropic => "/v1/messages",
-        Wire::Responses => super::responses::PATH,
+        Wire::Responses => super::endpoint::RESPONSES_PATH,
         _ => "/chat/completions",
     };
     HttpCall {

@@ -21,8 +21,7 @@ use crate::core::conversation::ToolCall;
 use crate::core::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Map, Value};
 
-/// The path of the Responses endpoint under a provider's base URL.
-pub const PATH: &str = "/responses";
+pub use super::endpoint::RESPONSES_PATH as PATH;
 
 /// A Responses body for the canonical request (another wire's client, or a library
 /// request). What this wire has no field for (`stop`, `seed`, `n`, `top_k`) is named

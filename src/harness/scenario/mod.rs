@@ -19,6 +19,7 @@ use crate::core::clock::UnixMs;
 use crate::core::vocab::{CallPath, Outcome, Route, Wire};
 use crate::policy::card::Policy;
 use serde::Deserialize;
+use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -206,6 +207,93 @@ impl RequestShape {
     }
 }
 
+impl RequestShape {
+    /// Fields of `request:` the Responses API has no place for.
+    pub fn responses_unsupported(&self) -> Option<&'static str> {
+        let shape = self;
+        if shape.messages.is_some() {
+            Some("messages (give `input` and `instructions`)")
+        } else if shape.n.is_some() {
+            Some("n")
+        } else if shape.seed.is_some() {
+            Some("seed")
+        } else {
+            None
+        }
+    }
+}
+
+/// The Responses body a request of the scenario sends: `model` (the tier's name),
+/// the entry's `input` (else the scenario's, else the default prompt), `instructions`,
+/// `stream`, tools, the output cap, the JSON schema, sampling, reasoning, `user`, the
+/// other `fields` as the client's own, and `previous_response_id` when it continues one.
+pub fn responses_body(
+    model: &str,
+    shape: Option<&RequestShape>,
+    spec: &RequestSpec,
+    stream: bool,
+    max_output_tokens: Option<u32>,
+    previous: Option<&str>,
+) -> Value {
+    let mut o = Map::new();
+    o.insert("model".into(), json!(model));
+    let input = spec
+        .input
+        .clone()
+        .or_else(|| shape.and_then(|s| s.input.clone()))
+        .unwrap_or_else(|| json!(ingress::DEFAULT_INPUT));
+    o.insert("input".into(), input);
+    if let Some(p) = previous {
+        o.insert("previous_response_id".into(), json!(p));
+    }
+    if stream {
+        o.insert("stream".into(), json!(true));
+    }
+    if let Some(n) = max_output_tokens {
+        o.insert("max_output_tokens".into(), json!(n));
+    }
+    let Some(s) = shape else {
+        return Value::Object(o);
+    };
+    if let Some(i) = &s.instructions {
+        o.insert("instructions".into(), json!(i));
+    }
+    if !s.tools.is_empty() {
+        let tools: Vec<Value> = s
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "name": t.name, "description": t.description,
+                       "parameters": t.parameters.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+                       "strict": t.strict})
+            })
+            .collect();
+        o.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(p) = s.parallel_tool_calls {
+        o.insert("parallel_tool_calls".into(), json!(p));
+    }
+    if let Some(schema) = &s.json_schema {
+        o.insert(
+            "text".into(),
+            json!({"format": {"type": "json_schema", "name": "answer", "schema": schema}}),
+        );
+    }
+    if let Some(t) = s.temperature {
+        o.insert("temperature".into(), json!(t));
+    }
+    if let Some(e) = &s.reasoning_effort {
+        o.insert("reasoning".into(), json!({ "effort": e }));
+    }
+    if let Some(u) = &s.user {
+        o.insert("user".into(), json!(u));
+    }
+    for (k, v) in &s.fields {
+        o.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    Value::Object(o)
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RequestSpec {
@@ -338,7 +426,11 @@ impl Scenario {
                 ),
             );
         }
-        if let Some(f) = self.request.as_ref().and_then(ingress::unsupported_fields) {
+        if let Some(f) = self
+            .request
+            .as_ref()
+            .and_then(RequestShape::responses_unsupported)
+        {
             return err(
                 "request",
                 format!("`{f}` has no place in a Responses request"),
@@ -351,7 +443,7 @@ impl Scenario {
                     "the first request has no response to continue".into(),
                 );
             }
-            let body = ingress::responses_body(
+            let body = responses_body(
                 &self.name,
                 self.request.as_ref(),
                 spec,

@@ -1,0 +1,68 @@
+//! What the gateway keeps of a Responses API answer: the conversation up to it, under
+//! the response's id, when the client asked it kept (`store`, default true). Shared by
+//! whole answers (`responses`) and streams (`stream`).
+
+use super::ask::Ask;
+use super::ingress::Turn;
+use crate::core::clock::wall_now_ms;
+use crate::core::vocab::Route;
+use crate::router::conversation;
+use crate::store::conversations::PutError;
+use crate::wire::responses::Relabel;
+use bytes::Bytes;
+use serde_json::Value;
+
+/// Stores the conversation up to this answer when the client asked it kept: the history,
+/// then `output` (marked as the serving provider's own). Whether it was kept: a
+/// conversation over `responses_max_bytes`, or a store that failed, is not, and the
+/// answer says `store: false`. `object` is the response as the client sees it; `raw`,
+/// a same-wire answer's bytes, from which it is made.
+pub(super) async fn keep(
+    ask: &Ask,
+    turn: &Turn,
+    served: Option<&Route>,
+    output: Vec<Value>,
+    object: Option<Value>,
+    raw: Option<&Bytes>,
+) -> bool {
+    if !turn.store {
+        return false;
+    }
+    let Some(served) = served else {
+        return false;
+    };
+    let response = match (object, raw) {
+        (Some(o), _) => o,
+        (None, Some(raw)) => {
+            let relabel = Relabel {
+                id: &turn.id,
+                previous_response_id: turn.previous_response_id.as_deref(),
+                stored: true,
+            };
+            crate::wire::responses::relabel_object(raw, relabel)
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or(Value::Null)
+        }
+        (None, None) => Value::Null,
+    };
+    let stored = conversation::stored(
+        &turn.id,
+        &turn.history,
+        &turn.origins,
+        served,
+        output,
+        response,
+    );
+    match ask.gw.conversations.put(&stored, wall_now_ms()).await {
+        Ok(()) => true,
+        Err(e @ PutError::TooLarge { .. }) => {
+            tracing::warn!(target: "poolctl::serve", id = %turn.id, "response not kept: {e}");
+            false
+        }
+        Err(PutError::Store(e)) => {
+            let e = ask.gw.mask(&e.to_string());
+            tracing::warn!(target: "poolctl::serve", id = %turn.id, "response not kept: {e}");
+            false
+        }
+    }
+}
