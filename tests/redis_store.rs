@@ -243,3 +243,64 @@ async fn while_the_store_is_gone_health_follows_the_local_view_counted_and_logge
     );
     assert!(logged[0].contains("this process's own view"), "{logged:?}");
 }
+
+/// The Responses API's conversations in Redis keep the bounds a memory or SQLite store
+/// keeps: `max` (the oldest goes, by one script on one node), `max_bytes`, a delete.
+/// Expiry is Redis's own (`PX`): a stored conversation carries its TTL.
+#[tokio::test]
+async fn redis_conversations_keep_max_max_bytes_and_a_ttl() {
+    use poolctl::store::conversations::{Conversations, Limits, PutError, Stored};
+    let server = RedisServer::must_start();
+    let limits = Limits {
+        ttl_ms: 60_000,
+        max_bytes: 4_096,
+        max: 2,
+    };
+    let c = Conversations::redis(
+        RedisStore::open(&server.url(), Duration::from_secs(2)).unwrap(),
+        limits,
+    );
+    let stored = |id: &str, text: &str| Stored {
+        id: id.into(),
+        route: "openai/gpt-4o".into(),
+        items: vec![serde_json::json!({"role": "user", "content": text})],
+        output_len: 0,
+        origins: vec![],
+        response: serde_json::json!({"id": id}),
+    };
+    let now = poolctl::core::clock::wall_now_ms();
+    for (i, id) in ["resp_1", "resp_2", "resp_3"].iter().enumerate() {
+        c.put(&stored(id, "hi"), now + i as i64).await.unwrap();
+    }
+    assert!(
+        c.get("resp_1", now).await.unwrap().is_none(),
+        "past max, the oldest goes"
+    );
+    assert_eq!(
+        c.get("resp_3", now).await.unwrap(),
+        Some(stored("resp_3", "hi"))
+    );
+    let ttl: i64 = redis_cli(&server, &["PTTL", "poolctl:resp:{responses}:resp_3"])
+        .parse()
+        .unwrap();
+    assert!((1..=60_000).contains(&ttl), "{ttl}");
+    assert!(matches!(
+        c.put(&stored("resp_big", &"x".repeat(5_000)), now).await,
+        Err(PutError::TooLarge { .. })
+    ));
+    assert!(c.delete("resp_3").await.unwrap());
+    assert!(c.get("resp_3", now).await.unwrap().is_none());
+    assert_eq!(
+        redis_cli(&server, &["ZCARD", "poolctl:resp:{responses}"]),
+        "1"
+    );
+}
+
+fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &server.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs (Debian package redis-tools)");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
