@@ -91,6 +91,9 @@ enum Backend {
 pub struct Conversations {
     limits: Limits,
     backend: Backend,
+    /// When a SQLite store last dropped its expired rows: at most once a second, so a
+    /// write costs no scan (a read never returns an expired one anyway).
+    swept: std::sync::atomic::AtomicI64,
 }
 
 impl std::fmt::Debug for Conversations {
@@ -139,6 +142,7 @@ impl Conversations {
         Conversations {
             limits,
             backend: Backend::Memory(Mutex::new(lru::LruCache::new(cap))),
+            swept: Default::default(),
         }
     }
 
@@ -147,6 +151,7 @@ impl Conversations {
         Ok(Conversations {
             limits,
             backend: Backend::Sqlite(SqliteStore::open(path)?),
+            swept: Default::default(),
         })
     }
 
@@ -155,6 +160,7 @@ impl Conversations {
         Conversations {
             limits,
             backend: Backend::Redis(redis),
+            swept: Default::default(),
         }
     }
 
@@ -179,9 +185,19 @@ impl Conversations {
                 m.put(c.id.clone(), (std::sync::Arc::new(body), expires));
                 Ok(())
             }
-            Backend::Sqlite(s) => Ok(s
-                .put_response(c.id.clone(), body, now, expires, self.limits.max)
-                .await?),
+            Backend::Sqlite(s) => {
+                use std::sync::atomic::Ordering;
+                let last = self.swept.load(Ordering::Relaxed);
+                let sweep = now.saturating_sub(last) >= 1_000
+                    && self
+                        .swept
+                        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok();
+                Ok(
+                    s.put_response(c.id.clone(), body, now, expires, self.limits.max, sweep)
+                        .await?,
+                )
+            }
             Backend::Redis(r) => {
                 let (key, index) = (redis_key(&c.id), redis_index());
                 let max = self.limits.max.max(1);
