@@ -8,7 +8,7 @@
 use poolctl::core::vocab::{CallPath, Route, Wire};
 use poolctl::harness::mock::{MockRoute, MockServer};
 use poolctl::harness::redis_server::RedisServer;
-use poolctl::harness::scenario::Reply;
+use poolctl::harness::scenario::{Reply, StreamEnd, StreamItem, StreamReply};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -30,15 +30,22 @@ fn ok(text: &str) -> Reply {
     }
 }
 
+const UPSTREAM_KEY: &str = "sk-upstream-responses-77";
+
 /// A Responses-wire route `rsp/gpt-4o` and an Anthropic route `ant/claude`, each
 /// recording what it received.
 async fn mocks() -> MockServer {
+    mocks_with(ok("Paris.")).await
+}
+
+/// The same, the Responses route answering `first`.
+async fn mocks_with(first: Reply) -> MockServer {
     let routes = vec![
         MockRoute {
             route: route("rsp/gpt-4o"),
             wire: Wire::Responses,
             path: CallPath::Chat,
-            replies: vec![ok("Paris.")],
+            replies: vec![first],
             outage: None,
             record: true,
         },
@@ -71,7 +78,7 @@ fn config(dir: &Path, mock: &MockServer, extra: &str) -> PathBuf {
 }
 
 async fn start(config: &Path) -> Gateway {
-    gateway::start(config, &[], &[(KEY_VAR, "sk-upstream-responses-77")]).await
+    gateway::start(config, &[], &[(KEY_VAR, UPSTREAM_KEY)]).await
 }
 
 /// `POST /v1/responses`: the status and the body.
@@ -268,4 +275,135 @@ async fn check_names_a_bad_responses_bound_with_its_line() {
         // The line the bound is on, after the 14 lines of providers and tiers.
         assert_eq!(e["line"], 15, "{extra}: {v}");
     }
+}
+
+/// Guards the review's key leak: an upstream that echoes its own key had it masked for
+/// the client but kept in the store as it came, and sent to the next provider when the
+/// conversation went on there.
+#[tokio::test]
+async fn an_echoed_upstream_key_is_never_kept_nor_sent_to_the_next_provider() {
+    let mock = mocks_with(ok(&format!("Paris. (your key is {UPSTREAM_KEY})"))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &mock, "");
+    let gw = start(&config).await;
+    let (status, v) = respond(&gw, json!({"model": "first", "input": "Capital?"})).await;
+    assert_eq!(status, 200, "{v}");
+    assert!(!v.to_string().contains(UPSTREAM_KEY), "{v}");
+    let id = v["id"].as_str().unwrap();
+    let (status, _) = respond(
+        &gw,
+        json!({"model": "second", "input": "More?", "previous_response_id": id}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let sent = mock.received(&route("ant/claude"));
+    assert!(!sent.is_empty());
+    for body in sent {
+        assert!(!body.to_string().contains(UPSTREAM_KEY), "{body}");
+        assert!(
+            body.to_string().contains("Paris. (your key is ***)"),
+            "{body}"
+        );
+    }
+    gw.stop().await;
+    let kept = std::fs::read(dir.path().join(".poolctl/state.responses.db")).unwrap();
+    let wal = std::fs::read(dir.path().join(".poolctl/state.responses.db-wal")).unwrap_or_default();
+    for bytes in [kept, wal] {
+        assert!(!String::from_utf8_lossy(&bytes).contains(UPSTREAM_KEY));
+    }
+}
+
+/// Guards a body naming `previous_response_id` (or `model`) twice: the gateway read
+/// one value, the upstream, given the bytes, could read the other.
+#[tokio::test]
+async fn a_body_naming_a_field_twice_is_refused_before_any_upstream_call() {
+    let mock = mocks().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, "")).await;
+    let client = reqwest::Client::new();
+    for (path, body) in [
+        (
+            "/v1/responses",
+            r#"{"model":"first","input":"hi","previous_response_id":"resp_theirs","previous_response_id":null}"#,
+        ),
+        (
+            "/v1/chat/completions",
+            r#"{"model":"rsp/gpt-4o","messages":[{"role":"user","content":"hi"}],"model":"first"}"#,
+        ),
+    ] {
+        let r = client
+            .post(gw.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{path}");
+        let v: Value = r.json().await.unwrap();
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("twice"),
+            "{v}"
+        );
+    }
+    assert_eq!(mock.calls(&route("rsp/gpt-4o")), 0);
+    gw.stop().await;
+}
+
+/// Guards a same-wire stream whose last event said `output: []` after streaming
+/// "Paris.": the conversation kept the empty output, and the next turn lost the answer.
+#[tokio::test]
+async fn a_streamed_turn_is_kept_as_it_was_streamed() {
+    let ev = |kind: &str, body: Value| {
+        let mut v = body;
+        v["type"] = json!(kind);
+        StreamItem::Raw {
+            raw: format!("event: {kind}\ndata: {v}"),
+        }
+    };
+    let r0 = json!({"id": "resp_up", "object": "response", "status": "in_progress", "model": "gpt-4o", "output": []});
+    let done = json!({"id": "resp_up", "object": "response", "status": "completed", "model": "gpt-4o", "output": [],
+        "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}});
+    let stream = Reply::Stream(StreamReply {
+        items: vec![
+            ev("response.created", json!({"response": r0})),
+            ev(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": {"id": "msg_1", "type": "message", "role": "assistant", "content": []}}),
+            ),
+            ev(
+                "response.content_part.added",
+                json!({"item_id": "msg_1", "output_index": 0, "content_index": 0, "part": {"type": "output_text", "text": ""}}),
+            ),
+            ev(
+                "response.output_text.delta",
+                json!({"item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "Paris."}),
+            ),
+            ev("response.completed", json!({"response": done})),
+        ],
+        end: StreamEnd::Eof,
+        first_token_ms: 0,
+        gap_ms: 0,
+        headers: vec![],
+        usage: None,
+    });
+    let mock = mocks_with(stream).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, "")).await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/responses"))
+        .json(&json!({"model": "first", "input": "What is the capital of France?", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.unwrap();
+    let id = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find_map(|v| v["response"]["id"].as_str().map(str::to_string))
+        .expect("a lifecycle event names the response");
+    assert!(text.contains("Paris."), "{text}");
+    second_turn(&gw, &mock, &id).await;
+    gw.stop().await;
 }

@@ -143,7 +143,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
                 Conversations::sqlite(&sqlite_path(&path), config.responses)?
             }
             StateLocation::Redis(url) => {
-                Conversations::redis(open_redis(&config, &url)?, config.responses)
+                // A conversation is up to `responses_max_bytes` (8 MiB), not a health
+                // row: its reads and writes get at least 2 s, whatever `state_timeout_ms`.
+                let mut c = config.clone();
+                c.state_timeout_ms = c.state_timeout_ms.max(2_000);
+                Conversations::redis(open_redis(&c, &url)?, config.responses)
             }
         }
     };

@@ -307,6 +307,8 @@ struct RawConfig {
     #[serde(default)]
     responses_max: Option<usize>,
     #[serde(default)]
+    responses_store_max_bytes: Option<usize>,
+    #[serde(default)]
     serve_token_env: Option<String>,
 }
 
@@ -384,6 +386,9 @@ impl RawConfig {
                     ttl_ms: self.responses_ttl.map_or(c::DEFAULT_TTL_MS, |t| t.0),
                     max_bytes: self.responses_max_bytes.unwrap_or(c::DEFAULT_MAX_BYTES),
                     max: self.responses_max.unwrap_or(c::DEFAULT_MAX),
+                    max_total_bytes: self
+                        .responses_store_max_bytes
+                        .unwrap_or(c::DEFAULT_MAX_TOTAL_BYTES),
                 }
             },
             state_tls: self.state_tls,

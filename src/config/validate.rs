@@ -189,8 +189,13 @@ impl PoolConfig {
             ),
             (
                 "responses_max_bytes",
-                r.max_bytes == 0,
-                "must be at least 1: the largest conversation kept",
+                r.max_bytes == 0 || r.max_bytes > crate::store::conversations::MAX_MAX_BYTES,
+                "must be from 1 to 67108864 (64 MiB): the largest conversation kept, read whole on each of its turns",
+            ),
+            (
+                "responses_store_max_bytes",
+                r.max_total_bytes < r.max_bytes,
+                "must be at least `responses_max_bytes`: the bytes of every conversation kept",
             ),
             (
                 "responses_max",

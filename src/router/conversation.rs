@@ -26,6 +26,9 @@ pub struct Begun {
     pub history: Vec<Value>,
     /// Items of `history` only their provider may be sent as they were.
     pub origins: Vec<(usize, String)>,
+    /// The stored size of the conversation continued (0 for none): what continuing it
+    /// holds in memory, several times over.
+    pub history_bytes: usize,
 }
 
 /// Why a turn cannot begin.
@@ -47,11 +50,16 @@ pub async fn begin(
     body: bytes::Bytes,
     now: UnixMs,
 ) -> Result<Begun, BeginError> {
+    if let Some(field) = crate::wire::passthrough::duplicated(&body) {
+        return Err(BeginError::Bad(
+            crate::wire::passthrough::duplicated_message(field),
+        ));
+    }
     let b = request::parse(&body).map_err(BeginError::Bad)?;
-    let (prior, origins) = match &b.previous_response_id {
-        None => (Vec::new(), Vec::new()),
+    let (prior, origins, history_bytes) = match &b.previous_response_id {
+        None => (Vec::new(), Vec::new(), 0),
         Some(id) => match conversations.get(id, now).await? {
-            Some(s) => (s.items, s.origins),
+            Some(s) => (s.items, s.origins, s.size),
             None => return Err(BeginError::NotFound(id.clone())),
         },
     };
@@ -66,6 +74,7 @@ pub async fn begin(
         untranslatable,
         history,
         origins,
+        history_bytes,
     })
 }
 
@@ -92,6 +101,7 @@ pub fn stored(
         output_len,
         origins,
         response,
+        size: 0,
     }
 }
 

@@ -228,18 +228,21 @@ pub async fn chat(
 }
 
 /// Streams `request` (as `chat` takes it): each event reaches `on_event` as it arrives,
-/// each attempt and skip reaches `progress` as it happens.
+/// each attempt and skip reaches `progress` as it happens. `keep_text`: the reply holds
+/// the text the stream delivered (a Responses conversation keeps it), else none.
 pub async fn stream(
     router: &Router,
     t: Target<'_>,
     request: ChatRequest,
     untranslatable: bool,
+    keep_text: bool,
     on_event: &(dyn Fn(Event) + Send + Sync),
     progress: &Progress,
 ) -> Called {
     let observe = |step: Step<'_>| progress.observe(step);
     let forward = |e: StreamEvent<'_>| on_event(event_of(e));
     let mut opts = t.options();
+    opts.keep_stream_text = keep_text;
     opts.observer = Some(&observe);
     opts.on_event = Some(&forward);
     let called = router

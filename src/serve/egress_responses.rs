@@ -512,6 +512,7 @@ mod tests {
             fields: std::sync::Arc::new(Map::new()),
             history: vec![],
             origins: vec![],
+            held: Default::default(),
         })
     }
 

@@ -4,6 +4,7 @@
 
 use super::adapter::{self, Called, Priority, Reply};
 use super::ask::{last_user_text, served_dropped, Ask};
+use super::body_budget::BodyPermit;
 use super::choose::Wants;
 use super::egress;
 use super::errors::{ApiError, Flavor};
@@ -50,7 +51,7 @@ fn preflight(headers: &HeaderMap) -> Response<Body> {
     let h = r.headers_mut();
     h.insert(
         ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("GET, POST, OPTIONS"),
+        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
     );
     if let Some(asked) = headers.get(ACCESS_CONTROL_REQUEST_HEADERS) {
         h.insert(ACCESS_CONTROL_ALLOW_HEADERS, asked.clone());
@@ -501,46 +502,6 @@ async fn read_body(
     }
 }
 
-/// A request body's share of the gateway's buffered-body budget, one permit a byte.
-struct BodyPermit {
-    permits: Option<tokio::sync::OwnedSemaphorePermit>,
-    held: usize,
-}
-
-impl BodyPermit {
-    fn none() -> Self {
-        BodyPermit {
-            permits: None,
-            held: 0,
-        }
-    }
-
-    /// Holds `total` bytes of the budget in all (waiting for them to be free).
-    async fn grow(
-        &mut self,
-        budget: &Arc<tokio::sync::Semaphore>,
-        total: usize,
-        metrics: &super::metrics::Metrics,
-    ) {
-        let more = total.saturating_sub(self.held);
-        if more == 0 {
-            return;
-        }
-        let n = u32::try_from(more).unwrap_or(u32::MAX);
-        if budget.available_permits() < n as usize {
-            metrics.body_waited();
-        }
-        // The semaphore is never closed, so acquiring only waits.
-        if let Ok(p) = budget.clone().acquire_many_owned(n).await {
-            match &mut self.permits {
-                Some(held) => held.merge(p),
-                None => self.permits = Some(p),
-            }
-            self.held += n as usize;
-        }
-    }
-}
-
 fn model_of(report: &Report, fallback: &str) -> String {
     report
         .served_by
@@ -559,6 +520,10 @@ fn wire_of(flavor: Flavor) -> Wire {
 }
 
 async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
+    if let Some(field) = crate::wire::passthrough::duplicated(&body) {
+        let e = ApiError::bad_request(crate::wire::passthrough::duplicated_message(field));
+        return ask.refuse("bad_request", e, "");
+    }
     let parsed = match ask.flavor {
         // A Responses body is read by `responses::create`, never here.
         Flavor::OpenAi | Flavor::Responses => ingress::openai_chat(&body),
@@ -650,6 +615,10 @@ async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
 }
 
 async fn embed(ask: Ask, body: Bytes) -> Response<Body> {
+    if let Some(field) = crate::wire::passthrough::duplicated(&body) {
+        let e = ApiError::bad_request(crate::wire::passthrough::duplicated_message(field));
+        return ask.refuse("bad_request", e, "");
+    }
     let mut e = match ingress::embeddings(&body) {
         Ok(e) => e,
         Err(err) => return ask.refuse("bad_request", err, ""),

@@ -50,6 +50,37 @@ pub struct Turn {
     pub history: Vec<Value>,
     /// Items of `history` only their provider may be sent as they are.
     pub origins: Vec<(usize, String)>,
+    /// The history's share of the gateway's buffered-bytes budget, held while the
+    /// request lives.
+    pub held: Held,
+}
+
+/// A request's share of the buffered-bytes budget (`serve::body_budget`), carried with
+/// it; every two are equal (it is no part of what a request says).
+#[derive(Clone, Default)]
+pub struct Held {
+    /// Given back when the last copy of the request's turn goes.
+    _permit: Option<Arc<super::body_budget::BodyPermit>>,
+}
+
+impl Held {
+    pub(super) fn new(permit: Option<super::body_budget::BodyPermit>) -> Held {
+        Held {
+            _permit: permit.map(Arc::new),
+        }
+    }
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Held")
+    }
+}
+
+impl PartialEq for Held {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -6,6 +6,7 @@
 pub mod adapter;
 pub mod ask;
 pub mod bare_errors;
+pub mod body_budget;
 pub mod choose;
 pub mod egress;
 pub mod egress_responses;
@@ -197,6 +198,11 @@ impl Gateway {
     pub fn mask(&self, text: &str) -> String {
         let keys: Vec<&str> = self.keys.iter().map(Secret::expose).collect();
         errors::mask_keys(&crate::core::secret::mask(text), &keys)
+    }
+
+    /// The budget of request-body bytes held at once, in all.
+    pub fn body_budget_total(&self) -> usize {
+        self.body_budget_total
     }
 
     /// Request-body bytes buffered now, over all requests.

@@ -30,7 +30,7 @@ fn previous_not_found(id: &str) -> ApiError {
         404,
         "invalid_request_error",
         "previous_response_not_found",
-        format!("Previous response with id '{id}' not found."),
+        format!("Previous response with id '{id}' not found: never kept (`store: false`, or over `responses_max_bytes`), expired (`responses_ttl`), deleted, or dropped past `responses_max`."),
     );
     e.param = Some("previous_response_id".into());
     e
@@ -69,6 +69,18 @@ pub(super) async fn create(ask: Ask, body: Bytes) -> Response<Body> {
         }
     };
     let b = &begun.body;
+    // The history is held parsed, as the canonical conversation, and as each body a
+    // Responses route may be sent: counted against the budget request bodies share.
+    let providers = {
+        let mut p: Vec<&str> = begun.origins.iter().map(|(_, p)| p.as_str()).collect();
+        p.sort_unstable();
+        p.dedup();
+        p.len()
+    };
+    let held = match begun.history_bytes {
+        0 => None,
+        n => Some(super::body_budget::hold(&gw, n.saturating_mul(2 + providers)).await),
+    };
     let turn = Arc::new(Turn {
         id: output::new_id("resp"),
         created_at: wall_now_ms() / 1000,
@@ -77,6 +89,7 @@ pub(super) async fn create(ask: Ask, body: Bytes) -> Response<Body> {
         fields: Arc::new(b.fields.clone()),
         history: begun.history,
         origins: begun.origins,
+        held: super::ingress::Held::new(held),
     });
     let c = ChatIn {
         model: b.model.clone(),
@@ -227,28 +240,48 @@ pub(super) async fn stored(
             )
         }
     };
-    ask.quiet();
     if !input_items {
+        ask.quiet();
         return json_response(200, serde_json::to_vec(&s.response).unwrap_or_default());
     }
-    json_response(
-        200,
-        serde_json::to_vec(&input_page(&s, query)).unwrap_or_default(),
-    )
+    match input_page(&s, query) {
+        Ok(page) => {
+            ask.quiet();
+            json_response(200, serde_json::to_vec(&page).unwrap_or_default())
+        }
+        Err(e) => ask.refuse("bad_request", e, ""),
+    }
 }
 
 /// One page of a stored response's input items, as OpenAI lists them: newest first by
 /// default (`order=asc` for oldest first), `limit` (1–100, default 20) after the item
-/// `after`. Items without an id are given their position (`item_N`) so paging works.
-fn input_page(s: &Stored, query: Option<&str>) -> Value {
+/// `after`. Items without an id are given their position (`item_N`) so paging works;
+/// what is not an item (a client's stray number) is not listed. A query it cannot
+/// honour is a 400 that says why.
+fn input_page(s: &Stored, query: Option<&str>) -> Result<Value, ApiError> {
     let mut limit = 20usize;
     let mut asc = false;
     let mut after: Option<String> = None;
-    for pair in query.unwrap_or("").split('&') {
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
-            Some(("limit", v)) => limit = v.parse().unwrap_or(20).clamp(1, 100),
-            Some(("order", v)) => asc = v == "asc",
+            Some(("limit", v)) => {
+                limit = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=100).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!("`limit` must be from 1 to 100, not `{v}`"))
+                    })?
+            }
+            Some(("order", "asc")) => asc = true,
+            Some(("order", "desc")) => asc = false,
+            Some(("order", v)) => {
+                return Err(ApiError::bad_request(format!(
+                    "`order` must be asc or desc, not `{v}`"
+                )))
+            }
             Some(("after", v)) => after = Some(v.to_string()),
+            // Other parameters (`include[]`) change nothing a stored copy holds.
             _ => {}
         }
     }
@@ -256,28 +289,32 @@ fn input_page(s: &Stored, query: Option<&str>) -> Value {
         .input_items()
         .iter()
         .enumerate()
+        .filter(|(_, item)| item.is_object())
         .map(|(i, item)| listed(i, item))
         .collect();
     if !asc {
         items.reverse();
     }
-    let start = after
-        .and_then(|a| {
-            items
-                .iter()
-                .position(|i| i["id"] == json!(a))
-                .map(|p| p + 1)
-        })
-        .unwrap_or(0);
+    let start = match after {
+        None => 0,
+        Some(a) => match items.iter().position(|i| i["id"] == json!(a)) {
+            Some(p) => p + 1,
+            None => {
+                return Err(ApiError::bad_request(format!(
+                    "`after`: no item `{a}` in this response's input"
+                )))
+            }
+        },
+    };
     let page: Vec<Value> = items.iter().skip(start).take(limit).cloned().collect();
     let has_more = start + page.len() < items.len();
-    json!({
+    Ok(json!({
         "object": "list",
         "data": page,
         "first_id": page.first().map(|i| i["id"].clone()),
         "last_id": page.last().map(|i| i["id"].clone()),
         "has_more": has_more,
-    })
+    }))
 }
 
 /// An input item as OpenAI lists it: with an id (its position, when it had none), and
@@ -324,27 +361,39 @@ mod tests {
             route: "a/b".into(),
             items: vec![
                 json!({"role": "user", "content": "1"}),
+                // Guards GET input_items on a stored stray number: it panicked.
+                json!(5),
                 json!({"role": "user", "content": "2"}),
                 json!({"type": "message", "role": "assistant", "content": []}),
             ],
             output_len: 1,
             origins: vec![],
             response: json!({}),
+            size: 0,
         };
-        let page = input_page(&s, Some("limit=1"));
+        let page = input_page(&s, Some("limit=1")).unwrap();
         assert_eq!(
             page["data"][0]["content"],
             json!([{"type": "input_text", "text": "2"}])
         );
         assert_eq!(page["data"][0]["status"], "completed");
-        assert_eq!(page["data"][0]["id"], "item_1");
+        assert_eq!(page["data"][0]["id"], "item_2");
         assert_eq!(page["has_more"], true);
-        let next = input_page(&s, Some("limit=1&after=item_1"));
+        let next = input_page(&s, Some("limit=1&after=item_2")).unwrap();
         assert_eq!(next["data"][0]["content"][0]["text"], "1");
         assert_eq!(next["has_more"], false);
         assert_eq!(
-            input_page(&s, Some("order=asc"))["data"][0]["content"][0]["text"],
+            input_page(&s, Some("order=asc")).unwrap()["data"][0]["content"][0]["text"],
             "1"
         );
+        for bad in [
+            "limit=0",
+            "limit=-1",
+            "limit=99999999999999999999",
+            "order=ASC",
+            "after=nope",
+        ] {
+            assert_eq!(input_page(&s, Some(bad)).unwrap_err().status, 400, "{bad}");
+        }
     }
 }

@@ -548,6 +548,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                 ask.target(&choice),
                 c.request,
                 untranslatable,
+                turn.is_some(),
                 &on_event,
                 &live.progress,
             )
@@ -681,7 +682,15 @@ async fn responses_end(ask: &Ask, turn: &Turn, live: &Live, called: &Called) -> 
     let Some(mut object) = object else {
         return out;
     };
-    let output = object["output"].as_array().cloned().unwrap_or_default();
+    let mut output = object["output"].as_array().cloned().unwrap_or_default();
+    // A same-wire stream's last event repeats the answer; what the client was streamed
+    // is the answer. When the two differ (an `output` left empty, or unlike the
+    // deltas), the conversation keeps what was streamed.
+    if let Some(reply) = &called.reply {
+        if !streamed_as(&output, reply) {
+            output = super::egress_responses::response(turn, reply).1;
+        }
+    }
     let stored = super::keep::keep(
         ask,
         turn,
@@ -715,6 +724,26 @@ async fn responses_end(ask: &Ask, turn: &Turn, live: &Live, called: &Called) -> 
         _ => {}
     }
     out
+}
+
+/// Whether `output` items hold the text and the calls `reply` was streamed.
+fn streamed_as(output: &[serde_json::Value], reply: &adapter::Reply) -> bool {
+    let mut text = String::new();
+    let mut calls = 0;
+    for item in output {
+        match item["type"].as_str() {
+            Some("message") => {
+                for part in item["content"].as_array().into_iter().flatten() {
+                    if part["type"] == "output_text" {
+                        text.push_str(part["text"].as_str().unwrap_or(""));
+                    }
+                }
+            }
+            Some("function_call") => calls += 1,
+            _ => {}
+        }
+    }
+    text == reply.text && calls == reply.tool_calls.len()
 }
 
 /// What ends a Responses stream whose answer failed after its first event (a

@@ -27,6 +27,10 @@ pub struct Limits {
     pub max_bytes: usize,
     /// The most conversations kept at once; past it, the oldest go.
     pub max: usize,
+    /// The most bytes all kept conversations take together; past it, the oldest go
+    /// (a SQLite file checks at most once a second, so it may pass it by a second's
+    /// writes).
+    pub max_total_bytes: usize,
 }
 
 /// 24 h, as OpenAI keeps nothing shorter and a chat rarely pauses longer.
@@ -34,6 +38,10 @@ pub const DEFAULT_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 /// A long conversation with an image or two fits; a runaway one does not.
 pub const DEFAULT_MAX_BYTES: usize = 8 * 1024 * 1024;
 pub const DEFAULT_MAX: usize = 10_000;
+/// 1 GiB: a few thousand long conversations, or many more short ones.
+pub const DEFAULT_MAX_TOTAL_BYTES: usize = 1 << 30;
+/// The largest `max_bytes` a config may set: a conversation is read whole on each turn.
+pub const MAX_MAX_BYTES: usize = 64 * 1024 * 1024;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -41,6 +49,7 @@ impl Default for Limits {
             ttl_ms: DEFAULT_TTL_MS,
             max_bytes: DEFAULT_MAX_BYTES,
             max: DEFAULT_MAX,
+            max_total_bytes: DEFAULT_MAX_TOTAL_BYTES,
         }
     }
 }
@@ -61,6 +70,9 @@ pub struct Stored {
     pub origins: Vec<(usize, String)>,
     /// The `response` object as the client received it (`GET /v1/responses/{id}`).
     pub response: Value,
+    /// How many bytes it took in the store (set when read; not stored).
+    #[serde(skip)]
+    pub size: usize,
 }
 
 impl Stored {
@@ -79,8 +91,12 @@ pub enum PutError {
     Store(#[from] StoreError),
 }
 
-/// Serialised bodies with their expiry, least recently stored first out.
-type MemoryMap = Mutex<lru::LruCache<String, (std::sync::Arc<Vec<u8>>, UnixMs)>>;
+/// Serialised bodies with their expiry, least recently stored first out, and their
+/// bytes in all.
+type MemoryMap = Mutex<(
+    lru::LruCache<String, (std::sync::Arc<Vec<u8>>, UnixMs)>,
+    usize,
+)>;
 
 enum Backend {
     Memory(MemoryMap),
@@ -120,8 +136,24 @@ fn redis_index() -> String {
     format!("{}resp:{{responses}}", super::redis::PREFIX)
 }
 
+/// Each stored conversation's size, and their sum (`total`).
+fn redis_sizes() -> String {
+    format!("{}resp:{{responses}}:sizes", super::redis::PREFIX)
+}
+
 static PUT: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("redis/conversation.lua")));
+
+/// Forgets one conversation and its size (KEYS: the conversation, the index, the sizes).
+static FORGET: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "local size = tonumber(redis.call('HGET', KEYS[3], KEYS[1]) or '0')
+         redis.call('HDEL', KEYS[3], KEYS[1])
+         redis.call('HINCRBY', KEYS[3], 'total', -size)
+         redis.call('ZREM', KEYS[2], KEYS[1])
+         return redis.call('DEL', KEYS[1])",
+    )
+});
 
 /// The SQLite file conversations are kept in, beside the health file `state`:
 /// `state.db` → `state.responses.db`. A file of their own, so that a conversation's
@@ -141,7 +173,7 @@ impl Conversations {
             std::num::NonZeroUsize::new(limits.max.max(1)).unwrap_or(std::num::NonZeroUsize::MIN);
         Conversations {
             limits,
-            backend: Backend::Memory(Mutex::new(lru::LruCache::new(cap))),
+            backend: Backend::Memory(Mutex::new((lru::LruCache::new(cap), 0))),
             swept: Default::default(),
         }
     }
@@ -181,8 +213,20 @@ impl Conversations {
         let expires = now.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX));
         match &self.backend {
             Backend::Memory(m) => {
-                let mut m = m.lock().unwrap_or_else(|p| p.into_inner());
-                m.put(c.id.clone(), (std::sync::Arc::new(body), expires));
+                let mut guard = m.lock().unwrap_or_else(|p| p.into_inner());
+                let (map, total) = &mut *guard;
+                *total += body.len();
+                if let Some((_, (old, _))) =
+                    map.push(c.id.clone(), (std::sync::Arc::new(body), expires))
+                {
+                    *total -= old.len();
+                }
+                while *total > self.limits.max_total_bytes && map.len() > 1 {
+                    match map.pop_lru() {
+                        Some((_, (old, _))) => *total -= old.len(),
+                        None => break,
+                    }
+                }
                 Ok(())
             }
             Backend::Sqlite(s) => {
@@ -193,21 +237,24 @@ impl Conversations {
                         .swept
                         .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                         .is_ok();
+                let (max, total) = (self.limits.max, self.limits.max_total_bytes);
                 Ok(
-                    s.put_response(c.id.clone(), body, now, expires, self.limits.max, sweep)
+                    s.put_response(c.id.clone(), body, now, expires, max, total, sweep)
                         .await?,
                 )
             }
             Backend::Redis(r) => {
-                let (key, index) = (redis_key(&c.id), redis_index());
-                let max = self.limits.max.max(1);
+                let (key, index, sizes) = (redis_key(&c.id), redis_index(), redis_sizes());
+                let (max, total) = (self.limits.max.max(1), self.limits.max_total_bytes);
                 r.within(|mut conn| async move {
                     PUT.key(&key)
                         .key(&index)
+                        .key(&sizes)
                         .arg(body)
                         .arg(ttl)
                         .arg(now)
                         .arg(max)
+                        .arg(total)
                         .invoke_async::<i64>(&mut conn)
                         .await
                 })
@@ -222,10 +269,13 @@ impl Conversations {
     pub async fn get(&self, id: &str, now: UnixMs) -> Result<Option<Stored>, StoreError> {
         let body: Option<Vec<u8>> = match &self.backend {
             Backend::Memory(m) => {
-                let mut m = m.lock().unwrap_or_else(|p| p.into_inner());
-                match m.peek(id) {
+                let mut guard = m.lock().unwrap_or_else(|p| p.into_inner());
+                let (map, total) = &mut *guard;
+                match map.peek(id) {
                     Some((_, expires)) if *expires <= now => {
-                        m.pop(id);
+                        if let Some((old, _)) = map.pop(id) {
+                            *total -= old.len();
+                        }
                         None
                     }
                     Some((body, _)) => Some(body.as_ref().clone()),
@@ -244,29 +294,38 @@ impl Conversations {
                 .await?
             }
         };
-        Ok(body.and_then(|b| serde_json::from_slice(&b).ok()))
+        Ok(body.and_then(|b| {
+            let mut s: Stored = serde_json::from_slice(&b).ok()?;
+            s.size = b.len();
+            Some(s)
+        }))
     }
 
     /// Forgets `id`; whether a conversation was stored under it.
     pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
         match &self.backend {
-            Backend::Memory(m) => Ok(m
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pop(id)
-                .is_some()),
+            Backend::Memory(m) => {
+                let mut guard = m.lock().unwrap_or_else(|p| p.into_inner());
+                let (map, total) = &mut *guard;
+                Ok(match map.pop(id) {
+                    Some((old, _)) => {
+                        *total -= old.len();
+                        true
+                    }
+                    None => false,
+                })
+            }
             Backend::Sqlite(s) => s.delete_response(id.to_string()).await,
             Backend::Redis(r) => {
-                let (key, index) = (redis_key(id), redis_index());
+                let (key, index, sizes) = (redis_key(id), redis_index(), redis_sizes());
                 let removed: i64 = r
                     .within(|mut c| async move {
-                        let n: i64 = redis::cmd("DEL").arg(&key).query_async(&mut c).await?;
-                        redis::cmd("ZREM")
-                            .arg(&index)
-                            .arg(&key)
-                            .query_async::<i64>(&mut c)
-                            .await?;
-                        Ok(n)
+                        FORGET
+                            .key(&key)
+                            .key(&index)
+                            .key(&sizes)
+                            .invoke_async::<i64>(&mut c)
+                            .await
                     })
                     .await?;
                 Ok(removed > 0)
@@ -291,12 +350,15 @@ mod tests {
             output_len: 1,
             origins: vec![],
             response: json!({"id": id, "object": "response"}),
+            size: 0,
         }
     }
 
     async fn bounds_hold(c: &Conversations) {
         c.put(&stored("resp_a", "hi"), 1_000).await.unwrap();
-        let got = c.get("resp_a", 1_001).await.unwrap().unwrap();
+        let mut got = c.get("resp_a", 1_001).await.unwrap().unwrap();
+        assert!(got.size > 0);
+        got.size = 0;
         assert_eq!(got, stored("resp_a", "hi"));
         assert_eq!(got.input_items().len(), 1);
         // Expired at stored + ttl.
@@ -322,7 +384,26 @@ mod tests {
         ttl_ms: 60_000,
         max_bytes: 4_096,
         max: 2,
+        max_total_bytes: 1 << 20,
     };
+
+    #[tokio::test]
+    async fn past_the_stores_bytes_the_oldest_go() {
+        let c = Conversations::memory(Limits {
+            max: 100,
+            max_total_bytes: 700,
+            ..LIMITS
+        });
+        for i in 0..5 {
+            c.put(&stored(&format!("resp_{i}"), &"x".repeat(100)), 1_000)
+                .await
+                .unwrap();
+        }
+        // Each is a little over 300 bytes: two fit in 700.
+        assert!(c.get("resp_2", 1_001).await.unwrap().is_none());
+        assert!(c.get("resp_3", 1_001).await.unwrap().is_some());
+        assert!(c.get("resp_4", 1_001).await.unwrap().is_some());
+    }
 
     #[tokio::test]
     async fn memory_conversations_keep_their_bounds() {

@@ -23,6 +23,10 @@ pub struct Spans {
     pub previous_response_id: Option<Range<usize>>,
     pub store: Option<Range<usize>>,
     pub response: Option<Range<usize>>,
+    /// A field of these that appears twice. A JSON parser keeps one of the two values
+    /// (serde the last, others the first): forwarded as it is, such a body could mean
+    /// one thing to the gateway and another upstream, so it is refused.
+    pub duplicate: Option<&'static str>,
 }
 
 /// The spans of the top-level values of `body` that [`Spans`] names.
@@ -31,6 +35,8 @@ pub fn spans(body: &[u8]) -> Option<Spans> {
     s.ws();
     s.eat(b'{')?;
     let mut out = Spans::default();
+    // Read only to find it twice.
+    let mut stream = None;
     s.ws();
     if s.peek() == Some(b'}') {
         return Some(out);
@@ -44,14 +50,25 @@ pub fn spans(body: &[u8]) -> Option<Spans> {
         let start = s.i;
         s.value()?;
         let span = start..s.i;
-        match &body[key.start + 1..key.end - 1] {
-            b"model" => out.model = Some(span),
-            b"stream_options" => out.stream_options = Some(span),
-            b"id" => out.id = Some(span),
-            b"previous_response_id" => out.previous_response_id = Some(span),
-            b"store" => out.store = Some(span),
-            b"response" => out.response = Some(span),
-            _ => {}
+        let (slot, name) = match &body[key.start + 1..key.end - 1] {
+            b"model" => (&mut out.model, "model"),
+            b"stream_options" => (&mut out.stream_options, "stream_options"),
+            b"id" => (&mut out.id, "id"),
+            b"previous_response_id" => (&mut out.previous_response_id, "previous_response_id"),
+            b"store" => (&mut out.store, "store"),
+            b"response" => (&mut out.response, "response"),
+            b"stream" => (&mut stream, "stream"),
+            _ => {
+                s.ws();
+                match s.next()? {
+                    b',' => continue,
+                    b'}' => return Some(out),
+                    _ => return None,
+                }
+            }
+        };
+        if slot.replace(span).is_some() {
+            out.duplicate.get_or_insert(name);
         }
         s.ws();
         match s.next()? {
@@ -60,6 +77,17 @@ pub fn spans(body: &[u8]) -> Option<Spans> {
             _ => return None,
         }
     }
+}
+
+/// The field a body names twice at its top level, of those a gateway reads or replaces
+/// (`model`, `stream`, `stream_options`, `previous_response_id`, `store`, ...).
+pub fn duplicated(body: &[u8]) -> Option<&'static str> {
+    spans(body)?.duplicate
+}
+
+/// What a client is told when its body names a field twice.
+pub fn duplicated_message(field: &str) -> String {
+    format!("the body names `{field}` twice at its top level: send each field once (a JSON parser keeps one of the two, and which one differs from parser to parser)")
 }
 
 /// A minimal JSON scanner: it skips values and reports where they are. It trusts the
@@ -294,6 +322,19 @@ mod tests {
         let raw = r#"{"model":"m","stream_options":{"include_usage":true}}"#;
         let out = body(&original(raw), "m", true);
         assert_eq!(&out[..], raw.as_bytes());
+    }
+
+    #[test]
+    fn a_field_named_twice_is_found() {
+        let twice = spans(br#"{"model":"a","messages":[],"model":"b"}"#).unwrap();
+        assert_eq!(twice.duplicate, Some("model"));
+        let prev =
+            spans(br#"{"previous_response_id":"resp_x","input":"hi","previous_response_id":null}"#);
+        assert_eq!(prev.unwrap().duplicate, Some("previous_response_id"));
+        // Nested fields of the same name are not the top level's.
+        let nested =
+            spans(br#"{"model":"a","metadata":{"model":"b","stream":true},"stream":false}"#);
+        assert_eq!(nested.unwrap().duplicate, None);
     }
 
     #[test]

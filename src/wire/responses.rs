@@ -301,19 +301,44 @@ pub fn relabel_event(data: &[u8], r: Relabel<'_>) -> Option<Vec<u8>> {
 /// lifecycle event; `None` when nothing in it changes.
 pub fn relabel_frame(frame: &[u8], r: Relabel<'_>) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(frame).ok()?;
-    let mut data_lines = text.lines().filter(|l| l.starts_with("data:"));
-    let data = data_lines.next()?;
-    if data_lines.next().is_some() {
-        return None; // one event's JSON split over lines: never seen from this wire
-    }
-    let json = data["data:".len()..].trim_start();
+    let json = frame_data(text)?;
     let relabelled = relabel_event(json.as_bytes(), r)?;
-    let at = text.find(data)? + (data.len() - json.len());
+    // One `data:` line: an event's JSON split over lines (valid SSE) is joined, its
+    // line breaks (whitespace between JSON tokens) made spaces.
     let mut out = Vec::with_capacity(frame.len() + 32);
-    out.extend_from_slice(&frame[..at]);
-    out.extend_from_slice(&relabelled);
-    out.extend_from_slice(&frame[at + json.len()..]);
+    for line in text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with("data:"))
+    {
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"data: ");
+    out.extend(
+        relabelled
+            .into_iter()
+            .map(|b| if b == b'\n' { b' ' } else { b }),
+    );
+    out.extend_from_slice(b"\n\n");
     Some(out)
+}
+
+/// The data of an SSE frame: its `data:` lines joined by line breaks (the SSE rule).
+fn frame_data(text: &str) -> Option<String> {
+    let mut data: Option<String> = None;
+    for line in text.lines() {
+        if let Some(d) = line.strip_prefix("data:") {
+            let d = d.strip_prefix(' ').unwrap_or(d);
+            match &mut data {
+                Some(all) => {
+                    all.push('\n');
+                    all.push_str(d);
+                }
+                None => data = Some(d.to_string()),
+            }
+        }
+    }
+    data
 }
 
 /// The event name of an SSE frame (`event: response.completed`).
@@ -326,9 +351,8 @@ pub fn frame_kind(frame: &[u8]) -> Option<&str> {
 
 /// The `response` object of a lifecycle frame.
 pub fn frame_response(frame: &[u8]) -> Option<Value> {
-    let text = std::str::from_utf8(frame).ok()?;
-    let data = text.lines().find_map(|l| l.strip_prefix("data:"))?;
-    let v: Value = serde_json::from_str(data.trim()).ok()?;
+    let data = frame_data(std::str::from_utf8(frame).ok()?)?;
+    let v: Value = serde_json::from_str(&data).ok()?;
     v.get("response").cloned()
 }
 
@@ -444,6 +468,12 @@ mod tests {
             r
         )
         .is_none());
+        // An event's JSON over several `data:` lines is one event.
+        let split = b"event: response.created\ndata: {\"type\":\"response.created\",\ndata: \"response\":{\"id\":\"resp_up\"}}\n\n";
+        let out = relabel_frame(split, r).unwrap();
+        assert_eq!(frame_response(&out).unwrap()["id"], "resp_gw");
+        assert_eq!(frame_kind(&out), Some("response.created"));
+        assert_eq!(frame_response(split).unwrap()["id"], "resp_up");
     }
 
     #[test]

@@ -125,6 +125,21 @@ fn responses_event(event: &str, v: &Value) -> Vec<WireEvent> {
         }],
         "response.completed" | "response.incomplete" => {
             let response = v.get("response").unwrap_or(&Value::Null);
+            // The last event of a response that failed (or never finished) is no answer.
+            match response.get("status").and_then(Value::as_str) {
+                None | Some("completed" | "incomplete") => {}
+                Some("failed") => {
+                    return vec![WireEvent::Error(Box::new(super::responses::error_fields(
+                        response.get("error"),
+                    )))]
+                }
+                Some(other) => {
+                    return vec![WireEvent::Error(Box::new(ErrorFields {
+                        message: Some(format!("the stream ended on a response `{other}`")),
+                        ..Default::default()
+                    }))]
+                }
+            }
             let mut out = Vec::new();
             if let Some(m) = response.get("model").and_then(Value::as_str) {
                 out.push(WireEvent::Model(m.to_string()));
@@ -390,4 +405,68 @@ fn gemini_event(v: &Value, calls_so_far: u32) -> Vec<WireEvent> {
         out.push(WireEvent::Malformed("a chunk with no candidates".into()));
     }
     out
+}
+
+#[cfg(test)]
+mod responses_tests {
+    use super::*;
+
+    fn events(data: &str) -> Vec<WireEvent> {
+        parse_event(Wire::Responses, "", data, 0)
+    }
+
+    #[test]
+    fn the_typed_events_read_into_deltas_calls_and_a_finish() {
+        assert_eq!(
+            events(r#"{"type":"response.output_text.delta","delta":"Hel"}"#),
+            vec![WireEvent::Delta("Hel".into())]
+        );
+        assert_eq!(
+            events(
+                r#"{"type":"response.output_item.added","output_index":2,"item":{"type":"function_call","call_id":"call_1","name":"f","arguments":""}}"#
+            ),
+            vec![WireEvent::ToolCall {
+                index: 2,
+                id: Some("call_1".into()),
+                name: Some("f".into()),
+                arguments: String::new()
+            }]
+        );
+        let done = events(
+            r#"{"type":"response.completed","response":{"status":"completed","model":"m","output":[],"usage":{"input_tokens":3,"output_tokens":1}}}"#,
+        );
+        assert!(
+            matches!(
+                done.as_slice(),
+                [
+                    WireEvent::Model(_),
+                    WireEvent::Finish(Some(FinishReason::Stop), Some(_)),
+                    WireEvent::Terminator
+                ]
+            ),
+            "{done:?}"
+        );
+    }
+
+    /// Guards a stream whose last event was `response.completed` with `status: failed`:
+    /// it was rendered as a completed empty answer, and an empty turn was kept.
+    #[test]
+    fn a_last_event_of_a_failed_response_is_an_error_not_a_finish() {
+        let failed = events(
+            r#"{"type":"response.completed","response":{"status":"failed","error":{"code":"server_error","message":"boom"},"output":[]}}"#,
+        );
+        assert!(
+            matches!(failed.as_slice(), [WireEvent::Error(e)] if e.code.as_deref() == Some("server_error")),
+            "{failed:?}"
+        );
+        let odd = events(
+            r#"{"type":"response.completed","response":{"status":"cancelled","output":[]}}"#,
+        );
+        assert!(matches!(odd.as_slice(), [WireEvent::Error(_)]), "{odd:?}");
+        let flat = events(r#"{"type":"error","code":"rate_limit_exceeded","message":"slow"}"#);
+        assert!(
+            matches!(flat.as_slice(), [WireEvent::Error(e)] if e.code.as_deref() == Some("rate_limit_exceeded")),
+            "{flat:?}"
+        );
+    }
 }

@@ -33,13 +33,20 @@ pub fn status_of(a: &Answered<'_>) -> (&'static str, Option<&'static str>) {
     }
 }
 
-/// A new item id: `prefix` and 48 random hex digits, as OpenAI's look.
+/// A new id: `prefix` and 48 hex digits (192 bits) from the OS's random source, as
+/// OpenAI's look. A response id is all that guards its conversation (`GET`,
+/// `DELETE`, `previous_response_id`), so it must not be guessable from another one.
 pub fn new_id(prefix: &str) -> String {
+    let mut bytes = [0u8; 24];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No OS source (never seen on Linux): unguessable no longer, unique still.
+        bytes.iter_mut().for_each(|b| *b = fastrand::u8(..));
+    }
     let mut s = String::with_capacity(prefix.len() + 49);
     s.push_str(prefix);
     s.push('_');
-    for _ in 0..3 {
-        s.push_str(&format!("{:016x}", fastrand::u64(..)));
+    for b in bytes {
+        s.push_str(&format!("{b:02x}"));
     }
     s
 }

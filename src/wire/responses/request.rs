@@ -86,7 +86,11 @@ pub fn parse(body: &[u8]) -> Result<ResponsesBody, String> {
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(format!("`{name}` must be a string")),
     };
-    let previous_response_id = text("previous_response_id")?.filter(|p| !p.is_empty());
+    let previous_response_id = text("previous_response_id")?;
+    if previous_response_id.as_deref() == Some("") {
+        // Never a fresh conversation the client did not ask for.
+        return Err("`previous_response_id` must be a response id, not empty".into());
+    }
     if previous_response_id.is_some() && fields.get("conversation").is_some_and(|c| !c.is_null()) {
         return Err("`previous_response_id` and `conversation` cannot be used together".into());
     }
