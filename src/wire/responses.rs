@@ -263,7 +263,14 @@ pub fn relabel_object(body: &[u8], r: Relabel<'_>) -> Option<Vec<u8>> {
     let json = |v: &Value| serde_json::to_vec(v).unwrap_or_default();
     match spans.id {
         Some(span) => edits.push((span, json(&json!(r.id)))),
-        None => return None,
+        // An answer without an id still gives the client the gateway's.
+        None => {
+            let at = body.iter().position(|c| *c == b'{')? + 1;
+            let mut field = br#""id":"#.to_vec();
+            field.extend(json(&json!(r.id)));
+            field.push(b',');
+            edits.push((at..at, field));
+        }
     }
     let previous = json(&r.previous_response_id.map_or(Value::Null, |p| json!(p)));
     match spans.previous_response_id {
@@ -437,6 +444,13 @@ mod tests {
                 v["store"].as_bool()
             ),
             (Some("resp_gw"), Some("resp_prev"), Some(false))
+        );
+        // No `store` in the body: added; no `id`: the gateway's given.
+        let bare = relabel_object(br#"{"object":"response"}"#, Relabel { stored: false, ..r });
+        let bare: Value = serde_json::from_slice(&bare.unwrap()).unwrap();
+        assert_eq!(
+            (bare["store"].as_bool(), bare["id"].as_str()),
+            (Some(false), Some("resp_gw"))
         );
         // Events: only the lifecycle's `response` changes.
         let ev = br#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_up","status":"in_progress"}}"#;

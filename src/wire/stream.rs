@@ -336,7 +336,14 @@ async fn drive(
 
     // Framed here, chunk by chunk, by the bounded framer: between two chunks the driver
     // checks every deadline, so a peer that never lets a read wait cannot outrun them.
-    let mut framer = SseFramer::new(usize::try_from(ep.max_event_bytes).unwrap_or(usize::MAX));
+    // The Responses API's last events repeat the whole answer (`response.completed`,
+    // `output_item.done`): on that wire one event may be as large as a stream may
+    // deliver, `max_stream_bytes`, still bounded.
+    let event_cap = match ep.wire {
+        Wire::Responses => ep.max_event_bytes.max(ep.max_stream_bytes),
+        _ => ep.max_event_bytes,
+    };
+    let mut framer = SseFramer::new(usize::try_from(event_cap).unwrap_or(usize::MAX));
     let mut events = Vec::new();
     let mut usage: Option<Usage> = None;
     let mut finish_reason: Option<FinishReason> = None;
