@@ -194,6 +194,18 @@ pub enum ToolChoice {
     Tool(String),
 }
 
+impl ToolChoice {
+    /// OpenAI's words for a choice without a name (chat and Responses alike).
+    pub fn from_word(word: &str) -> Option<ToolChoice> {
+        match word {
+            "auto" => Some(ToolChoice::Auto),
+            "none" => Some(ToolChoice::None),
+            "required" => Some(ToolChoice::Required),
+            _ => None,
+        }
+    }
+}
+
 /// A chat request in canonical form: the whole conversation (system prompt, user and
 /// assistant turns, tool calls and results) and the tools offered. Each wire renders it
 /// in its own format, so a session can move between providers and be re-sent whole.

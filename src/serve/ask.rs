@@ -5,7 +5,7 @@
 use super::adapter::{self, Priority, Target};
 use super::choose::Choice;
 use super::errors::{ApiError, Flavor};
-use super::http::{refusal, Body};
+use super::http::{dropped_header, refusal, trace_headers, Body};
 use super::ingress::ChatIn;
 use super::respond::{self, Context};
 use super::Gateway;
@@ -358,6 +358,31 @@ impl Ask {
         line.workflow = choice.workflow.to_string();
         line.prompt = prompt;
         log(&self.method, &self.path, &line, total);
+    }
+}
+
+impl Ask {
+    /// A routed chat request's answer, finished: the trace headers, the fields its
+    /// route was called without, then the count and the log line.
+    pub(super) fn answered(
+        &self,
+        choice: &Choice<'_>,
+        model: &str,
+        report: &Report,
+        mut response: Response<Body>,
+        in_router: Duration,
+        prompt: Option<String>,
+    ) -> Response<Body> {
+        trace_headers(
+            response.headers_mut(),
+            report.served_by.as_ref(),
+            report.outcome.as_str(),
+            report.attempts.len(),
+        );
+        dropped_header(response.headers_mut(), served_dropped(report));
+        let status = response.status().as_u16();
+        self.finish(choice, model, report, status, in_router, prompt);
+        response
     }
 }
 

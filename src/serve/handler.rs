@@ -3,15 +3,13 @@
 //! error, count it and log one line. Streams continue in `stream`.
 
 use super::adapter::{self, Called, Priority, Reply};
-use super::ask::{last_user_text, served_dropped, Ask};
+use super::ask::{last_user_text, Ask};
 use super::body_budget::BodyPermit;
 use super::choose::Wants;
 use super::egress;
 use super::errors::{ApiError, Flavor};
 use super::guard;
-use super::http::{
-    dropped_header, error_response, full, json_response, refusal, trace_headers, Body,
-};
+use super::http::{error_response, full, json_response, refusal, trace_headers, Body};
 use super::ingress;
 use super::Gateway;
 use crate::core::clock::Stopwatch;
@@ -595,23 +593,7 @@ async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
         }
         None => error_response(&ask.failure(&choice, &report).await, ask.flavor),
     };
-    let mut response = response;
-    trace_headers(
-        response.headers_mut(),
-        report.served_by.as_ref(),
-        report.outcome.as_str(),
-        report.attempts.len(),
-    );
-    dropped_header(response.headers_mut(), served_dropped(&report));
-    ask.finish(
-        &choice,
-        &c.model,
-        &report,
-        response.status().as_u16(),
-        in_router,
-        prompt,
-    );
-    response
+    ask.answered(&choice, &c.model, &report, response, in_router, prompt)
 }
 
 async fn embed(ask: Ask, body: Bytes) -> Response<Body> {

@@ -282,13 +282,11 @@ pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
     };
     let tool_choice = match o.get("tool_choice") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => match s.as_str() {
-            "auto" => Some(ToolChoice::Auto),
-            "none" => Some(ToolChoice::None),
-            "required" => Some(ToolChoice::Required),
-            other => {
+        Some(Value::String(s)) => match ToolChoice::from_word(s) {
+            Some(c) => Some(c),
+            None => {
                 untranslatable.get_or_insert(bad(format!(
-                    "`tool_choice` `{other}` is not auto, none or required"
+                    "`tool_choice` `{s}` is not auto, none or required"
                 )));
                 None
             }

@@ -8,11 +8,11 @@
 //! never an id. The id a client sees is the gateway's own.
 
 use super::adapter::{self, Called, Reply};
-use super::ask::{served_dropped, Ask};
+use super::ask::Ask;
 use super::choose::Wants;
 use super::egress_responses;
 use super::errors::ApiError;
-use super::http::{dropped_header, error_response, json_response, trace_headers, Body};
+use super::http::{error_response, json_response, Body};
 use super::ingress::{ChatIn, Turn};
 use crate::core::clock::{wall_now_ms, Stopwatch};
 use crate::core::vocab::{Route, Wire};
@@ -125,23 +125,7 @@ pub(super) async fn create(ask: Ask, body: Bytes) -> Response<Body> {
         }
         None => error_response(&ask.failure(&choice, &report).await, ask.flavor),
     };
-    let mut response = response;
-    trace_headers(
-        response.headers_mut(),
-        report.served_by.as_ref(),
-        report.outcome.as_str(),
-        report.attempts.len(),
-    );
-    dropped_header(response.headers_mut(), served_dropped(&report));
-    ask.finish(
-        &choice,
-        &c.model,
-        &report,
-        response.status().as_u16(),
-        in_router,
-        None,
-    );
-    response
+    ask.answered(&choice, &c.model, &report, response, in_router, None)
 }
 
 /// The answer as a `response` object, its conversation stored first (a client may send

@@ -682,24 +682,7 @@ async fn responses_end(ask: &Ask, turn: &Turn, live: &Live, called: &Called) -> 
     let Some(mut object) = object else {
         return out;
     };
-    let mut output = object["output"].as_array().cloned().unwrap_or_default();
-    // A same-wire stream's last event repeats the answer; what the client was streamed
-    // is the answer. When the two differ (an `output` left empty, or unlike the
-    // deltas), the conversation keeps what was streamed.
-    if let Some(reply) = &called.reply {
-        if !streamed_as(&output, reply) {
-            output = super::egress_responses::response(turn, reply).1;
-        }
-    }
-    let stored = super::keep::keep(
-        ask,
-        turn,
-        served.as_ref(),
-        output,
-        Some(object.clone()),
-        None,
-    )
-    .await;
+    let stored = keep_streamed(ask, turn, served.as_ref(), &object, called.reply.as_ref()).await;
     let mut s = lock(&live.state);
     match &mut s.encoder {
         Some(Encoder::Responses(e)) => {
@@ -724,6 +707,23 @@ async fn responses_end(ask: &Ask, turn: &Turn, live: &Live, called: &Called) -> 
         _ => {}
     }
     out
+}
+
+/// Keeps a streamed answer's conversation: the `output` of the response it ended with,
+/// unless that differs from what was streamed (a same-wire stream's last event may say
+/// `output: []` after its deltas), when the conversation keeps what was streamed.
+async fn keep_streamed(
+    ask: &Ask,
+    turn: &Turn,
+    served: Option<&Route>,
+    object: &serde_json::Value,
+    reply: Option<&adapter::Reply>,
+) -> bool {
+    let mut output = object["output"].as_array().cloned().unwrap_or_default();
+    if let Some(reply) = reply.filter(|r| !streamed_as(&output, r)) {
+        output = super::egress_responses::response(turn, reply).1;
+    }
+    super::keep::keep(ask, turn, served, output, Some(object.clone()), None).await
 }
 
 /// Whether `output` items hold the text and the calls `reply` was streamed.
@@ -810,17 +810,8 @@ async fn unstarted(
                 (Some(turn), Some(Encoder::Responses(e))) => {
                     let mut end = e.close_all();
                     let mut object = e.completed_object(&reply.finish, reply.usage.as_ref());
-                    let served = report.served_by.clone();
-                    let output = object["output"].as_array().cloned().unwrap_or_default();
-                    let stored = super::keep::keep(
-                        ask,
-                        turn,
-                        served.as_ref(),
-                        output,
-                        Some(object.clone()),
-                        None,
-                    )
-                    .await;
+                    let served = report.served_by.as_ref();
+                    let stored = keep_streamed(ask, turn, served, &object, Some(reply)).await;
                     if !stored {
                         object["store"] = serde_json::json!(false);
                     }

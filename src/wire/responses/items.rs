@@ -83,24 +83,8 @@ pub fn from_items(instructions: Option<&str>, items: &[Value]) -> Result<Read, C
                     ))
                 })?;
                 let content = match item.get("output") {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(Value::Array(parts)) => {
-                        let mut text = String::new();
-                        for (j, p) in parts.iter().enumerate() {
-                            match p.get("type").and_then(Value::as_str) {
-                                Some("input_text" | "output_text" | "text") => {
-                                    text.push_str(p.get("text").and_then(Value::as_str).unwrap_or(""))
-                                }
-                                other => {
-                                    return Err(CodecError(format!(
-                                        "{}.output[{j}] is a `{}` part; only text results can leave the Responses wire",
-                                        path(),
-                                        other.unwrap_or("?")
-                                    )))
-                                }
-                            }
-                        }
-                        text
+                    Some(o @ (Value::String(_) | Value::Array(_))) => {
+                        plain_text(Some(o), &path, "output")?
                     }
                     _ => {
                         return Err(CodecError(format!(
@@ -147,7 +131,7 @@ fn message(
     let content = item.get("content");
     match role {
         "system" | "developer" => {
-            let text = plain_text(content, path)?;
+            let text = plain_text(content, path, "content")?;
             conv.system = Some(match conv.system.take() {
                 Some(before) => format!("{before}\n\n{text}"),
                 None => text,
@@ -158,7 +142,7 @@ fn message(
             conv.turns.push(Turn::User { parts });
         }
         "assistant" => {
-            let text = plain_text(content, path)?;
+            let text = plain_text(content, path, "content")?;
             conv.turns.push(Turn::Assistant {
                 text,
                 tool_calls: Vec::new(),
@@ -174,9 +158,13 @@ fn message(
     Ok(())
 }
 
-/// The text of a content that holds only text parts (`input_text`, `output_text`, a
-/// `refusal`), joined in order.
-fn plain_text(content: Option<&Value>, path: &dyn Fn() -> String) -> Result<String, CodecError> {
+/// The text of a content (`field`: a message's `content`, a result's `output`) that
+/// holds only text parts (`input_text`, `output_text`, a `refusal`), joined in order.
+fn plain_text(
+    content: Option<&Value>,
+    path: &dyn Fn() -> String,
+    field: &str,
+) -> Result<String, CodecError> {
     match content {
         Some(Value::String(s)) => Ok(s.clone()),
         Some(Value::Array(parts)) => {
@@ -191,7 +179,7 @@ fn plain_text(content: Option<&Value>, path: &dyn Fn() -> String) -> Result<Stri
                     }
                     other => {
                         return Err(CodecError(format!(
-                            "{}.content[{j}] is a `{}` part where only text is supported",
+                            "{}.{field}[{j}] is a `{}` part where only text can leave the Responses wire",
                             path(),
                             other.unwrap_or("?")
                         )))
@@ -202,7 +190,7 @@ fn plain_text(content: Option<&Value>, path: &dyn Fn() -> String) -> Result<Stri
         }
         None | Some(Value::Null) => Ok(String::new()),
         Some(_) => Err(CodecError(format!(
-            "{}.content must be a string or parts",
+            "{}.{field} must be a string or parts",
             path()
         ))),
     }

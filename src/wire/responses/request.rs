@@ -161,15 +161,9 @@ pub fn chat_request(
     }
     let tool_choice = match o.get("tool_choice") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => match s.as_str() {
-            "auto" => Some(ToolChoice::Auto),
-            "none" => Some(ToolChoice::None),
-            "required" => Some(ToolChoice::Required),
-            other => {
-                return Err(format!(
-                    "`tool_choice` `{other}` is not auto, none or required"
-                ))
-            }
+        Some(Value::String(s)) => match ToolChoice::from_word(s) {
+            Some(c) => Some(c),
+            None => return Err(format!("`tool_choice` `{s}` is not auto, none or required")),
         },
         Some(v) => match (
             v.get("type").and_then(Value::as_str),
