@@ -34,7 +34,7 @@ import anthropic
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_sdks import launch_serve  # noqa: E402 - the one way both suites start serve
+from test_sdks import Tally, launch_serve  # noqa: E402 - the one way the suites start serve and count
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POOLCTL = os.path.abspath(os.environ.get("POOLCTL_BIN", os.path.join(ROOT, "target", "debug", "poolctl")))
@@ -42,21 +42,8 @@ TIMEOUT_S = 10.0
 UPSTREAM_KEY = "sk-fidelity-upstream-3f9a"
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 
-passed = 0
-failed = 0
-
-
-def check(name, fn):
-    global passed, failed
-    try:
-        detail = fn()
-    except Exception as e:  # noqa: BLE001 - every failure is reported, none stops the run
-        failed += 1
-        print(f"FAIL {name}: {type(e).__module__}.{type(e).__name__}: {e}")
-        traceback.print_exc(limit=4, file=sys.stdout)
-        return
-    passed += 1
-    print(f"ok   {name}" + (f" ({detail})" if detail else ""))
+tally = Tally()
+check = tally.check
 
 
 # --- the recording upstream --------------------------------------------------------
@@ -409,12 +396,11 @@ def main():
         return f"{len(up.requests)} upstream requests, no client key"
 
     check("no key in the log; no client key upstream", no_key_leaks)
-    if failed:
+    if tally.failed:
         print("--- poolctl serve stderr (last 30 lines) ---")
         print("\n".join(log.splitlines()[-30:]))
         print("---")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return tally.report()
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ import openai  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_fidelity import PNG, sse  # noqa: E402 - one tiny PNG, Anthropic's SSE framing
-from test_sdks import expect_raise, launch_serve, stop  # noqa: E402 - the one way the suites start serve
+from test_sdks import Tally, expect_raise, launch_serve, stop  # noqa: E402 - the one way the suites start serve and count
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POOLCTL = os.path.abspath(os.environ.get("POOLCTL_BIN", os.path.join(ROOT, "target", "debug", "poolctl")))
@@ -83,21 +83,8 @@ WIRES = {
 ROUTE_MODEL = {"chat": "gpt-c", "anthropic": "claude-c", "responses": "gpt-r"}
 UPSTREAM_RESPONSE_ID = "resp_upstream_0001"
 
-passed = 0
-failed = 0
-
-
-def check(name, fn):
-    global passed, failed
-    try:
-        detail = fn()
-    except Exception as e:  # noqa: BLE001 - every failure is reported, none stops the run
-        failed += 1
-        print(f"FAIL {name}: {type(e).__module__}.{type(e).__name__}: {e}")
-        traceback.print_exc(limit=4, file=sys.stdout)
-        return
-    passed += 1
-    print(f"ok   {name}" + (f" ({detail})" if detail else ""))
+tally = Tally()
+check = tally.check
 
 
 # --- reading what an upstream received ---------------------------------------------
@@ -966,12 +953,11 @@ def main():
         return f"SIGTERM, exit 0; {len(up.requests)} upstream requests, no client key"
 
     check("poolctl serve: stops cleanly; no key in the log, no client key upstream", clean_stop_no_leaks)
-    if failed:
+    if tally.failed:
         print("--- poolctl serve stderr (last 30 lines) ---")
         print("\n".join(log.splitlines()[-30:]))
         print("---")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return tally.report()
 
 
 if __name__ == "__main__":

@@ -44,22 +44,33 @@ TIMEOUT_S = 10.0
 STARTUP_S = 20.0
 PROMPT = [{"role": "user", "content": "Say hello."}]
 
-passed = 0
-failed = 0
+class Tally:
+    """The checks of one suite, run one by one: an exception or a failed assert is a
+    failure, reported with its line, and never stops the run. Every suite ends with
+    `N passed, M failed`."""
+
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, name, fn):
+        try:
+            detail = fn()
+        except Exception as e:  # noqa: BLE001 - every failure is reported, none stops the run
+            self.failed += 1
+            print(f"FAIL {name}: {type(e).__module__}.{type(e).__name__}: {e}")
+            traceback.print_exc(limit=4, file=sys.stdout)
+            return
+        self.passed += 1
+        print(f"ok   {name}" + (f" ({detail})" if detail else ""))
+
+    def report(self):
+        print(f"{self.passed} passed, {self.failed} failed")
+        return 1 if self.failed else 0
 
 
-def check(name, fn):
-    """Runs one check; an exception or a failed assert is a failure."""
-    global passed, failed
-    try:
-        detail = fn()
-    except Exception as e:  # noqa: BLE001 - every failure is reported, none stops the run
-        failed += 1
-        print(f"FAIL {name}: {type(e).__module__}.{type(e).__name__}: {e}")
-        traceback.print_exc(limit=4, file=sys.stdout)
-        return
-    passed += 1
-    print(f"ok   {name}" + (f" ({detail})" if detail else ""))
+tally = Tally()
+check = tally.check
 
 
 def expect_raise(exc_type, fn):
@@ -508,18 +519,17 @@ def main():
         return "SIGTERM, drained, exit 0; no key in the log"
 
     check("poolctl serve: stops cleanly on SIGTERM", gateway_clean_stop)
-    if failed and gateway_err:
+    if tally.failed and gateway_err:
         gateway_err.seek(0)
         print("--- poolctl serve stderr (last 40 lines) ---")
         print("".join(gateway_err.readlines()[-40:]), end="")
         print("---")
-    if failed:
+    if tally.failed:
         errf.seek(0)
         print("--- poolctl mock stderr ---")
         print(errf.read(), end="")
         print("---")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return tally.report()
 
 
 if __name__ == "__main__":
