@@ -62,6 +62,36 @@ pub(super) struct Target<'a> {
 /// `http://host[:port]/path?query` whose serialisation by the url crate is the text
 /// itself, so what reaches the upstream is what reqwest would send.
 pub(super) fn target(url: &str) -> Option<Target<'_>> {
+    // A route's URL is the same on every call: what was found of it is kept per thread
+    // (as `http::parsed_url` keeps reqwest's parse), as the lengths of its pieces.
+    /// A URL, and the lengths of its authority and host and its port when it is taken.
+    type Seen = Vec<(Box<str>, Option<(usize, usize, u16)>)>;
+    thread_local! {
+        static SEEN: std::cell::RefCell<Seen> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let found = SEEN.with(|cell| {
+        let mut seen = cell.borrow_mut();
+        if let Some((_, found)) = seen.iter().find(|(u, _)| &**u == url) {
+            return *found;
+        }
+        let found = target_uncached(url).map(|t| (t.authority.len(), t.host.len(), t.port));
+        if seen.len() == 16 {
+            seen.remove(0);
+        }
+        seen.push((url.into(), found));
+        found
+    });
+    let (authority, host, port) = found?;
+    let rest = &url["http://".len()..];
+    Some(Target {
+        authority: &rest[..authority],
+        host: &rest[..host],
+        port,
+        path: &rest[authority..],
+    })
+}
+
+fn target_uncached(url: &str) -> Option<Target<'_>> {
     let rest = url.strip_prefix("http://")?;
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
@@ -100,6 +130,7 @@ fn plain_host(host: &str) -> bool {
     let labels_ok = host.split('.').all(|l| {
         !l.is_empty()
             && l.len() <= 63
+            && !l.starts_with("xn--")
             && l.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
     });
@@ -107,18 +138,16 @@ fn plain_host(host: &str) -> bool {
         return false;
     }
     let last = host.rsplit('.').next().unwrap_or("");
-    if last.starts_with(|c: char| c.is_ascii_lowercase()) {
-        // Not `xn--` (IDNA, checked by the url crate) and not ending in a number.
-        return !host.split('.').any(|l| l.starts_with("xn--"));
-    }
-    let parts: Vec<&str> = host.split('.').collect();
-    parts.len() == 4
-        && parts.iter().all(|p| {
-            p.len() <= 3
-                && p.bytes().all(|b| b.is_ascii_digit())
-                && (p.len() == 1 || !p.starts_with('0'))
-                && p.parse::<u16>().is_ok_and(|n| n <= 255)
-        })
+    // A last label that is a number makes the whole host an IPv4 address to the url
+    // crate (`127.1`, `0x7f.1`): only the canonical dotted quad is taken.
+    last.starts_with(|c: char| c.is_ascii_lowercase())
+        || (host.split('.').count() == 4
+            && host.split('.').all(|p| {
+                p.len() <= 3
+                    && p.bytes().all(|b| b.is_ascii_digit())
+                    && (p.len() == 1 || !p.starts_with('0'))
+                    && p.parse::<u16>().is_ok_and(|n| n <= 255)
+            }))
 }
 
 /// A path and query of characters the url crate neither escapes nor rewrites, with no
@@ -140,10 +169,9 @@ fn plain_path(path: &str) -> bool {
     }
     let only_path = path.split('?').next().unwrap_or("");
     !only_path.split('/').any(|seg| {
-        matches!(
-            seg.to_ascii_lowercase().as_str(),
-            "." | ".." | "%2e" | "%2e%2e" | ".%2e" | "%2e."
-        )
+        [".", "..", "%2e", "%2e%2e", ".%2e", "%2e."]
+            .iter()
+            .any(|dot| seg.eq_ignore_ascii_case(dot))
     })
 }
 
@@ -827,6 +855,7 @@ mod tests {
             "http://host:99999/x",
         ] {
             assert_eq!(target(url), None, "{url}");
+            assert_eq!(target(url), None, "{url}, cached");
         }
     }
 
@@ -838,6 +867,7 @@ mod tests {
             "http://a-b.c-d.example/v1beta/models/m:generateContent?key=k&alt=sse",
             "http://10.0.0.255:1/x/y/z%2F",
         ] {
+            assert_eq!(target(url), target_uncached(url), "cached");
             let t = target(url).unwrap();
             let parsed = reqwest::Url::parse(url).unwrap();
             assert_eq!(parsed.as_str(), url);
