@@ -229,17 +229,20 @@ pub fn no_huge_pages() {
     }
 }
 
-/// The wires' HTTP client settings (no redirects, no retries of its own), with an idle
-/// pool sized for a gateway: every concurrent client request holds one upstream
+/// The wires' HTTP client settings (no redirects, no retries of its own), with idle
+/// pools sized for a gateway: every concurrent client request holds one upstream
 /// connection, and a pool smaller than the concurrency closes and reopens connections
 /// on every request.
-fn upstream_client() -> reqwest::Client {
-    reqwest::Client::builder()
+fn upstream_client() -> crate::wire::http::Client {
+    match reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .pool_max_idle_per_host(1024)
         .tcp_nodelay(true)
         .build()
-        .unwrap_or_else(|_| crate::wire::http_client())
+    {
+        Ok(reqwest) => crate::wire::http::Client::new(reqwest, 1024),
+        Err(_) => crate::wire::http_client(),
+    }
 }
 
 /// One line per event on stderr (`serve::log`: masked, written by a log thread);

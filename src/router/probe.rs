@@ -253,7 +253,7 @@ pub async fn apply(
 
 /// Sends one minimal request of `target`'s path and classifies the answer.
 pub async fn probe_one(
-    client: &reqwest::Client,
+    client: &crate::wire::http::Client,
     target: &Target,
     timeout_ms: Option<u64>,
     now: UnixMs,
@@ -413,7 +413,7 @@ const PROBE_COST: crate::admission::bucket::Cost = crate::admission::bucket::Cos
 /// provider. Results come back in target order; `on_done` sees each as it finishes.
 #[allow(clippy::too_many_arguments)]
 pub async fn probe_all(
-    client: &reqwest::Client,
+    client: &crate::wire::http::Client,
     targets: &[Target],
     concurrency: usize,
     per_provider: usize,

@@ -74,7 +74,7 @@ pub struct Router {
     /// The HTTP client the wires send through. Beside `inner`, not in it: routers that
     /// share every piece of state may still send through clients of their own
     /// (`with_client`), as each of `serve`'s lanes does with its own connection pool.
-    pub(super) client: reqwest::Client,
+    pub(super) client: crate::wire::http::Client,
 }
 
 pub(super) struct Inner {
@@ -302,7 +302,7 @@ pub(super) fn no_events(_: StreamEvent<'_>) {}
 
 impl Router {
     pub fn new(
-        client: reqwest::Client,
+        client: impl Into<crate::wire::http::Client>,
         clock: Arc<dyn Clock>,
         store: Arc<dyn HealthStore>,
     ) -> Self {
@@ -317,7 +317,7 @@ impl Router {
         });
         let unlimited = &*UNLIMITED;
         Router {
-            client,
+            client: client.into(),
             inner: Arc::new(Inner {
                 clock,
                 store,
@@ -375,10 +375,10 @@ impl Router {
     /// this one) sending through `client`. A tokio HTTP client runs each connection on
     /// the runtime that opened it, so a runtime of its own wants a client of its own:
     /// its requests then never wake another thread.
-    pub fn with_client(&self, client: reqwest::Client) -> Self {
+    pub fn with_client(&self, client: impl Into<crate::wire::http::Client>) -> Self {
         Router {
             inner: self.inner.clone(),
-            client,
+            client: client.into(),
         }
     }
 
@@ -422,7 +422,7 @@ impl Router {
 
     /// A router whose backoff jitter follows `seed`.
     pub fn with_seed(
-        client: reqwest::Client,
+        client: impl Into<crate::wire::http::Client>,
         clock: Arc<dyn Clock>,
         store: Arc<dyn HealthStore>,
         seed: u64,

@@ -134,23 +134,21 @@ fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
         .map(|s| clip(s, LOG_FIELD_BYTES * 16));
     // A method is a token (no control character), but of any length.
     let method = clip(method.as_str(), LOG_FIELD_BYTES);
-    tracing::info!(
-        target: "poolctl::serve",
-        method = %method,
-        path = path.as_ref(),
-        model = model.as_ref(),
-        workflow = %line.workflow,
-        status = line.status,
-        outcome = line.outcome,
-        reason = line.reason,
-        served_by = %line.served_by,
-        attempts = %line.attempts,
-        skipped = skipped.as_deref(),
-        dropped = dropped.as_deref(),
-        prompt = prompt.as_deref(),
-        elapsed_us = elapsed.as_micros() as u64,
-        "request"
-    );
+    super::log::request(&super::log::RequestLine {
+        method: &method,
+        path: &path,
+        model: &model,
+        workflow: &line.workflow,
+        status: line.status,
+        outcome: line.outcome,
+        reason: line.reason,
+        served_by: &line.served_by,
+        attempts: &line.attempts,
+        skipped: skipped.as_deref(),
+        dropped: dropped.as_deref(),
+        prompt: prompt.as_deref(),
+        elapsed_us: elapsed.as_micros() as u64,
+    });
 }
 
 /// A request no handler saw (hyper refused its head, or it never finished): its one

@@ -46,11 +46,16 @@ impl BodyPermit {
 }
 
 /// A permit for about `bytes` held by a request beside its body (a Responses history:
-/// parsed, as the canonical conversation, and as the body a route is sent). Never more
-/// than the whole budget, which one request must always be able to hold.
-pub(super) async fn hold(gw: &super::Gateway, bytes: usize) -> BodyPermit {
+/// parsed, as the canonical conversation, and as the body a route is sent), from
+/// `budget` of `total` permits. Never more than the whole budget, which one request
+/// must always be able to hold.
+pub(super) async fn hold(
+    budget: &Arc<tokio::sync::Semaphore>,
+    total: usize,
+    metrics: &super::metrics::Metrics,
+    bytes: usize,
+) -> BodyPermit {
     let mut permit = BodyPermit::none();
-    let total = bytes.min(gw.body_budget_total());
-    permit.grow(&gw.body_budget, total, &gw.metrics).await;
+    permit.grow(budget, bytes.min(total), metrics).await;
     permit
 }

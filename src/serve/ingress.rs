@@ -14,6 +14,8 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod plain;
+
 /// A chat request as a client sent it, on either API: the router's request (the
 /// canonical conversation, the fields it maps, the ones it does not, and the client's
 /// body), and what the gateway itself reads.
@@ -231,6 +233,23 @@ fn tool_spec(
 
 /// `POST /v1/chat/completions`.
 pub fn openai_chat(body: &[u8]) -> Result<ChatIn, ApiError> {
+    // The plainest bodies without a `Value` tree (ingress/plain.rs); the tree path
+    // below stays the authority on every other body and on every error.
+    if let Some((model, request, stream)) = plain::openai_chat(body) {
+        return Ok(ChatIn {
+            model,
+            request,
+            stream,
+            include_usage: false,
+            untranslatable: None,
+            responses: None,
+        });
+    }
+    openai_chat_tree(body)
+}
+
+/// `openai_chat` through a `serde_json::Value`.
+fn openai_chat_tree(body: &[u8]) -> Result<ChatIn, ApiError> {
     let o = object(body)?;
     let model = model(&o)?;
     let messages = match o.get("messages") {

@@ -170,7 +170,7 @@ impl Gateway {
     /// This gateway for a lane of its own: every counter, budget, store and bucket
     /// shared with it, and upstream calls sent through `client`, whose connections run
     /// on the lane's runtime.
-    pub fn lane(&self, client: reqwest::Client) -> Gateway {
+    pub fn lane(&self, client: impl Into<crate::wire::http::Client>) -> Gateway {
         Gateway {
             lineup: self.lineup.clone(),
             router: self.router.with_client(client),

@@ -79,7 +79,11 @@ pub(super) async fn create(ask: Ask, body: Bytes) -> Response<Body> {
     };
     let held = match begun.history_bytes {
         0 => None,
-        n => Some(super::body_budget::hold(&gw, n.saturating_mul(2 + providers)).await),
+        n => {
+            let bytes = n.saturating_mul(2 + providers);
+            let total = gw.body_budget_total();
+            Some(super::body_budget::hold(&gw.body_budget, total, &gw.metrics, bytes).await)
+        }
     };
     let turn = Arc::new(Turn {
         id: output::new_id("resp"),

@@ -36,7 +36,7 @@ pub struct ChatSuccess {
 
 /// Sends one non-streaming chat call through `endpoint`'s wire.
 pub async fn chat(
-    client: &reqwest::Client,
+    client: &super::http::Client,
     endpoint: &Endpoint,
     model: &str,
     req: &ChatRequest,
@@ -136,7 +136,7 @@ fn unsupported(endpoint: &Endpoint, what: &str) -> UpstreamFailure {
 
 /// Sends one embedding batch.
 pub async fn embed(
-    client: &reqwest::Client,
+    client: &super::http::Client,
     endpoint: &Endpoint,
     model: &str,
     req: &EmbedRequest,
@@ -174,7 +174,7 @@ pub async fn embed(
 
 /// Sends one rerank call (Cohere / Jina shape, on OpenAI-compatible endpoints).
 pub async fn rerank(
-    client: &reqwest::Client,
+    client: &super::http::Client,
     endpoint: &Endpoint,
     model: &str,
     req: &RerankRequest,

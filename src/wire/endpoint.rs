@@ -77,6 +77,18 @@ impl Endpoint {
 /// `base` + `path`, with the query of each kept and merged after the path.
 pub fn join_url(base: &str, path: &str) -> String {
     let (base_path, base_query) = split_query(base);
+    if base_query.is_none() && !path.contains('?') {
+        // The common case, without the query merge: one allocation.
+        let (base_path, path) = (
+            base_path.trim_end_matches('/'),
+            path.trim_start_matches('/'),
+        );
+        let mut url = String::with_capacity(base_path.len() + 1 + path.len());
+        url.push_str(base_path);
+        url.push('/');
+        url.push_str(path);
+        return url;
+    }
     let (path, path_query) = split_query(path);
     let mut url = format!(
         "{}/{}",
@@ -99,5 +111,37 @@ fn split_query(s: &str) -> (&str, Option<&str>) {
     match s.split_once('?') {
         Some((p, q)) => (p, Some(q)),
         None => (s, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::join_url;
+
+    #[test]
+    fn urls_join_with_one_slash_and_every_query_after_the_path() {
+        for (base, path, url) in [
+            (
+                "http://h/v1",
+                "/chat/completions",
+                "http://h/v1/chat/completions",
+            ),
+            (
+                "http://h/v1/",
+                "chat/completions",
+                "http://h/v1/chat/completions",
+            ),
+            ("http://h/v1//", "//x", "http://h/v1/x"),
+            ("http://h/v1?key=k", "/x", "http://h/v1/x?key=k"),
+            (
+                "http://h/v1?key=k",
+                "/x?alt=sse",
+                "http://h/v1/x?key=k&alt=sse",
+            ),
+            ("http://h/v1", "/x?alt=sse", "http://h/v1/x?alt=sse"),
+            ("http://h/v1?", "/x", "http://h/v1/x"),
+        ] {
+            assert_eq!(join_url(base, path), url, "{base} + {path}");
+        }
     }
 }

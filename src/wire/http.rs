@@ -5,7 +5,10 @@
 use super::codec::{bad_success, BadSuccess};
 use crate::classify::failure::{Headers, Transport, UpstreamFailure};
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::Duration;
+
+mod plain;
 
 /// Bodies past this are not read further: an error needs only its first bytes to be
 /// classified, and an endless body must never exhaust memory.
@@ -51,7 +54,7 @@ impl CallBody {
     }
 }
 
-/// A POST of `call` (its URL, headers and body) on `client`.
+/// A POST of `call` (its URL, headers and body) on `client`'s reqwest.
 pub fn post(client: &reqwest::Client, call: &HttpCall) -> reqwest::RequestBuilder {
     let builder = match parsed_url(&call.url) {
         Some(url) => client.post(url),
@@ -69,6 +72,159 @@ pub fn post(client: &reqwest::Client, call: &HttpCall) -> reqwest::RequestBuilde
         builder = builder.header(*name, value);
     }
     builder
+}
+
+/// The HTTP client every wire sends through: reqwest, and, when made with `new`, a
+/// pool of plain HTTP/1.1 connections of its own (`plain`) for `http://` upstreams
+/// whose URL and headers reqwest would send as written. Cloning shares the pools.
+/// Derefs to the reqwest client, for code that sends through it directly.
+#[derive(Clone)]
+pub struct Client {
+    reqwest: reqwest::Client,
+    plain: Option<Arc<plain::Pool>>,
+}
+
+impl Client {
+    /// `reqwest` beside a plain pool keeping at most `max_idle_per_host` idle
+    /// connections a host (none when the environment names a proxy: reqwest honours it).
+    pub fn new(reqwest: reqwest::Client, max_idle_per_host: usize) -> Client {
+        let plain = (!plain::proxy_in_env()).then(|| Arc::new(plain::Pool::new(max_idle_per_host)));
+        Client { reqwest, plain }
+    }
+
+    /// Every call through `reqwest`, whatever its URL.
+    pub fn reqwest_only(reqwest: reqwest::Client) -> Client {
+        Client {
+            reqwest,
+            plain: None,
+        }
+    }
+
+    pub fn reqwest(&self) -> &reqwest::Client {
+        &self.reqwest
+    }
+}
+
+impl From<reqwest::Client> for Client {
+    fn from(reqwest: reqwest::Client) -> Client {
+        Client::reqwest_only(reqwest)
+    }
+}
+
+impl std::ops::Deref for Client {
+    type Target = reqwest::Client;
+
+    fn deref(&self) -> &reqwest::Client {
+        &self.reqwest
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("plain", &self.plain.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An answer whose head has arrived, from either client.
+pub enum Response {
+    Reqwest(reqwest::Response),
+    Plain(plain::Response),
+}
+
+impl Response {
+    pub fn status(&self) -> u16 {
+        match self {
+            Response::Reqwest(r) => r.status().as_u16(),
+            Response::Plain(r) => r.status,
+        }
+    }
+
+    /// The answer's headers (values masked).
+    pub fn headers(&self) -> Headers {
+        match self {
+            Response::Reqwest(r) => Headers::from_reqwest(r.headers()),
+            Response::Plain(r) => r.headers.clone(),
+        }
+    }
+
+    /// The next piece of the body as it arrives; `None` at its end.
+    pub async fn chunk(&mut self) -> Result<Option<bytes::Bytes>, Error> {
+        match self {
+            Response::Reqwest(r) => r.chunk().await.map_err(Error::Reqwest),
+            Response::Plain(r) => r.chunk().await.map_err(Error::Plain),
+        }
+    }
+}
+
+/// What went wrong below HTTP, from either client.
+#[derive(Debug)]
+pub enum Error {
+    Reqwest(reqwest::Error),
+    Plain(plain::Error),
+}
+
+impl Error {
+    /// The error without its URL (a gateway URL can carry credentials in its query);
+    /// a plain error never names it.
+    pub fn without_url(self) -> Error {
+        match self {
+            Error::Reqwest(e) => Error::Reqwest(e.without_url()),
+            plain => plain,
+        }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Reqwest(e) => write!(f, "{e}"),
+            Error::Plain(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Sends `call` on `client`: through its plain pool when it has one and the call is
+/// one it takes, else through reqwest. Returns once the answer's head has arrived.
+pub async fn exchange(client: &Client, call: &HttpCall) -> Result<Response, Error> {
+    if let Some(pool) = &client.plain {
+        if let Some(target) = plain::target(&call.url) {
+            let headers_ok = call.headers.iter().all(|(n, v)| {
+                plain::header_value_ok(v)
+                    && ![
+                        "host",
+                        "content-length",
+                        "transfer-encoding",
+                        "connection",
+                        "content-type",
+                    ]
+                    .iter()
+                    .any(|h| n.eq_ignore_ascii_case(h))
+            });
+            if headers_ok {
+                let headers: Vec<(&str, &str)> =
+                    call.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+                let json;
+                let body: &[u8] = match &call.body {
+                    CallBody::Raw(b) => b,
+                    CallBody::Json(v) => {
+                        json = serde_json::to_vec(v).unwrap_or_default();
+                        &json
+                    }
+                };
+                return plain::post(pool, &target, &headers, body)
+                    .await
+                    .map(Response::Plain)
+                    .map_err(Error::Plain);
+            }
+        }
+    }
+    post(&client.reqwest, call)
+        .send()
+        .await
+        .map(Response::Reqwest)
+        .map_err(Error::Reqwest)
 }
 
 /// URLs parsed on this thread, most recently used first. A route's URLs are the same
@@ -104,13 +260,17 @@ fn parsed_url(url: &str) -> Option<reqwest::Url> {
 }
 
 /// The HTTP client every wire shares. reqwest 0.12 has no retry layer of its own, and
-/// redirects are refused so a POST is never silently replayed elsewhere.
-pub fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .pool_max_idle_per_host(16)
-        .build()
-        .expect("a reqwest client with static settings always builds")
+/// redirects are refused so a POST is never silently replayed elsewhere (the plain
+/// client follows none either).
+pub fn http_client() -> Client {
+    Client::new(
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(16)
+            .build()
+            .expect("a reqwest client with static settings always builds"),
+        16,
+    )
 }
 
 /// A 2xx that parsed as JSON, ready for the wire's success parser.
@@ -162,7 +322,7 @@ impl BytesReply {
 /// read up to `ERROR_BODY_CAP`), a transport error, a timeout, or a 2xx that is not
 /// JSON or is larger than `SUCCESS_BODY_CAP`.
 pub async fn send(
-    client: &reqwest::Client,
+    client: &Client,
     call: HttpCall,
     timeout_ms: u64,
 ) -> Result<JsonReply, UpstreamFailure> {
@@ -175,18 +335,15 @@ pub async fn send(
 /// `send` short of parsing the 2xx body: for a caller that reads common bodies without
 /// a `Value` (`openai::reply`) and calls `BytesReply::json` for the rest.
 pub async fn send_bytes(
-    client: &reqwest::Client,
+    client: &Client,
     call: HttpCall,
     timeout_ms: u64,
 ) -> Result<BytesReply, UpstreamFailure> {
     let deadline = Duration::from_millis(timeout_ms);
     let work = async {
-        let resp = post(client, &call)
-            .send()
-            .await
-            .map_err(transport_failure)?;
-        let status = resp.status().as_u16();
-        let headers = Headers::from_reqwest(resp.headers());
+        let resp = exchange(client, &call).await.map_err(transport_failure)?;
+        let status = resp.status();
+        let headers = resp.headers();
         let ok = (200..300).contains(&status);
         let cap = if ok { SUCCESS_BODY_CAP } else { ERROR_BODY_CAP };
         let mut held = super::held::Holding::new();
@@ -223,7 +380,7 @@ pub async fn send_bytes(
 /// Reads a body chunk by chunk, stopping at `cap` bytes. Returns the bytes and whether
 /// the body went past the cap.
 pub async fn read_capped(
-    mut resp: reqwest::Response,
+    mut resp: Response,
     cap: usize,
     held: &mut super::held::Holding,
 ) -> Result<(Vec<u8>, bool), UpstreamFailure> {
@@ -247,9 +404,13 @@ pub async fn read_capped(
     }
 }
 
-/// Turns a reqwest error into a transport failure, without the URL (a gateway URL can
+/// Turns a client error into a transport failure, without the URL (a gateway URL can
 /// carry credentials in its query).
-pub fn transport_failure(e: reqwest::Error) -> UpstreamFailure {
+pub fn transport_failure(e: Error) -> UpstreamFailure {
+    let e = match e {
+        Error::Reqwest(e) => e,
+        Error::Plain(e) => return UpstreamFailure::transport(Transport::Network, e.to_string()),
+    };
     let kind = if e.is_timeout() {
         Transport::Timeout
     } else {
@@ -303,5 +464,164 @@ mod tests {
             parsed_url("http://BÜCHER.example/x").map(String::from),
             Some("http://xn--bcher-kva.example/x".to_string())
         );
+    }
+
+    /// A loopback upstream that answers every request on a connection with the next of
+    /// `answers` (raw bytes), closing after the last; it records each request head and
+    /// body it read, and counts connections.
+    async fn upstream(
+        answers: Vec<Vec<u8>>,
+    ) -> (
+        String,
+        Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!(
+            "http://{}/v1/chat/completions?k=1",
+            listener.local_addr().unwrap()
+        );
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let conns = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (seen2, conns2) = (seen.clone(), conns.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                conns2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let (answers, seen) = (answers.clone(), seen2.clone());
+                tokio::spawn(async move {
+                    for answer in answers {
+                        let mut buf = Vec::new();
+                        let mut chunk = [0u8; 4096];
+                        // One request: its head, then its content-length body.
+                        let request = loop {
+                            let Ok(n) = s.read(&mut chunk).await else {
+                                return;
+                            };
+                            if n == 0 {
+                                return;
+                            }
+                            buf.extend_from_slice(&chunk[..n]);
+                            let mut hs = [httparse::EMPTY_HEADER; 32];
+                            let mut req = httparse::Request::new(&mut hs);
+                            if let Ok(httparse::Status::Complete(len)) = req.parse(&buf) {
+                                let body_len: usize = req
+                                    .headers
+                                    .iter()
+                                    .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                                    .and_then(|h| std::str::from_utf8(h.value).ok()?.parse().ok())
+                                    .unwrap_or(0);
+                                while buf.len() < len + body_len {
+                                    let Ok(n) = s.read(&mut chunk).await else {
+                                        return;
+                                    };
+                                    if n == 0 {
+                                        return;
+                                    }
+                                    buf.extend_from_slice(&chunk[..n]);
+                                }
+                                break buf;
+                            }
+                        };
+                        seen.lock().unwrap().push(request);
+                        if s.write_all(&answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, seen, conns)
+    }
+
+    fn call(url: &str) -> HttpCall {
+        HttpCall {
+            url: url.to_string(),
+            headers: vec![("authorization", "Bearer k".to_string())],
+            body: CallBody::Raw(bytes::Bytes::from_static(br#"{"model":"m"}"#)),
+        }
+    }
+
+    /// What a caller sees of an exchange: the status, the headers, the whole body, or
+    /// that it failed (before or while the body was read).
+    async fn seen_through(client: &Client, url: &str) -> Result<(u16, Headers, Vec<u8>), String> {
+        let mut r = exchange(client, &call(url))
+            .await
+            .map_err(|e| e.to_string())?;
+        let (status, headers) = (r.status(), r.headers());
+        let mut body = Vec::new();
+        while let Some(c) = r.chunk().await.map_err(|e| format!("body: {e}"))? {
+            body.extend_from_slice(&c);
+        }
+        Ok((status, headers, body))
+    }
+
+    #[tokio::test]
+    async fn the_plain_client_reads_every_answer_as_reqwest_does() {
+        let answers: Vec<&[u8]> = vec![
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"ok\":true}",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nx-a: 1\r\nx-b: 2\r\nX-A: 3\r\n\r\n5;e=1\r\nhello\r\n6\r\n world\r\n0\r\nx-t: 1\r\n\r\n",
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 429 Too Many Requests\r\nretry-after: 7\r\ncontent-length: 2\r\n\r\n{}",
+            b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nuntil the close",
+            b"HTTP/1.0 503 Service Unavailable\r\ncontent-length: 4\r\n\r\nbusy",
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\ncut",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nab",
+            b"HTTP/1.1 200 OK\r\nbroken header line\r\n\r\n",
+            b"nonsense\r\n\r\n",
+            b"",
+        ];
+        for answer in answers {
+            let (url, seen, _) = upstream(vec![answer.to_vec()]).await;
+            let plain = seen_through(&http_client(), &url).await;
+            let reqwest =
+                seen_through(&Client::reqwest_only(http_client().reqwest().clone()), &url).await;
+            let shown = String::from_utf8_lossy(answer);
+            match (&plain, &reqwest) {
+                (Ok(p), Ok(r)) => assert_eq!(p, r, "{shown}"),
+                // Both failed: where (before the body, or in it) is the same.
+                (Err(p), Err(r)) => assert_eq!(
+                    p.starts_with("body"),
+                    r.starts_with("body"),
+                    "{shown}: {p} / {r}"
+                ),
+                _ => panic!("{shown}: plain {plain:?}, reqwest {reqwest:?}"),
+            }
+            // The same request reached the upstream both times, bar the header order.
+            let mut requests: Vec<Vec<String>> = seen
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    let text = String::from_utf8_lossy(r).to_string();
+                    let mut lines: Vec<String> = text.split("\r\n").map(str::to_string).collect();
+                    lines.sort();
+                    lines
+                })
+                .collect();
+            assert_eq!(requests.len(), 2, "{shown}");
+            let second = requests.pop().unwrap();
+            assert_eq!(requests[0], second, "{shown}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kept_alive_connection_serves_the_next_call() {
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".to_vec();
+        let (url, _, conns) = upstream(vec![ok.clone(), ok.clone(), ok]).await;
+        let client = http_client();
+        for _ in 0..3 {
+            assert_eq!(seen_through(&client, &url).await.unwrap().0, 200);
+        }
+        assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // The upstream closed after its third answer; once the reactor has seen it
+        // (the runtime parks in between), the next call opens another connection.
+        crate::core::clock::real_sleep(Duration::from_millis(50)).await;
+        assert_eq!(seen_through(&client, &url).await.unwrap().0, 200);
+        assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }

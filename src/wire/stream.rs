@@ -103,7 +103,7 @@ pub struct StreamAttempt {
 /// delta to `on_event` as it arrives. The finish and usage events follow once the
 /// stream completed.
 pub async fn stream_chat(
-    client: &reqwest::Client,
+    client: &super::http::Client,
     ep: &Endpoint,
     model: &str,
     req: &ChatRequest,
@@ -116,7 +116,7 @@ pub async fn stream_chat(
 /// `keep_text`: a caller that has already passed every delta on (the gateway) need not
 /// hold a second copy of a 16 MiB answer while it streams.
 pub async fn stream_chat_keeping(
-    client: &reqwest::Client,
+    client: &super::http::Client,
     ep: &Endpoint,
     model: &str,
     req: &ChatRequest,
@@ -263,7 +263,7 @@ fn client_asked_usage(orig: &crate::core::request::Original) -> bool {
 }
 
 async fn drive(
-    client: &reqwest::Client,
+    client: &super::http::Client,
     ep: &Endpoint,
     model: &str,
     req: &ChatRequest,
@@ -278,17 +278,16 @@ async fn drive(
         wire: ep.wire,
         client_usage: req.same_wire(ep.wire).is_some_and(client_asked_usage),
     });
-    let builder = super::http::post(client, &call);
     let (wait, why) = watch
         .next_wait(sw.elapsed())
         .map_err(|why| ended(&watch, why, None, &Headers::default()))?;
-    let mut resp = match tokio::time::timeout(wait, builder.send()).await {
+    let mut resp = match tokio::time::timeout(wait, super::http::exchange(client, &call)).await {
         Err(_) => return Err(ended(&watch, why, None, &Headers::default())),
         Ok(Err(e)) => return Err(transport_failure(e)),
         Ok(Ok(r)) => r,
     };
-    let status = resp.status().as_u16();
-    let headers = Headers::from_reqwest(resp.headers());
+    let status = resp.status();
+    let headers = resp.headers();
     if !(200..300).contains(&status) {
         let (left, why) = watch
             .next_wait(sw.elapsed())
