@@ -8,7 +8,6 @@ use super::adapter::{Event, Finish, Reply};
 use super::errors::ApiError;
 use super::ingress::Turn;
 use crate::core::answer::FinishReason;
-use crate::core::conversation::ToolCall;
 use crate::core::request::Usage;
 use crate::wire::responses::output::{self, Answered, Envelope};
 use serde_json::{json, Value};
@@ -430,11 +429,6 @@ impl ResponsesStream {
         out
     }
 
-    /// The items as they stand, once closed: what the conversation keeps.
-    pub fn output(&self) -> &[Value] {
-        &self.output
-    }
-
     /// Closes the open item: its last events.
     pub fn close_all(&mut self) -> Vec<u8> {
         let mut out = Vec::new();
@@ -446,21 +440,12 @@ impl ResponsesStream {
     /// completed, or incomplete when the answer was cut (`max_output_tokens`,
     /// `content_filter`).
     pub fn completed_object(&self, finish: &Finish, usage: Option<&Usage>) -> Value {
-        let reason = finish_reason(finish);
-        let refusal = self.output.iter().any(|i| {
+        let refused = self.output.iter().any(|i| {
             i["content"]
                 .as_array()
                 .is_some_and(|c| c.iter().any(|p| p["type"] == "refusal"))
         });
-        let no_calls: [ToolCall; 0] = [];
-        let answered = Answered {
-            text: "",
-            refusal: refusal.then_some("refused"),
-            reasoning: None,
-            tool_calls: &no_calls,
-            finish: &reason,
-        };
-        let (status, incomplete) = output::status_of(&answered);
+        let (status, incomplete) = output::status(&finish_reason(finish), refused);
         self.object(status, incomplete, Some(output::usage(usage)), None)
     }
 
@@ -475,12 +460,6 @@ impl ResponsesStream {
         let mut out = Vec::new();
         self.event(kind, json!({ "response": response }), &mut out);
         out
-    }
-
-    /// The stream's first events were the upstream's own (a same-wire stream): what
-    /// this encoder writes continues it.
-    pub fn mark_started(&mut self) {
-        self.started = true;
     }
 
     /// What ends a stream an upstream failure cut: the error, then the response,
@@ -582,7 +561,7 @@ mod tests {
         assert_eq!(output[2]["call_id"], "toolu_1");
         assert_eq!(r["usage"]["input_tokens"], 5);
         assert_eq!(r["id"], "resp_gw");
-        assert_eq!(s.output().len(), 3);
+        assert_eq!(output.len(), 3);
     }
 
     #[test]

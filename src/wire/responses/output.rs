@@ -22,13 +22,20 @@ pub struct Answered<'a> {
 /// How a Responses answer ended: its `status`, and `incomplete_details.reason` when
 /// it was cut.
 pub fn status_of(a: &Answered<'_>) -> (&'static str, Option<&'static str>) {
-    match a.finish {
+    status(a.finish, a.refusal.is_some_and(|r| !r.is_empty()))
+}
+
+/// The `status` (and `incomplete_details.reason`) of an answer that ended on `finish`;
+/// `refused_in_words`: it holds a refusal with words of its own.
+pub fn status(
+    finish: &FinishReason,
+    refused_in_words: bool,
+) -> (&'static str, Option<&'static str>) {
+    match finish {
         FinishReason::Length => ("incomplete", Some("max_output_tokens")),
         // A refusal with words of its own is a complete answer (a `refusal` part); one
         // only a finish reason signalled is an answer the filter cut.
-        FinishReason::ContentFilter if a.refusal.is_none_or(str::is_empty) => {
-            ("incomplete", Some("content_filter"))
-        }
+        FinishReason::ContentFilter if !refused_in_words => ("incomplete", Some("content_filter")),
         _ => ("completed", None),
     }
 }
