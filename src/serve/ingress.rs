@@ -57,6 +57,18 @@ pub struct Turn {
     pub held: Held,
 }
 
+impl Turn {
+    /// What a `response` object a Responses route answered is relabelled with: this
+    /// turn's id and `previous_response_id`, and whether its conversation was kept.
+    pub fn relabel(&self, stored: bool) -> crate::wire::responses::Relabel<'_> {
+        crate::wire::responses::Relabel {
+            id: &self.id,
+            previous_response_id: self.previous_response_id.as_deref(),
+            stored,
+        }
+    }
+}
+
 /// A request's share of the buffered-bytes budget (`serve::body_budget`), carried with
 /// it; every two are equal (it is no part of what a request says).
 #[derive(Clone, Default)]

@@ -8,42 +8,24 @@ use crate::core::clock::wall_now_ms;
 use crate::core::vocab::Route;
 use crate::router::conversation;
 use crate::store::conversations::{PutError, Stored};
-use crate::wire::responses::Relabel;
-use bytes::Bytes;
 use serde_json::Value;
 
 /// Stores the conversation up to this answer when the client asked it kept: the history,
 /// then `output` (marked as the serving provider's own). Whether it was kept: a
 /// conversation over `responses_max_bytes`, or a store that failed, is not, and the
-/// answer says `store: false`. `object` is the response as the client sees it; `raw`,
-/// a same-wire answer's bytes, from which it is made.
+/// answer says `store: false`. `response` is the response object as the client sees it.
 pub(super) async fn keep(
     ask: &Ask,
     turn: &Turn,
     served: Option<&Route>,
     output: Vec<Value>,
-    object: Option<Value>,
-    raw: Option<&Bytes>,
+    response: Value,
 ) -> bool {
     if !turn.store {
         return false;
     }
     let Some(served) = served else {
         return false;
-    };
-    let response = match (object, raw) {
-        (Some(o), _) => o,
-        (None, Some(raw)) => {
-            let relabel = Relabel {
-                id: &turn.id,
-                previous_response_id: turn.previous_response_id.as_deref(),
-                stored: true,
-            };
-            crate::wire::responses::relabel_object(raw, relabel)
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or(Value::Null)
-        }
-        (None, None) => Value::Null,
     };
     let stored = conversation::stored(
         &turn.id,

@@ -18,7 +18,7 @@ use crate::core::clock::{wall_now_ms, Stopwatch};
 use crate::core::vocab::{Route, Wire};
 use crate::router::conversation::{self, BeginError};
 use crate::store::conversations::Stored;
-use crate::wire::responses::{output, Relabel};
+use crate::wire::responses::{output, relabel_object};
 use bytes::Bytes;
 use hyper::Response;
 use serde_json::{json, Value};
@@ -133,53 +133,34 @@ pub(super) async fn create(ask: Ask, body: Bytes) -> Response<Body> {
 }
 
 /// The answer as a `response` object, its conversation stored first (a client may send
-/// the next turn the moment it reads this one).
+/// the next turn the moment it reads this one). A same-wire answer is the upstream's
+/// bytes relabelled once, and kept as the client reads it.
 async fn answer(ask: &Ask, turn: &Turn, reply: Reply, served: Option<&Route>) -> Response<Body> {
-    let same_wire = reply.raw.as_ref().filter(|r| r.wire == Wire::Responses);
-    let (object, items) = match same_wire {
-        // As the upstream sent it: its output items are what the conversation keeps.
-        Some(raw) => match serde_json::from_slice::<Value>(&raw.bytes) {
-            Ok(v) => {
-                let items = v
-                    .get("output")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                (None, items)
+    let output = |object: &Value| {
+        object
+            .get("output")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    match reply.raw.as_ref().filter(|r| r.wire == Wire::Responses) {
+        Some(raw) => {
+            let relabelled = relabel_object(&raw.bytes, turn.relabel(true));
+            let bytes = relabelled.unwrap_or_else(|| raw.bytes.to_vec());
+            let object: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            if super::keep::keep(ask, turn, served, output(&object), object).await {
+                return json_response(200, bytes);
             }
-            Err(_) => (None, Vec::new()),
-        },
-        None => {
-            let (object, items) = egress_responses::response(turn, &reply);
-            (Some(object), items)
+            let unkept = relabel_object(&raw.bytes, turn.relabel(false));
+            json_response(200, unkept.unwrap_or(bytes))
         }
-    };
-    let stored = super::keep::keep(
-        ask,
-        turn,
-        served,
-        items,
-        object.clone(),
-        same_wire.map(|r| &r.bytes),
-    )
-    .await;
-    let relabel = Relabel {
-        id: &turn.id,
-        previous_response_id: turn.previous_response_id.as_deref(),
-        stored,
-    };
-    match (same_wire, object) {
-        (Some(raw), _) => match crate::wire::responses::relabel_object(&raw.bytes, relabel) {
-            Some(b) => json_response(200, b),
-            None => json_response(200, raw.bytes.clone()),
-        },
-        (None, Some(mut object)) => {
-            if !stored {
+        None => {
+            let (mut object, items) = egress_responses::response(turn, &reply);
+            if !super::keep::keep(ask, turn, served, items, object.clone()).await {
                 object["store"] = json!(false);
             }
             json_response(200, serde_json::to_vec(&object).unwrap_or_default())
         }
-        (None, None) => json_response(200, Vec::new()),
     }
 }
 

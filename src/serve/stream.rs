@@ -109,12 +109,7 @@ impl Live {
         let Some(turn) = &self.turn else {
             return frame;
         };
-        let r = crate::wire::responses::Relabel {
-            id: &turn.id,
-            previous_response_id: turn.previous_response_id.as_deref(),
-            stored: true,
-        };
-        match crate::wire::responses::relabel_frame(&frame, r) {
+        match crate::wire::responses::relabel_frame(&frame, turn.relabel(true)) {
             Some(b) => b.into(),
             None => frame,
         }
@@ -693,12 +688,7 @@ async fn responses_end(ask: &Ask, turn: &Turn, live: &Live, called: &Called) -> 
         }
         Some(Encoder::PassThrough) => {
             if let Some(frame) = s.held_final.take() {
-                let r = crate::wire::responses::Relabel {
-                    id: &turn.id,
-                    previous_response_id: turn.previous_response_id.as_deref(),
-                    stored,
-                };
-                match crate::wire::responses::relabel_frame(&frame, r) {
+                match crate::wire::responses::relabel_frame(&frame, turn.relabel(stored)) {
                     Some(b) => out.extend(b),
                     None => out.extend_from_slice(&frame),
                 }
@@ -723,7 +713,7 @@ async fn keep_streamed(
     if let Some(reply) = reply.filter(|r| !streamed_as(&output, r)) {
         output = super::egress_responses::response(turn, reply).1;
     }
-    super::keep::keep(ask, turn, served, output, Some(object.clone()), None).await
+    super::keep::keep(ask, turn, served, output, object.clone()).await
 }
 
 /// Whether `output` items hold the text and the calls `reply` was streamed.
