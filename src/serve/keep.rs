@@ -7,7 +7,7 @@ use super::ingress::Turn;
 use crate::core::clock::wall_now_ms;
 use crate::core::vocab::Route;
 use crate::router::conversation;
-use crate::store::conversations::{PutError, Stored};
+use crate::store::conversations::PutError;
 use serde_json::Value;
 
 /// Stores the conversation up to this answer when the client asked it kept: the history,
@@ -36,11 +36,18 @@ pub(super) async fn keep(
         response,
     );
     // What an upstream echoed of its key reached the client masked: so must it reach
-    // the store, or the next turn would hand one provider's key to another.
-    let Some(stored) = masked(ask, stored) else {
+    // the store, or the next turn would hand one provider's key to another. Keys never
+    // hold a character JSON escapes, so the text is masked whole.
+    let Ok(text) = serde_json::to_string(&stored) else {
         return false;
     };
-    match ask.gw.conversations.put(&stored, wall_now_ms()).await {
+    let clean = ask.gw.mask(&text);
+    match ask
+        .gw
+        .conversations
+        .put_text(&turn.id, clean, wall_now_ms())
+        .await
+    {
         Ok(()) => true,
         Err(e @ PutError::TooLarge { .. }) => {
             tracing::warn!(target: "poolctl::serve", id = %turn.id, "response not kept: {e}");
@@ -52,16 +59,4 @@ pub(super) async fn keep(
             false
         }
     }
-}
-
-/// `stored` with every upstream key, and anything shaped like a key, masked in each of
-/// its strings (as every body the gateway writes is). Keys never hold a character
-/// JSON escapes, so the text can be masked whole.
-fn masked(ask: &Ask, stored: Stored) -> Option<Stored> {
-    let text = serde_json::to_string(&stored).ok()?;
-    let clean = ask.gw.mask(&text);
-    if clean == text {
-        return Some(stored);
-    }
-    serde_json::from_str(&clean).ok()
 }

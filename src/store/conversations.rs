@@ -202,7 +202,14 @@ impl Conversations {
 
     /// Stores `c` at `now`; it can be continued until `now + ttl`.
     pub async fn put(&self, c: &Stored, now: UnixMs) -> Result<(), PutError> {
-        let body = serde_json::to_vec(c).unwrap_or_default();
+        self.put_text(&c.id, serde_json::to_string(c).unwrap_or_default(), now)
+            .await
+    }
+
+    /// Stores `text`, a [`Stored`] as JSON (the gateway masks keys in it first), under
+    /// `id` at `now`.
+    pub async fn put_text(&self, id: &str, text: String, now: UnixMs) -> Result<(), PutError> {
+        let body = text.into_bytes();
         if body.len() > self.limits.max_bytes {
             return Err(PutError::TooLarge {
                 size: body.len(),
@@ -217,7 +224,7 @@ impl Conversations {
                 let (map, total) = &mut *guard;
                 *total += body.len();
                 if let Some((_, (old, _))) =
-                    map.push(c.id.clone(), (std::sync::Arc::new(body), expires))
+                    map.push(id.to_string(), (std::sync::Arc::new(body), expires))
                 {
                     *total -= old.len();
                 }
@@ -239,12 +246,12 @@ impl Conversations {
                         .is_ok();
                 let (max, total) = (self.limits.max, self.limits.max_total_bytes);
                 Ok(
-                    s.put_response(c.id.clone(), body, now, expires, max, total, sweep)
+                    s.put_response(id.to_string(), body, now, expires, max, total, sweep)
                         .await?,
                 )
             }
             Backend::Redis(r) => {
-                let (key, index, sizes) = (redis_key(&c.id), redis_index(), redis_sizes());
+                let (key, index, sizes) = (redis_key(id), redis_index(), redis_sizes());
                 let (max, total) = (self.limits.max.max(1), self.limits.max_total_bytes);
                 r.within(|mut conn| async move {
                     PUT.key(&key)
