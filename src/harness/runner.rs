@@ -330,6 +330,33 @@ pub fn request_chat(scenario: &Scenario, spec: &RequestSpec) -> ChatRequest {
     chat
 }
 
+/// The Responses body one entry of `requests:` sends to `model` (`chaos`, and `chaos
+/// --target`), continuing the previous request's response when it says `continue`:
+/// `last` holds that response's id, taken here. When that request kept none, the id
+/// sent is one never kept, as a client continuing a turn that failed would send, and
+/// the request fails unrouted.
+pub fn request_responses(
+    scenario: &Scenario,
+    spec: &RequestSpec,
+    model: &str,
+    last: &std::sync::Mutex<Option<String>>,
+) -> serde_json::Value {
+    let previous = spec.continues.then(|| {
+        last.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_else(|| "resp_never_kept".to_string())
+    });
+    super::scenario::responses_body(
+        model,
+        scenario.request.as_ref(),
+        spec,
+        scenario.path == CallPath::Stream,
+        request_chat(scenario, spec).max_tokens,
+        previous.as_deref(),
+    )
+}
+
 /// The embedding batch chaos sends on the embed path.
 pub fn scenario_embed_request() -> EmbedRequest {
     EmbedRequest {
@@ -453,25 +480,8 @@ impl Call<'_> {
         use crate::wire::responses::output;
         let scenario = self.scenario;
         let shape = scenario.request.as_ref();
-        // The previous request's response; when it kept none, an id never kept, as a
-        // client continuing a turn that failed would send: the request fails unrouted.
-        let previous = spec.continues.then(|| {
-            self.last_response
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-                .unwrap_or_else(|| "resp_never_kept".to_string())
-        });
-        let max = request_chat(scenario, spec).max_tokens;
         let stream = scenario.path == CallPath::Stream;
-        let body = super::scenario::responses_body(
-            &scenario.name,
-            shape,
-            spec,
-            stream,
-            max,
-            previous.as_deref(),
-        );
+        let body = request_responses(scenario, spec, &scenario.name, &self.last_response);
         let body = bytes::Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
         let now = self.router.clock().now_ms();
         let begun = match crate::router::conversation::begin(self.conversations, body, now).await {

@@ -1146,18 +1146,10 @@ fn request_body(
     scenario: &Scenario,
     spec: &RequestSpec,
     model: &str,
-    previous: Option<&str>,
+    last_response: &std::sync::Mutex<Option<String>>,
 ) -> Value {
     if scenario.ingress == super::scenario::ingress::Ingress::Responses {
-        let max = super::runner::request_chat(scenario, spec).max_tokens;
-        return super::scenario::responses_body(
-            model,
-            scenario.request.as_ref(),
-            spec,
-            scenario.path == CallPath::Stream,
-            max,
-            previous,
-        );
+        return super::runner::request_responses(scenario, spec, model, last_response);
     }
     match scenario.path {
         CallPath::Chat | CallPath::Stream => chat_body(scenario, spec, model),
@@ -1181,15 +1173,7 @@ async fn send(
     last_response: &std::sync::Mutex<Option<String>>,
 ) -> Seen {
     let model = target_model(scenario, target.naming);
-    // As a client continuing the previous turn: its id, or one never answered.
-    let previous = spec.continues.then(|| {
-        last_response
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .unwrap_or_else(|| "resp_never_kept".to_string())
-    });
-    let body = request_body(scenario, spec, &model, previous.as_deref());
+    let body = request_body(scenario, spec, &model, last_response);
     let url = format!(
         "{}{}",
         target.url.trim_end_matches('/'),
