@@ -17,7 +17,6 @@ use super::endpoint::Endpoint;
 use super::http::HttpCall;
 use crate::classify::failure::ErrorFields;
 use crate::core::answer::FinishReason;
-use crate::core::conversation::ToolCall;
 use crate::core::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Map, Value};
 
@@ -361,22 +360,6 @@ pub fn frame_response(frame: &[u8]) -> Option<Value> {
     let data = frame_data(std::str::from_utf8(frame).ok()?)?;
     let v: Value = serde_json::from_str(&data).ok()?;
     v.get("response").cloned()
-}
-
-/// The calls of an answer, as `function_call` output items.
-pub fn call_items(calls: &[ToolCall]) -> Vec<Value> {
-    calls
-        .iter()
-        .map(|c| {
-            json!({
-                "type": "function_call",
-                "call_id": c.id,
-                "name": c.name,
-                "arguments": c.arguments.to_string(),
-                "status": "completed",
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]
