@@ -71,12 +71,11 @@ pub(super) async fn create(ask: Ask, body: Bytes) -> Response<Body> {
     let b = &begun.body;
     // The history is held parsed, as the canonical conversation, and as each body a
     // Responses route may be sent: counted against the budget request bodies share.
-    let providers = {
-        let mut p: Vec<&str> = begun.origins.iter().map(|(_, p)| p.as_str()).collect();
-        p.sort_unstable();
-        p.dedup();
-        p.len()
-    };
+    let providers = begun
+        .request
+        .original
+        .as_ref()
+        .map_or(0, |o| o.per_provider.len());
     let held = match begun.history_bytes {
         0 => None,
         n => {
