@@ -160,19 +160,7 @@ impl RequestShape {
                 .validate()
                 .map_err(|e| format!("messages: {e}"))?;
         }
-        base.tools = self
-            .tools
-            .iter()
-            .map(|t| crate::core::conversation::ToolSpec {
-                name: t.name.clone(),
-                description: t.description.clone(),
-                parameters: t
-                    .parameters
-                    .clone()
-                    .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
-                strict: t.strict,
-            })
-            .collect();
+        base.tools = self.tools.iter().map(ToolShape::spec).collect();
         base.token_estimate = self.prompt_tokens;
         base.max_tokens = self.max_tokens.or(base.max_tokens);
         base.json_schema = self.json_schema.clone();
@@ -205,20 +193,32 @@ impl RequestShape {
             .collect();
         Ok(base)
     }
-}
 
-impl RequestShape {
     /// Fields of `request:` the Responses API has no place for.
     pub fn responses_unsupported(&self) -> Option<&'static str> {
-        let shape = self;
-        if shape.messages.is_some() {
+        if self.messages.is_some() {
             Some("messages (give `input` and `instructions`)")
-        } else if shape.n.is_some() {
+        } else if self.n.is_some() {
             Some("n")
-        } else if shape.seed.is_some() {
+        } else if self.seed.is_some() {
             Some("seed")
         } else {
             None
+        }
+    }
+}
+
+impl ToolShape {
+    /// The tool as the canonical request offers it (no `parameters`: no arguments).
+    pub fn spec(&self) -> crate::core::conversation::ToolSpec {
+        crate::core::conversation::ToolSpec {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            parameters: self
+                .parameters
+                .clone()
+                .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+            strict: self.strict,
         }
     }
 }
@@ -259,16 +259,8 @@ pub fn responses_body(
         o.insert("instructions".into(), json!(i));
     }
     if !s.tools.is_empty() {
-        let tools: Vec<Value> = s
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "name": t.name, "description": t.description,
-                       "parameters": t.parameters.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-                       "strict": t.strict})
-            })
-            .collect();
-        o.insert("tools".into(), Value::Array(tools));
+        let tools: Vec<_> = s.tools.iter().map(ToolShape::spec).collect();
+        o.insert("tools".into(), crate::wire::responses::items::tools(&tools));
     }
     if let Some(p) = s.parallel_tool_calls {
         o.insert("parallel_tool_calls".into(), json!(p));
