@@ -460,7 +460,9 @@ fn frames(sse: &str) -> (Vec<String>, Vec<String>) {
 
 /// Guards issue 20 on streams: every chunk was re-rendered, naming the configured
 /// model, and dropping `system_fingerprint`, `service_tier`, `logprobs` and choice 1.
-/// The router's own `include_usage` chunk, which the client did not ask for, is removed.
+/// With no token bucket to settle, the router asks for no usage (the body goes as the
+/// client wrote it), so every chunk the upstream sent is the client's, a usage chunk
+/// too (where the router asks, tests/fidelity_streams.rs).
 #[tokio::test]
 async fn same_wire_openai_stream_forwards_each_chunk_as_the_upstream_sent_it() {
     assert_eq!(frames(OPENAI_SSE).0[..5], OPENAI_CHUNKS);
@@ -482,15 +484,18 @@ async fn same_wire_openai_stream_forwards_each_chunk_as_the_upstream_sent_it() {
     assert_eq!(r.status(), 200);
     let text = r.text().await.unwrap();
     let (data, comments) = frames(&text);
-    // Each chunk as it came, the usage-only chunk the client did not ask for removed.
-    assert_eq!(data[..4], OPENAI_CHUNKS[..4], "{text}");
-    assert_eq!(data[4..], ["[DONE]"], "{text}");
+    // Each chunk as it came.
+    assert_eq!(data[..5], OPENAI_CHUNKS, "{text}");
+    assert_eq!(data[5..], ["[DONE]"], "{text}");
     assert_eq!(comments, [": poolctl outcome=success attempts=1"], "{text}");
     assert!(text.ends_with(": poolctl outcome=success attempts=1\n\ndata: [DONE]\n\n"));
 
     let got = received(&server).await;
+    assert_eq!(
+        std::str::from_utf8(&got[0].body).unwrap(),
+        REQ.replacen(r#""model":"high""#, r#""model":"gpt-4o-mini""#, 1)
+    );
     let body: Value = serde_json::from_slice(&got[0].body).unwrap();
-    assert_eq!(body["stream_options"], json!({"include_usage": true}));
     assert_eq!(body["n"], 2);
     assert_eq!(body["logprobs"], true);
     assert_eq!(body["model"], "gpt-4o-mini");

@@ -66,6 +66,14 @@ pub struct Cover {
     members: Arc<[(usize, Dimension)]>,
 }
 
+impl Cover {
+    /// Some bucket of the cover counts tokens (`tpm`, `itpm`, `otpm`): it is settled
+    /// with the usage the provider reports.
+    pub fn counts_tokens(&self) -> bool {
+        self.members.iter().any(|(_, d)| *d != Dimension::Rpm)
+    }
+}
+
 /// What an admitted call holds until it is settled.
 #[derive(Debug, Clone)]
 pub struct Reservation {

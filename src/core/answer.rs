@@ -104,7 +104,8 @@ pub enum StreamEvent<'a> {
         arguments: &'a str,
     },
     Finish(&'a FinishReason),
-    /// The final usage, once the stream completed.
+    /// The final usage, once the stream completed; before the first visible token, the
+    /// usage reported so far (Anthropic's `message_start` states its input).
     Usage(&'a Usage),
     /// The model the upstream says is answering, as soon as it says so: not visible,
     /// but every chunk the client sees names it (fidelity.md §2).

@@ -114,6 +114,7 @@ impl Router {
                 let on_event = opts.on_event.unwrap_or(&no_events);
                 let buffered = opts.policy.safe_replay_until == SafeReplay::Buffered;
                 let keep = opts.keep_stream_text;
+                let buckets = &self.inner.buckets;
                 self.run(
                     tier,
                     CallPath::Stream,
@@ -123,9 +124,14 @@ impl Router {
                     |spec, left| async move {
                         let model = spec.route.model();
                         let ep = spec.endpoint.within(left);
+                        // The usage is asked of a same-wire stream only where a token
+                        // bucket is settled with it (fidelity.md §1).
+                        let settle = buckets
+                            .cover(&spec.route)
+                            .is_some_and(|c| c.counts_tokens());
                         if !buffered {
-                            let a = wire::stream::stream_chat_keeping(
-                                client, &ep, model, chat, on_event, keep,
+                            let a = wire::stream::stream_chat_settling(
+                                client, &ep, model, chat, on_event, keep, settle,
                             )
                             .await;
                             return Attempted {
@@ -136,7 +142,10 @@ impl Router {
                         }
                         let held = Mutex::new(Vec::<Held>::new());
                         let hold = |ev: StreamEvent<'_>| lock(&held).push(Held::of(ev));
-                        let a = wire::stream::stream_chat(client, &ep, model, chat, &hold).await;
+                        let a = wire::stream::stream_chat_settling(
+                            client, &ep, model, chat, &hold, true, settle,
+                        )
+                        .await;
                         match a.result {
                             Ok(ok) => {
                                 for ev in lock(&held).iter() {

@@ -222,12 +222,15 @@ impl AnthropicStream {
             return;
         }
         self.started = true;
+        // The usage reported so far, input and cache counts as Anthropic's own
+        // `message_start` carries them; 0 when the upstream has said nothing yet.
+        let usage = anthropic_usage(&self.usage.unwrap_or_default());
         out.extend(event_line(
             "message_start",
             &json!({"type": "message_start", "message": {
             "id": self.id, "type": "message", "role": "assistant", "model": self.model,
             "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": self.usage.map_or(0, |u| u.uncached_input()), "output_tokens": 0}}}),
+            "usage": usage}}),
         ));
     }
 
@@ -254,6 +257,19 @@ impl AnthropicStream {
 
     pub fn event(&mut self, e: &Event) -> Vec<u8> {
         let mut out = Vec::new();
+        match e {
+            Event::Usage(u) => {
+                // Known before the message starts, it is what `message_start` says.
+                self.usage = Some(*u);
+                return out;
+            }
+            // Reasoning from another wire cannot become a signed `thinking` block: it
+            // writes nothing, so it does not start the message either (fidelity.md §5).
+            Event::Finish(_) | Event::Model(_) | Event::Reasoning(_) | Event::Raw { .. } => {
+                return out
+            }
+            _ => {}
+        }
         self.start(&mut out);
         match e {
             // Anthropic has no refusal field: the refusal text is the message's text
@@ -302,9 +318,11 @@ impl AnthropicStream {
                     ));
                 }
             }
-            Event::Usage(u) => self.usage = Some(*u),
-            // Reasoning from another wire cannot become a signed `thinking` block.
-            Event::Finish(_) | Event::Model(_) | Event::Reasoning(_) | Event::Raw { .. } => {}
+            Event::Usage(_)
+            | Event::Finish(_)
+            | Event::Model(_)
+            | Event::Reasoning(_)
+            | Event::Raw { .. } => {}
         }
         out
     }
@@ -335,5 +353,47 @@ impl AnthropicStream {
             "error",
             &json!({"type": "error", "error": {"type": e.kind, "message": e.message}}),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start_usage(events: &[u8]) -> Value {
+        let text = String::from_utf8(events.to_vec()).unwrap();
+        let start = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str::<Value>(d).unwrap())
+            .find(|e| e["type"] == "message_start")
+            .unwrap();
+        start["message"]["usage"].clone()
+    }
+
+    /// Guards the audit's §2 finding: `message_start` said `input_tokens: 0` though the
+    /// upstream had reported the prompt before the first token. A usage report writes
+    /// nothing and starts nothing; the message then starts with it.
+    #[test]
+    fn message_start_carries_the_usage_reported_before_it() {
+        let mut s = AnthropicStream::new("m1".into(), "claude".into());
+        let reported = Usage {
+            input_tokens: 20,
+            cached_tokens: Some(8),
+            ..Default::default()
+        };
+        assert!(s.event(&Event::Usage(reported)).is_empty());
+        assert!(s.event(&Event::Reasoning("unsigned".into())).is_empty());
+        let out = s.event(&Event::Text("Hi".into()));
+        assert_eq!(
+            start_usage(&out),
+            json!({"input_tokens": 12, "cache_read_input_tokens": 8, "output_tokens": 0})
+        );
+        // Nothing reported by then: 0, as before.
+        let mut s = AnthropicStream::new("m2".into(), "claude".into());
+        assert_eq!(
+            start_usage(&s.event(&Event::Text("Hi".into()))),
+            json!({"input_tokens": 0, "output_tokens": 0})
+        );
     }
 }

@@ -28,6 +28,10 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use tokio::sync::mpsc;
 
+/// What reasoning the client cannot be shown is named as (fidelity.md §2, §3), as the
+/// whole answer names it (`handler::chat`).
+const UNSIGNED: &str = "reasoning_content";
+
 /// A stream's encoder, in the client's shape.
 enum Encoder {
     OpenAi(OpenAiStream),
@@ -81,6 +85,13 @@ impl Live {
             .map(|(_, d)| d.clone())
             .unwrap_or_default()
     }
+
+    /// The client cannot be shown `route`'s reasoning: an Anthropic client served by
+    /// another wire (no signed `thinking` block can hold it, fidelity.md §2). It is
+    /// dropped and named, and it is no visible token (§5).
+    fn hides_reasoning(&self, route: Option<&Route>) -> bool {
+        self.flavor == Flavor::Anthropic && !route.is_some_and(|r| self.same_wire.contains(r))
+    }
 }
 
 #[derive(Default)]
@@ -101,6 +112,14 @@ struct LiveState {
     /// A same-wire Responses stream's last event (`response.completed`), held until
     /// its conversation is kept: the client may send the next turn once it reads it.
     held_final: Option<Bytes>,
+    /// The usage an attempt's upstream reported before the first visible token, with
+    /// that attempt: Anthropic's `message_start` states its input (fidelity.md §2).
+    start_usage: Option<(usize, crate::core::request::Usage)>,
+    /// The attempt whose reasoning the client was not shown (`Live::hides_reasoning`):
+    /// named as dropped when that attempt serves.
+    unsigned: Option<usize>,
+    /// The attempt that sent the first visible token.
+    started_at: usize,
 }
 
 impl Live {
@@ -167,6 +186,29 @@ impl Live {
             }
             return;
         }
+        if let Event::Usage(u) = &ev {
+            if s.encoder.is_none() {
+                // Reported before the first visible token: what the message starts with.
+                let (_, attempt) = self.progress.current(&self.order);
+                s.start_usage = Some((attempt, *u));
+                return;
+            }
+        }
+        if let Event::Reasoning(t) = &ev {
+            let hidden = match &s.encoder {
+                Some(e) => matches!(e, Encoder::Anthropic(_)),
+                None => self.hides_reasoning(self.progress.current(&self.order).0.as_ref()),
+            };
+            if hidden {
+                if !t.is_empty() {
+                    s.unsigned = Some(match s.encoder {
+                        Some(_) => s.started_at,
+                        None => self.progress.current(&self.order).1,
+                    });
+                }
+                return;
+            }
+        }
         let visible = match &ev {
             Event::Text(t) | Event::Refusal(t) | Event::Reasoning(t) => !t.is_empty(),
             Event::ToolCall { .. } => true,
@@ -178,6 +220,7 @@ impl Live {
                 return;
             }
             let (route, attempts) = self.progress.current(&self.order);
+            s.started_at = attempts;
             if route.as_ref().is_some_and(|r| self.same_wire.contains(r)) {
                 s.encoder = Some(Encoder::PassThrough);
                 s.held.clear();
@@ -198,9 +241,18 @@ impl Live {
                     .map(|r| r.model().to_string())
                     .unwrap_or_default(),
             };
+            let reported = match s.start_usage.take() {
+                Some((a, u)) if a == attempts => Some(u),
+                _ => None,
+            };
             s.encoder = Some(match (self.flavor, &self.turn) {
                 (Flavor::Anthropic, _) => {
-                    Encoder::Anthropic(AnthropicStream::new(self.id.clone(), model))
+                    let mut e = AnthropicStream::new(self.id.clone(), model);
+                    if let Some(u) = reported {
+                        // Writes nothing: `message_start` (with the token) states it.
+                        e.event(&Event::Usage(u));
+                    }
+                    Encoder::Anthropic(e)
                 }
                 (Flavor::Responses, Some(turn)) => {
                     Encoder::Responses(ResponsesStream::new(turn.clone(), model))
@@ -212,7 +264,11 @@ impl Live {
                     self.include_usage,
                 )),
             });
-            let dropped = self.dropped(route.as_ref());
+            let mut dropped = self.dropped(route.as_ref());
+            if s.unsigned == Some(attempts) && !dropped.iter().any(|d| d == UNSIGNED) {
+                // Known before the headers go: named there too (fidelity.md §3).
+                dropped.push(UNSIGNED.into());
+            }
             let _ = self.tx.send(Msg::Started {
                 route,
                 attempts,
@@ -538,7 +594,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
             let rt = Stopwatch::start();
             let on_event = |ev: Event| live.on_event(ev);
             let untranslatable = c.untranslatable.is_some();
-            let called = adapter::stream(
+            let mut called = adapter::stream(
                 &gw.router,
                 ask.target(&choice),
                 c.request,
@@ -549,6 +605,23 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
             )
             .await;
             let in_router = rt.elapsed();
+            {
+                // The serving attempt's reasoning the client was not shown: dropped, and
+                // named in the log line and the metric (and the headers, when it came
+                // before them).
+                let s = lock(&live.state);
+                let served = match s.encoder {
+                    Some(_) => s.started_at,
+                    None => called.report.attempts.len(),
+                };
+                if s.unsigned == Some(served)
+                    && !super::ask::served_dropped(&called.report)
+                        .iter()
+                        .any(|d| d == UNSIGNED)
+                {
+                    super::ask::name_dropped(&mut called.report, UNSIGNED);
+                }
+            }
             let error = match called.reply {
                 None => Some(ask.failure(&choice, &called.report).await),
                 Some(_) => None,

@@ -19,19 +19,38 @@ use serde_json::Value;
 use std::time::Duration;
 
 pub fn stream_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
-    let mut call = stream_call_whole(ep, model, req);
+    stream_call_settling(ep, model, req, true)
+}
+
+/// The stream call; `settle_usage`: the router settles a token bucket (`tpm`, `itpm`,
+/// `otpm`) of this route with the stream's usage, so a same-wire OpenAI stream asks for
+/// it (`stream_options.include_usage: true`). Without one the client's body goes as it
+/// was sent (fidelity.md §1).
+pub fn stream_call_settling(
+    ep: &Endpoint,
+    model: &str,
+    req: &ChatRequest,
+    settle_usage: bool,
+) -> HttpCall {
+    let mut call = stream_call_whole(ep, model, req, settle_usage);
     call.body = super::carry::fit(call.body, req, ep);
     call
 }
 
+/// Whether a same-wire stream is asked for its usage (`stream_options.include_usage`):
+/// on the OpenAI wire, where a token bucket is settled with it (`settle`), and never of
+/// Mistral, which rejects `stream_options` (below).
+fn asks_usage(ep: &Endpoint, settle: bool) -> bool {
+    settle && ep.wire == Wire::OpenAi && ep.dialect != crate::classify::dialect::Dialect::Mistral
+}
+
 /// The stream call before [`super::carry::fit`] removes what the provider rejects.
-fn stream_call_whole(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
+fn stream_call_whole(ep: &Endpoint, model: &str, req: &ChatRequest, settle: bool) -> HttpCall {
     // Same wire: the client's body (it asked `stream: true` itself), with the usage the
-    // router settles admission with asked of an OpenAI stream.
+    // router settles admission with asked of an OpenAI stream, only where a token
+    // bucket needs it.
     if let Some(orig) = req.same_wire(ep.wire) {
-        // Not of Mistral, which rejects `stream_options` (below).
-        let usage =
-            ep.wire == Wire::OpenAi && ep.dialect != crate::classify::dialect::Dialect::Mistral;
+        let usage = asks_usage(ep, settle);
         return super::passthrough::chat_call(ep, model, orig.for_provider(&ep.provider), usage);
     }
     match ep.wire {
@@ -101,7 +120,8 @@ pub struct StreamAttempt {
 
 /// Sends one streaming call and drives it to its end, handing each text and tool-call
 /// delta to `on_event` as it arrives. The finish and usage events follow once the
-/// stream completed.
+/// stream completed; before the first visible token, each usage the upstream reports
+/// is also handed on as it comes, ahead of the content of its event.
 pub async fn stream_chat(
     client: &super::http::Client,
     ep: &Endpoint,
@@ -123,8 +143,23 @@ pub async fn stream_chat_keeping(
     on_event: &(dyn Fn(StreamEvent<'_>) + Send + Sync),
     keep_text: bool,
 ) -> StreamAttempt {
+    stream_chat_settling(client, ep, model, req, on_event, keep_text, true).await
+}
+
+/// `stream_chat_keeping`, asking a same-wire OpenAI stream for its usage only when
+/// `settle_usage` (see [`stream_call_settling`]).
+pub async fn stream_chat_settling(
+    client: &super::http::Client,
+    ep: &Endpoint,
+    model: &str,
+    req: &ChatRequest,
+    on_event: &(dyn Fn(StreamEvent<'_>) + Send + Sync),
+    keep_text: bool,
+    settle_usage: bool,
+) -> StreamAttempt {
     let mut seen = Seen {
         keep_text,
+        settle_usage,
         ..Seen::default()
     };
     let result = drive(client, ep, model, req, on_event, &mut seen).await;
@@ -149,6 +184,8 @@ struct Seen {
     text: String,
     /// `text` is kept (else only what it takes to know a delta went out).
     keep_text: bool,
+    /// A token bucket is settled with the usage (see [`stream_call_settling`]).
+    settle_usage: bool,
     visible: bool,
     calls: Vec<PendingCall>,
     /// The stream is a refusal: its refusal text so far (empty when only a finish
@@ -208,9 +245,9 @@ fn finish_calls(mut calls: Vec<PendingCall>) -> Result<Vec<ToolCall>, String> {
 /// A same-wire stream's events, forwarded as the upstream sent them (fidelity.md §1).
 struct Forward {
     wire: Wire,
-    /// The client asked `stream_options.include_usage` itself: the usage-only chunk is
-    /// its, not only the router's.
-    client_usage: bool,
+    /// The router asked for the usage and the client did not: the usage-only chunk is
+    /// the router's, and does not reach the client. Otherwise every chunk does.
+    strip_usage: bool,
 }
 
 impl Forward {
@@ -226,7 +263,7 @@ impl Forward {
                 && parsed
                     .iter()
                     .all(|e| matches!(e, WireEvent::Usage(_) | WireEvent::Model(_)));
-            if usage_only && !self.client_usage {
+            if usage_only && self.strip_usage {
                 return None;
             }
         }
@@ -273,10 +310,19 @@ async fn drive(
     let mut watch = StreamWatch::new(limits_of(ep));
     let sw = Stopwatch::start();
 
-    let call = stream_call(ep, model, req);
+    let call = stream_call_settling(ep, model, req, seen.settle_usage);
+    // Reasoning of another wire cannot reach an Anthropic client (no signed `thinking`
+    // block holds it, fidelity.md §2): for it, that reasoning is no visible token (§5),
+    // so it neither stops the first-token deadline nor commits the stream to its route.
+    let shows_reasoning = !(ep.wire != Wire::Anthropic
+        && req
+            .original
+            .as_ref()
+            .is_some_and(|o| o.wire == Wire::Anthropic));
     let passthrough = call.body.is_raw().then(|| Forward {
         wire: ep.wire,
-        client_usage: req.same_wire(ep.wire).is_some_and(client_asked_usage),
+        strip_usage: asks_usage(ep, seen.settle_usage)
+            && !req.same_wire(ep.wire).is_some_and(client_asked_usage),
     });
     let (wait, why) = watch
         .next_wait(sw.elapsed())
@@ -355,14 +401,19 @@ async fn drive(
     // deadline as the read itself (a stream kept waiting fails as a stalled one).
     let mut held = super::held::Holding::new();
     'read: loop {
-        let (wait, why) = watch
-            .next_wait(sw.elapsed())
-            .map_err(|why| ended(&watch, why, Some(status), &headers))?;
+        let (wait, why) = match watch.next_wait(sw.elapsed()) {
+            Ok(next) => next,
+            // A forwarded stream reads on past its finish for the upstream's last
+            // events; a deadline there ends an answer that is already whole.
+            Err(_) if finished && passthrough.is_some() => break,
+            Err(why) => return Err(ended(&watch, why, Some(status), &headers)),
+        };
         let next = async {
             held.room().await;
             resp.chunk().await
         };
         let chunk = match tokio::time::timeout(wait, next).await {
+            Err(_) if finished && passthrough.is_some() => break,
             Err(_) => return Err(ended(&watch, why, Some(status), &headers)),
             Ok(Ok(Some(chunk))) => chunk,
             Ok(Ok(None)) if finished => break,
@@ -386,6 +437,21 @@ async fn drive(
             let calls_so_far = seen.calls.len() as u32;
             let parsed = parse_event(ep.wire, &event.event, &event.data, calls_so_far);
             let forward = passthrough.as_ref().and_then(|p| p.frame(&event, &parsed));
+            let terminal = parsed.iter().any(|e| matches!(e, WireEvent::Terminator));
+            if !seen.visible {
+                // The usage an event reports is passed on before its content: an
+                // encoder that states the input at the start (Anthropic's
+                // `message_start`, written with the first visible token) has it then.
+                let reported = parsed.iter().fold(None, |acc, e| match e {
+                    WireEvent::Usage(u) | WireEvent::Finish(_, Some(u)) => {
+                        Some(merge_usage(acc.or(usage), *u))
+                    }
+                    _ => acc,
+                });
+                if let Some(u) = reported {
+                    on_event(StreamEvent::Usage(&u));
+                }
+            }
             for ev in parsed {
                 match ev {
                     WireEvent::Delta(t) => {
@@ -401,12 +467,17 @@ async fn drive(
                         }
                     }
                     // Reasoning is visible output too (fidelity.md §5): it commits the
-                    // stream and stops the first-token deadline.
+                    // stream and stops the first-token deadline, where the client is
+                    // shown it.
                     WireEvent::Reasoning(t) => {
-                        if let Err(why) = watch.deliver(t.len()) {
-                            return Err(ended(&watch, why, Some(status), &headers));
+                        if shows_reasoning {
+                            if let Err(why) = watch.deliver(t.len()) {
+                                return Err(ended(&watch, why, Some(status), &headers));
+                            }
+                            seen.visible = true;
                         }
-                        seen.visible = true;
+                        // Passed on either way: a caller that cannot show it names it
+                        // as dropped.
                         on_event(StreamEvent::Reasoning(&t));
                     }
                     // A refusal is visible output like text (fidelity.md §5); an empty
@@ -490,12 +561,18 @@ async fn drive(
                 });
             }
             // A finish with its usage is a complete answer: finalise at once rather than
-            // wait for a terminator that may never come.
-            if finished
-                && (usage.is_some()
-                    || event.data.trim() == "[DONE]"
-                    || event.event == "message_stop")
-            {
+            // wait for a terminator that may never come. A forwarded stream ends on its
+            // terminator, so every event the upstream sent reaches the client
+            // (`message_stop` with whatever it carries, fidelity.md §1).
+            let complete = match passthrough {
+                Some(_) => terminal,
+                None => {
+                    usage.is_some()
+                        || event.data.trim() == "[DONE]"
+                        || event.event == "message_stop"
+                }
+            };
+            if finished && complete {
                 break 'read;
             }
         }
@@ -626,6 +703,51 @@ mod tests {
             r#"{"model":"m","stream":true,"messages":[]}"#
         );
         assert!(sent(Dialect::Openai).contains(r#""stream_options":{"include_usage":true}"#));
+    }
+
+    /// Guards the audit's §1 finding: every same-wire OpenAI stream was sent
+    /// `stream_options.include_usage: true`, a client's `false` rewritten, though only a
+    /// token bucket is settled with the usage. Without one the body goes as it came.
+    #[test]
+    fn a_same_wire_stream_asks_for_the_usage_only_for_a_token_bucket() {
+        let raw = br#"{"model":"high","stream":true,"stream_options":{"include_usage":false},"messages":[]}"#;
+        let spans = crate::wire::passthrough::spans(raw).unwrap();
+        let mut same = ChatRequest::user("hi", 16);
+        same.original = Some(std::sync::Arc::new(crate::core::request::Original {
+            wire: Wire::OpenAi,
+            bytes: bytes::Bytes::from_static(raw),
+            model: spans.model.unwrap(),
+            stream_options: spans.stream_options,
+            headers: Vec::new(),
+            untranslatable: None,
+            per_provider: Vec::new(),
+            left_out: Vec::new(),
+        }));
+        let sent = |settle| match stream_call_settling(
+            &endpoint(Dialect::Openai),
+            "m",
+            &same,
+            settle,
+        )
+        .body
+        {
+            super::super::http::CallBody::Raw(b) => String::from_utf8(b.to_vec()).unwrap(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            sent(false),
+            r#"{"model":"m","stream":true,"stream_options":{"include_usage":false},"messages":[]}"#
+        );
+        assert!(sent(true).contains(r#""stream_options":{"include_usage":true}"#));
+        // Another wire's stream is translated: its usage is always asked for.
+        let mut cross = stream_call_settling(
+            &endpoint(Dialect::Openai),
+            "m",
+            &ChatRequest::user("hi", 16),
+            false,
+        );
+        let body = cross.body.json_mut().unwrap();
+        assert_eq!(body["stream_options"]["include_usage"], true);
     }
 
     fn usage(input: u64, output: u64) -> Usage {

@@ -18,7 +18,8 @@ pub enum WireEvent {
     /// Anthropic `refusal`, Gemini `SAFETY`, ...), just before that finish.
     Refusal(String),
     /// Reasoning text (Anthropic `thinking_delta`, an OpenAI-compatible
-    /// `delta.reasoning_content`, a Gemini thought part): visible (fidelity.md §5).
+    /// `delta.reasoning_content`, a Gemini thought part): visible where the client is
+    /// shown it (fidelity.md §5; an Anthropic client is not shown another wire's).
     Reasoning(String),
     /// A piece of tool call `index`: id and name when it starts, argument text to append.
     ToolCall {

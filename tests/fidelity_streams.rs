@@ -1,0 +1,388 @@
+//! Streams through `poolctl serve` (spec/fidelity.md §1, §2, §3 and §5): the usage an
+//! upstream reports before its first token is in Anthropic's `message_start`; reasoning
+//! an Anthropic client cannot be shown is named as dropped and is no visible token; a
+//! same-wire stream forwards every upstream event, its last one included; and the usage
+//! is asked of a same-wire OpenAI stream only where a token bucket is settled with it.
+//! The built binary runs in front of wiremock upstreams that stream exact bytes. No
+//! test sleeps.
+
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+#[path = "support/gateway.rs"]
+mod gateway;
+use gateway::Gateway;
+
+const KEY_VAR: &str = "POOLCTL_STREAMS_TEST_KEY";
+const UPSTREAM_KEY: &str = "sk-upstream-STREAMS-3b9a";
+
+/// `poolctl serve` with `providers` (name, wire, upstream), the tier `high` of
+/// `routes` in order, and `extra` top-level YAML (`limits:`).
+async fn serve(
+    providers: &[(&str, &str, &MockServer)],
+    routes: &[&str],
+    extra: &str,
+) -> (tempfile::TempDir, Gateway) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut yaml = String::from("providers:\n");
+    for (name, wire, server) in providers {
+        let base = match *wire {
+            "openai" => format!("{}/v1", server.uri()),
+            _ => server.uri(),
+        };
+        yaml.push_str(&format!(
+            "  {name}:\n    wire: {wire}\n    base_url: {base}\n    api_key_env: {KEY_VAR}\n"
+        ));
+    }
+    yaml.push_str("tiers:\n  high:\n");
+    for r in routes {
+        yaml.push_str(&format!("    - {r}\n"));
+    }
+    yaml.push_str(extra);
+    let cfg: PathBuf = dir.path().join("pool.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let gw = gateway::start(&cfg, &[], &[(KEY_VAR, UPSTREAM_KEY)]).await;
+    (dir, gw)
+}
+
+/// An upstream streaming `sse` (exact bytes) on `at`.
+async fn sse_upstream(at: &str, sse: &'static str) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(at))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream"))
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn send(gw: &Gateway, at: &str, body: &str) -> reqwest::Response {
+    let req = reqwest::Client::new()
+        .post(gw.url(at))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    tokio::time::timeout(gateway::DEADLINE, req.send())
+        .await
+        .expect("the gateway answers in time")
+        .unwrap()
+}
+
+fn header(r: &reqwest::Response, name: &str) -> String {
+    r.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+/// The JSON of every `data:` line of an SSE body but `[DONE]`.
+fn data_lines(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).expect("each data line is JSON"))
+        .collect()
+}
+
+/// The one event of type `kind` (the last one, when there are several).
+fn event<'a>(events: &'a [Value], kind: &str) -> &'a Value {
+    events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {events:?}"))
+}
+
+/// The bodies the upstream received, as text.
+async fn sent(server: &MockServer) -> Vec<String> {
+    server
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .map(|r| String::from_utf8(r.body.clone()).unwrap())
+        .collect()
+}
+
+const ANTHROPIC_CLIENT: &str =
+    r#"{"model":"high","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+
+const GEMINI_USAGE_FIRST: &str = concat!(
+    "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"Bon\"}]},\"index\":0}],",
+    "\"usageMetadata\":{\"promptTokenCount\":20,\"cachedContentTokenCount\":8,\"candidatesTokenCount\":1},\"modelVersion\":\"gemini-x-001\"}\n\n",
+    "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"jour\"}]},\"finishReason\":\"STOP\",\"index\":0}],",
+    "\"usageMetadata\":{\"promptTokenCount\":20,\"cachedContentTokenCount\":8,\"candidatesTokenCount\":6},\"modelVersion\":\"gemini-x-001\"}\n\n",
+);
+
+/// Guards the audit's §2 finding: an Anthropic client streaming from a Gemini route got
+/// `message_start.usage.input_tokens: 0` although the first chunk, which carries the
+/// first token, reported the prompt (20, 8 of them cached). The usage reaches the
+/// encoder before that chunk's text; the last `message_delta` still has it whole.
+#[tokio::test]
+async fn message_start_states_the_input_a_gemini_upstream_reported_with_its_first_token() {
+    let gem = sse_upstream(
+        "/v1beta/models/gemini-x:streamGenerateContent",
+        GEMINI_USAGE_FIRST,
+    )
+    .await;
+    let (_dir, gw) = serve(&[("gem", "gemini", &gem)], &["gem/gemini-x"], "").await;
+    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT).await;
+    assert_eq!(r.status(), 200);
+    let events = data_lines(&r.text().await.unwrap());
+    let start = event(&events, "message_start");
+    assert_eq!(start["message"]["model"], "gemini-x-001");
+    let usage = &start["message"]["usage"];
+    assert_eq!(
+        usage["input_tokens"], 12,
+        "prompt less the cached part: {usage}"
+    );
+    assert_eq!(usage["cache_read_input_tokens"], 8, "{usage}");
+    let end = event(&events, "message_delta");
+    assert_eq!(
+        end["usage"],
+        json!({"input_tokens": 12, "cache_read_input_tokens": 8, "output_tokens": 6})
+    );
+    let text: String = events
+        .iter()
+        .filter_map(|e| e["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "Bonjour");
+}
+
+const OPENAI_USAGE_FIRST: &str = concat!(
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x-2025\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":null}],",
+    "\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":1,\"total_tokens\":21}}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x-2025\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],",
+    "\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":2,\"total_tokens\":22}}\n\n",
+    "data: [DONE]\n\n",
+);
+
+/// The same for an OpenAI-wire upstream that reports its usage on every chunk.
+#[tokio::test]
+async fn message_start_states_the_input_an_openai_upstream_reported_with_its_first_token() {
+    let oai = sse_upstream("/v1/chat/completions", OPENAI_USAGE_FIRST).await;
+    let (_dir, gw) = serve(&[("oai", "openai", &oai)], &["oai/gpt-x"], "").await;
+    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT).await;
+    assert_eq!(r.status(), 200);
+    let events = data_lines(&r.text().await.unwrap());
+    let start = event(&events, "message_start");
+    assert_eq!(start["message"]["usage"]["input_tokens"], 20, "{start}");
+    let end = event(&events, "message_delta");
+    assert_eq!(end["usage"]["input_tokens"], 20);
+    assert_eq!(end["usage"]["output_tokens"], 2);
+}
+
+const OPENAI_REASONING: &str = concat!(
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"deepseek-x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"reasoning_content\":\"I thought.\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"deepseek-x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"deepseek-x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"deepseek-x\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n",
+    "data: [DONE]\n\n",
+);
+
+/// Guards the audit's §2/§3 finding: a stream from an OpenAI-wire route to an
+/// Anthropic client dropped `delta.reasoning_content` (no signed thinking block can
+/// hold it) without naming it. It is named, as the whole answer names it: the header
+/// (it came before the headers went), the log line and the metric.
+#[tokio::test]
+async fn streamed_reasoning_an_anthropic_client_cannot_be_shown_is_named_as_dropped() {
+    let oai = sse_upstream("/v1/chat/completions", OPENAI_REASONING).await;
+    let (_dir, gw) = serve(&[("oai", "openai", &oai)], &["oai/deepseek-x"], "").await;
+    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "reasoning_content");
+    let body = r.text().await.unwrap();
+    assert!(!body.contains("I thought."), "{body}");
+    let events = data_lines(&body);
+    let text: String = events
+        .iter()
+        .filter_map(|e| e["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "Hi");
+    let counted = gw
+        .metric("poolctl_dropped_params_total{param=\"reasoning_content\",wire=\"openai\"}")
+        .await;
+    assert_eq!(counted, 1.0);
+    // An OpenAI client is shown it: nothing is dropped.
+    let r = send(
+        &gw,
+        "/v1/chat/completions",
+        r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .await;
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "");
+    let chunks = data_lines(&r.text().await.unwrap());
+    let reasoning: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str())
+        .collect();
+    assert_eq!(reasoning, "I thought.");
+    let (_, stderr) = gw.stop().await;
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("request") && l.contains("/v1/messages"))
+        .expect("the request's log line");
+    assert!(line.contains("dropped=\"reasoning_content\""), "{line}");
+}
+
+/// Reasoning, then the stream breaks before any text or finish.
+const OPENAI_REASONING_THEN_BROKEN: &str = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"deepseek-x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"reasoning_content\":\"Hmm.\"},\"finish_reason\":null}]}\n\n";
+
+const OPENAI_PLAIN: &str = concat!(
+    "data: {\"id\":\"c2\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-y\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Backup.\"},\"finish_reason\":\"stop\"}]}\n\n",
+    "data: [DONE]\n\n",
+);
+
+/// §5: "a visible token is any delta the client would receive". Reasoning an Anthropic
+/// client is not shown is none: it neither commits the stream to its route nor sends
+/// the headers, so a route that breaks after it is fallen back from, and the backup's
+/// answer is whole (the failed route's reasoning is not named: it did not serve). An
+/// OpenAI client, shown the reasoning, is committed by it: the break ends its stream.
+#[tokio::test]
+async fn reasoning_an_anthropic_client_is_not_shown_is_no_visible_token() {
+    let first = sse_upstream("/v1/chat/completions", OPENAI_REASONING_THEN_BROKEN).await;
+    let backup = sse_upstream("/v1/chat/completions", OPENAI_PLAIN).await;
+    let (_dir, gw) = serve(
+        &[("ds", "openai", &first), ("bk", "openai", &backup)],
+        &["ds/deepseek-x", "bk/gpt-y"],
+        "",
+    )
+    .await;
+    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "bk/gpt-y");
+    assert_eq!(header(&r, "x-poolctl-attempts"), "2");
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "");
+    let events = data_lines(&r.text().await.unwrap());
+    assert_eq!(event(&events, "message_start")["message"]["model"], "gpt-y");
+    let text: String = events
+        .iter()
+        .filter_map(|e| e["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "Backup.");
+    assert_eq!(
+        event(&events, "message_delta")["delta"]["stop_reason"],
+        "end_turn"
+    );
+
+    assert_eq!(sent(&first).await.len(), 1);
+
+    // The same pool, fresh (the failed route now cools), for an OpenAI client.
+    let first = sse_upstream("/v1/chat/completions", OPENAI_REASONING_THEN_BROKEN).await;
+    let backup = sse_upstream("/v1/chat/completions", OPENAI_PLAIN).await;
+    let (_dir, gw) = serve(
+        &[("ds", "openai", &first), ("bk", "openai", &backup)],
+        &["ds/deepseek-x", "bk/gpt-y"],
+        "",
+    )
+    .await;
+    let r = send(
+        &gw,
+        "/v1/chat/completions",
+        r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "ds/deepseek-x");
+    let body = r.text().await.unwrap();
+    assert!(body.contains("Hmm."), "{body}");
+    assert!(body.contains("stream_interrupted"), "{body}");
+    assert!(!body.contains("Backup."), "{body}");
+    assert!(sent(&backup).await.is_empty(), "committed: no fallback");
+}
+
+const ANTHROPIC_SSE_BEDROCK_STOP: &str = concat!(
+    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_b1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x-1\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":2}}\n\n",
+    "event: message_stop\ndata: {\"type\":\"message_stop\",\"amazon-bedrock-invocationMetrics\":{\"inputTokenCount\":9,\"outputTokenCount\":2}}\n\n",
+);
+
+/// Guards the audit's §1 finding: the reader stopped at the finish with its usage
+/// (`message_delta`), so the upstream's `message_stop` never reached the client and the
+/// gateway wrote its own, losing the fields on it. Every event passes as it came, the
+/// last one included; only the outcome comment follows.
+#[tokio::test]
+async fn a_same_wire_anthropic_stream_ends_with_the_upstreams_own_message_stop() {
+    let ant = sse_upstream("/v1/messages", ANTHROPIC_SSE_BEDROCK_STOP).await;
+    let (_dir, gw) = serve(&[("ant", "anthropic", &ant)], &["ant/claude-x"], "").await;
+    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.text().await.unwrap(),
+        format!("{ANTHROPIC_SSE_BEDROCK_STOP}: poolctl outcome=success attempts=1\n\n")
+    );
+}
+
+const OPENAI_WITH_USAGE_CHUNK: &str = concat!(
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x-2025\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x-2025\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x-2025\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4}}\n\n",
+    "data: [DONE]\n\n",
+);
+
+/// Guards the audit's §1 finding: every same-wire OpenAI stream was sent
+/// `stream_options.include_usage: true`, and a client's explicit `false` was rewritten,
+/// though the router settles only a token bucket with the usage. Without one (no
+/// limits, or only `rpm`) the body goes as the client wrote it, and the stream comes
+/// back whole, a usage chunk the upstream sent unasked included.
+#[tokio::test]
+async fn a_same_wire_openai_stream_without_a_token_bucket_is_sent_as_the_client_wrote_it() {
+    let oai = sse_upstream("/v1/chat/completions", OPENAI_WITH_USAGE_CHUNK).await;
+    let (_dir, gw) = serve(
+        &[("oai", "openai", &oai)],
+        &["oai/gpt-x"],
+        "limits:\n  oai: { rpm: 1000 }\n",
+    )
+    .await;
+    const PLAIN: &str =
+        r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    const NO_USAGE: &str = r#"{"model":"high","stream":true,"stream_options":{"include_usage":false},"messages":[{"role":"user","content":"hi"}]}"#;
+    for body in [PLAIN, NO_USAGE] {
+        let r = send(&gw, "/v1/chat/completions", body).await;
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        assert_eq!(
+            text,
+            OPENAI_WITH_USAGE_CHUNK.replace(
+                "data: [DONE]",
+                ": poolctl outcome=success attempts=1\n\ndata: [DONE]"
+            ),
+        );
+    }
+    let bodies = sent(&oai).await;
+    assert_eq!(
+        bodies,
+        [PLAIN, NO_USAGE].map(|b| b.replacen(r#""model":"high""#, r#""model":"gpt-x""#, 1))
+    );
+}
+
+/// Where a token bucket covers the route (`tpm`, here the provider's), the router asks
+/// for the usage it settles with, and the usage-only chunk the client did not ask for
+/// does not reach it.
+#[tokio::test]
+async fn a_same_wire_openai_stream_on_a_token_bucket_asks_for_the_usage_and_hides_its_chunk() {
+    let oai = sse_upstream("/v1/chat/completions", OPENAI_WITH_USAGE_CHUNK).await;
+    let (_dir, gw) = serve(
+        &[("oai", "openai", &oai)],
+        &["oai/gpt-x"],
+        "limits:\n  oai: { rpm: 1000, tpm: 1000000 }\n",
+    )
+    .await;
+    const PLAIN: &str =
+        r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = send(&gw, "/v1/chat/completions", PLAIN).await;
+    assert_eq!(r.status(), 200);
+    let chunks = data_lines(&r.text().await.unwrap());
+    assert_eq!(chunks.len(), 2, "{chunks:?}");
+    assert!(
+        chunks.iter().all(|c| c.get("usage").is_none()),
+        "{chunks:?}"
+    );
+    let bodies = sent(&oai).await;
+    let body: Value = serde_json::from_str(&bodies[0]).unwrap();
+    assert_eq!(body["stream_options"], json!({"include_usage": true}));
+}
