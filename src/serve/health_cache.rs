@@ -11,12 +11,14 @@
 //! writes its frames to the `-wal` file before it is visible to any reader, and the
 //! kernel queues the event and wakes the watcher inside that `write(2)`. So a change by
 //! another process is seen by every request that starts once the watcher has run after
-//! the write: the time the scheduler takes to run a thread it just woke (tens of
-//! microseconds; a few milliseconds at worst on a saturated machine). The requests'
-//! threads never touch the watch: before, each look-up read the inotify descriptor
-//! itself (two `read(2)`s a request, each `EAGAIN`), which made the bound zero but cost
-//! two system calls a request. This process's own changes do not wait for the watcher:
-//! a transition that changed the file moves the counter itself once the store answers.
+//! the write: the time the scheduler takes to run a thread it just woke (microseconds;
+//! milliseconds on a saturated machine: the bound is the scheduler's, not the cache's).
+//! Events for other files in the directory (a log written beside the store) wake the
+//! watcher and move nothing. The requests' threads never touch the watch: before, each
+//! look-up read the inotify descriptor itself (two `read(2)`s a request, each
+//! `EAGAIN`), which made the bound zero but cost two system calls a request. This
+//! process's own changes do not wait for the watcher: a transition that changed the
+//! file moves the counter itself once the store answers.
 //!
 //! A read that races a change is tagged with the generation it started in and not kept
 //! when the generation moved on. Anything the watch cannot vouch for (its queue
