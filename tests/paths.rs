@@ -203,6 +203,7 @@ expect: { outcome: queued }
         inputs: vec!["a".into(), "b".into()],
         dimensions: None,
         original: None,
+        ..Default::default()
     };
     let first = queue.submit(&rig.router, &rig.tier, &policy, batch).await;
     assert!(matches!(first, Offered::Queued { .. }), "{first:?}");

@@ -212,6 +212,7 @@ async fn embeddings_and_rerank_request_shapes() {
         inputs: vec!["a".into(), "b".into()],
         dimensions: None,
         original: None,
+        ..Default::default()
     };
     let ok = wire::embed(
         &client,
@@ -239,6 +240,7 @@ async fn embeddings_and_rerank_request_shapes() {
         query: "q".into(),
         documents: vec!["d0".into(), "d1".into()],
         top_n: 2,
+        ..Default::default()
     };
     let ok = wire::rerank(
         &client,

@@ -231,11 +231,13 @@ pub async fn run(args: WalkArgs, look: &Look) -> anyhow::Result<Exit> {
             inputs: vec![args.prompt.clone()],
             dimensions: None,
             original: None,
+            ..Default::default()
         }),
         CallPath::Rerank => Request::Rerank(RerankRequest {
             query: args.prompt.clone(),
             documents: vec!["first candidate".into(), "second candidate".into()],
             top_n: 2,
+            ..Default::default()
         }),
     };
     let report: Report = router.call(&tier, &req, opts).await.report;

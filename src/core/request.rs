@@ -344,13 +344,22 @@ fn part_tokens(p: &Part) -> u64 {
 }
 
 /// A batch of texts to embed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EmbedRequest {
     pub inputs: Vec<String>,
     /// The vectors' length (`dimensions`; Gemini's `outputDimensionality`), when asked.
     pub dimensions: Option<u32>,
     /// The client's own body (the gateway), forwarded as it is to a route of its wire.
     pub original: Option<Arc<Original>>,
+    /// Inputs the client sent as token arrays (OpenAI's `input: [1, 2]` or
+    /// `[[1, 2], [3]]`): the number of tokens in each, one entry an input, and
+    /// `inputs` is empty. Only the client's own wire carries them (its body travels as
+    /// it is); a route of another wire is skipped (`cannot carry: input token arrays`).
+    pub token_arrays: Vec<u64>,
+    /// Fields of the client's body the canonical form does not hold (`user`, unknown
+    /// fields): a route of the client's wire gets them in its body; any other is
+    /// called without them, and they are named (spec/fidelity.md §3, §6).
+    pub unmapped: Vec<Unmapped>,
 }
 
 impl EmbedRequest {
@@ -359,27 +368,46 @@ impl EmbedRequest {
         self.original.as_deref().filter(|o| o.wire == wire)
     }
 
+    /// How many vectors the answer holds: one an input, text or token array.
+    pub fn count(&self) -> usize {
+        if self.token_arrays.is_empty() {
+            self.inputs.len()
+        } else {
+            self.token_arrays.len()
+        }
+    }
+
     pub fn needs(&self) -> crate::core::request::Needs {
+        let text: u64 = self
+            .inputs
+            .iter()
+            .map(|t| crate::core::request::estimate_tokens(t))
+            .sum();
         crate::core::request::Needs {
-            prompt_tokens: self
-                .inputs
-                .iter()
-                .map(|t| crate::core::request::estimate_tokens(t))
-                .sum(),
+            // A token array is its own count: no estimate.
+            prompt_tokens: text + self.token_arrays.iter().sum::<u64>(),
             ..Default::default()
         }
     }
 }
 
 /// Candidates from a recall step, to be put in order of relevance to `query`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RerankRequest {
     pub query: String,
     pub documents: Vec<String>,
     pub top_n: usize,
+    /// The client's own body (the gateway), forwarded as it is to a route whose rerank
+    /// API is the shape the client spoke (Cohere / Jina `/rerank`).
+    pub original: Option<Arc<Original>>,
 }
 
 impl RerankRequest {
+    /// The client's body when a route of `wire` is to receive it as it is (same wire).
+    pub fn same_wire(&self, wire: Wire) -> Option<&Original> {
+        self.original.as_deref().filter(|o| o.wire == wire)
+    }
+
     pub fn needs(&self) -> crate::core::request::Needs {
         let texts = self.documents.iter().chain([&self.query]);
         crate::core::request::Needs {

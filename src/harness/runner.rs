@@ -363,6 +363,7 @@ pub fn scenario_embed_request() -> EmbedRequest {
         inputs: vec!["alpha".into(), "beta".into(), "gamma".into()],
         dimensions: None,
         original: None,
+        ..Default::default()
     }
 }
 
@@ -376,6 +377,7 @@ pub fn scenario_rerank_request() -> RerankRequest {
             "document two".into(),
         ],
         top_n: 3,
+        ..Default::default()
     }
 }
 

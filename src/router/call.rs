@@ -5,7 +5,7 @@
 use super::settlement::{self, Observed};
 use super::snapshot::Snapshot;
 use super::state::{
-    lock, no_events, spent_by, Attempted, CallOptions, Called, Held, Reply, Router, Walk,
+    lock, no_events, spent_by, Asked, Attempted, CallOptions, Called, Held, Reply, Router, Walk,
 };
 use crate::classify::classifier::{classify, Verdict};
 use crate::classify::failure::UpstreamFailure;
@@ -13,7 +13,7 @@ use crate::config::route::{RouteSpec, Tier};
 use crate::core::answer::{Answer, StreamEvent};
 use crate::core::clock::{Stopwatch, UnixMs};
 use crate::core::outcome::{failure_reason, outcome_of};
-use crate::core::request::{ChatRequest, Needs, Request, Usage};
+use crate::core::request::{Needs, Request, Usage};
 use crate::core::trace::{Report, SkipWhy};
 use crate::core::vocab::{Action, CallPath, Class, Outcome, Route, Why};
 use crate::policy::budget::Spent;
@@ -75,7 +75,7 @@ impl Router {
                     tier,
                     CallPath::Chat,
                     req.needs(),
-                    Some(chat),
+                    Asked::Chat(chat),
                     opts,
                     |spec, left| async move {
                         let ep = spec.endpoint.within(left);
@@ -118,7 +118,7 @@ impl Router {
                     tier,
                     CallPath::Stream,
                     req.needs(),
-                    Some(chat),
+                    Asked::Chat(chat),
                     opts,
                     |spec, left| async move {
                         let model = spec.route.model();
@@ -160,7 +160,7 @@ impl Router {
                     tier,
                     CallPath::Embed,
                     req.needs(),
-                    None,
+                    Asked::Embed(embed),
                     opts,
                     |spec, left| async move {
                         let ep = spec.endpoint.within(left);
@@ -178,7 +178,7 @@ impl Router {
                         tier,
                         CallPath::Rerank,
                         req.needs(),
-                        None,
+                        Asked::Whole,
                         opts,
                         |spec, left| async move {
                             let ep = spec.endpoint.within(left);
@@ -233,7 +233,7 @@ impl Router {
             tier,
             CallPath::Chat,
             Needs::default(),
-            None,
+            Asked::Whole,
             opts,
             |_spec, _left| {
                 let result = match lock(&results).next() {
@@ -265,7 +265,7 @@ impl Router {
         tier: &'s Tier,
         path: CallPath,
         needs: Needs,
-        chat: Option<&'s ChatRequest>,
+        asked: Asked<'s>,
         opts: CallOptions<'s>,
         call: F,
     ) -> Called
@@ -298,7 +298,7 @@ impl Router {
             path,
             opts,
             needs,
-            chat,
+            asked,
             start,
             order,
             pos: 0,
@@ -364,12 +364,10 @@ impl Router {
                 self.settle_admission(&mut walk, spent_by(&result), headers)
                     .await;
                 let now = clock.now_ms();
-                let dropped = match walk.chat {
-                    Some(chat) => {
-                        wire::carry(chat, &spec.endpoint, walk.needs.streaming).unwrap_or_default()
-                    }
-                    None => Vec::new(),
-                };
+                let dropped = walk
+                    .asked
+                    .carry(&spec.endpoint, walk.needs.streaming)
+                    .unwrap_or_default();
                 let observed = match &result {
                     Ok(reply) => Observed {
                         verdict: Verdict {

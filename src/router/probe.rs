@@ -278,6 +278,7 @@ pub async fn probe_one(
                 inputs: vec!["ping".into()],
                 dimensions: None,
                 original: None,
+                ..Default::default()
             },
         )
         .await
@@ -287,6 +288,7 @@ pub async fn probe_one(
                 query: "ping".into(),
                 documents: vec!["a".into(), "b".into()],
                 top_n: 2,
+                ..Default::default()
             };
             wire::rerank(client, &endpoint, model, &req)
                 .await

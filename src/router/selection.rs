@@ -13,7 +13,6 @@ use crate::core::vocab::HealthState;
 use crate::policy::breaker::{self, Admit};
 use crate::policy::capability::cannot_serve;
 use crate::policy::health::Health;
-use crate::wire;
 
 impl Router {
     /// Starts a new selection at `walk.pos`. What this attempt's settlement already read
@@ -248,10 +247,7 @@ impl Router {
                 return skip(SkipWhy::Retired, health.reason().map(str::to_string))
             }
         }
-        if let Some(Err(cannot)) = walk
-            .chat
-            .map(|c| wire::carry(c, &spec.endpoint, walk.needs.streaming))
-        {
+        if let Err(cannot) = walk.asked.carry(&spec.endpoint, walk.needs.streaming) {
             let why = format!("cannot carry: {}", cannot.field);
             return skip(SkipWhy::CannotCarry, Some(why));
         }
@@ -280,8 +276,9 @@ impl Router {
                 || walk.opts.policy.approves_fallback(&spec.route))
                 && cannot_serve(&spec.facts, &needs).is_none()
                 && walk
-                    .chat
-                    .is_none_or(|c| wire::carry(c, &spec.endpoint, walk.needs.streaming).is_ok())
+                    .asked
+                    .carry(&spec.endpoint, walk.needs.streaming)
+                    .is_ok()
                 && larger_than.is_none_or(|w| spec.facts.context_window.is_some_and(|c| c > w))
                 && !self.breaker_open(spec, now).await;
             if !eligible {

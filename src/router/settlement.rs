@@ -343,6 +343,7 @@ impl Router {
             Reply::Rerank(ok) => Answer {
                 ranking: Some(ok.ranking),
                 usage,
+                raw: ok.raw.map(|bytes| Box::new(RawAnswer { wire, bytes })),
                 ..Answer::default()
             },
         }

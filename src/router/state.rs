@@ -10,7 +10,7 @@ use crate::classify::failure::UpstreamFailure;
 use crate::config::route::Tier;
 use crate::core::answer::{Answer, FinishReason, StreamEvent};
 use crate::core::clock::{Clock, UnixMs};
-use crate::core::request::{ChatRequest, Needs, Usage};
+use crate::core::request::{ChatRequest, EmbedRequest, Needs, Usage};
 use crate::core::trace::{Report, Step};
 use crate::core::vocab::{CallPath, Priority, Why};
 use crate::policy::card::Policy;
@@ -252,14 +252,41 @@ impl Held {
     }
 }
 
+/// The request a walk carries, as far as what a route can carry of it goes
+/// (spec/fidelity.md §3): a chat or stream (`wire::carry`), an embedding batch
+/// (`wire::carry_embed`); a rerank, which every rerank route carries whole, or a dry
+/// run: nothing to judge.
+#[derive(Clone, Copy)]
+pub(super) enum Asked<'a> {
+    Chat(&'a ChatRequest),
+    Embed(&'a EmbedRequest),
+    Whole,
+}
+
+impl Asked<'_> {
+    /// What `endpoint` cannot carry: `Err` with the semantic field that skips it, else
+    /// the advisory fields it is called without.
+    pub(super) fn carry(
+        &self,
+        endpoint: &wire::Endpoint,
+        streaming: bool,
+    ) -> Result<Vec<String>, wire::Cannot> {
+        match self {
+            Asked::Chat(c) => wire::carry(c, endpoint, streaming),
+            Asked::Embed(e) => wire::carry_embed(e, endpoint),
+            Asked::Whole => Ok(Vec::new()),
+        }
+    }
+}
+
 /// The state of one request while it walks its tier.
 pub(super) struct Walk<'a> {
     pub(super) tier: &'a Tier,
     pub(super) path: CallPath,
     pub(super) opts: CallOptions<'a>,
     pub(super) needs: Needs,
-    /// The chat request, when the path is chat or stream (for what its wire drops).
-    pub(super) chat: Option<&'a ChatRequest>,
+    /// The request, for what each route's wire can carry of it (and drops).
+    pub(super) asked: Asked<'a>,
     pub(super) start: UnixMs,
     /// Chain positions in the order they are tried (a session's route first).
     pub(super) order: Vec<usize>,

@@ -294,6 +294,8 @@ pub async fn embed(router: &Router, t: Target<'_>, e: &EmbedIn) -> Embedded {
         inputs: e.inputs.clone(),
         dimensions: e.dimensions,
         original: e.original.clone(),
+        token_arrays: e.token_arrays.clone(),
+        unmapped: e.unmapped.clone(),
     });
     let called = router.call(t.tier, &req, t.options()).await;
     let (vectors, usage, raw) = called
@@ -311,6 +313,9 @@ pub async fn embed(router: &Router, t: Target<'_>, e: &EmbedIn) -> Embedded {
 pub struct Reranked {
     pub report: Report,
     pub ranking: Option<Vec<usize>>,
+    /// The answer as the upstream sent it (same wire); `None` for the gateway's own
+    /// `degrade` answer (the recall order).
+    pub raw: Option<Box<crate::core::answer::RawAnswer>>,
 }
 
 pub async fn rerank(router: &Router, t: Target<'_>, r: &RerankIn) -> Reranked {
@@ -318,11 +323,17 @@ pub async fn rerank(router: &Router, t: Target<'_>, r: &RerankIn) -> Reranked {
         query: r.query.clone(),
         documents: r.documents.clone(),
         top_n: r.top_n.unwrap_or(r.documents.len()),
+        original: r.original.clone(),
     });
     let called = router.call(t.tier, &req, t.options()).await;
+    let (ranking, raw) = called
+        .answer
+        .map(|a| (a.ranking, a.raw))
+        .unwrap_or_default();
     Reranked {
         report: called.report,
-        ranking: called.answer.and_then(|a| a.ranking),
+        ranking,
+        raw,
     }
 }
 

@@ -9,7 +9,9 @@ use super::choose::Wants;
 use super::egress;
 use super::errors::{ApiError, Flavor};
 use super::guard;
-use super::http::{error_response, full, json_response, refusal, trace_headers, Body};
+use super::http::{
+    dropped_header, error_response, full, json_response, refusal, trace_headers, Body,
+};
 use super::ingress;
 use super::Gateway;
 use crate::core::clock::Stopwatch;
@@ -638,6 +640,9 @@ async fn embed(ask: Ask, body: Bytes) -> Response<Body> {
         report.outcome.as_str(),
         report.attempts.len(),
     );
+    // What a route of another wire was called without (`user`, unknown fields): the
+    // header, and by `finish` the log line and the metric (fidelity.md §3, §6).
+    dropped_header(response.headers_mut(), super::ask::served_dropped(report));
     ask.finish(
         &choice,
         &e.model,
@@ -650,10 +655,17 @@ async fn embed(ask: Ask, body: Bytes) -> Response<Body> {
 }
 
 async fn rerank(ask: Ask, body: Bytes) -> Response<Body> {
-    let r = match ingress::rerank(&body) {
+    if let Some(field) = crate::wire::passthrough::duplicated(&body) {
+        let e = ApiError::bad_request(crate::wire::passthrough::duplicated_message(field));
+        return ask.refuse("bad_request", e, "");
+    }
+    let mut r = match ingress::rerank(&body) {
         Ok(r) => r,
         Err(err) => return ask.refuse("bad_request", err, ""),
     };
+    // Every rerank route speaks the shape `/v1/rerank` takes (Cohere / Jina, on an
+    // OpenAI-compatible endpoint): it gets the client's body with only `model` replaced.
+    r.original = ingress::original(body, Wire::OpenAi, &HeaderMap::new(), None);
     let gw = ask.gw.clone();
     let choice = match gw.lineup.choose(&r.model, Wants::Rerank) {
         Ok(ch) => ch,
@@ -665,6 +677,16 @@ async fn rerank(ask: Ask, body: Bytes) -> Response<Body> {
     let in_router = rt.elapsed();
     let report = &out.report;
     let mut response = match (&out.ranking, report.outcome) {
+        // Same wire: the answer as the upstream sent it (keys masked by `full`).
+        (Some(_), Outcome::Success | Outcome::Degraded) if out.raw.is_some() => {
+            let bytes = out
+                .raw
+                .as_ref()
+                .map(|r| r.bytes.clone())
+                .unwrap_or_default();
+            json_response(200, bytes)
+        }
+        // The gateway's own answer: `degrade`'s recall order, or a library-built call.
         (Some(ranking), Outcome::Success | Outcome::Degraded) => {
             let id = format!("rerank-poolctl-{}", gw.next_id());
             json_response(

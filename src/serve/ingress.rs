@@ -107,6 +107,10 @@ pub struct EmbedIn {
     pub dimensions: Option<u32>,
     /// The client's body, for a route of its wire (spec/fidelity.md §6).
     pub original: Option<Arc<Original>>,
+    /// `input` as token arrays: each input's token count (`inputs` is then empty).
+    pub token_arrays: Vec<u64>,
+    /// Fields another wire has no place for (`user`, unknown fields).
+    pub unmapped: Vec<Unmapped>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -116,6 +120,8 @@ pub struct RerankIn {
     pub documents: Vec<String>,
     pub top_n: Option<usize>,
     pub return_documents: bool,
+    /// The client's body, for a route of its rerank API (spec/fidelity.md §6).
+    pub original: Option<Arc<Original>>,
 }
 
 type Obj = Map<String, Value>;
@@ -676,23 +682,58 @@ pub fn original(
     }))
 }
 
+/// The top-level fields of an embeddings body the canonical request maps: every
+/// other one (`user`, unknown fields) only the client's own wire carries.
+const EMBED_MAPPED: &[&str] = &["model", "input", "encoding_format", "dimensions"];
+
+/// A token id of a token-array input: a non-negative integer.
+fn token(v: &Value) -> bool {
+    v.as_u64().is_some()
+}
+
+/// `input` read as texts, or as token arrays (OpenAI's `[1, 2]`: one input, and
+/// `[[1, 2], [3]]`: several), whose token counts are returned instead.
+fn embed_inputs(input: Option<&Value>) -> Result<(Vec<String>, Vec<u64>), ApiError> {
+    const SHAPE: &str = "`input` must be a string, an array of strings, an array of token ids or an array of token-id arrays";
+    match input {
+        Some(Value::String(s)) => Ok((vec![s.clone()], Vec::new())),
+        Some(Value::Array(items)) if items.is_empty() => Err(bad("`input` must not be empty")),
+        Some(Value::Array(items)) => match &items[0] {
+            Value::String(_) => {
+                let texts = items
+                    .iter()
+                    .map(|i| i.as_str().map(str::to_string).ok_or_else(|| bad(SHAPE)))
+                    .collect::<Result<_, _>>()?;
+                Ok((texts, Vec::new()))
+            }
+            Value::Number(_) if items.iter().all(token) => {
+                Ok((Vec::new(), vec![items.len() as u64]))
+            }
+            Value::Array(_) => {
+                let counts = items
+                    .iter()
+                    .map(|i| match i {
+                        Value::Array(ids) if !ids.is_empty() && ids.iter().all(token) => {
+                            Ok(ids.len() as u64)
+                        }
+                        _ => Err(bad(SHAPE)),
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok((Vec::new(), counts))
+            }
+            _ => Err(bad(SHAPE)),
+        },
+        _ => Err(bad(
+            "`input` is required: a string, an array of strings or token arrays",
+        )),
+    }
+}
+
 /// `POST /v1/embeddings`.
 pub fn embeddings(body: &[u8]) -> Result<EmbedIn, ApiError> {
     let o = object(body)?;
     let model = model(&o)?;
-    let inputs = match o.get("input") {
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(items)) if !items.is_empty() => items
-            .iter()
-            .map(|i| {
-                i.as_str().map(str::to_string).ok_or_else(|| {
-                    bad("`input` must be a string or an array of strings (token arrays are not supported)")
-                })
-            })
-            .collect::<Result<_, _>>()?,
-        Some(Value::Array(_)) => return Err(bad("`input` must not be empty")),
-        _ => return Err(bad("`input` is required: a string or an array of strings")),
-    };
+    let (inputs, token_arrays) = embed_inputs(o.get("input"))?;
     let base64 = match opt_str(&o, "encoding_format")?.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
@@ -702,12 +743,22 @@ pub fn embeddings(body: &[u8]) -> Result<EmbedIn, ApiError> {
             )))
         }
     };
+    let unmapped = o
+        .iter()
+        .filter(|(k, v)| !v.is_null() && !EMBED_MAPPED.contains(&k.as_str()))
+        .map(|(k, _)| Unmapped {
+            name: k.clone(),
+            semantic: false,
+        })
+        .collect();
     Ok(EmbedIn {
         model,
         inputs,
         base64,
         dimensions: opt_u32(&o, "dimensions")?,
         original: None,
+        token_arrays,
+        unmapped,
     })
 }
 
@@ -741,6 +792,7 @@ pub fn rerank(body: &[u8]) -> Result<RerankIn, ApiError> {
         documents,
         top_n,
         return_documents: opt_bool(&o, "return_documents")?,
+        original: None,
     })
 }
 
@@ -823,7 +875,26 @@ mod tests {
             .unwrap();
         assert_eq!(e.inputs, vec!["a".to_string(), "b".to_string()]);
         assert!(e.base64);
-        assert!(embeddings(br#"{"model":"embed","input":[[1,2]]}"#).is_err());
+        // Token arrays, as OpenAI takes them: one array is one input.
+        let t = embeddings(br#"{"model":"embed","input":[[1,2],[3]],"user":"u"}"#).unwrap();
+        assert_eq!((t.inputs.len(), t.token_arrays), (0, vec![2, 1]));
+        assert_eq!(t.unmapped[0].name, "user");
+        let t = embeddings(br#"{"model":"embed","input":[1,2,3]}"#).unwrap();
+        assert_eq!(t.token_arrays, vec![3]);
+        for mixed in [
+            &br#"{"model":"e","input":["a",1]}"#[..],
+            br#"{"model":"e","input":[1,"a"]}"#,
+            br#"{"model":"e","input":[[1],"a"]}"#,
+            br#"{"model":"e","input":[[]]}"#,
+            br#"{"model":"e","input":[-1]}"#,
+            br#"{"model":"e","input":[1.5]}"#,
+        ] {
+            assert!(
+                embeddings(mixed).is_err(),
+                "{}",
+                String::from_utf8_lossy(mixed)
+            );
+        }
         let r = rerank(br#"{"model":"rr","query":"q","documents":["a",{"text":"b"}],"top_n":1}"#)
             .unwrap();
         assert_eq!(r.documents, vec!["a".to_string(), "b".to_string()]);

@@ -2,6 +2,7 @@
 //! wire codec, sends through `http`, and answers a parsed success or an
 //! `UpstreamFailure`.
 
+use super::carry::Cannot;
 use super::codec::{bad_success, BadSuccess};
 use super::endpoint::Endpoint;
 use super::http::send;
@@ -120,6 +121,8 @@ pub struct RerankSuccess {
     pub usage: Usage,
     pub request_id: Option<String>,
     pub headers: Headers,
+    /// The body as the upstream sent it, on a same-wire call.
+    pub raw: Option<bytes::Bytes>,
 }
 
 /// A wire that has no endpoint for a path (Anthropic has no embeddings): this route can
@@ -134,6 +137,40 @@ fn unsupported(endpoint: &Endpoint, what: &str) -> UpstreamFailure {
     )
 }
 
+/// The API an embedding call is sent on: a provider that speaks the Responses API
+/// serves OpenAI's `/embeddings` beside it.
+fn embed_wire(endpoint: &Endpoint) -> Wire {
+    match endpoint.wire {
+        Wire::Responses => Wire::OpenAi,
+        w => w,
+    }
+}
+
+/// What `endpoint` cannot carry of an embedding request (spec/fidelity.md §3, §6), as
+/// `wire::carry` judges a chat: `Err` when the route must be skipped (token arrays on
+/// a wire that takes only text: Gemini `batchEmbedContents`), else the advisory fields
+/// it is called without (`user`, unknown fields), each named once. The client's own
+/// wire gets its body as it is: nothing is dropped.
+pub fn carry_embed(req: &EmbedRequest, endpoint: &Endpoint) -> Result<Vec<String>, Cannot> {
+    let wire = embed_wire(endpoint);
+    if wire == Wire::Anthropic || req.same_wire(wire).is_some() {
+        // Anthropic has no embeddings endpoint: its call fails as `unsupported`.
+        return Ok(Vec::new());
+    }
+    if !req.token_arrays.is_empty() {
+        return Err(Cannot {
+            field: "input token arrays".into(),
+        });
+    }
+    let mut dropped: Vec<String> = Vec::new();
+    for u in &req.unmapped {
+        if !dropped.contains(&u.name) {
+            dropped.push(u.name.clone());
+        }
+    }
+    Ok(dropped)
+}
+
 /// Sends one embedding batch.
 pub async fn embed(
     client: &super::http::Client,
@@ -141,14 +178,14 @@ pub async fn embed(
     model: &str,
     req: &EmbedRequest,
 ) -> Result<EmbedSuccess, UpstreamFailure> {
-    // A provider that speaks the Responses API serves OpenAI's `/embeddings` beside it.
-    let wire = match endpoint.wire {
-        Wire::Responses => Wire::OpenAi,
-        w => w,
-    };
+    let wire = embed_wire(endpoint);
     let call = match (req.same_wire(wire), wire) {
         (_, Wire::Anthropic) => return Err(unsupported(endpoint, "embeddings")),
         (Some(orig), _) => super::passthrough::embed_call(endpoint, model, orig),
+        // Never reached through the router, which skips the route (`carry_embed`).
+        (None, _) if !req.token_arrays.is_empty() => {
+            return Err(unsupported(endpoint, "token-array embeddings"))
+        }
         (None, Wire::Gemini) => gemini::embed_call(endpoint, model, &req.inputs, req.dimensions),
         (None, Wire::OpenAi | Wire::Responses) => {
             openai::embed_call(endpoint, model, &req.inputs, req.dimensions)
@@ -157,8 +194,8 @@ pub async fn embed(
     let raw = call.body.is_raw();
     let reply = send(client, call, endpoint.timeout_ms).await?;
     let parsed = match wire {
-        Wire::Gemini => gemini::parse_embed(&reply.json, req.inputs.len()),
-        _ => openai::parse_embed(&reply.json, req.inputs.len()),
+        Wire::Gemini => gemini::parse_embed(&reply.json, req.count()),
+        _ => openai::parse_embed(&reply.json, req.count()),
     };
     match parsed {
         Ok((vectors, usage)) => Ok(EmbedSuccess {
@@ -172,7 +209,10 @@ pub async fn embed(
     }
 }
 
-/// Sends one rerank call (Cohere / Jina shape, on OpenAI-compatible endpoints).
+/// Sends one rerank call (Cohere / Jina shape, on OpenAI-compatible endpoints, the
+/// one rerank API there is here). The client's own body, when there is one, travels
+/// as it is with only `model` replaced (same wire: every rerank route speaks the shape
+/// the gateway's `/v1/rerank` takes); a library request is built from its fields.
 pub async fn rerank(
     client: &super::http::Client,
     endpoint: &Endpoint,
@@ -182,7 +222,11 @@ pub async fn rerank(
     if !matches!(endpoint.wire, Wire::OpenAi | Wire::Responses) {
         return Err(unsupported(endpoint, "rerank"));
     }
-    let call = rerank_wire::rerank_call(endpoint, model, &req.query, &req.documents, req.top_n);
+    let call = match req.same_wire(Wire::OpenAi) {
+        Some(orig) => super::passthrough::rerank_call(endpoint, model, orig),
+        None => rerank_wire::rerank_call(endpoint, model, &req.query, &req.documents, req.top_n),
+    };
+    let raw = call.body.is_raw();
     let reply = send(client, call, endpoint.timeout_ms).await?;
     match rerank_wire::parse_rerank(&reply.json, req.documents.len()) {
         Ok((ranking, usage)) => Ok(RerankSuccess {
@@ -190,6 +234,7 @@ pub async fn rerank(
             usage,
             request_id: reply.headers.request_id().map(str::to_string),
             headers: reply.headers,
+            raw: raw.then_some(reply.raw),
         }),
         Err(bad) => Err(bad_success(reply.status, reply.headers, &reply.raw, bad)),
     }

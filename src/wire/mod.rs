@@ -22,7 +22,7 @@ pub mod stream;
 pub mod stream_event;
 pub mod stream_limits;
 
-pub use call::{chat, embed, rerank, ChatSuccess, EmbedSuccess, RerankSuccess};
+pub use call::{carry_embed, chat, embed, rerank, ChatSuccess, EmbedSuccess, RerankSuccess};
 pub use carry::{carry, Cannot};
 pub use codec::{bad_success, BadSuccess};
 pub use endpoint::{

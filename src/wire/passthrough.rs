@@ -275,6 +275,17 @@ pub fn embed_call(ep: &Endpoint, model: &str, orig: &Original) -> HttpCall {
     }
 }
 
+/// The same-wire rerank call (Cohere / Jina `/rerank`): the client's body
+/// (`return_documents`, `max_chunks_per_doc`, any other field) with only `model`
+/// replaced.
+pub fn rerank_call(ep: &Endpoint, model: &str, orig: &Original) -> HttpCall {
+    HttpCall {
+        url: ep.url("/rerank"),
+        headers: headers(ep, orig),
+        body: CallBody::Raw(body(orig, model, false)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
