@@ -43,6 +43,7 @@ fn result(call_id: &str, name: &str, content: &str, is_error: bool) -> Turn {
 /// error; assistant final text; user follow-up.
 fn rich() -> Conversation {
     Conversation {
+        system_parts: Vec::new(),
         system: Some("You are terse.".into()),
         turns: vec![
             user("Weather in Paris and Rome? And the time in Tokyo."),
@@ -96,6 +97,15 @@ fn via_openai(c: &Conversation) -> Result<Conversation, CodecError> {
 
 fn via_anthropic(c: &Conversation) -> Result<Conversation, CodecError> {
     let (system, messages) = anthropic_request_parts(c);
+    // Several system messages went as blocks; read back, they are one text again.
+    let system = system.map(|s| match s {
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n\n"),
+        other => other.as_str().unwrap_or_default().to_string(),
+    });
     from_anthropic(system.as_deref(), &messages)
 }
 
@@ -178,6 +188,7 @@ fn session_moves_across_all_three_providers() {
 
 fn small() -> Conversation {
     Conversation {
+        system_parts: Vec::new(),
         system: Some("S".into()),
         turns: vec![
             user("hi"),
@@ -208,6 +219,7 @@ fn openai_shape() {
     assert_eq!(Value::Array(openai_messages(&small())), expected);
     // A text-only assistant turn keeps `content` and has no `tool_calls` key.
     let plain = Conversation {
+        system_parts: Vec::new(),
         system: None,
         turns: vec![assistant("", vec![]), assistant("yes", vec![])],
     };
@@ -223,7 +235,7 @@ fn openai_shape() {
 #[test]
 fn anthropic_shape_merges_results_and_following_text_into_one_user_message() {
     let (system, messages) = anthropic_request_parts(&small());
-    assert_eq!(system.as_deref(), Some("S"));
+    assert_eq!(system, Some(json!("S")));
     let expected = json!([
         {"role": "user", "content": [{"type": "text", "text": "hi"}]},
         {"role": "assistant", "content": [
@@ -334,6 +346,7 @@ fn gemini_answer_ids_continue_the_history() {
     assert_eq!(via_gemini(&c), Ok(c.clone()));
     // An id another provider gave that looks like ours is skipped.
     let mixed = Conversation {
+        system_parts: Vec::new(),
         system: None,
         turns: vec![assistant("", vec![call("call_1", "f", json!({}))])],
     };
@@ -364,6 +377,8 @@ fn reads_foreign_histories_that_the_renderers_never_produce() {
     assert_eq!(
         from_openai_messages(&openai),
         Ok(Conversation {
+            // Each message kept apart too, for a wire whose system takes blocks.
+            system_parts: vec!["A".into(), "B".into()],
             system: Some("A\n\nB".into()),
             turns: vec![Turn::User {
                 parts: vec![Part::text("x"), Part::text("y")]
@@ -377,6 +392,7 @@ fn reads_foreign_histories_that_the_renderers_never_produce() {
     assert_eq!(
         from_anthropic(None, &anthropic),
         Ok(Conversation {
+            system_parts: Vec::new(),
             system: None,
             turns: vec![user("plain"), assistant("reply", vec![])]
         })
@@ -390,6 +406,7 @@ fn reads_foreign_histories_that_the_renderers_never_produce() {
     assert_eq!(
         from_gemini(None, &gemini),
         Ok(Conversation {
+            system_parts: Vec::new(),
             system: None,
             turns: vec![
                 user("q"),
@@ -540,6 +557,7 @@ fn parts_every_wire_carries_and_what_it_drops() {
         ],
     };
     let c = Conversation {
+        system_parts: Vec::new(),
         system: None,
         turns: vec![turn],
     };
@@ -723,7 +741,11 @@ fn conversation() -> impl Strategy<Value = Conversation> {
             if let Some((t, n, a)) = pending {
                 turns.push(assistant(&t, vec![call("pending", &n, a)]));
             }
-            Conversation { system, turns }
+            Conversation {
+                system,
+                system_parts: Vec::new(),
+                turns,
+            }
         })
 }
 

@@ -319,7 +319,8 @@ async fn drop_params_calls_the_route_without_a_semantic_field_and_names_it() {
 }
 
 /// OpenAI → Anthropic: a `developer` message and a system message after the first turn
-/// are appended to `system` in order; `reasoning_effort` becomes `thinking` with
+/// are appended to `system` in order, one text block each (Anthropic takes blocks, so
+/// nothing is joined); `reasoning_effort` becomes `thinking` with
 /// `max_tokens` = budget + the output asked for, and the temperature Anthropic refuses
 /// beside thinking is dropped and named; `parallel_tool_calls: false` becomes
 /// `disable_parallel_tool_use`.
@@ -343,7 +344,10 @@ async fn openai_to_anthropic_keeps_later_system_messages_reasoning_and_serial_to
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-poolctl-dropped-params"), "temperature");
     let sent = &bodies(&ant).await[0];
-    assert_eq!(sent["system"], "Be brief.\n\nAnswer in French.");
+    assert_eq!(
+        sent["system"],
+        json!([{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Answer in French."}])
+    );
     assert_eq!(
         sent["messages"],
         json!([{"role": "user", "content": [
@@ -360,6 +364,17 @@ async fn openai_to_anthropic_keeps_later_system_messages_reasoning_and_serial_to
         sent["tool_choice"],
         json!({"type": "auto", "disable_parallel_tool_use": true})
     );
+    // One system message stays the plain string; a temperature of 1 is the one thinking
+    // takes, so it is sent, and nothing is named.
+    let one = json!({"model": "high", "reasoning_effort": "low", "temperature": 1,
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]});
+    let r = post(&gw, "/v1/chat/completions", &one, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "");
+    let sent = &bodies(&ant).await[1];
+    assert_eq!(sent["system"], "Be brief.");
+    assert_eq!(sent["temperature"], 1.0);
+    assert_eq!(sent["thinking"]["budget_tokens"], 1024);
 }
 
 /// Anthropic → OpenAI: each text block stays a text part, an image block becomes an
@@ -436,9 +451,18 @@ async fn gemini_takes_inline_images_and_is_skipped_for_an_image_by_url() {
         &["gem/gemini-x", "oai/gpt-x"],
     )
     .await;
-    let r = post(&gw, "/v1/chat/completions", &image_request(json!({})), &[]).await;
+    let mut with_system = image_request(json!({}));
+    let messages = with_system["messages"].as_array_mut().unwrap();
+    messages.insert(0, json!({"role": "system", "content": "Be brief."}));
+    messages.push(json!({"role": "developer", "content": "Answer in French."}));
+    let r = post(&gw, "/v1/chat/completions", &with_system, &[]).await;
     assert_eq!(header(&r, "x-poolctl-served-by"), "gem/gemini-x");
     let sent = &bodies(&gem).await[0];
+    // fidelity.md §2's name, one part a system message, in order.
+    assert_eq!(
+        sent["system_instruction"],
+        json!({"parts": [{"text": "Be brief."}, {"text": "Answer in French."}]})
+    );
     assert_eq!(
         sent["contents"],
         json!([{"role": "user", "parts": [

@@ -210,7 +210,7 @@ async fn gemini_maps_generation_config_and_function_calling_and_drops_user_metad
         .and(body_partial_json(json!({
             "generationConfig": {"maxOutputTokens": 99, "temperature": 0.25, "topP": 0.5,
                 "stopSequences": ["END"], "seed": 7, "responseMimeType": "application/json",
-                "responseJsonSchema": {"type": "object"}},
+                "responseSchema": {"type": "object"}},
             "tools": [{"functionDeclarations": [{"name": "weather"}]}],
             "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["weather"]}}
         })))

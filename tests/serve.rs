@@ -1515,3 +1515,68 @@ async fn a_model_is_retrieved_by_id_routes_with_their_slash_and_an_unknown_id_na
     let (code, stderr) = gw.stop().await;
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// `degrade_allowed` on a chat with no `degrade_tier`: the status table's 200 carries an
+/// answer the client's SDK can read (an empty one), not an error body under a 200.
+#[tokio::test]
+async fn a_degraded_chat_is_a_readable_empty_answer_not_an_error_body_under_200() {
+    let fail = || Reply::Status {
+        status: 500,
+        headers: vec![],
+        body: Body::Json(json!({"error": {"message": "boom", "type": "server_error"}})),
+    };
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![fail(), fail(), fail(), fail()],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
+    let mut yaml = std::fs::read_to_string(&config).unwrap();
+    yaml.push_str(
+        "policies:\n  lenient:\n    tier: high\n    degrade_allowed: true\n    max_retries_per_route: 0\n",
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("lenient", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-outcome"), "degraded");
+    let v: Value = r.json().await.unwrap();
+    assert!(v.get("error").is_none(), "{v}");
+    assert_eq!(v["object"], "chat.completion", "{v}");
+    assert_eq!(v["choices"][0]["message"]["content"], "", "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    let r = client
+        .post(gw.url("/v1/messages"))
+        .header("anthropic-version", "2023-06-01")
+        .json(&json!({"model": "lenient", "max_tokens": 8,
+            "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-outcome"), "degraded");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "message", "{v}");
+    assert_eq!(v["stop_reason"], "end_turn", "{v}");
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("lenient", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-outcome"), "degraded");
+    let text = r.text().await.unwrap();
+    assert!(text.contains("\"finish_reason\":\"stop\""), "{text}");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -47,6 +47,7 @@ fn spec(server: &MockServer, route: &str, wire: Wire, base: &str) -> RouteSpec {
 fn history() -> ChatRequest {
     let mut req = ChatRequest::user("What is the weather in Paris?", 64);
     req.conversation = Conversation {
+        system_parts: Vec::new(),
         system: Some("You are terse.".into()),
         turns: vec![
             Turn::user("What is the weather in Paris?"),

@@ -105,7 +105,7 @@ async fn gemini_chat_and_stream_request_shapes() {
         .and(header("x-goog-api-key", "k-123"))
         .and(body_partial_json(json!({
             "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
-            "systemInstruction": {"parts": [{"text": "be brief"}]},
+            "system_instruction": {"parts": [{"text": "be brief"}]},
             "generationConfig": {"maxOutputTokens": 7}
         })))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({

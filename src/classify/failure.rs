@@ -14,7 +14,11 @@ impl Headers {
         Headers(
             pairs
                 .into_iter()
-                .map(|(k, v)| (k.to_ascii_lowercase(), v))
+                // In place: a new string a name was an allocation a header, on every answer.
+                .map(|(mut k, v)| {
+                    k.make_ascii_lowercase();
+                    (k, v)
+                })
                 .collect(),
         )
     }

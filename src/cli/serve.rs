@@ -84,8 +84,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         shared: shared_health.is_some(),
         on_store_error: config.on_store_error,
     };
-    // A SQLite file is cached, and validated by an inotify watch on it: a request's two
-    // health reads cost no SQLite transaction, and a change by any process is seen at once.
+    // A SQLite file is cached, and dropped by a thread watching it with inotify: a
+    // request's two health reads cost no SQLite transaction and no system call, and a
+    // change by another process is seen as soon as that thread has run.
     let store = match config.state_location() {
         StateLocation::File(path) => serve::health_cache::over(store, &path),
         StateLocation::Redis(_) => store,

@@ -41,7 +41,20 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     #[allow(clippy::disallowed_methods)] // this is the one sanctioned read of the wall clock
     fn now_ms(&self) -> UnixMs {
-        chrono::Utc::now().timestamp_millis()
+        // `SystemTime` directly: chrono's `Utc::now()` builds a calendar date from the
+        // same reading and `timestamp_millis` turns it back into a count (callgrind: 1.6k
+        // instructions a request over the router's four reads, for a subtraction).
+        let now = std::time::SystemTime::now();
+        match now.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+            // Before 1970, as chrono counts it: negative, rounded toward the past.
+            Err(e) => {
+                let d = e.duration();
+                let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+                let part = d.as_nanos() % 1_000_000 != 0;
+                -ms - i64::from(part)
+            }
+        }
     }
 
     #[allow(clippy::disallowed_methods)]

@@ -42,7 +42,13 @@ use std::collections::HashSet;
 /// One system prompt and the turns after it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Conversation {
+    /// Every system and developer message, in order, as one text.
     pub system: Option<String>,
+    /// The pieces `system` was joined from, when there were several (`add_system`): a
+    /// wire with room for blocks gets one block each (fidelity.md §2 joins them only
+    /// where the target needs one string). Empty for one piece.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub system_parts: Vec<String>,
     pub turns: Vec<Turn>,
 }
 
@@ -169,6 +175,29 @@ pub struct ToolSpec {
 }
 
 impl Conversation {
+    /// Appends a system (or developer) message: joined to what came before with a
+    /// blank line, each piece also kept for a wire that takes them apart.
+    pub fn add_system(&mut self, text: String) {
+        self.system = Some(match self.system.take() {
+            Some(before) => {
+                if self.system_parts.is_empty() {
+                    self.system_parts.push(before.clone());
+                }
+                self.system_parts.push(text.clone());
+                format!("{before}\n\n{text}")
+            }
+            None => text,
+        });
+    }
+
+    /// The system pieces apart, when there are several and they still make up `system`
+    /// (a caller that set `system` itself left them behind): else `None`.
+    pub fn system_pieces(&self) -> Option<&[String]> {
+        let system = self.system.as_deref()?;
+        (self.system_parts.len() > 1 && self.system_parts.join("\n\n") == system)
+            .then_some(self.system_parts.as_slice())
+    }
+
     /// The form Anthropic and Gemini preserve, where consecutive turns of one role
     /// share a message. Three changes, all idempotent: consecutive user turns become one
     /// (their parts in order, as the shared message reads back); an assistant turn with
@@ -204,6 +233,7 @@ impl Conversation {
         }
         Conversation {
             system: self.system.clone(),
+            system_parts: self.system_parts.clone(),
             turns,
         }
     }
@@ -394,6 +424,7 @@ mod tests {
         Conversation {
             system: None,
             turns,
+            ..Default::default()
         }
     }
 

@@ -251,8 +251,8 @@ impl ChatRequest {
     pub fn user(text: impl Into<String>, max_tokens: u32) -> Self {
         ChatRequest {
             conversation: Conversation {
-                system: None,
                 turns: vec![Turn::user(text)],
+                ..Default::default()
             },
             tools: Vec::new(),
             tool_choice: None,

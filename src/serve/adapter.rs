@@ -9,7 +9,7 @@ use crate::core::answer::{Answer, FinishReason, StreamEvent};
 use crate::core::conversation::ToolCall;
 use crate::core::request::{ChatRequest, EmbedRequest, Request, RerankRequest, Usage};
 use crate::core::trace::{Report, Step};
-use crate::core::vocab::{Action, Route};
+use crate::core::vocab::{Action, Outcome, Route};
 use crate::policy::card::Policy;
 use crate::router::{CallOptions, Router};
 use std::sync::Mutex;
@@ -200,6 +200,24 @@ fn reply_of(a: Answer, report: &Report) -> Reply {
     }
 }
 
+/// A `degrade` with nothing lesser to give (a chat under `degrade_allowed` and no
+/// `degrade_tier`): an empty answer in the client's own shape, so the 200 the status
+/// table gives `degraded` is one an SDK can read; `x-poolctl-outcome: degraded` says
+/// what it is. An error body under a 200 is read as an answer with no choices.
+fn degraded_empty(report: &Report, tier: &Tier) -> Option<Reply> {
+    (report.outcome == Outcome::Degraded).then(|| Reply {
+        text: String::new(),
+        tool_calls: Vec::new(),
+        finish: Finish::Stop,
+        model: tier.name.clone(),
+        usage: None,
+        raw: None,
+        refusal: None,
+        reasoning: None,
+        more_choices: Vec::new(),
+    })
+}
+
 fn served_model(report: &Report) -> String {
     report
         .served_by
@@ -223,7 +241,10 @@ pub async fn chat(
         )
         .await;
     let report = called.report;
-    let reply = called.answer.map(|a| reply_of(a, &report));
+    let reply = called
+        .answer
+        .map(|a| reply_of(a, &report))
+        .or_else(|| degraded_empty(&report, t.tier));
     Called { report, reply }
 }
 
@@ -253,7 +274,10 @@ pub async fn stream(
         )
         .await;
     let report = called.report;
-    let reply = called.answer.map(|a| reply_of(a, &report));
+    let reply = called
+        .answer
+        .map(|a| reply_of(a, &report))
+        .or_else(|| degraded_empty(&report, t.tier));
     Called { report, reply }
 }
 

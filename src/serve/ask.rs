@@ -18,15 +18,17 @@ use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-/// What one request's log line says. Never a prompt, a completion or a key.
+/// What one request's log line says. Never a prompt, a completion or a key. Names are
+/// borrowed from the request and its report: the line is written before they go, and
+/// copying each into a string of its own was three allocations a request.
 #[derive(Default)]
-struct Line {
-    model: String,
-    workflow: String,
+struct Line<'a> {
+    model: &'a str,
+    workflow: &'a str,
     status: u16,
     outcome: &'static str,
     reason: &'static str,
-    served_by: String,
+    served_by: &'a str,
     attempts: String,
     /// Routes passed over, `route:why` (`cannot_carry`, `cooling`, ...); `None` when
     /// none was.
@@ -36,8 +38,8 @@ struct Line {
     prompt: Option<String>,
 }
 
-impl Line {
-    fn of(report: &Report, status: u16) -> Line {
+impl<'a> Line<'a> {
+    fn of(report: &'a Report, status: u16) -> Line<'a> {
         // Each list is pushed into one string: a `format!` per attempt and a `join` were
         // a string and a vector a request for one log field.
         let mut attempts = String::new();
@@ -74,11 +76,7 @@ impl Line {
             status,
             outcome: report.outcome.as_str(),
             reason: report.reason.map(|r| r.as_str()).unwrap_or(""),
-            served_by: report
-                .served_by
-                .as_ref()
-                .map(|r| r.as_str().to_string())
-                .unwrap_or_default(),
+            served_by: report.served_by.as_ref().map_or("", |r| r.as_str()),
             attempts,
             skipped,
             dropped: served_attempt(report)
@@ -118,7 +116,7 @@ fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
     // a bound with the cut marked.
     let (path, model) = (
         clip(path, LOG_FIELD_BYTES),
-        clip(&line.model, LOG_FIELD_BYTES),
+        clip(line.model, LOG_FIELD_BYTES),
     );
     let skipped = line
         .skipped
@@ -138,11 +136,11 @@ fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
         method: &method,
         path: &path,
         model: &model,
-        workflow: &line.workflow,
+        workflow: line.workflow,
         status: line.status,
         outcome: line.outcome,
         reason: line.reason,
-        served_by: &line.served_by,
+        served_by: line.served_by,
         attempts: &line.attempts,
         skipped: skipped.as_deref(),
         dropped: dropped.as_deref(),
@@ -227,10 +225,11 @@ impl Drop for Ask {
         if self.done.load(Ordering::Relaxed) {
             return;
         }
-        let (model, workflow) = self.chosen.get().cloned().unwrap_or_default();
-        self.gw
-            .metrics
-            .count(&workflow, Outcome::Cancelled.as_str());
+        let (model, workflow) = self
+            .chosen
+            .get()
+            .map_or(("", ""), |(m, w)| (m.as_str(), w.as_str()));
+        self.gw.metrics.count(workflow, Outcome::Cancelled.as_str());
         let reason = if self.ending.was_cut() {
             "drain_deadline"
         } else {
@@ -301,7 +300,7 @@ impl Ask {
         // Counted as every request is; the outcome is the one its headers say.
         self.gw.metrics.count("", Outcome::Failed.as_str());
         let line = Line {
-            model: model.to_string(),
+            model,
             status: e.status,
             outcome: "rejected",
             reason: why,
@@ -352,8 +351,8 @@ impl Ask {
             .metrics
             .overhead(total.saturating_sub(in_router).as_secs_f64());
         let mut line = Line::of(report, status);
-        line.model = model.to_string();
-        line.workflow = choice.workflow.to_string();
+        line.model = model;
+        line.workflow = choice.workflow;
         line.prompt = prompt;
         log(&self.method, &self.path, &line, total);
     }

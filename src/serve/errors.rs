@@ -58,8 +58,10 @@ impl ApiError {
             Flavor::OpenAi | Flavor::Responses => json!({"error": {
                 "message": message, "type": self.kind, "code": self.code, "param": self.param,
             }}),
+            // Anthropic's shape has no `code`; it rides beside `type`, which the SDKs
+            // ignore, so a client can still tell `unsupported_by_chain` from the rest.
             Flavor::Anthropic => json!({"type": "error", "error": {
-                "type": self.kind, "message": message,
+                "type": self.kind, "code": self.code, "message": message,
             }}),
         };
         serde_json::to_vec(&v).unwrap_or_default()
@@ -104,6 +106,7 @@ mod tests {
         assert_eq!(a["type"], "error");
         assert_eq!(a["error"]["type"], "capacity");
         assert_eq!(a["error"]["message"], "every route is rate limited");
+        assert_eq!(a["error"]["code"], "capacity");
     }
 
     #[test]

@@ -57,11 +57,13 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         "messages": messages,
     });
     if let Some(system) = system {
-        body["system"] = json!(system);
+        body["system"] = system;
     }
     let mut sampling = req.sampling.clone();
     // Anthropic's temperature runs 0 to 1, OpenAI's 0 to 2.
     sampling.temperature = match (sampling.temperature, thinking) {
+        // Thinking takes a temperature of 1 only: 1 is kept, any other is dropped.
+        (Some(t), Some(_)) if t == 1.0 => Some(t),
         (Some(_), Some(_)) => None,
         (t, None) => t.map(|t| t.clamp(0.0, 1.0)),
         (None, _) => None,

@@ -39,13 +39,21 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     }
     if let Some(schema) = &req.json_schema {
         config.insert("responseMimeType".into(), json!("application/json"));
-        config.insert("responseJsonSchema".into(), schema.clone());
+        // fidelity.md §2 names `responseSchema`: Gemini's OpenAPI subset. A schema that
+        // needs references (`$ref`, `$defs`: Pydantic's nested models) has no form
+        // there and goes as JSON Schema (`responseJsonSchema`, Gemini 2.5 and later).
+        // Either way the router validates the answer against the whole schema.
+        match response_schema(schema) {
+            Some(subset) => config.insert("responseSchema".into(), subset),
+            None => config.insert("responseJsonSchema".into(), schema.clone()),
+        };
     }
     if !config.is_empty() {
         body["generationConfig"] = Value::Object(config);
     }
     if let Some(system) = system {
-        body["systemInstruction"] = system;
+        // The name fidelity.md §2 writes; Gemini reads either case of its field names.
+        body["system_instruction"] = system;
     }
     if !req.tools.is_empty() {
         body["tools"] = history::gemini_tools(&req.tools);
@@ -64,6 +72,99 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         headers: vec![("x-goog-api-key", ep.api_key.expose().to_string())],
         body: body.into(),
     }
+}
+
+/// The keywords of Gemini's `Schema` (ai.google.dev, "Schema": the OpenAPI 3.0
+/// subset `responseSchema` takes). Any other keyword is a 400 ("Unknown name
+/// additionalProperties"), so it is left out: the answer is validated against it anyway.
+const SCHEMA_KEYWORDS: &[&str] = &[
+    "type",
+    "format",
+    "title",
+    "description",
+    "nullable",
+    "enum",
+    "maxItems",
+    "minItems",
+    "properties",
+    "required",
+    "minProperties",
+    "maxProperties",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "example",
+    "anyOf",
+    "propertyOrdering",
+    "default",
+    "items",
+    "minimum",
+    "maximum",
+];
+
+/// A JSON Schema as Gemini's `responseSchema`: its keywords kept, `type: [T, "null"]`
+/// as `type: T, nullable: true`, `const` as a one-value `enum`. `None` when the schema
+/// refers to definitions, which the subset cannot express.
+pub fn response_schema(schema: &Value) -> Option<Value> {
+    let Value::Object(map) = schema else {
+        return Some(schema.clone());
+    };
+    if map.contains_key("$ref") || map.contains_key("$defs") || map.contains_key("definitions") {
+        return None;
+    }
+    let mut out = serde_json::Map::new();
+    for (key, value) in map {
+        match key.as_str() {
+            "type" => match value {
+                Value::Array(types) => {
+                    let named: Vec<&Value> = types.iter().filter(|t| *t != "null").collect();
+                    if named.len() != types.len() {
+                        out.insert("nullable".into(), json!(true));
+                    }
+                    match named.as_slice() {
+                        [] => None,
+                        [one] => out.insert("type".into(), (*one).clone()),
+                        // Several types: the subset has one per schema; anyOf says it.
+                        _ => out.insert(
+                            "anyOf".into(),
+                            named.iter().map(|t| json!({"type": t})).collect(),
+                        ),
+                    };
+                }
+                _ => {
+                    out.insert(key.clone(), value.clone());
+                }
+            },
+            "const" => {
+                out.insert("enum".into(), json!([value]));
+            }
+            "properties" => {
+                let Value::Object(props) = value else {
+                    continue;
+                };
+                let mut converted = serde_json::Map::new();
+                for (name, sub) in props {
+                    converted.insert(name.clone(), response_schema(sub)?);
+                }
+                out.insert(key.clone(), Value::Object(converted));
+            }
+            "items" => {
+                out.insert(key.clone(), response_schema(value)?);
+            }
+            "anyOf" | "oneOf" => {
+                let Value::Array(subs) = value else {
+                    continue;
+                };
+                let converted: Option<Vec<Value>> = subs.iter().map(response_schema).collect();
+                out.insert("anyOf".into(), Value::Array(converted?));
+            }
+            k if SCHEMA_KEYWORDS.contains(&k) => {
+                out.insert(key.clone(), value.clone());
+            }
+            _ => {}
+        }
+    }
+    Some(Value::Object(out))
 }
 
 /// Gemini's `finishReason` in the shared vocabulary. Gemini says `STOP` even when the
@@ -271,6 +372,39 @@ pub fn parse_embed(v: &Value, expected: usize) -> Result<(Vec<Vec<f32>>, Usage),
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_json_schema_becomes_geminis_response_schema_subset() {
+        let schema = json!({"type": "object", "additionalProperties": false,
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "properties": {
+                "city": {"type": "string", "description": "where"},
+                "temp": {"type": ["number", "null"]},
+                "unit": {"const": "C"},
+                "tags": {"type": "array", "items": {"type": "string", "additionalProperties": false}},
+                "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]}},
+            "required": ["city"]});
+        assert_eq!(
+            response_schema(&schema).unwrap(),
+            json!({"type": "object", "properties": {
+                "city": {"type": "string", "description": "where"},
+                "temp": {"type": "number", "nullable": true},
+                "unit": {"enum": ["C"]},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "either": {"anyOf": [{"type": "string"}, {"type": "integer"}]}},
+                "required": ["city"]})
+        );
+    }
+
+    #[test]
+    fn a_schema_with_references_has_no_response_schema_form() {
+        let schema = json!({"$defs": {"P": {"type": "string"}},
+            "type": "object", "properties": {"p": {"$ref": "#/$defs/P"}}});
+        assert_eq!(response_schema(&schema), None);
+        let nested = json!({"type": "object", "properties": {"p": {"$ref": "#/$defs/P"}}});
+        assert_eq!(response_schema(&nested), None);
+    }
+
     use super::*;
 
     #[test]

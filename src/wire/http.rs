@@ -149,6 +149,15 @@ impl Response {
         }
     }
 
+    /// The answer's headers (values masked), taken: for a caller that reads the body
+    /// next and needs them no more here (`headers` clones them, ten strings a call).
+    pub fn take_headers(&mut self) -> Headers {
+        match self {
+            Response::Reqwest(r) => Headers::from_reqwest(r.headers()),
+            Response::Plain(r) => std::mem::take(&mut r.headers),
+        }
+    }
+
     /// The next piece of the body as it arrives; `None` at its end.
     pub async fn chunk(&mut self) -> Result<Option<bytes::Bytes>, Error> {
         match self {
@@ -341,9 +350,9 @@ pub async fn send_bytes(
 ) -> Result<BytesReply, UpstreamFailure> {
     let deadline = Duration::from_millis(timeout_ms);
     let work = async {
-        let resp = exchange(client, &call).await.map_err(transport_failure)?;
+        let mut resp = exchange(client, &call).await.map_err(transport_failure)?;
         let status = resp.status();
-        let headers = resp.headers();
+        let headers = resp.take_headers();
         let ok = (200..300).contains(&status);
         let cap = if ok { SUCCESS_BODY_CAP } else { ERROR_BODY_CAP };
         let mut held = super::held::Holding::new();

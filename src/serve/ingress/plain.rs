@@ -240,12 +240,7 @@ impl<'de> Deserialize<'de> for Messages {
                 conv.turns.reserve(seq.size_hint().unwrap_or(0));
                 while let Some(Message { role, content }) = seq.next_element()? {
                     match role {
-                        Role::System => {
-                            conv.system = Some(match conv.system.take() {
-                                Some(before) => format!("{before}\n\n{content}"),
-                                None => content,
-                            })
-                        }
+                        Role::System => conv.add_system(content),
                         Role::User => conv.turns.push(Turn::User {
                             parts: vec![Part::text(content)],
                         }),

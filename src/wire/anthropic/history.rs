@@ -11,7 +11,7 @@ use std::collections::HashMap;
 /// `system` and `messages` for the Messages API. Roles must alternate there, so a run
 /// of same-role turns becomes one message: tool results (user role) and any user text
 /// after them share a user message, tool results first as Anthropic requires.
-pub fn anthropic_request_parts(c: &Conversation) -> (Option<String>, Vec<Value>) {
+pub fn anthropic_request_parts(c: &Conversation) -> (Option<Value>, Vec<Value>) {
     let mut messages = Vec::with_capacity(c.turns.len());
     for turn in &c.turns {
         let (role, blocks) = match turn {
@@ -41,7 +41,18 @@ pub fn anthropic_request_parts(c: &Conversation) -> (Option<String>, Vec<Value>)
         };
         push_merged(&mut messages, role, "content", blocks);
     }
-    (c.system.clone(), messages)
+    // Several system messages are one text block each, in order (Anthropic's
+    // `system` takes blocks); one is the plain string.
+    let system = match c.system_pieces() {
+        Some(pieces) => Some(Value::Array(
+            pieces
+                .iter()
+                .map(|p| json!({"type": "text", "text": p}))
+                .collect(),
+        )),
+        None => c.system.clone().map(Value::String),
+    };
+    (system, messages)
 }
 
 /// One content block: a text block each text part (never joined), an `image` or a
@@ -109,7 +120,7 @@ pub fn from_anthropic(
 ) -> Result<Conversation, CodecError> {
     let mut conv = Conversation {
         system: system.map(str::to_string),
-        turns: Vec::new(),
+        ..Default::default()
     };
     let mut names: HashMap<String, String> = HashMap::new();
     for (i, m) in messages.iter().enumerate() {

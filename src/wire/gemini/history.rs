@@ -8,12 +8,19 @@ use crate::core::conversation::{
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
-/// `systemInstruction` and `contents` for generateContent. Roles are `user` and `model`;
+/// `system_instruction` and `contents` for generateContent. Roles are `user` and `model`;
 /// function responses travel in `user` contents (accepted by v1beta), and a run of
 /// same-role turns becomes one content, so parallel results share one content as the
 /// Gemini docs show. Call ids are not sent: Gemini pairs a response with its call by name.
 pub fn gemini_request_parts(c: &Conversation) -> (Option<Value>, Vec<Value>) {
-    let system = c.system.as_ref().map(|s| json!({"parts": [{"text": s}]}));
+    // Several system messages are one part each, in order.
+    let system = match c.system_pieces() {
+        Some(pieces) => {
+            let parts: Vec<Value> = pieces.iter().map(|p| json!({"text": p})).collect();
+            Some(json!({ "parts": parts }))
+        }
+        None => c.system.as_ref().map(|s| json!({"parts": [{"text": s}]})),
+    };
     let mut contents = Vec::with_capacity(c.turns.len());
     for turn in &c.turns {
         let (role, parts) = match turn {
@@ -129,11 +136,11 @@ pub fn gemini_tools(tools: &[ToolSpec]) -> Value {
 /// `thought` parts are dropped; a content without a role is a user content.
 pub fn from_gemini(system: Option<&Value>, contents: &[Value]) -> Result<Conversation, CodecError> {
     let system = system
-        .map(|s| gemini_system(s, "systemInstruction"))
+        .map(|s| gemini_system(s, "system_instruction"))
         .transpose()?;
     let mut conv = Conversation {
         system,
-        turns: Vec::new(),
+        ..Default::default()
     };
     // (id, name) of every call not yet answered, oldest first.
     let mut pending: Vec<(String, String)> = Vec::new();

@@ -136,10 +136,7 @@ pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, CodecErr
         match role {
             "system" | "developer" => {
                 let text = openai_text_at(content, content_path)?;
-                conv.system = Some(match conv.system.take() {
-                    Some(before) => format!("{before}\n\n{text}"),
-                    None => text,
-                });
+                conv.add_system(text);
             }
             "user" => conv.turns.push(Turn::User {
                 parts: match content {

@@ -132,10 +132,7 @@ fn message(
     match role {
         "system" | "developer" => {
             let text = plain_text(content, path, "content")?;
-            conv.system = Some(match conv.system.take() {
-                Some(before) => format!("{before}\n\n{text}"),
-                None => text,
-            });
+            conv.add_system(text);
         }
         "user" => {
             let parts = user_parts(content, path)?;
@@ -398,6 +395,7 @@ mod tests {
         Conversation {
             system: system.map(str::to_string),
             turns,
+            ..Default::default()
         }
     }
 
