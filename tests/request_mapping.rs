@@ -209,12 +209,14 @@ async fn gemini_maps_generation_config_and_function_calling_and_drops_user_metad
         .and(path("/v1beta/models/m:generateContent"))
         .and(body_partial_json(json!({
             "generationConfig": {"maxOutputTokens": 99, "temperature": 0.25, "topP": 0.5,
-                "stopSequences": ["END"], "seed": 7, "responseMimeType": "application/json",
-                "responseSchema": {"type": "object"}},
+                "stopSequences": ["END"], "seed": 7, "responseMimeType": "application/json"},
             "tools": [{"functionDeclarations": [{"name": "weather"}]}],
             "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["weather"]}}
         })))
-        .and(Lacks(&["/user", "/metadata", "/labels"]))
+        // `{"type": "object"}` (json_object) is the MIME type alone: Gemini refuses an
+        // OBJECT schema without properties.
+        .and(Lacks(&["/user", "/metadata", "/labels", "/generationConfig/responseSchema",
+            "/generationConfig/responseJsonSchema"]))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({
             "candidates": [{"content": {"role": "model", "parts": [
                 {"text": "{}"}, {"functionCall": {"name": "weather", "args": {"city": "Paris"}}}]},

@@ -43,10 +43,14 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         // needs references (`$ref`, `$defs`: Pydantic's nested models) has no form
         // there and goes as JSON Schema (`responseJsonSchema`, Gemini 2.5 and later).
         // Either way the router validates the answer against the whole schema.
-        match response_schema(schema) {
-            Some(subset) => config.insert("responseSchema".into(), subset),
-            None => config.insert("responseJsonSchema".into(), schema.clone()),
-        };
+        // `json_object` (the schema `{"type": "object"}`) is the MIME type alone:
+        // Gemini refuses an OBJECT schema without properties.
+        if !is_bare_object(schema) {
+            match response_schema(schema) {
+                Some(subset) => config.insert("responseSchema".into(), subset),
+                None => config.insert("responseJsonSchema".into(), schema.clone()),
+            };
+        }
     }
     if !config.is_empty() {
         body["generationConfig"] = Value::Object(config);
@@ -102,6 +106,15 @@ const SCHEMA_KEYWORDS: &[&str] = &[
     "maximum",
 ];
 
+/// An object schema that names no properties (`json_object`'s `{"type": "object"}`).
+fn is_bare_object(schema: &Value) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("object")
+        && schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_none_or(|p| p.is_empty())
+}
+
 /// A JSON Schema as Gemini's `responseSchema`: its keywords kept, `type: [T, "null"]`
 /// as `type: T, nullable: true`, `const` as a one-value `enum`. `None` when the schema
 /// refers to definitions, which the subset cannot express.
@@ -109,7 +122,13 @@ pub fn response_schema(schema: &Value) -> Option<Value> {
     let Value::Object(map) = schema else {
         return Some(schema.clone());
     };
-    if map.contains_key("$ref") || map.contains_key("$defs") || map.contains_key("definitions") {
+    // References have no form in the subset; nor has an object without properties
+    // ("properties: should be non-empty for OBJECT type").
+    if map.contains_key("$ref")
+        || map.contains_key("$defs")
+        || map.contains_key("definitions")
+        || is_bare_object(schema)
+    {
         return None;
     }
     let mut out = serde_json::Map::new();
@@ -403,6 +422,8 @@ mod tests {
         assert_eq!(response_schema(&schema), None);
         let nested = json!({"type": "object", "properties": {"p": {"$ref": "#/$defs/P"}}});
         assert_eq!(response_schema(&nested), None);
+        let free_map = json!({"type": "object", "properties": {"m": {"type": "object"}}});
+        assert_eq!(response_schema(&free_map), None);
     }
 
     use super::*;
