@@ -9,12 +9,15 @@
 
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::MockServer;
 
 #[path = "support/gateway.rs"]
 mod gateway;
+#[path = "support/recording.rs"]
+mod recording;
 use gateway::Gateway;
+use gateway::{data_lines, header, send};
+use recording::{received, sse_upstream, upstream};
 
 const KEY_VAR: &str = "POOLCTL_CROSS_WIRE_TEST_KEY";
 const UPSTREAM_KEY: &str = "sk-upstream-CROSS-5d1f";
@@ -73,17 +76,6 @@ async fn serve(providers: &[Provider<'_>], routes: &[&str]) -> (tempfile::TempDi
     (dir, gw)
 }
 
-/// An upstream answering `answer` on `at`.
-async fn upstream(at: &str, answer: &'static str) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path(at))
-        .respond_with(ResponseTemplate::new(200).set_body_raw(answer, "application/json"))
-        .mount(&server)
-        .await;
-    server
-}
-
 async fn anthropic() -> MockServer {
     upstream("/v1/messages", ANTHROPIC_ANSWER).await
 }
@@ -94,31 +86,15 @@ async fn openai() -> MockServer {
 
 /// The JSON bodies the upstream received, in order.
 async fn bodies(server: &MockServer) -> Vec<Value> {
-    server
-        .received_requests()
+    received(server)
         .await
-        .unwrap_or_default()
         .iter()
         .map(|r| serde_json::from_slice(&r.body).expect("the upstream got JSON"))
         .collect()
 }
 
 async fn post(gw: &Gateway, at: &str, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
-    let mut req = reqwest::Client::new().post(gw.url(at)).json(body);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    tokio::time::timeout(gateway::DEADLINE, req.send())
-        .await
-        .expect("the gateway answers in time")
-        .unwrap()
-}
-
-fn header(r: &reqwest::Response, name: &str) -> String {
-    r.headers()
-        .get(name)
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default()
+    send(gw, at, serde_json::to_vec(body).unwrap(), headers).await
 }
 
 /// The `request` log lines the gateway wrote.
@@ -526,26 +502,6 @@ async fn groq_gets_the_client_body_without_the_fields_it_rejects() {
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], "unsupported_by_chain");
     assert_eq!(bodies(&groq).await.len(), 1);
-}
-
-/// An upstream streaming `sse` (exact bytes) on `at`.
-async fn sse_upstream(at: &str, sse: &'static str) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path(at))
-        .respond_with(ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream"))
-        .mount(&server)
-        .await;
-    server
-}
-
-/// The JSON of every `data:` line of an SSE body but `[DONE]`.
-fn data_lines(body: &str) -> Vec<Value> {
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).expect("each data line is JSON"))
-        .collect()
 }
 
 const ANTHROPIC_TOOL_STREAM: &str = "event: message_start\n\

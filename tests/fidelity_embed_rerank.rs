@@ -12,7 +12,11 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 #[path = "support/gateway.rs"]
 mod gateway;
+#[path = "support/recording.rs"]
+mod recording;
 use gateway::Gateway;
+use gateway::{header, send};
+use recording::{received, upstream};
 
 const KEY_VAR: &str = "POOLCTL_EMBED_RERANK_TEST_KEY";
 /// The gateway's upstream key: it must reach the upstream and nothing else.
@@ -46,39 +50,6 @@ async fn start(config: &Path) -> Gateway {
     gateway::start(config, &[], &[(KEY_VAR, UPSTREAM_KEY)]).await
 }
 
-/// An upstream answering `answer` (exact bytes) on `at`.
-async fn upstream(at: &str, answer: &'static str) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path(at))
-        .respond_with(ResponseTemplate::new(200).set_body_raw(answer, "application/json"))
-        .mount(&server)
-        .await;
-    server
-}
-
-async fn received(server: &MockServer) -> Vec<wiremock::Request> {
-    server.received_requests().await.unwrap_or_default()
-}
-
-async fn send(gw: &Gateway, at: &str, body: &str) -> reqwest::Response {
-    let req = reqwest::Client::new()
-        .post(gw.url(at))
-        .header("content-type", "application/json")
-        .body(body.to_string());
-    tokio::time::timeout(gateway::DEADLINE, req.send())
-        .await
-        .expect("the gateway answers in time")
-        .unwrap()
-}
-
-fn header(r: &reqwest::Response, name: &str) -> String {
-    r.headers()
-        .get(name)
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default()
-}
-
 /// The request's log line of `path` in the gateway's stderr.
 fn log_line<'a>(stderr: &'a str, at: &str) -> &'a str {
     stderr
@@ -105,7 +76,7 @@ async fn same_wire_rerank_forwards_the_client_body_with_only_model_replaced_and_
         &[("rr", "rerank", &["rr/rerank-x"])],
     );
     let gw = start(&cfg).await;
-    let r = send(&gw, "/v1/rerank", RERANK_REQUEST).await;
+    let r = send(&gw, "/v1/rerank", RERANK_REQUEST, &[]).await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-poolctl-served-by"), "rr/rerank-x");
     assert_eq!(header(&r, "x-poolctl-outcome"), "success");
@@ -146,7 +117,7 @@ async fn a_rerank_answer_naming_a_missing_document_is_not_passed_through_and_deg
         &[("rr", "rerank", &["rr/rerank-x"])],
     );
     let gw = start(&cfg).await;
-    let r = send(&gw, "/v1/rerank", RERANK_REQUEST).await;
+    let r = send(&gw, "/v1/rerank", RERANK_REQUEST, &[]).await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-poolctl-outcome"), "degraded");
     let v: Value = r.json().await.unwrap();
@@ -190,7 +161,7 @@ async fn same_wire_embeddings_forward_token_arrays_unchanged() {
         (r#"{"model":"emb","input":[[1,2,3],[4,5]]}"#, TWO),
     ];
     for (i, (body, answer)) in requests.iter().enumerate() {
-        let r = send(&gw, "/v1/embeddings", body).await;
+        let r = send(&gw, "/v1/embeddings", body, &[]).await;
         assert_eq!(r.status(), 200, "{body}");
         assert_eq!(r.text().await.unwrap(), *answer);
         let got = received(&server).await;
@@ -225,7 +196,13 @@ async fn token_array_embeddings_skip_a_gemini_route_as_cannot_carry() {
         ],
     );
     let gw = start(&cfg).await;
-    let r = send(&gw, "/v1/embeddings", r#"{"model":"emb","input":[1,2,3]}"#).await;
+    let r = send(
+        &gw,
+        "/v1/embeddings",
+        r#"{"model":"emb","input":[1,2,3]}"#,
+        &[],
+    )
+    .await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-poolctl-served-by"), "oai/emb-o");
     assert_eq!(r.text().await.unwrap(), OAI);
@@ -235,6 +212,7 @@ async fn token_array_embeddings_skip_a_gemini_route_as_cannot_carry() {
         &gw,
         "/v1/embeddings",
         r#"{"model":"gonly","input":[[1,2],[3]]}"#,
+        &[],
     )
     .await;
     assert_eq!(r.status(), 400);
@@ -248,7 +226,13 @@ async fn token_array_embeddings_skip_a_gemini_route_as_cannot_carry() {
         "{e}"
     );
     // Text still goes to Gemini.
-    let r = send(&gw, "/v1/embeddings", r#"{"model":"gonly","input":"a"}"#).await;
+    let r = send(
+        &gw,
+        "/v1/embeddings",
+        r#"{"model":"gonly","input":"a"}"#,
+        &[],
+    )
+    .await;
     assert_eq!(r.status(), 200);
     assert_eq!(received(&gem).await.len(), 1);
     let (_, stderr) = gw.stop().await;
@@ -277,6 +261,7 @@ async fn embeddings_to_gemini_name_user_and_unknown_fields_as_dropped() {
         &gw,
         "/v1/embeddings",
         r#"{"model":"gemb","input":"a","user":"u","x_unknown":1,"dimensions":2}"#,
+        &[],
     )
     .await;
     assert_eq!(r.status(), 200);

@@ -6,12 +6,14 @@
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
 
 #[path = "support/gateway.rs"]
 mod gateway;
+#[path = "support/recording.rs"]
+mod recording;
+use gateway::send;
 use gateway::Gateway;
+use recording::{received, sse_upstream, upstream};
 
 const KEY_VAR: &str = "POOLCTL_FIDELITY_TEST_KEY";
 /// The gateway's upstream key: it must reach the upstream and nothing else.
@@ -60,42 +62,8 @@ async fn one_route(provider: (&str, &str, String), route: &str) -> (tempfile::Te
     (dir, gw)
 }
 
-/// An upstream answering `answer` (exact bytes) on `at`.
-async fn upstream(at: &str, answer: &'static str) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path(at))
-        .respond_with(ResponseTemplate::new(200).set_body_raw(answer, "application/json"))
-        .mount(&server)
-        .await;
-    server
-}
-
-async fn received(server: &MockServer) -> Vec<wiremock::Request> {
-    server.received_requests().await.unwrap_or_default()
-}
-
 fn header<'a>(r: &'a wiremock::Request, name: &str) -> Option<&'a str> {
     r.headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-async fn send(
-    gw: &Gateway,
-    at: &str,
-    body: &'static str,
-    headers: &[(&str, &str)],
-) -> reqwest::Response {
-    let mut req = reqwest::Client::new()
-        .post(gw.url(at))
-        .header("content-type", "application/json")
-        .body(body);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    tokio::time::timeout(gateway::DEADLINE, req.send())
-        .await
-        .expect("the gateway answers in time")
-        .unwrap()
 }
 
 const OPENAI_REQUEST: &str = r#"{"model":"high","messages":[{"role":"developer","content":"Answer in JSON."},{"role":"user","name":"ada","content":[{"type":"text","text":"Describe"},{"type":"text","text":"this image."},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo=","detail":"low"}}]}],
@@ -414,17 +382,6 @@ async fn an_untranslatable_request_skips_the_cross_wire_route_and_is_served_on_i
         stderr.contains(r#"skipped="anth/claude-x:cannot_carry:n""#),
         "{stderr}"
     );
-}
-
-/// An upstream streaming `sse` (exact bytes) on `at`.
-async fn sse_upstream(at: &str, sse: &'static str) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path(at))
-        .respond_with(ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream"))
-        .mount(&server)
-        .await;
-    server
 }
 
 const OPENAI_CHUNKS: [&str; 5] = [

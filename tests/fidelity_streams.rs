@@ -8,12 +8,14 @@
 
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::MockServer;
 
 #[path = "support/gateway.rs"]
 mod gateway;
-use gateway::Gateway;
+#[path = "support/recording.rs"]
+mod recording;
+use gateway::{data_lines, header, send, Gateway};
+use recording::{received, sse_upstream};
 
 const KEY_VAR: &str = "POOLCTL_STREAMS_TEST_KEY";
 const UPSTREAM_KEY: &str = "sk-upstream-STREAMS-3b9a";
@@ -47,44 +49,6 @@ async fn serve(
     (dir, gw)
 }
 
-/// An upstream streaming `sse` (exact bytes) on `at`.
-async fn sse_upstream(at: &str, sse: &'static str) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path(at))
-        .respond_with(ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream"))
-        .mount(&server)
-        .await;
-    server
-}
-
-async fn send(gw: &Gateway, at: &str, body: &str) -> reqwest::Response {
-    let req = reqwest::Client::new()
-        .post(gw.url(at))
-        .header("content-type", "application/json")
-        .body(body.to_string());
-    tokio::time::timeout(gateway::DEADLINE, req.send())
-        .await
-        .expect("the gateway answers in time")
-        .unwrap()
-}
-
-fn header(r: &reqwest::Response, name: &str) -> String {
-    r.headers()
-        .get(name)
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default()
-}
-
-/// The JSON of every `data:` line of an SSE body but `[DONE]`.
-fn data_lines(body: &str) -> Vec<Value> {
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).expect("each data line is JSON"))
-        .collect()
-}
-
 /// The one event of type `kind` (the last one, when there are several).
 fn event<'a>(events: &'a [Value], kind: &str) -> &'a Value {
     events
@@ -96,10 +60,8 @@ fn event<'a>(events: &'a [Value], kind: &str) -> &'a Value {
 
 /// The bodies the upstream received, as text.
 async fn sent(server: &MockServer) -> Vec<String> {
-    server
-        .received_requests()
+    received(server)
         .await
-        .unwrap_or_default()
         .iter()
         .map(|r| String::from_utf8(r.body.clone()).unwrap())
         .collect()
@@ -127,7 +89,7 @@ async fn message_start_states_the_input_a_gemini_upstream_reported_with_its_firs
     )
     .await;
     let (_dir, gw) = serve(&[("gem", "gemini", &gem)], &["gem/gemini-x"], "").await;
-    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT).await;
+    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT, &[]).await;
     assert_eq!(r.status(), 200);
     let events = data_lines(&r.text().await.unwrap());
     let start = event(&events, "message_start");
@@ -163,7 +125,7 @@ const OPENAI_USAGE_FIRST: &str = concat!(
 async fn message_start_states_the_input_an_openai_upstream_reported_with_its_first_token() {
     let oai = sse_upstream("/v1/chat/completions", OPENAI_USAGE_FIRST).await;
     let (_dir, gw) = serve(&[("oai", "openai", &oai)], &["oai/gpt-x"], "").await;
-    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT).await;
+    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT, &[]).await;
     assert_eq!(r.status(), 200);
     let events = data_lines(&r.text().await.unwrap());
     let start = event(&events, "message_start");
@@ -189,7 +151,7 @@ const OPENAI_REASONING: &str = concat!(
 async fn streamed_reasoning_an_anthropic_client_cannot_be_shown_is_named_as_dropped() {
     let oai = sse_upstream("/v1/chat/completions", OPENAI_REASONING).await;
     let (_dir, gw) = serve(&[("oai", "openai", &oai)], &["oai/deepseek-x"], "").await;
-    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT).await;
+    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT, &[]).await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-poolctl-dropped-params"), "reasoning_content");
     let body = r.text().await.unwrap();
@@ -209,6 +171,7 @@ async fn streamed_reasoning_an_anthropic_client_cannot_be_shown_is_named_as_drop
         &gw,
         "/v1/chat/completions",
         r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+        &[],
     )
     .await;
     assert_eq!(header(&r, "x-poolctl-dropped-params"), "");
@@ -249,7 +212,7 @@ async fn reasoning_an_anthropic_client_is_not_shown_is_no_visible_token() {
         "",
     )
     .await;
-    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT).await;
+    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT, &[]).await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-poolctl-served-by"), "bk/gpt-y");
     assert_eq!(header(&r, "x-poolctl-attempts"), "2");
@@ -281,6 +244,7 @@ async fn reasoning_an_anthropic_client_is_not_shown_is_no_visible_token() {
         &gw,
         "/v1/chat/completions",
         r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+        &[],
     )
     .await;
     assert_eq!(r.status(), 200);
@@ -309,7 +273,7 @@ const ANTHROPIC_SSE_BEDROCK_STOP: &str = concat!(
 async fn a_same_wire_anthropic_stream_ends_with_the_upstreams_own_message_stop() {
     let ant = sse_upstream("/v1/messages", ANTHROPIC_SSE_BEDROCK_STOP).await;
     let (_dir, gw) = serve(&[("ant", "anthropic", &ant)], &["ant/claude-x"], "").await;
-    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT).await;
+    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT, &[]).await;
     assert_eq!(r.status(), 200);
     assert_eq!(
         r.text().await.unwrap(),
@@ -342,7 +306,7 @@ async fn a_same_wire_openai_stream_without_a_token_bucket_is_sent_as_the_client_
         r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
     const NO_USAGE: &str = r#"{"model":"high","stream":true,"stream_options":{"include_usage":false},"messages":[{"role":"user","content":"hi"}]}"#;
     for body in [PLAIN, NO_USAGE] {
-        let r = send(&gw, "/v1/chat/completions", body).await;
+        let r = send(&gw, "/v1/chat/completions", body, &[]).await;
         assert_eq!(r.status(), 200);
         let text = r.text().await.unwrap();
         assert_eq!(
@@ -374,7 +338,7 @@ async fn a_same_wire_openai_stream_on_a_token_bucket_asks_for_the_usage_and_hide
     .await;
     const PLAIN: &str =
         r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-    let r = send(&gw, "/v1/chat/completions", PLAIN).await;
+    let r = send(&gw, "/v1/chat/completions", PLAIN, &[]).await;
     assert_eq!(r.status(), 200);
     let chunks = data_lines(&r.text().await.unwrap());
     assert_eq!(chunks.len(), 2, "{chunks:?}");

@@ -97,3 +97,41 @@ impl Gateway {
         (status.code(), stderr)
     }
 }
+
+/// POSTs `body` (JSON bytes, sent as they are) to the gateway's `at` with `headers`,
+/// within [`DEADLINE`].
+pub async fn send(
+    gw: &Gateway,
+    at: &str,
+    body: impl AsRef<[u8]>,
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut req = reqwest::Client::new()
+        .post(gw.url(at))
+        .header("content-type", "application/json")
+        .body(body.as_ref().to_vec());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    tokio::time::timeout(DEADLINE, req.send())
+        .await
+        .expect("the gateway answers in time")
+        .unwrap()
+}
+
+/// The value of the answer's header `name`, empty when it has none.
+pub fn header(r: &reqwest::Response, name: &str) -> String {
+    r.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+/// The JSON of every `data:` line of an SSE body but `[DONE]`.
+pub fn data_lines(body: &str) -> Vec<serde_json::Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).expect("each data line is JSON"))
+        .collect()
+}
