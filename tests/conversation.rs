@@ -421,6 +421,39 @@ fn err<T: std::fmt::Debug>(r: Result<T, CodecError>) -> String {
     r.expect_err("expected an error").to_string()
 }
 
+/// Audio and a file by id have no canonical part: each is kept by its field name, so
+/// the router can skip a route of another wire for it (or drop it under drop_params)
+/// instead of refusing the whole conversation.
+#[test]
+fn openai_audio_and_file_ids_are_kept_as_omitted_parts_by_name() {
+    let msgs = [json!({"role": "user", "content": [
+        {"type": "text", "text": "hear"},
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+        {"type": "file", "file": {"file_id": "f1"}}
+    ]})];
+    let c = from_openai_messages(&msgs).unwrap();
+    assert_eq!(
+        c.turns,
+        vec![Turn::User {
+            parts: vec![
+                Part::text("hear"),
+                Part::Omitted {
+                    field: "input_audio".into()
+                },
+                Part::Omitted {
+                    field: "file_id".into()
+                },
+            ]
+        }]
+    );
+    // No codec renders them: a route called under drop_params gets the rest.
+    let (_, sent) = anthropic_request_parts(&c);
+    assert_eq!(
+        sent,
+        vec![json!({"role": "user", "content": [{"type": "text", "text": "hear"}]})]
+    );
+}
+
 #[test]
 fn bad_openai_input_names_the_field() {
     let bad_args = [
@@ -444,17 +477,10 @@ fn bad_openai_input_names_the_field() {
         err(from_openai_messages(&orphan)),
         "messages[0].tool_call_id 'nope' matches no earlier assistant tool call"
     );
-    let audio = [json!({"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]})];
-    assert_eq!(
-        err(from_openai_messages(&audio)),
-        "messages[0].content[0] has type 'input_audio', which only the OpenAI wire carries"
-    );
+
     let not_base64 = [json!({"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "data:image/png,abc"}}]})];
     assert!(err(from_openai_messages(&not_base64)).contains("image_url.url is a data URL"));
-    let file_id =
-        [json!({"role": "user", "content": [{"type": "file", "file": {"file_id": "f1"}}]})];
-    assert!(err(from_openai_messages(&file_id)).contains("a file by id exists only at OpenAI"));
     assert_eq!(
         err(from_openai_messages(&[json!({"content": "x"})])),
         "messages[0].role is missing or not a string"

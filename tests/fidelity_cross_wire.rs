@@ -294,6 +294,86 @@ async fn drop_params_calls_the_route_without_a_semantic_field_and_names_it() {
     assert_eq!(bodies(&ant).await.len(), 1);
 }
 
+/// A request with an audio part (`input_audio`, which only the OpenAI wire carries).
+fn audio_request() -> Value {
+    json!({
+        "model": "high",
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "Transcribe this."},
+            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
+        ]}]
+    })
+}
+
+/// Audio is semantic (spec/fidelity.md §3): on `[anthropic, openai]` the Anthropic
+/// route is skipped with `cannot_carry:input_audio` and never called, and the OpenAI
+/// route receives the client's audio part unchanged.
+#[tokio::test]
+async fn audio_skips_a_route_of_another_wire_and_reaches_the_openai_route_unchanged() {
+    let (ant, oai) = (anthropic().await, openai().await);
+    let (_dir, gw) = serve(
+        &[
+            route_of("ant", "anthropic", &ant),
+            route_of("oai", "openai", &oai),
+        ],
+        &["ant/claude-x", "oai/gpt-x"],
+    )
+    .await;
+    let r = post(&gw, "/v1/chat/completions", &audio_request(), &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "oai/gpt-x");
+    assert!(
+        bodies(&ant).await.is_empty(),
+        "the Anthropic route is never called"
+    );
+    let sent = bodies(&oai).await;
+    assert_eq!(sent[0]["messages"], audio_request()["messages"]);
+    let (_, stderr) = gw.stop().await;
+    assert!(
+        request_lines(&stderr)
+            .iter()
+            .any(|l| l.contains("ant/claude-x:cannot_carry:input_audio")),
+        "the log line names the skip and its field: {stderr}"
+    );
+}
+
+/// With no route that carries audio, the answer is a 400 naming the field; with
+/// `drop_params: true` the route is called without the audio part and names it.
+#[tokio::test]
+async fn audio_no_route_carries_is_a_400_and_drop_params_sends_the_rest() {
+    let ant = anthropic().await;
+    let (_dir, gw) = serve(&[route_of("ant", "anthropic", &ant)], &["ant/claude-x"]).await;
+    let r = post(&gw, "/v1/chat/completions", &audio_request(), &[]).await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "unsupported_by_chain");
+    let msg = e["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("ant/claude-x: cannot carry: input_audio"),
+        "{msg}"
+    );
+    assert!(bodies(&ant).await.is_empty());
+    gw.stop().await;
+
+    let ant = anthropic().await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            extra: "    drop_params: true\n",
+            ..route_of("ant", "anthropic", &ant)
+        }],
+        &["ant/claude-x"],
+    )
+    .await;
+    let r = post(&gw, "/v1/chat/completions", &audio_request(), &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "input_audio");
+    let sent = bodies(&ant).await;
+    assert_eq!(
+        sent[0]["messages"],
+        json!([{"role": "user", "content": [{"type": "text", "text": "Transcribe this."}]}])
+    );
+}
+
 /// OpenAI → Anthropic: a `developer` message and a system message after the first turn
 /// are appended to `system` in order, one text block each (Anthropic takes blocks, so
 /// nothing is joined); `reasoning_effort` becomes `thinking` with

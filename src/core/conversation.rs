@@ -20,8 +20,9 @@
 //! A user turn is a list of content parts (text, images, PDFs), kept in order on every
 //! wire (spec/fidelity.md §2). Reasoning blocks (Anthropic `thinking`, Gemini `thought`
 //! parts) and Gemini's optional call `id` fields are provider-specific and are dropped;
-//! content the canonical form has no part for (audio, files by id) is refused with an
-//! error rather than silently lost.
+//! content the canonical form has no part for (audio, files by id) is kept as a named
+//! `Part::Omitted`, so that no route is sent the conversation without it unless its
+//! provider allows dropping it (`drop_params`), rather than silently lost.
 
 use serde::{Deserialize, Serialize};
 
@@ -91,6 +92,14 @@ pub enum Part {
         source: Source,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         filename: Option<String>,
+    },
+    /// A part the canonical form cannot hold (OpenAI `input_audio`, a file by id), kept
+    /// as its field name only. Only the client's own wire, which is sent the client's
+    /// body, carries it: a route of another wire is skipped with `cannot carry: FIELD`,
+    /// or, under `drop_params: true`, called without it and the field named
+    /// (spec/fidelity.md §3). No codec renders it.
+    Omitted {
+        field: String,
     },
 }
 

@@ -340,6 +340,7 @@ fn part_tokens(p: &Part) -> u64 {
         Part::Text { text } => estimate_tokens(text),
         Part::Image { .. } => 1_000,
         Part::Document { .. } => 2_000,
+        Part::Omitted { .. } => 0,
     }
 }
 

@@ -94,6 +94,8 @@ fn cross_wire(req: &ChatRequest, wire: Wire, streaming: bool, out: &mut Vec<(Str
                     detail: Some(_), ..
                 },
             ) => lack("detail", false),
+            // Audio, a file by id: only the client's own body carries it.
+            (_, Part::Omitted { field }) => lack(field, true),
             _ => {}
         }
     }

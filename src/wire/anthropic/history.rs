@@ -15,7 +15,7 @@ pub fn anthropic_request_parts(c: &Conversation) -> (Option<Value>, Vec<Value>) 
     let mut messages = Vec::with_capacity(c.turns.len());
     for turn in &c.turns {
         let (role, blocks) = match turn {
-            Turn::User { parts } => ("user", parts.iter().map(anthropic_block).collect()),
+            Turn::User { parts } => ("user", parts.iter().filter_map(anthropic_block).collect()),
             Turn::Assistant { text, tool_calls } => {
                 // Anthropic rejects empty text blocks; a calls-only turn has none.
                 let text = (!text.is_empty()).then(|| json!({"type": "text", "text": text}));
@@ -57,14 +57,14 @@ pub fn anthropic_request_parts(c: &Conversation) -> (Option<Value>, Vec<Value>) 
 
 /// One content block: a text block each text part (never joined), an `image` or a
 /// `document` with a `url` or `base64` source. OpenAI's image `detail` has no place here.
-fn anthropic_block(p: &Part) -> Value {
+fn anthropic_block(p: &Part) -> Option<Value> {
     let source = |s: &Source| match s {
         Source::Url { url } => json!({"type": "url", "url": url}),
         Source::Base64 { media_type, data } => {
             json!({"type": "base64", "media_type": media_type, "data": data})
         }
     };
-    match p {
+    Some(match p {
         Part::Text { text } => json!({"type": "text", "text": text}),
         Part::Image { source: s, .. } => json!({"type": "image", "source": source(s)}),
         Part::Document {
@@ -77,7 +77,9 @@ fn anthropic_block(p: &Part) -> Value {
             }
             block
         }
-    }
+        // Never sent: `wire::carry` skips the route or names the field dropped.
+        Part::Omitted { .. } => return None,
+    })
 }
 
 /// A `source` of an `image` or `document` block.

@@ -24,7 +24,7 @@ pub fn gemini_request_parts(c: &Conversation) -> (Option<Value>, Vec<Value>) {
     let mut contents = Vec::with_capacity(c.turns.len());
     for turn in &c.turns {
         let (role, parts) = match turn {
-            Turn::User { parts } => ("user", parts.iter().map(gemini_part).collect()),
+            Turn::User { parts } => ("user", parts.iter().filter_map(gemini_part).collect()),
             Turn::Assistant { text, tool_calls } => {
                 let text = (!text.is_empty()).then(|| json!({"text": text}));
                 let calls = tool_calls
@@ -55,12 +55,14 @@ pub fn gemini_request_parts(c: &Conversation) -> (Option<Value>, Vec<Value>) {
 /// One part: text, or inline bytes (`inline_data`) for an image or a PDF. Gemini has no
 /// part for an arbitrary URL: a route is never given one (`wire::carry` skips it), and
 /// `file_data` is what Gemini takes for an uploaded file's URI.
-fn gemini_part(p: &Part) -> Value {
+fn gemini_part(p: &Part) -> Option<Value> {
     let source = match p {
-        Part::Text { text } => return json!({ "text": text }),
+        Part::Text { text } => return Some(json!({ "text": text })),
         Part::Image { source, .. } | Part::Document { source, .. } => source,
+        // Never sent: `wire::carry` skips the route or names the field dropped.
+        Part::Omitted { .. } => return None,
     };
-    match source {
+    Some(match source {
         Source::Base64 { media_type, data } => {
             json!({"inline_data": {"mime_type": media_type, "data": data}})
         }
@@ -70,7 +72,7 @@ fn gemini_part(p: &Part) -> Value {
             }
             _ => json!({"file_data": {"file_uri": url}}),
         },
-    }
+    })
 }
 
 /// `inline_data` (or `inlineData`) as a part, and `file_data` as one by URL: a PDF is

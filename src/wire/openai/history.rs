@@ -47,22 +47,24 @@ fn openai_user_content(parts: &[Part]) -> Value {
     }
     parts
         .iter()
-        .map(|p| match p {
-            Part::Text { text } => json!({"type": "text", "text": text}),
+        .filter_map(|p| match p {
+            Part::Text { text } => Some(json!({"type": "text", "text": text})),
             Part::Image { source, detail } => {
                 let mut image = json!({"url": source.to_url()});
                 if let Some(d) = detail {
                     image["detail"] = json!(d);
                 }
-                json!({"type": "image_url", "image_url": image})
+                Some(json!({"type": "image_url", "image_url": image}))
             }
             Part::Document { source, filename } => {
                 let mut file = json!({"file_data": source.to_url()});
                 if let Some(f) = filename {
                     file["filename"] = json!(f);
                 }
-                json!({"type": "file", "file": file})
+                Some(json!({"type": "file", "file": file}))
             }
+            // Never sent: `wire::carry` skips the route or names the field dropped.
+            Part::Omitted { .. } => None,
         })
         .collect()
 }
@@ -250,7 +252,8 @@ fn openai_tool_calls(message: &Value, path: &str) -> Result<Vec<ToolCall>, Codec
 }
 
 /// A user message's content as parts: text, `image_url` (a data URL is inline bytes),
-/// and `file` with inline `file_data`. Audio and files by id have no canonical part.
+/// and `file` with inline `file_data`. Audio, files by id and part types this router
+/// does not know have no canonical part: each is kept as `Part::Omitted`, named.
 fn openai_user_parts(content: Option<&Value>, path: &str) -> Result<Vec<Part>, CodecError> {
     let parts = match content {
         None | Some(Value::Null) => return Ok(vec![Part::text("")]),
@@ -292,14 +295,12 @@ fn openai_user_parts(content: Option<&Value>, path: &str) -> Result<Vec<Part>, C
                     let file = p
                         .get("file")
                         .ok_or_else(|| CodecError(format!("{fpath} is missing")))?;
-                    let data = file
-                        .get("file_data")
-                        .and_then(Value::as_str)
-                        .ok_or_else(|| {
-                            CodecError(format!(
-                                "{fpath} has no `file_data`: a file by id exists only at OpenAI"
-                            ))
-                        })?;
+                    let Some(data) = file.get("file_data").and_then(Value::as_str) else {
+                        // A file by id exists only at OpenAI.
+                        return Ok(Part::Omitted {
+                            field: "file_id".into(),
+                        });
+                    };
                     // A data URL, or (as some clients send) the bare base64 of a PDF.
                     let source = if data.starts_with("data:") {
                         Source::from_url(data, &format!("{fpath}.file_data"))?
@@ -317,9 +318,9 @@ fn openai_user_parts(content: Option<&Value>, path: &str) -> Result<Vec<Part>, C
                             .map(str::to_string),
                     })
                 }
-                Some(other) => Err(CodecError(format!(
-                    "{ppath} has type '{other}', which only the OpenAI wire carries"
-                ))),
+                Some(other) => Ok(Part::Omitted {
+                    field: other.to_string(),
+                }),
                 None => Err(CodecError(format!(
                     "{ppath}.type is missing or not a string"
                 ))),

@@ -301,7 +301,7 @@ pub fn to_items(c: &Conversation) -> (Option<String>, Vec<Value>) {
             Turn::User { parts } => {
                 let content = match parts.as_slice() {
                     [Part::Text { text }] => json!(text),
-                    _ => Value::Array(parts.iter().map(input_part).collect()),
+                    _ => Value::Array(parts.iter().filter_map(input_part).collect()),
                 };
                 items.push(json!({"role": "user", "content": content}));
             }
@@ -341,8 +341,8 @@ pub fn to_items(c: &Conversation) -> (Option<String>, Vec<Value>) {
     (c.system.clone(), items)
 }
 
-fn input_part(p: &Part) -> Value {
-    match p {
+fn input_part(p: &Part) -> Option<Value> {
+    Some(match p {
         Part::Text { text } => json!({"type": "input_text", "text": text}),
         Part::Image { source, detail } => json!({
             "type": "input_image",
@@ -364,7 +364,9 @@ fn input_part(p: &Part) -> Value {
             }
             v
         }
-    }
+        // Never sent: `wire::carry` skips the route or names the field dropped.
+        Part::Omitted { .. } => return None,
+    })
 }
 
 /// Function tools in the Responses shape: flat, `{type, name, description,
