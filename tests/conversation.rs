@@ -446,6 +446,23 @@ fn openai_audio_and_file_ids_are_kept_as_omitted_parts_by_name() {
             ]
         }]
     );
+    // An Anthropic block the canonical form has no part for is kept by name too.
+    let blocks = [json!({"role": "user", "content": [
+        {"type": "text", "text": "cite"},
+        {"type": "search_result", "source": "s", "title": "t", "content": []}
+    ]})];
+    let a = from_anthropic(None, &blocks).unwrap();
+    assert_eq!(
+        a.turns,
+        vec![Turn::User {
+            parts: vec![
+                Part::text("cite"),
+                Part::Omitted {
+                    field: "search_result".into()
+                }
+            ]
+        }]
+    );
     // No codec renders them: a route called under drop_params gets the rest.
     let (_, sent) = anthropic_request_parts(&c);
     assert_eq!(
