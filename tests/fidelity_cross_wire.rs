@@ -367,6 +367,10 @@ async fn audio_no_route_carries_is_a_400_and_drop_params_sends_the_rest() {
     let r = post(&gw, "/v1/chat/completions", &audio_request(), &[]).await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-poolctl-dropped-params"), "input_audio");
+    let audio = gw
+        .metric("poolctl_dropped_params_total{param=\"input_audio\",wire=\"anthropic\"}")
+        .await;
+    assert_eq!(audio, 1.0, "audio is counted by its own name");
     let sent = bodies(&ant).await;
     assert_eq!(
         sent[0]["messages"],

@@ -85,6 +85,8 @@ const KNOWN_PARAMS: &[&str] = &[
     "parallel_tool_calls",
     "image_url",
     "document_url",
+    "input_audio",
+    "file_id",
 ];
 
 impl Default for Metrics {
