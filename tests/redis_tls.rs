@@ -104,7 +104,17 @@ async fn an_unreachable_tls_node_answers_a_clear_error_within_the_deadline() {
     let mut server = RedisServer::start_tls(&ca, false).unwrap();
     let url = server.url();
     let s = RedisStore::open_with(&url, Some(&ca_only(&ca)), Duration::from_millis(300)).unwrap();
-    s.ping().await.unwrap();
+    // The first call makes the TLS connection; on a loaded machine (CI builds beside
+    // it) the handshake can outlast the 300 ms deadline, which is not what this test
+    // is about: it is asked again until the server answers once.
+    let mut answered = false;
+    for _ in 0..20 {
+        if s.ping().await.is_ok() {
+            answered = true;
+            break;
+        }
+    }
+    assert!(answered, "the TLS server never answered a ping");
     server.signal("STOP").unwrap();
     let watch = Stopwatch::start();
     let err = s.list().await.unwrap_err().to_string();
