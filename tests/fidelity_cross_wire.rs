@@ -102,6 +102,26 @@ fn request_lines(stderr: &str) -> Vec<&str> {
     stderr.lines().filter(|l| l.contains("request")).collect()
 }
 
+/// Stops `gw` and checks that a request's log line names `skip`
+/// (`route:cannot_carry:field`).
+async fn assert_skip_logged(gw: Gateway, skip: &str) {
+    let (_, stderr) = gw.stop().await;
+    let lines = request_lines(&stderr);
+    assert!(
+        lines.iter().any(|l| l.contains(skip)),
+        "the log line names the skip and its field ({skip}): {lines:?}"
+    );
+}
+
+/// Checks that `r` is the 400 `unsupported_by_chain` of a request no route can carry,
+/// and answers its message (which names each route's reason).
+async fn unsupported_by_chain(r: reqwest::Response) -> String {
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "unsupported_by_chain", "{e}");
+    e["error"]["message"].as_str().unwrap().to_string()
+}
+
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
 
 fn image_request(extra: Value) -> Value {
@@ -192,14 +212,7 @@ async fn n_2_skips_the_anthropic_route_with_the_reason_and_is_served_by_openai()
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0]["n"], 2);
     assert_eq!(sent[0]["model"], "gpt-x");
-    let (_, stderr) = gw.stop().await;
-    let lines = request_lines(&stderr);
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.contains("ant/claude-x:cannot_carry:n")),
-        "the log line names the skip and its field: {lines:?}"
-    );
+    assert_skip_logged(gw, "ant/claude-x:cannot_carry:n").await;
 }
 
 /// A request no route of its chain can carry is a 400 `unsupported_by_chain` that
@@ -328,13 +341,7 @@ async fn audio_skips_a_route_of_another_wire_and_reaches_the_openai_route_unchan
     );
     let sent = bodies(&oai).await;
     assert_eq!(sent[0]["messages"], audio_request()["messages"]);
-    let (_, stderr) = gw.stop().await;
-    assert!(
-        request_lines(&stderr)
-            .iter()
-            .any(|l| l.contains("ant/claude-x:cannot_carry:input_audio")),
-        "the log line names the skip and its field: {stderr}"
-    );
+    assert_skip_logged(gw, "ant/claude-x:cannot_carry:input_audio").await;
 }
 
 /// With no route that carries audio, the answer is a 400 naming the field; with
@@ -344,10 +351,7 @@ async fn audio_no_route_carries_is_a_400_and_drop_params_sends_the_rest() {
     let ant = anthropic().await;
     let (_dir, gw) = serve(&[route_of("ant", "anthropic", &ant)], &["ant/claude-x"]).await;
     let r = post(&gw, "/v1/chat/completions", &audio_request(), &[]).await;
-    assert_eq!(r.status(), 400);
-    let e: Value = r.json().await.unwrap();
-    assert_eq!(e["error"]["code"], "unsupported_by_chain");
-    let msg = e["error"]["message"].as_str().unwrap();
+    let msg = unsupported_by_chain(r).await;
     assert!(
         msg.contains("ant/claude-x: cannot carry: input_audio"),
         "{msg}"
@@ -582,9 +586,7 @@ async fn groq_gets_the_client_body_without_the_fields_it_rejects() {
         &[],
     )
     .await;
-    assert_eq!(r.status(), 400);
-    let e: Value = r.json().await.unwrap();
-    assert_eq!(e["error"]["code"], "unsupported_by_chain");
+    unsupported_by_chain(r).await;
     assert_eq!(bodies(&groq).await.len(), 1);
 }
 
