@@ -824,8 +824,8 @@ async fn embeddings_dimensions_reach_gemini_and_base64_is_rendered_by_the_gatewa
     assert_eq!(sent["requests"][1]["outputDimensionality"], 2);
 }
 
-/// `n` on Gemini is `candidateCount`, and every candidate is a choice; a stream of
-/// several candidates is not read apart, so a streamed `n: 2` skips the Gemini route.
+/// `n` on Gemini is `candidateCount`, and every candidate is a choice (streamed, each
+/// candidate is read apart: fidelity_streams.rs).
 #[tokio::test]
 async fn n_on_gemini_is_candidate_count_and_each_candidate_a_choice() {
     const TWO: &str = r#"{"candidates":[
@@ -856,16 +856,6 @@ async fn n_on_gemini_is_candidate_count_and_each_candidate_a_choice() {
     assert_eq!(
         bodies(&gem).await[0]["generationConfig"]["candidateCount"],
         2
-    );
-
-    let body = json!({"model": "high", "n": 2, "stream": true,
-        "messages": [{"role": "user", "content": "Count."}]});
-    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
-    assert_eq!(header(&r, "x-poolctl-served-by"), "oai/gpt-x");
-    assert_eq!(
-        bodies(&gem).await.len(),
-        1,
-        "the streamed n: 2 never reaches Gemini"
     );
 }
 

@@ -350,3 +350,133 @@ async fn a_same_wire_openai_stream_on_a_token_bucket_asks_for_the_usage_and_hide
     let body: Value = serde_json::from_str(&bodies[0]).unwrap();
     assert_eq!(body["stream_options"], json!({"include_usage": true}));
 }
+
+/// Two Gemini candidates streamed together (`candidateCount: 2`): chunks carry either
+/// or both, each with its `index`; candidate 1 ends first, with a function call.
+const GEMINI_TWO_CANDIDATES: &str = concat!(
+    "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"On\"}]},\"index\":0},",
+    "{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"Tw\"}]},\"index\":1}],",
+    "\"usageMetadata\":{\"promptTokenCount\":4,\"candidatesTokenCount\":2},\"modelVersion\":\"gemini-x-001\"}\n\n",
+    "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"o.\"},",
+    "{\"functionCall\":{\"name\":\"count\",\"args\":{\"to\":2}}}]},\"finishReason\":\"STOP\",\"index\":1}],",
+    "\"usageMetadata\":{\"promptTokenCount\":4,\"candidatesTokenCount\":5},\"modelVersion\":\"gemini-x-001\"}\n\n",
+    "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"e.\"}]},\"finishReason\":\"STOP\",\"index\":0}],",
+    "\"usageMetadata\":{\"promptTokenCount\":4,\"candidatesTokenCount\":7},\"modelVersion\":\"gemini-x-001\"}\n\n",
+);
+
+/// What the chunks of choice `index` say: its text, its finish reasons, how many of its
+/// chunks carry the role, and its tool-call deltas.
+fn choice_of(chunks: &[Value], index: u64) -> (String, Vec<String>, usize, Vec<Value>) {
+    let mine: Vec<&Value> = chunks
+        .iter()
+        .flat_map(|c| c["choices"].as_array().into_iter().flatten())
+        .filter(|c| c["index"] == index)
+        .collect();
+    let text = mine
+        .iter()
+        .filter_map(|c| c["delta"]["content"].as_str())
+        .collect();
+    let finishes = mine
+        .iter()
+        .filter_map(|c| c["finish_reason"].as_str().map(str::to_string))
+        .collect();
+    let roles = mine
+        .iter()
+        .filter(|c| c["delta"]["role"] == "assistant")
+        .count();
+    let calls = mine
+        .iter()
+        .filter_map(|c| c["delta"]["tool_calls"].as_array())
+        .flatten()
+        .cloned()
+        .collect();
+    (text, finishes, roles, calls)
+}
+
+/// Guards the gap left by issue 20's first pass: a streamed `n: 2` skipped a Gemini
+/// route (`cannot carry: n`) because its candidates were not read apart. Each
+/// candidate is now its own choice, by its `index`: never spliced into one text, each
+/// with its role, its finish reason and its tool calls counted from 0.
+#[tokio::test]
+async fn a_streamed_n_2_from_gemini_reaches_an_openai_client_as_two_choices_never_spliced() {
+    let gem = sse_upstream(
+        "/v1beta/models/gemini-x:streamGenerateContent",
+        GEMINI_TWO_CANDIDATES,
+    )
+    .await;
+    let (_dir, gw) = serve(&[("gem", "gemini", &gem)], &["gem/gemini-x"], "").await;
+    let body = r#"{"model":"high","n":2,"stream":true,"stream_options":{"include_usage":true},
+        "messages":[{"role":"user","content":"Count."}],
+        "tools":[{"type":"function","function":{"name":"count","parameters":{"type":"object"}}}]}"#;
+    let r = send(&gw, "/v1/chat/completions", body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "gem/gemini-x");
+    let text = r.text().await.unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let chunks = data_lines(&text);
+
+    let (first, finishes, roles, calls) = choice_of(&chunks, 0);
+    assert_eq!(first, "One.");
+    // Choice 1's call makes only choice 1's finish `tool_calls`.
+    assert_eq!(finishes, ["stop"]);
+    assert_eq!(roles, 1);
+    assert!(calls.is_empty(), "{calls:?}");
+
+    let (second, finishes, roles, calls) = choice_of(&chunks, 1);
+    assert_eq!(second, "Two.");
+    assert_eq!(finishes, ["tool_calls"]);
+    assert_eq!(roles, 1);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["index"], 0, "a choice's calls count from 0");
+    assert_eq!(calls[0]["function"]["name"], "count");
+    assert_eq!(calls[0]["function"]["arguments"], r#"{"to":2}"#);
+
+    // Nothing but choices 0 and 1; the usage once, in its own chunk, whole.
+    let indices: Vec<&Value> = chunks
+        .iter()
+        .flat_map(|c| c["choices"].as_array().into_iter().flatten())
+        .map(|c| &c["index"])
+        .collect();
+    assert!(indices.iter().all(|i| **i == 0 || **i == 1), "{indices:?}");
+    let usage: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["usage"].is_object())
+        .map(|c| &c["usage"])
+        .collect();
+    assert_eq!(usage.len(), 1, "{usage:?}");
+    assert_eq!(usage[0]["prompt_tokens"], 4);
+    assert_eq!(usage[0]["completion_tokens"], 7);
+
+    let asked: Value = serde_json::from_str(&sent(&gem).await[0]).unwrap();
+    assert_eq!(asked["generationConfig"]["candidateCount"], 2);
+}
+
+/// A client with no `n` (Anthropic Messages) is given the first candidate alone when
+/// a Gemini stream sends several: the others are never spliced into its text.
+#[tokio::test]
+async fn an_anthropic_client_is_given_the_first_gemini_candidate_alone() {
+    let gem = sse_upstream(
+        "/v1beta/models/gemini-x:streamGenerateContent",
+        GEMINI_TWO_CANDIDATES,
+    )
+    .await;
+    let (_dir, gw) = serve(&[("gem", "gemini", &gem)], &["gem/gemini-x"], "").await;
+    let r = send(&gw, "/v1/messages", ANTHROPIC_CLIENT, &[]).await;
+    assert_eq!(r.status(), 200);
+    let events = data_lines(&r.text().await.unwrap());
+    let text: String = events
+        .iter()
+        .filter_map(|e| e["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "One.");
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["content_block"]["type"] == "tool_use"),
+        "candidate 1's call is not the client's: {events:?}"
+    );
+    assert_eq!(
+        event(&events, "message_delta")["delta"]["stop_reason"],
+        "end_turn"
+    );
+}

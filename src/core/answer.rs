@@ -110,6 +110,10 @@ pub enum StreamEvent<'a> {
     /// The model the upstream says is answering, as soon as it says so: not visible,
     /// but every chunk the client sees names it (fidelity.md §2).
     Model(&'a str),
+    /// The events that follow are choice `i`'s, until the next `Choice`: a stream of
+    /// several choices (a client's `n` on a wire that streams them together, Gemini's
+    /// candidates). A stream that never says is choice 0's.
+    Choice(u32),
     /// One event of a same-wire stream, framed as the upstream sent its data, for a
     /// caller that forwards the stream as it came (spec/fidelity.md §1). It follows the
     /// parsed events of the same upstream event; `visible` says whether that event held

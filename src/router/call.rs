@@ -373,10 +373,7 @@ impl Router {
                 self.settle_admission(&mut walk, spent_by(&result), headers)
                     .await;
                 let now = clock.now_ms();
-                let dropped = walk
-                    .asked
-                    .carry(&spec.endpoint, walk.needs.streaming)
-                    .unwrap_or_default();
+                let dropped = walk.asked.carry(&spec.endpoint).unwrap_or_default();
                 let observed = match &result {
                     Ok(reply) => Observed {
                         verdict: Verdict {

@@ -247,7 +247,7 @@ impl Router {
                 return skip(SkipWhy::Retired, health.reason().map(str::to_string))
             }
         }
-        if let Err(cannot) = walk.asked.carry(&spec.endpoint, walk.needs.streaming) {
+        if let Err(cannot) = walk.asked.carry(&spec.endpoint) {
             let why = format!("cannot carry: {}", cannot.field);
             return skip(SkipWhy::CannotCarry, Some(why));
         }
@@ -275,10 +275,7 @@ impl Router {
             let eligible = (walk.tier.in_first_step(i)
                 || walk.opts.policy.approves_fallback(&spec.route))
                 && cannot_serve(&spec.facts, &needs).is_none()
-                && walk
-                    .asked
-                    .carry(&spec.endpoint, walk.needs.streaming)
-                    .is_ok()
+                && walk.asked.carry(&spec.endpoint).is_ok()
                 && larger_than.is_none_or(|w| spec.facts.context_window.is_some_and(|c| c > w))
                 && !self.breaker_open(spec, now).await;
             if !eligible {

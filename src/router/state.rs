@@ -199,6 +199,7 @@ pub(super) enum Held {
     Model(String),
     Reasoning(String),
     Raw(Vec<u8>, bool),
+    Choice(u32),
 }
 
 impl Held {
@@ -222,6 +223,7 @@ impl Held {
             StreamEvent::Model(m) => Held::Model(m.to_string()),
             StreamEvent::Reasoning(t) => Held::Reasoning(t.to_string()),
             StreamEvent::Raw { frame, visible } => Held::Raw(frame.to_vec(), visible),
+            StreamEvent::Choice(i) => Held::Choice(i),
         }
     }
 
@@ -248,6 +250,7 @@ impl Held {
                 frame,
                 visible: *visible,
             },
+            Held::Choice(i) => StreamEvent::Choice(*i),
         })
     }
 }
@@ -266,13 +269,9 @@ pub(super) enum Asked<'a> {
 impl Asked<'_> {
     /// What `endpoint` cannot carry: `Err` with the semantic field that skips it, else
     /// the advisory fields it is called without.
-    pub(super) fn carry(
-        &self,
-        endpoint: &wire::Endpoint,
-        streaming: bool,
-    ) -> Result<Vec<String>, wire::Cannot> {
+    pub(super) fn carry(&self, endpoint: &wire::Endpoint) -> Result<Vec<String>, wire::Cannot> {
         match self {
-            Asked::Chat(c) => wire::carry(c, endpoint, streaming),
+            Asked::Chat(c) => wire::carry(c, endpoint),
             Asked::Embed(e) => wire::carry_embed(e, endpoint),
             Asked::Whole => Ok(Vec::new()),
         }

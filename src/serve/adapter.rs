@@ -77,6 +77,8 @@ pub enum Event {
     Model(String),
     /// Reasoning text (see `StreamEvent::Reasoning`).
     Reasoning(String),
+    /// The events that follow are choice `i`'s (see `StreamEvent::Choice`).
+    Choice(u32),
     /// A same-wire stream's event as the upstream sent it (see `StreamEvent::Raw`).
     Raw {
         frame: bytes::Bytes,
@@ -158,6 +160,7 @@ fn event_of(e: StreamEvent<'_>) -> Event {
         StreamEvent::Usage(u) => Event::Usage(*u),
         StreamEvent::Model(m) => Event::Model(m.to_string()),
         StreamEvent::Reasoning(t) => Event::Reasoning(t.to_string()),
+        StreamEvent::Choice(i) => Event::Choice(i),
         StreamEvent::Raw { frame, visible } => Event::Raw {
             frame: bytes::Bytes::copy_from_slice(frame),
             visible,

@@ -424,7 +424,13 @@ impl ResponsesStream {
                 self.call(*index, id.as_deref(), name.as_deref(), arguments, &mut out);
             }
             // The finish and the usage come in `finish`, with the whole response.
-            Event::Finish(_) | Event::Usage(_) | Event::Model(_) | Event::Raw { .. } => {}
+            // Never reached: a Responses request has no `n`, and `stream` keeps the
+            // events of every choice but the first from this encoder.
+            Event::Finish(_)
+            | Event::Usage(_)
+            | Event::Model(_)
+            | Event::Raw { .. }
+            | Event::Choice(_) => {}
         }
         out
     }

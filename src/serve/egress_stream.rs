@@ -64,11 +64,16 @@ pub struct OpenAiStream {
     pub model: String,
     pub include_usage: bool,
     role_sent: bool,
-    /// The upstream index of each tool call, in the order they started: the position
-    /// is the index the client sees. OpenAI clients count calls from 0 whatever blocks
-    /// came before (an Anthropic text block is index 0 upstream, its first tool_use 1;
-    /// the SDK's `chat.completions.stream` helper indexes a list with it).
-    calls: Vec<u32>,
+    /// The choice the next chunks are for (`Event::Choice`; 0 unless the client asked
+    /// for `n` > 1), and the choices past the first whose role was sent.
+    choice: u32,
+    roles: Vec<u32>,
+    /// The choice and upstream index of each tool call, in the order they started: the
+    /// position among its choice's calls is the index the client sees. OpenAI clients
+    /// count a choice's calls from 0 whatever blocks came before (an Anthropic text
+    /// block is index 0 upstream, its first tool_use 1; the SDK's
+    /// `chat.completions.stream` helper indexes a list with it).
+    calls: Vec<(u32, u32)>,
 }
 
 impl OpenAiStream {
@@ -79,15 +84,28 @@ impl OpenAiStream {
             model,
             include_usage,
             role_sent: false,
+            choice: 0,
+            roles: Vec::new(),
             calls: Vec::new(),
         }
     }
 
+    /// The role goes on each choice's first chunk: true once, for the current choice.
+    fn take_role(&mut self) -> bool {
+        if self.choice == 0 {
+            return !std::mem::replace(&mut self.role_sent, true);
+        }
+        if self.roles.contains(&self.choice) {
+            return false;
+        }
+        self.roles.push(self.choice);
+        true
+    }
+
     pub(super) fn chunk(&mut self, delta: Value, finish: Option<&str>) -> Vec<u8> {
         let mut delta = delta;
-        if !self.role_sent {
+        if self.take_role() {
             delta["role"] = json!("assistant");
-            self.role_sent = true;
         }
         self.typed_chunk(delta, finish)
     }
@@ -97,7 +115,7 @@ impl OpenAiStream {
             choices: [ChunkChoice {
                 delta,
                 finish_reason: finish,
-                index: 0,
+                index: self.choice,
                 logprobs: (),
             }],
             created: self.created,
@@ -116,7 +134,7 @@ impl OpenAiStream {
     }
 
     fn text_chunk(&mut self, text: &str) -> Vec<u8> {
-        let role = (!std::mem::replace(&mut self.role_sent, true)).then_some("assistant");
+        let role = self.take_role().then_some("assistant");
         self.typed_chunk(
             TextDelta {
                 content: text,
@@ -140,11 +158,14 @@ impl OpenAiStream {
                 name,
                 arguments,
             } => {
-                let index = match self.calls.iter().position(|c| c == index) {
+                let choice = self.choice;
+                let mine = || self.calls.iter().filter(|(c, _)| *c == choice);
+                let index = match mine().position(|(_, i)| i == index) {
                     Some(i) => i,
                     None => {
-                        self.calls.push(*index);
-                        self.calls.len() - 1
+                        let next = mine().count();
+                        self.calls.push((choice, *index));
+                        next
                     }
                 };
                 let mut call = json!({"index": index, "function": {"arguments": arguments}});
@@ -166,6 +187,10 @@ impl OpenAiStream {
                 data_line(&v)
             }
             Event::Usage(_) => Vec::new(),
+            Event::Choice(i) => {
+                self.choice = *i;
+                Vec::new()
+            }
             // Named in every chunk (`model`) from the start; a same-wire frame is
             // forwarded as it is, never encoded.
             Event::Model(_) | Event::Raw { .. } => Vec::new(),
@@ -265,9 +290,13 @@ impl AnthropicStream {
             }
             // Reasoning from another wire cannot become a signed `thinking` block: it
             // writes nothing, so it does not start the message either (fidelity.md §5).
-            Event::Finish(_) | Event::Model(_) | Event::Reasoning(_) | Event::Raw { .. } => {
-                return out
-            }
+            // An Anthropic request has no `n`: `stream` keeps the events of every
+            // choice but the first from this encoder.
+            Event::Finish(_)
+            | Event::Model(_)
+            | Event::Reasoning(_)
+            | Event::Raw { .. }
+            | Event::Choice(_) => return out,
             _ => {}
         }
         self.start(&mut out);
@@ -322,7 +351,8 @@ impl AnthropicStream {
             | Event::Finish(_)
             | Event::Model(_)
             | Event::Reasoning(_)
-            | Event::Raw { .. } => {}
+            | Event::Raw { .. }
+            | Event::Choice(_) => {}
         }
         out
     }

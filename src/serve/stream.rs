@@ -101,6 +101,8 @@ struct LiveState {
     held: Vec<Event>,
     finish_sent: bool,
     usage_sent: bool,
+    /// The choice the events now arriving are for (`Event::Choice`).
+    choice: u32,
     /// Same-wire frames before the first visible token (`message_start`, the role
     /// chunk), with the attempt they came from: only the serving attempt's are sent.
     held_raw: Vec<(usize, Bytes)>,
@@ -212,7 +214,11 @@ impl Live {
         let visible = match &ev {
             Event::Text(t) | Event::Refusal(t) | Event::Reasoning(t) => !t.is_empty(),
             Event::ToolCall { .. } => true,
-            Event::Finish(_) | Event::Usage(_) | Event::Model(_) | Event::Raw { .. } => false,
+            Event::Finish(_)
+            | Event::Usage(_)
+            | Event::Model(_)
+            | Event::Raw { .. }
+            | Event::Choice(_) => false,
         };
         if s.encoder.is_none() {
             if !visible {
@@ -289,8 +295,25 @@ impl Live {
 
 impl LiveState {
     fn encode(&mut self, ev: &Event) -> Vec<u8> {
+        if let Event::Choice(i) = ev {
+            self.choice = *i;
+        }
+        // Only OpenAI chunks say which choice they carry; the other encoders are given
+        // choice 0's events alone (their clients have no `n`).
+        let openai = matches!(self.encoder, Some(Encoder::OpenAi(_)));
+        let choice_bound = matches!(
+            ev,
+            Event::Text(_)
+                | Event::Refusal(_)
+                | Event::Reasoning(_)
+                | Event::ToolCall { .. }
+                | Event::Finish(_)
+        );
+        if self.choice != 0 && !openai && choice_bound {
+            return Vec::new();
+        }
         match ev {
-            Event::Finish(_) => self.finish_sent = true,
+            Event::Finish(_) if self.choice == 0 => self.finish_sent = true,
             Event::Usage(_) => self.usage_sent = true,
             _ => {}
         }
@@ -570,7 +593,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                 .chain(target.degrade_tier)
                 .flat_map(|t| &t.routes)
                 .map(|r| {
-                    let d = crate::wire::carry(&c.request, &r.endpoint, true).unwrap_or_default();
+                    let d = crate::wire::carry(&c.request, &r.endpoint).unwrap_or_default();
                     (r.route.clone(), d)
                 })
                 .collect();

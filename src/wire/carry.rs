@@ -26,14 +26,10 @@ pub struct Cannot {
     pub field: String,
 }
 
-/// The fields `endpoint` cannot carry of `req`, sent as a stream when `streaming`:
+/// The fields `endpoint` cannot carry of `req`, streamed or not (alike on every wire):
 /// `Err` with the first semantic one when the route must be skipped, else the advisory
 /// ones it is called without (each named once, in the order found).
-pub fn carry(
-    req: &ChatRequest,
-    endpoint: &Endpoint,
-    streaming: bool,
-) -> Result<Vec<String>, Cannot> {
+pub fn carry(req: &ChatRequest, endpoint: &Endpoint) -> Result<Vec<String>, Cannot> {
     let mut lacks: Vec<(String, bool)> = Vec::new();
     if let Some(orig) = req.same_wire(endpoint.wire) {
         // A re-sent conversation's reasoning, kept only for the provider it came from.
@@ -51,7 +47,7 @@ pub fn carry(
                 field: why.to_string(),
             });
         }
-        cross_wire(req, endpoint.wire, streaming, &mut lacks);
+        cross_wire(req, endpoint.wire, &mut lacks);
     }
     for (field, semantic) in rejected_by(endpoint.dialect, req) {
         lacks.push((field.to_string(), semantic));
@@ -70,7 +66,7 @@ pub fn carry(
 
 /// What a route of another wire than the client's (or any route, for a library
 /// request) cannot express of the canonical request: `(field, semantic)`.
-fn cross_wire(req: &ChatRequest, wire: Wire, streaming: bool, out: &mut Vec<(String, bool)>) {
+fn cross_wire(req: &ChatRequest, wire: Wire, out: &mut Vec<(String, bool)>) {
     let mut lack = |field: &str, semantic: bool| out.push((field.to_string(), semantic));
     for part in req.parts() {
         match (wire, part) {
@@ -100,10 +96,9 @@ fn cross_wire(req: &ChatRequest, wire: Wire, streaming: bool, out: &mut Vec<(Str
         }
     }
     let n = req.n.unwrap_or(1);
-    // Anthropic has no `n`. Gemini's `candidateCount` carries it on a whole answer; a
-    // stream of several candidates is not read apart, so a stream skips the route
-    // rather than splice the candidates into one answer.
-    if n > 1 && (wire == Wire::Anthropic || (wire == Wire::Gemini && streaming)) {
+    // Anthropic has no `n`. Gemini's `candidateCount` carries it, whole or streamed
+    // (each streamed candidate read apart by its `index`, `stream_event`).
+    if n > 1 && wire == Wire::Anthropic {
         lack("n", true);
     }
     // With no tools offered there is nothing to run in parallel.
@@ -311,16 +306,12 @@ mod tests {
         r.n = Some(2);
         r.sampling.seed = Some(7);
         let ant = endpoint(Wire::Anthropic, Dialect::Anthropic, false);
-        assert_eq!(carry(&r, &ant, false), Err(Cannot { field: "n".into() }));
+        assert_eq!(carry(&r, &ant), Err(Cannot { field: "n".into() }));
         let lenient = endpoint(Wire::Anthropic, Dialect::Anthropic, true);
-        assert_eq!(
-            carry(&r, &lenient, false),
-            Ok(vec!["n".into(), "seed".into()])
-        );
-        // Gemini carries n on a whole answer, not on a stream.
+        assert_eq!(carry(&r, &lenient), Ok(vec!["n".into(), "seed".into()]));
+        // Gemini carries n as candidateCount, whole or streamed.
         let gem = endpoint(Wire::Gemini, Dialect::Gemini, false);
-        assert!(carry(&r, &gem, false).is_ok());
-        assert_eq!(carry(&r, &gem, true), Err(Cannot { field: "n".into() }));
+        assert!(carry(&r, &gem).is_ok());
     }
 
     #[test]
@@ -328,9 +319,9 @@ mod tests {
         let mut r = ChatRequest::user("hi", 8);
         r.unmapped = vec![Unmapped::openai("logprobs", &serde_json::json!(false))];
         let groq = endpoint(Wire::OpenAi, Dialect::Groq, false);
-        assert_eq!(carry(&r, &groq, false), Ok(vec!["logprobs".into()]));
+        assert_eq!(carry(&r, &groq), Ok(vec!["logprobs".into()]));
         r.unmapped = vec![Unmapped::openai("logprobs", &serde_json::json!(true))];
-        assert!(carry(&r, &groq, false).is_err());
+        assert!(carry(&r, &groq).is_err());
         let body = CallBody::Json(serde_json::json!({"model": "m", "logprobs": true, "user": "u"}));
         let lenient = endpoint(Wire::OpenAi, Dialect::Groq, true);
         match fit(body, &r, &lenient) {
@@ -346,7 +337,7 @@ mod tests {
         let mut r = ChatRequest::user("hi", 8);
         r.parallel_tool_calls = Some(false);
         let gem = endpoint(Wire::Gemini, Dialect::Gemini, false);
-        assert!(carry(&r, &gem, false).is_ok());
+        assert!(carry(&r, &gem).is_ok());
         r.tools = vec![ToolSpec {
             name: "f".into(),
             description: String::new(),
@@ -354,7 +345,7 @@ mod tests {
             strict: false,
         }];
         assert_eq!(
-            carry(&r, &gem, false),
+            carry(&r, &gem),
             Err(Cannot {
                 field: "parallel_tool_calls".into()
             })

@@ -395,6 +395,15 @@ async fn drive(
     let mut answering: Option<String> = None;
     let mut finished = false;
     let mut skipped = 0u32;
+    // Several choices in one stream (Gemini candidates for a client's `n`): the choice
+    // the events being read belong to, the one the caller was last told of, and the
+    // choices past the first that have not finished yet. Only choice 0's text, tool
+    // calls, refusal and finish make the attempt's answer; the others are passed on.
+    let mut told = 0u32;
+    let mut open_choices: Vec<u32> = Vec::new();
+    let mut closed_choices: Vec<u32> = Vec::new();
+    // The tool calls each choice has sent so far, by choice: numbers a Gemini call.
+    let mut calls_so_far: Vec<u32> = vec![0];
     // The stream's share of the process's answer bytes: what it keeps (its text, when
     // kept; its tool calls), charged as it arrives; what it only passes on is not held.
     // Past the cap, the largest holders wait before their next read, inside the same
@@ -434,8 +443,9 @@ async fn drive(
             return Err(ended(&watch, Ended::EventTooLarge, Some(status), &headers));
         }
         for event in events.drain(..) {
-            let calls_so_far = seen.calls.len() as u32;
-            let parsed = parse_event(ep.wire, &event.event, &event.data, calls_so_far);
+            calls_so_far[0] = seen.calls.len() as u32;
+            let parsed = parse_event(ep.wire, &event.event, &event.data, &calls_so_far);
+            let mut choice = 0u32;
             let forward = passthrough.as_ref().and_then(|p| p.frame(&event, &parsed));
             let terminal = parsed.iter().any(|e| matches!(e, WireEvent::Terminator));
             if !seen.visible {
@@ -453,7 +463,81 @@ async fn drive(
                 }
             }
             for ev in parsed {
+                let for_caller = matches!(
+                    ev,
+                    WireEvent::Delta(_)
+                        | WireEvent::Reasoning(_)
+                        | WireEvent::Refusal(_)
+                        | WireEvent::ToolCall { .. }
+                );
+                if for_caller && choice != told {
+                    on_event(StreamEvent::Choice(choice));
+                    told = choice;
+                }
+                if choice > 0 {
+                    match ev {
+                        WireEvent::Finish(reason, u) => {
+                            open_choices.retain(|&c| c != choice);
+                            closed_choices.push(choice);
+                            if let Some(u) = u {
+                                usage = Some(merge_usage(usage, u));
+                            }
+                            if let Some(reason) = reason {
+                                if choice != told {
+                                    on_event(StreamEvent::Choice(choice));
+                                    told = choice;
+                                }
+                                on_event(StreamEvent::Finish(&reason));
+                            }
+                            continue;
+                        }
+                        WireEvent::Delta(ref t) | WireEvent::Refusal(ref t) => {
+                            if let Err(why) = watch.deliver(t.len()) {
+                                return Err(ended(&watch, why, Some(status), &headers));
+                            }
+                            if !t.is_empty() {
+                                seen.visible = true;
+                                on_event(match ev {
+                                    WireEvent::Delta(_) => StreamEvent::Text(t),
+                                    _ => StreamEvent::Refusal(t),
+                                });
+                            }
+                            continue;
+                        }
+                        WireEvent::ToolCall {
+                            index,
+                            ref id,
+                            ref name,
+                            ref arguments,
+                        } => {
+                            let size = arguments.len() + name.as_ref().map_or(0, String::len);
+                            if let Err(why) = watch.deliver(size) {
+                                return Err(ended(&watch, why, Some(status), &headers));
+                            }
+                            seen.visible = true;
+                            let i = choice as usize;
+                            if calls_so_far.len() <= i {
+                                calls_so_far.resize(i + 1, 0);
+                            }
+                            calls_so_far[i] += 1;
+                            on_event(StreamEvent::ToolCall {
+                                index,
+                                id: id.as_deref(),
+                                name: name.as_deref(),
+                                arguments,
+                            });
+                            continue;
+                        }
+                        _ => {}
+                    }
+                }
                 match ev {
+                    WireEvent::Choice(c) => {
+                        choice = c;
+                        if c > 0 && !open_choices.contains(&c) && !closed_choices.contains(&c) {
+                            open_choices.push(c);
+                        }
+                    }
                     WireEvent::Delta(t) => {
                         // Nothing past `max_stream_bytes` reaches the caller.
                         if let Err(why) = watch.deliver(t.len()) {
@@ -572,7 +656,7 @@ async fn drive(
                         || event.event == "message_stop"
                 }
             };
-            if finished && complete {
+            if finished && open_choices.is_empty() && complete {
                 break 'read;
             }
         }
@@ -599,6 +683,10 @@ async fn drive(
     }
     let tool_calls =
         finish_calls(std::mem::take(&mut seen.calls)).map_err(|why| broke(&headers, why))?;
+    if told != 0 {
+        // The finish and usage the caller is given next are choice 0's.
+        on_event(StreamEvent::Choice(0));
+    }
     Ok(StreamSuccess {
         usage,
         tool_calls,
@@ -764,30 +852,30 @@ mod tests {
         let d =
             r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#;
         assert_eq!(
-            parse_event(Wire::OpenAi, "", d, 0),
+            parse_event(Wire::OpenAi, "", d, &[]),
             vec![WireEvent::Delta("Hi".into())]
         );
         let f = r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
         assert_eq!(
-            parse_event(Wire::OpenAi, "", f, 0),
+            parse_event(Wire::OpenAi, "", f, &[]),
             vec![WireEvent::Finish(Some(FinishReason::Stop), None)]
         );
         let u = r#"{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
         assert_eq!(
-            parse_event(Wire::OpenAi, "", u, 0),
+            parse_event(Wire::OpenAi, "", u, &[]),
             vec![WireEvent::Usage(usage(3, 2))]
         );
         assert_eq!(
-            parse_event(Wire::OpenAi, "", "[DONE]", 0),
+            parse_event(Wire::OpenAi, "", "[DONE]", &[]),
             vec![WireEvent::Terminator]
         );
         assert!(matches!(
-            parse_event(Wire::OpenAi, "", "{not json", 0)[0],
+            parse_event(Wire::OpenAi, "", "{not json", &[])[0],
             WireEvent::Malformed(_)
         ));
         let e = r#"{"error":{"message":"boom","type":"server_error"}}"#;
         assert!(matches!(
-            parse_event(Wire::OpenAi, "", e, 0)[0],
+            parse_event(Wire::OpenAi, "", e, &[])[0],
             WireEvent::Error(_)
         ));
     }
@@ -798,12 +886,12 @@ mod tests {
     #[test]
     fn an_openai_chunk_that_finishes_on_error_is_an_error_event() {
         let with_error = r#"{"id":"gen-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":""},"finish_reason":"error","error":{"code":502,"message":"Upstream error"}}]}"#;
-        match &parse_event(Wire::OpenAi, "", with_error, 0)[..] {
+        match &parse_event(Wire::OpenAi, "", with_error, &[])[..] {
             [WireEvent::Error(f)] => assert_eq!(f.code.as_deref(), Some("502")),
             other => panic!("{other:?}"),
         }
         let bare = r#"{"id":"gen-1","choices":[{"index":0,"delta":{"content":"tail"},"finish_reason":"error"}]}"#;
-        match &parse_event(Wire::OpenAi, "", bare, 0)[..] {
+        match &parse_event(Wire::OpenAi, "", bare, &[])[..] {
             [WireEvent::Delta(t), WireEvent::Error(f)] => {
                 assert_eq!(t, "tail");
                 assert_eq!(f.code, None);
@@ -813,7 +901,7 @@ mod tests {
         let glm =
             r#"{"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"network_error"}]}"#;
         assert!(matches!(
-            &parse_event(Wire::OpenAi, "", glm, 0)[..],
+            &parse_event(Wire::OpenAi, "", glm, &[])[..],
             [WireEvent::Error(_)]
         ));
     }
@@ -823,13 +911,13 @@ mod tests {
     #[test]
     fn a_minimax_base_resp_chunk_is_an_error_event() {
         let d = r#"{"id":"b","choices":[],"model":"MiniMax-M1","base_resp":{"status_code":1027,"status_msg":"output new_sensitive"}}"#;
-        match &parse_event(Wire::OpenAi, "", d, 0)[..] {
+        match &parse_event(Wire::OpenAi, "", d, &[])[..] {
             [WireEvent::Error(f)] => assert_eq!(f.code.as_deref(), Some("1027")),
             other => panic!("{other:?}"),
         }
         let fine = r#"{"id":"b","choices":[{"index":0,"delta":{"content":"hi"}}],"base_resp":{"status_code":0,"status_msg":""}}"#;
         assert_eq!(
-            parse_event(Wire::OpenAi, "", fine, 0),
+            parse_event(Wire::OpenAi, "", fine, &[]),
             vec![WireEvent::Delta("hi".into())]
         );
     }
@@ -838,7 +926,7 @@ mod tests {
     fn openai_tool_call_deltas_and_model() {
         let start = r#"{"id":"c","model":"gpt-x-1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get","arguments":""}}]}}]}"#;
         assert_eq!(
-            parse_event(Wire::OpenAi, "", start, 0),
+            parse_event(Wire::OpenAi, "", start, &[]),
             vec![
                 WireEvent::Model("gpt-x-1".into()),
                 WireEvent::ToolCall {
@@ -851,7 +939,7 @@ mod tests {
         );
         let more = r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"q\":1}"}}]},"finish_reason":"tool_calls"}]}"#;
         assert_eq!(
-            parse_event(Wire::OpenAi, "", more, 0),
+            parse_event(Wire::OpenAi, "", more, &[]),
             vec![
                 WireEvent::ToolCall {
                     index: 0,
@@ -869,12 +957,12 @@ mod tests {
         let d =
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#;
         assert_eq!(
-            parse_event(Wire::Anthropic, "content_block_delta", d, 0),
+            parse_event(Wire::Anthropic, "content_block_delta", d, &[]),
             vec![WireEvent::Delta("Hi".into())]
         );
         let m = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#;
         assert_eq!(
-            parse_event(Wire::Anthropic, "message_delta", m, 0),
+            parse_event(Wire::Anthropic, "message_delta", m, &[]),
             vec![WireEvent::Finish(
                 Some(FinishReason::Stop),
                 Some(usage(0, 5))
@@ -885,23 +973,23 @@ mod tests {
                 Wire::Anthropic,
                 "message_stop",
                 r#"{"type":"message_stop"}"#,
-                0
+                &[]
             ),
             vec![WireEvent::Terminator]
         );
         let e = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-        match &parse_event(Wire::Anthropic, "error", e, 0)[0] {
+        match &parse_event(Wire::Anthropic, "error", e, &[])[0] {
             WireEvent::Error(f) => assert_eq!(f.kind.as_deref(), Some("overloaded_error")),
             other => panic!("{other:?}"),
         }
-        assert!(parse_event(Wire::Anthropic, "ping", r#"{"type":"ping"}"#, 0).is_empty());
+        assert!(parse_event(Wire::Anthropic, "ping", r#"{"type":"ping"}"#, &[]).is_empty());
     }
 
     #[test]
     fn anthropic_tool_use_blocks_model_and_cached_usage() {
         let start = r#"{"type":"message_start","message":{"model":"claude-x-1","usage":{"input_tokens":9,"output_tokens":1,"cache_read_input_tokens":6}}}"#;
         assert_eq!(
-            parse_event(Wire::Anthropic, "message_start", start, 0),
+            parse_event(Wire::Anthropic, "message_start", start, &[]),
             vec![
                 WireEvent::Model("claude-x-1".into()),
                 WireEvent::Usage(Usage {
@@ -915,7 +1003,7 @@ mod tests {
         );
         let block = r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"get","input":{}}}"#;
         assert_eq!(
-            parse_event(Wire::Anthropic, "content_block_start", block, 0),
+            parse_event(Wire::Anthropic, "content_block_start", block, &[]),
             vec![WireEvent::ToolCall {
                 index: 1,
                 id: Some("toolu_1".into()),
@@ -925,7 +1013,7 @@ mod tests {
         );
         let delta = r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"q\""}}"#;
         assert_eq!(
-            parse_event(Wire::Anthropic, "content_block_delta", delta, 0),
+            parse_event(Wire::Anthropic, "content_block_delta", delta, &[]),
             vec![WireEvent::ToolCall {
                 index: 1,
                 id: None,
@@ -940,12 +1028,12 @@ mod tests {
         let d =
             r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"},"index":0}]}"#;
         assert_eq!(
-            parse_event(Wire::Gemini, "", d, 0),
+            parse_event(Wire::Gemini, "", d, &[]),
             vec![WireEvent::Delta("Hi".into())]
         );
         let f = r#"{"candidates":[{"content":{"parts":[{"text":""}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":2,"candidatesTokenCount":1}}"#;
         assert_eq!(
-            parse_event(Wire::Gemini, "", f, 0),
+            parse_event(Wire::Gemini, "", f, &[]),
             vec![WireEvent::Finish(
                 Some(FinishReason::Stop),
                 Some(usage(2, 1))
@@ -958,7 +1046,7 @@ mod tests {
     #[test]
     fn a_gemini_blocked_prompt_chunk_is_a_content_filter_error() {
         let d = r#"{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},"usageMetadata":{"promptTokenCount":8}}"#;
-        match &parse_event(Wire::Gemini, "", d, 0)[..] {
+        match &parse_event(Wire::Gemini, "", d, &[])[..] {
             [WireEvent::Error(f)] => assert_eq!(f.code.as_deref(), Some("content_filter")),
             other => panic!("{other:?}"),
         }
@@ -970,7 +1058,7 @@ mod tests {
     fn gemini_function_calls_are_numbered_across_chunks() {
         let c = r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"get","args":{"q":1}}}]},"finishReason":"STOP"}]}"#;
         assert_eq!(
-            parse_event(Wire::Gemini, "", c, 2),
+            parse_event(Wire::Gemini, "", c, &[2]),
             vec![
                 WireEvent::ToolCall {
                     index: 2,
@@ -979,6 +1067,32 @@ mod tests {
                     arguments: r#"{"q":1}"#.into()
                 },
                 WireEvent::Finish(Some(FinishReason::ToolCalls), None)
+            ]
+        );
+    }
+
+    /// Several candidates in one chunk: each marked with its `index`, its calls
+    /// numbered from that choice's own count, its finish its own.
+    #[test]
+    fn gemini_candidates_are_marked_by_choice_and_number_their_own_calls() {
+        let c = r#"{"candidates":[
+            {"content":{"parts":[{"text":"A"}]},"finishReason":"STOP","index":0},
+            {"content":{"parts":[{"functionCall":{"name":"get","args":{}}}]},"finishReason":"STOP","index":1}],
+            "usageMetadata":{"promptTokenCount":3,"candidatesTokenCount":2}}"#;
+        assert_eq!(
+            parse_event(Wire::Gemini, "", c, &[0, 1]),
+            vec![
+                WireEvent::Choice(0),
+                WireEvent::Delta("A".into()),
+                WireEvent::Finish(Some(FinishReason::Stop), Some(usage(3, 2))),
+                WireEvent::Choice(1),
+                WireEvent::ToolCall {
+                    index: 1,
+                    id: Some("call_1".into()),
+                    name: Some("get".into()),
+                    arguments: "{}".into()
+                },
+                WireEvent::Finish(Some(FinishReason::ToolCalls), None),
             ]
         );
     }

@@ -35,6 +35,10 @@ pub enum WireEvent {
     Usage(Usage),
     /// The model the stream says is answering.
     Model(String),
+    /// The events that follow, up to the next `Choice` or the end of this SSE event,
+    /// are choice `i`'s (a Gemini stream of several candidates, a client's `n`). An
+    /// event without one is choice 0's.
+    Choice(u32),
     /// The wire's end-of-stream marker (`[DONE]`, `message_stop`).
     Terminator,
     /// The wire's in-stream error event.
@@ -44,8 +48,9 @@ pub enum WireEvent {
 }
 
 /// Reads one SSE event of `wire`. Pure, so every wire's event table is unit-tested.
-/// `calls_so_far` numbers Gemini's whole function calls on from the earlier chunks.
-pub fn parse_event(wire: Wire, event: &str, data: &str, calls_so_far: u32) -> Vec<WireEvent> {
+/// `calls_so_far` numbers Gemini's whole function calls on from the earlier chunks:
+/// how many each choice has sent, by choice (none named: none sent).
+pub fn parse_event(wire: Wire, event: &str, data: &str, calls_so_far: &[u32]) -> Vec<WireEvent> {
     let data = data.trim();
     if data.is_empty() {
         return Vec::new();
@@ -325,7 +330,7 @@ fn anthropic_event(event: &str, v: &Value) -> Vec<WireEvent> {
     }
 }
 
-fn gemini_event(v: &Value, calls_so_far: u32) -> Vec<WireEvent> {
+fn gemini_event(v: &Value, calls_so_far: &[u32]) -> Vec<WireEvent> {
     // A blocked prompt streams one chunk with `promptFeedback.blockReason` and no
     // candidates: the same refusal as unstreamed (`gemini::parse_chat`).
     if let Some(reason) = v
@@ -342,12 +347,35 @@ fn gemini_event(v: &Value, calls_so_far: u32) -> Vec<WireEvent> {
     if let Some(model) = v.get("modelVersion").and_then(Value::as_str) {
         out.push(WireEvent::Model(model.to_string()));
     }
-    let candidate = v
+    let candidates: &[Value] = v
         .get("candidates")
         .and_then(Value::as_array)
-        .and_then(|c| c.first());
-    let mut calls = 0u32;
-    if let Some(c) = candidate {
+        .map_or(&[], Vec::as_slice);
+    // `candidateCount` > 1 (a client's `n`): each candidate's events are marked with
+    // its `index`, so they are never spliced into one answer. A lone candidate 0, the
+    // common stream, is marked with nothing.
+    let several = candidates.len() > 1
+        || candidates.iter().any(|c| {
+            c.get("index")
+                .and_then(Value::as_u64)
+                .is_some_and(|i| i > 0)
+        });
+    let usage = v
+        .get("usageMetadata")
+        .map(|u| super::gemini::usage(Some(u)));
+    let mut finished = false;
+    for (position, c) in candidates.iter().enumerate() {
+        let index = c
+            .get("index")
+            .and_then(Value::as_u64)
+            .unwrap_or(position as u64);
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        if several {
+            out.push(WireEvent::Choice(index));
+        }
+        // Each choice's calls are numbered from 0, as the whole answer numbers them.
+        let before = calls_so_far.get(index as usize).copied().unwrap_or(0);
+        let mut calls = 0u32;
         let thought: String = c
             .pointer("/content/parts")
             .and_then(Value::as_array)
@@ -373,8 +401,8 @@ fn gemini_event(v: &Value, calls_so_far: u32) -> Vec<WireEvent> {
             // Gemini has no call ids: the same `call_{k}` the whole answer gets, so a
             // client can answer the call (an OpenAI SDK reads `id` from its first delta).
             out.push(WireEvent::ToolCall {
-                index: calls_so_far + calls,
-                id: Some(format!("call_{}", calls_so_far + calls)),
+                index: before + calls,
+                id: Some(format!("call_{}", before + calls)),
                 name: call.get("name").and_then(Value::as_str).map(str::to_string),
                 arguments: call
                     .get("args")
@@ -383,26 +411,22 @@ fn gemini_event(v: &Value, calls_so_far: u32) -> Vec<WireEvent> {
             });
             calls += 1;
         }
-    }
-    let usage = v
-        .get("usageMetadata")
-        .map(|u| super::gemini::usage(Some(u)));
-    match candidate
-        .and_then(|c| c.get("finishReason"))
-        .and_then(Value::as_str)
-    {
-        Some(f) => {
+        if let Some(f) = c.get("finishReason").and_then(Value::as_str) {
             if super::gemini::REFUSALS.contains(&f) {
                 out.push(WireEvent::Refusal(String::new()));
             }
+            // The usage is the whole answer's: stated once, with the first finish.
             out.push(WireEvent::Finish(
-                Some(super::gemini::finish_reason(f, calls_so_far + calls > 0)),
-                usage,
-            ))
+                Some(super::gemini::finish_reason(f, before + calls > 0)),
+                if finished { None } else { usage },
+            ));
+            finished = true;
         }
-        None => out.extend(usage.map(WireEvent::Usage)),
     }
-    if candidate.is_none() && !out.iter().any(|e| matches!(e, WireEvent::Usage(_))) {
+    if !finished {
+        out.extend(usage.map(WireEvent::Usage));
+    }
+    if candidates.is_empty() && !out.iter().any(|e| matches!(e, WireEvent::Usage(_))) {
         out.push(WireEvent::Malformed("a chunk with no candidates".into()));
     }
     out
@@ -413,7 +437,7 @@ mod responses_tests {
     use super::*;
 
     fn events(data: &str) -> Vec<WireEvent> {
-        parse_event(Wire::Responses, "", data, 0)
+        parse_event(Wire::Responses, "", data, &[])
     }
 
     #[test]
