@@ -1097,6 +1097,23 @@ mod tests {
         );
     }
 
+    /// A hostile index is no choice: the reader keeps a slot per choice, and an index
+    /// of 4 billion must not size one.
+    #[test]
+    fn a_gemini_candidate_index_past_any_n_is_malformed_not_a_choice() {
+        let c = r#"{"candidates":[{"content":{"parts":[{"text":"A"}]},"index":0},
+            {"content":{"parts":[{"functionCall":{"name":"f","args":{}}}]},"index":4294967295}]}"#;
+        let events = parse_event(Wire::Gemini, "", c, &[]);
+        assert_eq!(
+            events[..2],
+            [WireEvent::Choice(0), WireEvent::Delta("A".into())]
+        );
+        assert!(
+            matches!(&events[2..], [WireEvent::Malformed(m)] if m.contains("4294967295")),
+            "{events:?}"
+        );
+    }
+
     #[test]
     fn assembled_tool_calls_need_json_object_arguments() {
         let call = |args: &str| PendingCall {

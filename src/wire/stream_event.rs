@@ -330,6 +330,9 @@ fn anthropic_event(event: &str, v: &Value) -> Vec<WireEvent> {
     }
 }
 
+/// OpenAI's largest `n`: no stream has more choices than a client may ask for.
+const MAX_CHOICES: u32 = 128;
+
 fn gemini_event(v: &Value, calls_so_far: &[u32]) -> Vec<WireEvent> {
     // A blocked prompt streams one chunk with `promptFeedback.blockReason` and no
     // candidates: the same refusal as unstreamed (`gemini::parse_chat`).
@@ -369,7 +372,14 @@ fn gemini_event(v: &Value, calls_so_far: &[u32]) -> Vec<WireEvent> {
             .get("index")
             .and_then(Value::as_u64)
             .unwrap_or(position as u64);
-        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        // A choice is a slot the reader keeps state for: an index past any `n` a client
+        // may ask for is not a candidate of this request.
+        let Some(index) = u32::try_from(index).ok().filter(|&i| i < MAX_CHOICES) else {
+            out.push(WireEvent::Malformed(format!(
+                "a candidate with index {index}"
+            )));
+            continue;
+        };
         if several {
             out.push(WireEvent::Choice(index));
         }
