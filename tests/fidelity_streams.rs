@@ -480,3 +480,89 @@ async fn an_anthropic_client_is_given_the_first_gemini_candidate_alone() {
         "end_turn"
     );
 }
+
+/// Choice 0 finishes (with the usage Gemini sends on every chunk) before choice 1 has
+/// shown up; then choice 1, its finish repeated, and a delta after that finish.
+const GEMINI_LATE_CANDIDATE: &str = concat!(
+    "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"A\"}]},\"finishReason\":\"STOP\"}],",
+    "\"usageMetadata\":{\"promptTokenCount\":4,\"candidatesTokenCount\":1}}\n\n",
+    "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"B\"}]},\"finishReason\":\"STOP\",\"index\":1}],",
+    "\"usageMetadata\":{\"promptTokenCount\":4,\"candidatesTokenCount\":2}}\n\n",
+    "data: {\"candidates\":[{\"finishReason\":\"STOP\",\"index\":1}]}\n\n",
+    "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"late\"}]},\"index\":1}]}\n\n",
+);
+
+/// Guards review findings on the streamed `n`: the stream ended at choice 0's finish
+/// (its usage made it look whole) before choice 1 ever came, and a repeated finish of
+/// a finished choice went to the client each time. Every asked-for choice is waited
+/// for; a finished choice says nothing more.
+#[tokio::test]
+async fn a_streamed_n_waits_for_every_choice_and_a_finished_choice_says_nothing_more() {
+    let gem = sse_upstream(
+        "/v1beta/models/gemini-x:streamGenerateContent",
+        GEMINI_LATE_CANDIDATE,
+    )
+    .await;
+    let (_dir, gw) = serve(&[("gem", "gemini", &gem)], &["gem/gemini-x"], "").await;
+    let body =
+        r#"{"model":"high","n":2,"stream":true,"messages":[{"role":"user","content":"Go."}]}"#;
+    let r = send(&gw, "/v1/chat/completions", body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let chunks = data_lines(&text);
+    let (first, finishes, _, _) = choice_of(&chunks, 0);
+    assert_eq!((first.as_str(), finishes), ("A", vec!["stop".to_string()]));
+    let (second, finishes, roles, _) = choice_of(&chunks, 1);
+    assert_eq!(second, "B", "{text}");
+    assert_eq!(finishes, ["stop"], "one finish for choice 1: {text}");
+    assert_eq!(roles, 1);
+}
+
+/// A route that fails before its first visible token, after naming choice 1 and
+/// finishing it (a safety stop), then an error event.
+const GEMINI_FAILS_AFTER_A_CHOICE: &str = concat!(
+    "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"\"}]},\"index\":0},",
+    "{\"finishReason\":\"SAFETY\",\"index\":1}]}\n\n",
+    "data: {\"error\":{\"code\":503,\"message\":\"The model is overloaded.\",\"status\":\"UNAVAILABLE\"}}\n\n",
+);
+
+/// Guards a review finding: the events held before the first visible token were not
+/// tied to their attempt, so a failed route's choice-1 finish (and the choice it named
+/// last) reached the client ahead of the next route's answer, which was then written
+/// under choice 1. Only the serving attempt's events are sent.
+#[tokio::test]
+async fn a_failed_routes_held_choice_events_never_reach_the_client() {
+    let bad = sse_upstream(
+        "/v1beta/models/gemini-x:streamGenerateContent",
+        GEMINI_FAILS_AFTER_A_CHOICE,
+    )
+    .await;
+    let good = sse_upstream(
+        "/v1beta/models/gemini-x:streamGenerateContent",
+        GEMINI_TWO_CANDIDATES,
+    )
+    .await;
+    let (_dir, gw) = serve(
+        &[("bad", "gemini", &bad), ("good", "gemini", &good)],
+        &["bad/gemini-x", "good/gemini-x"],
+        "",
+    )
+    .await;
+    let body =
+        r#"{"model":"high","n":2,"stream":true,"messages":[{"role":"user","content":"Count."}]}"#;
+    let r = send(&gw, "/v1/chat/completions", body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "good/gemini-x");
+    let text = r.text().await.unwrap();
+    let chunks = data_lines(&text);
+    let (first, finishes, _, _) = choice_of(&chunks, 0);
+    assert_eq!(first, "One.", "{text}");
+    assert_eq!(finishes, ["stop"], "{text}");
+    let (second, finishes, _, _) = choice_of(&chunks, 1);
+    assert_eq!(second, "Two.", "{text}");
+    assert_eq!(
+        finishes,
+        ["tool_calls"],
+        "no content_filter from the failed route: {text}"
+    );
+}

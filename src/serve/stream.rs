@@ -98,7 +98,7 @@ impl Live {
 struct LiveState {
     encoder: Option<Encoder>,
     /// Events before the first visible token (a usage report), sent with it.
-    held: Vec<Event>,
+    held: Vec<(usize, Event)>,
     finish_sent: bool,
     usage_sent: bool,
     /// The choice the events now arriving are for (`Event::Choice`).
@@ -222,7 +222,11 @@ impl Live {
         };
         if s.encoder.is_none() {
             if !visible {
-                s.held.push(ev);
+                // Held with its attempt: a failed attempt's events (its finish, the
+                // choice it named last) are not the next attempt's.
+                let (_, attempt) = self.progress.current(&self.order);
+                s.held.retain(|(a, _)| *a == attempt);
+                s.held.push((attempt, ev));
                 return;
             }
             let (route, attempts) = self.progress.current(&self.order);
@@ -281,7 +285,7 @@ impl Live {
                 dropped,
             });
             let held = std::mem::take(&mut s.held);
-            for h in held {
+            for (_, h) in held.into_iter().filter(|(a, _)| *a == attempts) {
                 let bytes = s.encode(&h);
                 let _ = self.tx.send(Msg::Bytes(bytes.into()));
             }

@@ -400,7 +400,14 @@ async fn drive(
     // choices past the first that have not finished yet. Only choice 0's text, tool
     // calls, refusal and finish make the attempt's answer; the others are passed on.
     let mut told = 0u32;
-    let mut open_choices: Vec<u32> = Vec::new();
+    // Gemini's candidates for `n` may first show up after choice 0 has finished, with
+    // the usage it sends on every chunk: each asked-for choice is waited for.
+    let mut open_choices: Vec<u32> = match req.n {
+        Some(n) if ep.wire == Wire::Gemini => {
+            (1..n.min(super::stream_event::MAX_CHOICES)).collect()
+        }
+        _ => Vec::new(),
+    };
     let mut closed_choices: Vec<u32> = Vec::new();
     // The tool calls each choice has sent so far, by choice: numbers a Gemini call.
     let mut calls_so_far: Vec<u32> = vec![0];
@@ -413,8 +420,9 @@ async fn drive(
         let (wait, why) = match watch.next_wait(sw.elapsed()) {
             Ok(next) => next,
             // A forwarded stream reads on past its finish for the upstream's last
-            // events; a deadline there ends an answer that is already whole.
-            Err(_) if finished && passthrough.is_some() => break,
+            // events, and a stream of several choices for the others; a deadline there
+            // ends an answer whose first choice is already whole.
+            Err(_) if finished && (passthrough.is_some() || !open_choices.is_empty()) => break,
             Err(why) => return Err(ended(&watch, why, Some(status), &headers)),
         };
         let next = async {
@@ -422,7 +430,7 @@ async fn drive(
             resp.chunk().await
         };
         let chunk = match tokio::time::timeout(wait, next).await {
-            Err(_) if finished && passthrough.is_some() => break,
+            Err(_) if finished && (passthrough.is_some() || !open_choices.is_empty()) => break,
             Err(_) => return Err(ended(&watch, why, Some(status), &headers)),
             Ok(Ok(Some(chunk))) => chunk,
             Ok(Ok(None)) if finished => break,
@@ -463,6 +471,25 @@ async fn drive(
                 }
             }
             for ev in parsed {
+                if choice > 0 && closed_choices.contains(&choice) {
+                    // A finished choice says nothing more: a repeated finish or a late
+                    // delta reaches neither the client nor any list.
+                    match ev {
+                        WireEvent::Finish(_, Some(u)) => usage = Some(merge_usage(usage, u)),
+                        WireEvent::Delta(_)
+                        | WireEvent::Reasoning(_)
+                        | WireEvent::Refusal(_)
+                        | WireEvent::ToolCall { .. }
+                        | WireEvent::Finish(_, None) => skipped += 1,
+                        _ => {}
+                    }
+                    if !matches!(
+                        ev,
+                        WireEvent::Usage(_) | WireEvent::Model(_) | WireEvent::Choice(_)
+                    ) {
+                        continue;
+                    }
+                }
                 let for_caller = matches!(
                     ev,
                     WireEvent::Delta(_)
@@ -1110,6 +1137,29 @@ mod tests {
         );
         assert!(
             matches!(&events[2..], [WireEvent::Malformed(m)] if m.contains("4294967295")),
+            "{events:?}"
+        );
+    }
+
+    /// Proto3 JSON leaves a zero `index` out: a candidate without one is candidate 0,
+    /// wherever it stands; a second candidate of the same index is no choice.
+    #[test]
+    fn a_gemini_candidate_without_index_is_candidate_0_and_a_repeated_index_malformed() {
+        let c = r#"{"candidates":[{"content":{"parts":[{"text":"B"}]},"index":1},
+            {"content":{"parts":[{"text":"A"}]}},
+            {"content":{"parts":[{"text":"C"}]},"index":1}]}"#;
+        let events = parse_event(Wire::Gemini, "", c, &[]);
+        assert_eq!(
+            events[..4],
+            [
+                WireEvent::Choice(1),
+                WireEvent::Delta("B".into()),
+                WireEvent::Choice(0),
+                WireEvent::Delta("A".into()),
+            ]
+        );
+        assert!(
+            matches!(&events[4..], [WireEvent::Malformed(m)] if m.contains("index 1")),
             "{events:?}"
         );
     }

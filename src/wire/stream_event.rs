@@ -331,7 +331,7 @@ fn anthropic_event(event: &str, v: &Value) -> Vec<WireEvent> {
 }
 
 /// OpenAI's largest `n`: no stream has more choices than a client may ask for.
-const MAX_CHOICES: u32 = 128;
+pub(super) const MAX_CHOICES: u32 = 128;
 
 fn gemini_event(v: &Value, calls_so_far: &[u32]) -> Vec<WireEvent> {
     // A blocked prompt streams one chunk with `promptFeedback.blockReason` and no
@@ -367,19 +367,23 @@ fn gemini_event(v: &Value, calls_so_far: &[u32]) -> Vec<WireEvent> {
         .get("usageMetadata")
         .map(|u| super::gemini::usage(Some(u)));
     let mut finished = false;
-    for (position, c) in candidates.iter().enumerate() {
-        let index = c
-            .get("index")
-            .and_then(Value::as_u64)
-            .unwrap_or(position as u64);
+    let mut indices: Vec<u32> = Vec::new();
+    for c in candidates {
+        // Proto3 JSON leaves a zero out: a candidate without `index` is candidate 0.
+        let index = c.get("index").and_then(Value::as_u64).unwrap_or(0);
         // A choice is a slot the reader keeps state for: an index past any `n` a client
         // may ask for is not a candidate of this request.
-        let Some(index) = u32::try_from(index).ok().filter(|&i| i < MAX_CHOICES) else {
+        // Twice in one chunk is no answer either: its calls would share their ids.
+        let Some(index) = u32::try_from(index)
+            .ok()
+            .filter(|&i| i < MAX_CHOICES && !indices.contains(&i))
+        else {
             out.push(WireEvent::Malformed(format!(
                 "a candidate with index {index}"
             )));
             continue;
         };
+        indices.push(index);
         if several {
             out.push(WireEvent::Choice(index));
         }
