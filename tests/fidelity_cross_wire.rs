@@ -1030,3 +1030,68 @@ async fn interleaved_openai_tool_calls_reach_an_anthropic_client_as_two_whole_ca
         json!({"x": 1})
     );
 }
+
+/// fidelity.md §2: an Anthropic client's system blocks are "joined in order only when
+/// the target needs one string". OpenAI's own API takes a system message's content as
+/// text parts, so each block is one part there; Gemini's `system_instruction` takes one
+/// part each; another OpenAI-compatible API (here DeepSeek) gets the one string.
+#[tokio::test]
+async fn anthropic_system_blocks_stay_apart_where_the_target_takes_parts() {
+    let body = json!({
+        "model": "high", "max_tokens": 50,
+        "system": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Answer in French."}],
+        "messages": [{"role": "user", "content": "Hi"}]
+    });
+    let version = [("anthropic-version", "2023-06-01")];
+    let system_of = |sent: &Value| sent["messages"][0].clone();
+
+    let oai = openai().await;
+    let (_d1, gw) = serve(
+        &[Provider {
+            extra: "    dialect: openai\n",
+            ..route_of("oai", "openai", &oai)
+        }],
+        &["oai/gpt-x"],
+    )
+    .await;
+    assert_eq!(
+        post(&gw, "/v1/messages", &body, &version).await.status(),
+        200
+    );
+    assert_eq!(
+        system_of(&bodies(&oai).await[0]),
+        json!({"role": "system", "content": [
+            {"type": "text", "text": "Be brief."},
+            {"type": "text", "text": "Answer in French."}
+        ]})
+    );
+
+    let deepseek = openai().await;
+    let (_d2, gw) = serve(
+        &[Provider {
+            extra: "    dialect: deepseek\n",
+            ..route_of("ds", "openai", &deepseek)
+        }],
+        &["ds/deepseek-x"],
+    )
+    .await;
+    assert_eq!(
+        post(&gw, "/v1/messages", &body, &version).await.status(),
+        200
+    );
+    assert_eq!(
+        system_of(&bodies(&deepseek).await[0]),
+        json!({"role": "system", "content": "Be brief.\n\nAnswer in French."})
+    );
+
+    let gem = upstream("/v1beta/models/gemini-x:generateContent", GEMINI_ANSWER).await;
+    let (_d3, gw) = serve(&[route_of("gem", "gemini", &gem)], &["gem/gemini-x"]).await;
+    assert_eq!(
+        post(&gw, "/v1/messages", &body, &version).await.status(),
+        200
+    );
+    assert_eq!(
+        bodies(&gem).await[0]["system_instruction"],
+        json!({"parts": [{"text": "Be brief."}, {"text": "Answer in French."}]})
+    );
+}

@@ -465,26 +465,29 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         _ => return Err(bad("`messages` is required: an array of messages")),
     };
     let mut cache_control = false;
-    let system = match o.get("system") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
+    // The system blocks, each kept apart: a wire that takes several (Gemini's parts,
+    // OpenAI's text parts) gets them so; one that needs one string, joined in order.
+    let system: Vec<String> = match o.get("system") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(blocks)) => {
             cache_control |= blocks.iter().any(|b| b.get("cache_control").is_some());
-            let texts: Option<Vec<&str>> = blocks
+            blocks
                 .iter()
-                .map(|b| b.get("text").and_then(Value::as_str))
-                .collect();
-            // Joined in order only because the canonical system prompt is one string.
-            Some(
-                texts
-                    .ok_or_else(|| bad("`system` blocks must be text blocks"))?
-                    .join("\n\n"),
-            )
+                .map(|b| b.get("text").and_then(Value::as_str).map(str::to_string))
+                .collect::<Option<Vec<String>>>()
+                .ok_or_else(|| bad("`system` blocks must be text blocks"))?
         }
         Some(_) => return Err(bad("`system` must be a string or text blocks")),
     };
-    let (conversation, untranslatable) = match from_anthropic(system.as_deref(), messages) {
-        Ok(c) => (c, None),
+    let joined = (!system.is_empty()).then(|| system.join("\n\n"));
+    let (conversation, untranslatable) = match from_anthropic(joined.as_deref(), messages) {
+        Ok(mut c) => {
+            if system.len() > 1 {
+                c.system_parts = system;
+            }
+            (c, None)
+        }
         Err(e) => (Conversation::default(), Some(bad(e.to_string()))),
     };
     let tools = match o.get("tools") {

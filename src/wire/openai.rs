@@ -9,6 +9,7 @@ pub mod reply;
 use super::codec::{tokens, BadSuccess, ChatParsed};
 use super::endpoint::Endpoint;
 use super::http::HttpCall;
+use crate::classify::dialect::Dialect;
 use crate::core::answer::FinishReason;
 use crate::core::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Value};
@@ -22,9 +23,24 @@ const SAMPLING: super::codec::SamplingNames = super::codec::SamplingNames {
 };
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
+    let mut messages = history::openai_messages(&req.conversation);
+    if let (Dialect::Openai | Dialect::Azure, Some(pieces)) =
+        (ep.dialect, req.conversation.system_pieces())
+    {
+        // Several system pieces (an Anthropic client's blocks) stay apart where the API
+        // takes a system message's content as text parts, as OpenAI's own documents
+        // ("for system messages, only type text is supported"); other compatible APIs
+        // get the one string (spec/fidelity.md §2: joined only where one is needed).
+        if let Some(first) = messages.first_mut() {
+            first["content"] = pieces
+                .iter()
+                .map(|p| json!({"type": "text", "text": p}))
+                .collect();
+        }
+    }
     let mut body = json!({
         "model": model,
-        "messages": history::openai_messages(&req.conversation),
+        "messages": messages,
         "stream": false,
     });
     if let Some(max) = req.max_tokens {
