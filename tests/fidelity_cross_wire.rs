@@ -380,6 +380,18 @@ async fn audio_no_route_carries_is_a_400_and_drop_params_sends_the_rest() {
         sent[0]["messages"],
         json!([{"role": "user", "content": [{"type": "text", "text": "Transcribe this."}]}])
     );
+
+    // A turn that is audio alone would be sent empty: no drop_params carries it.
+    let only_audio = json!({"model": "high", "messages": [
+        {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}
+    ]});
+    let r = post(&gw, "/v1/chat/completions", &only_audio, &[]).await;
+    let msg = unsupported_by_chain(r).await;
+    assert!(
+        msg.contains("ant/claude-x: cannot carry: input_audio"),
+        "{msg}"
+    );
+    assert_eq!(bodies(&ant).await.len(), 1, "never sent an empty turn");
 }
 
 /// OpenAI → Anthropic: a `developer` message and a system message after the first turn

@@ -13,7 +13,7 @@
 use super::endpoint::Endpoint;
 use super::http::CallBody;
 use crate::classify::dialect::Dialect;
-use crate::core::conversation::{Part, Source};
+use crate::core::conversation::{Part, Source, Turn};
 use crate::core::request::ChatRequest;
 use crate::core::vocab::Wire;
 use serde_json::Value;
@@ -47,6 +47,9 @@ pub fn carry(req: &ChatRequest, endpoint: &Endpoint) -> Result<Vec<String>, Cann
                 field: why.to_string(),
             });
         }
+        if let Some(cannot) = empty_turn(req, endpoint.wire) {
+            return Err(cannot);
+        }
         cross_wire(req, endpoint.wire, &mut lacks);
     }
     for (field, semantic) in rejected_by(endpoint.dialect, req) {
@@ -66,33 +69,62 @@ pub fn carry(req: &ChatRequest, endpoint: &Endpoint) -> Result<Vec<String>, Cann
 
 /// What a route of another wire than the client's (or any route, for a library
 /// request) cannot express of the canonical request: `(field, semantic)`.
+/// What `wire` lacks of one content part: `(field, semantic)`, or `None` when it
+/// carries the part whole.
+fn part_lack(wire: Wire, part: &Part) -> Option<(&str, bool)> {
+    match (wire, part) {
+        (
+            Wire::Gemini,
+            Part::Image {
+                source: Source::Url { .. },
+                ..
+            },
+        ) => Some(("image_url", true)),
+        (
+            Wire::Gemini | Wire::OpenAi,
+            Part::Document {
+                source: Source::Url { .. },
+                ..
+            },
+        ) => Some(("document_url", true)),
+        (
+            Wire::Anthropic | Wire::Gemini,
+            Part::Image {
+                detail: Some(_), ..
+            },
+        ) => Some(("detail", false)),
+        // Audio, a file by id: only the client's own body carries it.
+        (_, Part::Omitted { field }) => Some((field, true)),
+        _ => None,
+    }
+}
+
+/// A user turn of which `wire` can carry no part: no `drop_params` helps, for the turn
+/// would be sent empty (which every wire refuses) and the conversation changed.
+fn empty_turn(req: &ChatRequest, wire: Wire) -> Option<Cannot> {
+    req.conversation.turns.iter().find_map(|turn| match turn {
+        Turn::User { parts } if !parts.is_empty() => {
+            let lacks: Option<Vec<&str>> = parts
+                .iter()
+                .map(|p| {
+                    part_lack(wire, p)
+                        .filter(|(_, semantic)| *semantic)
+                        .map(|(f, _)| f)
+                })
+                .collect();
+            lacks.map(|fields| Cannot {
+                field: fields[0].to_string(),
+            })
+        }
+        _ => None,
+    })
+}
+
 fn cross_wire(req: &ChatRequest, wire: Wire, out: &mut Vec<(String, bool)>) {
     let mut lack = |field: &str, semantic: bool| out.push((field.to_string(), semantic));
     for part in req.parts() {
-        match (wire, part) {
-            (
-                Wire::Gemini,
-                Part::Image {
-                    source: Source::Url { .. },
-                    ..
-                },
-            ) => lack("image_url", true),
-            (
-                Wire::Gemini | Wire::OpenAi,
-                Part::Document {
-                    source: Source::Url { .. },
-                    ..
-                },
-            ) => lack("document_url", true),
-            (
-                Wire::Anthropic | Wire::Gemini,
-                Part::Image {
-                    detail: Some(_), ..
-                },
-            ) => lack("detail", false),
-            // Audio, a file by id: only the client's own body carries it.
-            (_, Part::Omitted { field }) => lack(field, true),
-            _ => {}
+        if let Some((field, semantic)) = part_lack(wire, part) {
+            lack(field, semantic);
         }
     }
     let n = req.n.unwrap_or(1);
