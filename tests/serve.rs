@@ -330,6 +330,57 @@ async fn every_route_rate_limited_is_one_429_with_retry_after_and_no_retry_hint(
     );
 }
 
+/// A route that cannot carry the request is no route for it at any time: its being
+/// ready must not hide the wait of the one route that could serve it.
+#[tokio::test]
+async fn retry_after_comes_from_the_routes_that_could_carry_the_request() {
+    let mock = openai_mock(vec![
+        mock_route("prim/model-a", Wire::OpenAi, vec![rate_limited()]),
+        mock_route("ant/claude-x", Wire::Anthropic, vec![ok("never")]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &[
+            ("prim", Wire::OpenAi, mock.base_url("prim", Wire::OpenAi)),
+            (
+                "ant",
+                Wire::Anthropic,
+                mock.base_url("ant", Wire::Anthropic),
+            ),
+        ],
+        &[("high", &["ant/claude-x", "prim/model-a"])],
+    );
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    let mut body = chat_body("high", false);
+    body["n"] = json!(2);
+    for round in 0..2 {
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 429, "round {round}");
+        let retry: u64 = header(&r, "retry-after")
+            .parse()
+            .unwrap_or_else(|_| panic!("round {round}: a Retry-After in seconds"));
+        assert!((3500..=3600).contains(&retry), "retry-after {retry}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "capacity", "round {round}");
+    }
+    // Round 2 found the OpenAI route cooling; the Anthropic one is never called.
+    assert_eq!(
+        (
+            mock.calls(&route("prim/model-a")),
+            mock.calls(&route("ant/claude-x"))
+        ),
+        (1, 0)
+    );
+}
+
 #[tokio::test]
 async fn a_stream_that_fails_after_its_first_token_ends_with_an_error_event_and_no_done() {
     let mock = openai_mock(vec![mock_route(

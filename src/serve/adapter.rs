@@ -342,11 +342,23 @@ pub async fn rerank(router: &Router, t: Target<'_>, r: &RerankIn) -> Reranked {
 
 /// Milliseconds until the earliest cooling route of `tier` takes traffic again, when
 /// every route is out and at least one will come back by time (a retired route never
-/// does). `None`: no instant is known.
-pub async fn ready_again_in_ms(router: &Router, tier: &Tier) -> Option<u64> {
+/// does). `None`: no instant is known. A route `report` skipped for what the request
+/// is (it cannot carry it, cannot serve it, or its buckets can never hold it) is no
+/// route for this request at any time: its health says nothing of when to come back.
+pub async fn ready_again_in_ms(router: &Router, tier: &Tier, report: &Report) -> Option<u64> {
+    use crate::core::trace::SkipWhy;
+    let never_for_this = |route: &Route| {
+        report.skipped.iter().any(|s| {
+            s.route == *route
+                && matches!(
+                    s.why,
+                    SkipWhy::CannotCarry | SkipWhy::Incapable | SkipWhy::ExceedsBucket
+                )
+        })
+    };
     let now = router.clock().now_ms();
     let mut earliest: Option<i64> = None;
-    for spec in &tier.routes {
+    for spec in tier.routes.iter().filter(|r| !never_for_this(&r.route)) {
         let health = router.store().get(&spec.route).await.ok()?;
         if health.is_available(now) {
             return None;
