@@ -579,6 +579,74 @@ async fn a_same_wire_stream_that_fails_before_its_first_token_leaks_none_of_its_
     assert!(!received(&a).await.is_empty());
 }
 
+/// Guards a same-wire stream that answers with no visible token (a refusal's finish
+/// alone, an empty answer): it was rebuilt by the gateway, with its own id and
+/// `created`, without `system_fingerprint` or unknown fields, and a Zhipu `sensitive`
+/// finish renamed `content_filter`; on Anthropic, `message_start` lost its usage and an
+/// empty text block was invented. It is the upstream's answer, forwarded as it came.
+#[tokio::test]
+async fn a_same_wire_stream_with_no_visible_token_reaches_the_client_as_the_upstream_sent_it() {
+    let auth = format!("Bearer {CLIENT_TOKEN}");
+    for (dialect, finish) in [("openai", "content_filter"), ("zhipu", "sensitive")] {
+        let sse = format!(
+            concat!(
+                "data: {{\"id\":\"chatcmpl-up\",\"object\":\"chat.completion.chunk\",\"created\":1700000009,\"model\":\"m-up\",\"system_fingerprint\":\"fp_up\",\"x_extra\":1,\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"finish_reason\":null}}]}}\n\n",
+                "data: {{\"id\":\"chatcmpl-up\",\"object\":\"chat.completion.chunk\",\"created\":1700000009,\"model\":\"m-up\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"{}\"}}]}}\n\n",
+                "data: [DONE]\n\n",
+            ),
+            finish
+        );
+        let server = sse_upstream("/v1/chat/completions", sse.clone().leak()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = format!(
+            "providers:\n  p:\n    wire: openai\n    dialect: {dialect}\n    base_url: {}/v1\n    api_key_env: {KEY_VAR}\ntiers:\n  high:\n    - p/m\n",
+            server.uri()
+        );
+        let cfg = dir.path().join("pool.yaml");
+        std::fs::write(&cfg, yaml).unwrap();
+        let gw = start(&cfg).await;
+        const REQ: &str =
+            r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"Hi"}]}"#;
+        let r = send(
+            &gw,
+            "/v1/chat/completions",
+            REQ,
+            &[("authorization", &auth)],
+        )
+        .await;
+        assert_eq!(r.status(), 200, "{dialect}");
+        let text = r.text().await.unwrap();
+        let upstream = sse.strip_suffix("data: [DONE]\n\n").unwrap();
+        assert_eq!(
+            text,
+            format!("{upstream}: poolctl outcome=success attempts=1\n\ndata: [DONE]\n\n"),
+            "{dialect}"
+        );
+        assert_eq!(received(&server).await.len(), 1, "{dialect}: no retry");
+    }
+
+    const REFUSAL: &str = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_up\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-up\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"refusal\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":1}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    );
+    let server = sse_upstream("/v1/messages", REFUSAL).await;
+    let (_dir, gw) = one_route(("anth", "anthropic", server.uri()), "anth/claude").await;
+    const REQ: &str = r#"{"model":"high","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Hi"}]}"#;
+    let r = send(&gw, "/v1/messages", REQ, &[("x-api-key", CLIENT_TOKEN)]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["x-poolctl-served-by"].to_str().unwrap(),
+        "anth/claude"
+    );
+    let text = r.text().await.unwrap();
+    assert_eq!(
+        text,
+        format!("{REFUSAL}: poolctl outcome=success attempts=1\n\n")
+    );
+    assert_eq!(received(&server).await.len(), 1, "no retry");
+}
+
 /// A tool kind or tool choice the canonical form has no word for (`custom` tools,
 /// `allowed_tools`) is carried as sent on the client's own wire, not refused.
 #[tokio::test]

@@ -298,6 +298,43 @@ impl Live {
 }
 
 impl LiveState {
+    /// A same-wire stream that answered without a visible token: the serving attempt's
+    /// held frames, with the pass-through encoder set to end them, so the client gets
+    /// the upstream's stream as it came (fidelity.md §1, §4). `None` for anything else:
+    /// a failure, a started stream, another wire, or a Responses stream (its
+    /// conversation is kept from the gateway's own rendering).
+    fn release_unshown(
+        &mut self,
+        live: &Live,
+        called: &Called,
+        error: Option<&ApiError>,
+    ) -> Option<Vec<u8>> {
+        let served = called.report.attempts.len();
+        let same_wire = called
+            .report
+            .served_by
+            .as_ref()
+            .is_some_and(|r| live.same_wire.contains(r));
+        if self.encoder.is_some()
+            || error.is_some()
+            || called.reply.is_none()
+            || !same_wire
+            || live.turn.is_some()
+            || !self.held_raw.iter().any(|(a, _)| *a == served)
+        {
+            return None;
+        }
+        self.encoder = Some(Encoder::PassThrough);
+        let mut out = Vec::new();
+        for (a, frame) in std::mem::take(&mut self.held_raw) {
+            if a == served {
+                self.stop_sent |= frame.starts_with(b"event: message_stop");
+                out.extend_from_slice(&frame);
+            }
+        }
+        Some(out)
+    }
+
     fn encode(&mut self, ev: &Event) -> Vec<u8> {
         if let Event::Choice(i) = ev {
             self.choice = *i;
@@ -668,6 +705,19 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
                 _ => Vec::new(),
             };
             let mut state = lock(&live.state);
+            if let Some(frames) = state.release_unshown(&live, &called, error.as_ref()) {
+                // A same-wire answer with no visible token (a refusal's finish alone, an
+                // empty answer) is still the upstream's: its own frames, not a rewrite.
+                let route = called.report.served_by.clone();
+                let dropped = live.dropped(route.as_ref());
+                let attempts = called.report.attempts.len();
+                let _ = tx.send(Msg::Started {
+                    route,
+                    attempts,
+                    dropped,
+                });
+                let _ = tx.send(Msg::Bytes(frames.into()));
+            }
             if state.encoder.is_some() {
                 let tail = state.tail(&called, error.as_ref(), ask.flavor, responses_end);
                 drop(state);
