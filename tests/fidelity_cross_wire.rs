@@ -558,6 +558,33 @@ async fn gemini_takes_inline_images_and_is_skipped_for_an_image_by_url() {
     );
 }
 
+/// Guards `drop_params` on Gemini: an image by URL was named dropped yet sent as
+/// `file_data` (which takes only Gemini's own uploaded files). Named, it is left out.
+#[tokio::test]
+async fn drop_params_on_gemini_leaves_an_image_by_url_out_as_it_names_it() {
+    let gem = upstream("/v1beta/models/gemini-x:generateContent", GEMINI_ANSWER).await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            extra: "    drop_params: true\n",
+            ..route_of("gem", "gemini", &gem)
+        }],
+        &["gem/gemini-x"],
+    )
+    .await;
+    let by_url = json!({"model": "high", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    ]}]});
+    let r = post(&gw, "/v1/chat/completions", &by_url, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "image_url");
+    let sent = &bodies(&gem).await[0];
+    assert_eq!(
+        sent["contents"],
+        json!([{"role": "user", "parts": [{"text": "What is this?"}]}])
+    );
+}
+
 /// Groq answers 400 to `logit_bias` and a message's `name` (console.groq.com/docs/openai):
 /// on the same wire they are removed from the client's body and named; `logprobs`,
 /// which changes the answer, skips the route.

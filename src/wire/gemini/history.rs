@@ -53,8 +53,9 @@ pub fn gemini_request_parts(c: &Conversation) -> (Option<Value>, Vec<Value>) {
 }
 
 /// One part: text, or inline bytes (`inline_data`) for an image or a PDF. Gemini has no
-/// part for an arbitrary URL: a route is never given one (`wire::carry` skips it), and
-/// `file_data` is what Gemini takes for an uploaded file's URI.
+/// part for an arbitrary URL (`file_data` takes only its own uploaded files' URIs): a
+/// route is given none. `wire::carry` skips it, or under `drop_params` names it
+/// dropped, and then it is left out, as named.
 fn gemini_part(p: &Part) -> Option<Value> {
     let source = match p {
         Part::Text { text } => return Some(json!({ "text": text })),
@@ -66,12 +67,7 @@ fn gemini_part(p: &Part) -> Option<Value> {
         Source::Base64 { media_type, data } => {
             json!({"inline_data": {"mime_type": media_type, "data": data}})
         }
-        Source::Url { url } => match p {
-            Part::Document { .. } => {
-                json!({"file_data": {"file_uri": url, "mime_type": "application/pdf"}})
-            }
-            _ => json!({"file_data": {"file_uri": url}}),
-        },
+        Source::Url { .. } => return None,
     })
 }
 
