@@ -285,6 +285,25 @@ async fn advisory_fields_are_dropped_and_named_in_the_header_the_log_and_the_met
     );
 }
 
+/// Guards `cache_control` on an OpenAI client's content part (the mark gateways take
+/// for Anthropic's prompt caching): it was dropped on another wire without a word.
+#[tokio::test]
+async fn cache_control_on_an_openai_part_is_named_where_it_is_dropped() {
+    let ant = anthropic().await;
+    let (_dir, gw) = serve(&[route_of("ant", "anthropic", &ant)], &["ant/claude-x"]).await;
+    let body = json!({"model": "high", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "Long context.", "cache_control": {"type": "ephemeral"}}
+    ]}]});
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "cache_control");
+    let sent = &bodies(&ant).await[0];
+    assert_eq!(
+        sent["messages"],
+        json!([{"role": "user", "content": [{"type": "text", "text": "Long context."}]}])
+    );
+}
+
 /// `drop_params: true` on a provider makes a semantic field it cannot carry advisory
 /// there: the route is called without it, and it is named.
 #[tokio::test]

@@ -452,6 +452,24 @@ fn openai_unmapped(o: &Obj, messages: &[Value]) -> Vec<Unmapped> {
             semantic: false,
         });
     }
+    // Anthropic's prompt-caching mark, which clients of OpenAI-compatible gateways put
+    // on content parts (and tools): no other wire's request has a place for it.
+    let marked = |v: &Value| v.get("cache_control").is_some_and(|c| !c.is_null());
+    let parts_marked = messages.iter().any(|m| {
+        m.get("content")
+            .and_then(Value::as_array)
+            .is_some_and(|ps| ps.iter().any(marked))
+    });
+    let tools_marked = o
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|ts| ts.iter().any(marked));
+    if parts_marked || tools_marked {
+        out.push(Unmapped {
+            name: "cache_control".into(),
+            semantic: false,
+        });
+    }
     out
 }
 
