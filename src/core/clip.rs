@@ -22,9 +22,29 @@ pub fn clip(s: &str, max: usize) -> Cow<'_, str> {
     Cow::Owned(format!("{}…[cut {} bytes]", &s[..end], s.len() - end))
 }
 
+/// The longest start of `s` that fits in `max` bytes, cut at a character boundary:
+/// for work whose cost grows with the length (a similarity search), not for echoing.
+pub fn clip_bytes(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clip_bytes_cuts_at_a_character_boundary() {
+        assert_eq!(clip_bytes("gpt-4o", 256), "gpt-4o");
+        assert_eq!(clip_bytes("ab\u{00e9}", 3), "ab");
+        assert_eq!(clip_bytes(&"m".repeat(1000), 256).len(), 256);
+    }
 
     #[test]
     fn a_value_that_fits_is_untouched() {

@@ -215,6 +215,10 @@ impl Lineup {
     /// every name at once a route's long name outscored the short tier meant (`gtp`).
     fn nearest_hint(&self, model: &str) -> String {
         use crate::core::suggest::{nearest_of_each, nearest_phrase, NameKind};
+        // The similarity costs the product of the lengths, per name: a client's 1 MB
+        // `model` held a lane for seconds. A typo of a configured name is short; past
+        // the bound only the start can resemble one.
+        let model = crate::core::clip::clip_bytes(model, NAME_SEARCH_BYTES);
         nearest_phrase(&nearest_of_each(
             model,
             &[
@@ -257,6 +261,9 @@ impl Lineup {
         data
     }
 }
+
+/// How much of an unknown `model` is compared with the configured names.
+const NAME_SEARCH_BYTES: usize = 256;
 
 /// The most similar name (Jaro-Winkler), whatever the score: a client that typed a
 /// vendor's model name still learns what this gateway serves.
