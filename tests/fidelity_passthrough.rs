@@ -647,6 +647,47 @@ async fn a_same_wire_stream_with_no_visible_token_reaches_the_client_as_the_upst
     assert_eq!(received(&server).await.len(), 1, "no retry");
 }
 
+/// Guards the same-wire stream against a malformed event: it was forwarded, and the
+/// official SDKs raised mid-stream. It is skipped, as on a translated stream.
+#[tokio::test]
+async fn a_same_wire_stream_skips_malformed_events_and_forwards_the_rest() {
+    const GOOD: [&str; 3] = [
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" there\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+    ];
+    let sse: &'static str = format!(
+        "data: {{not json\n\n{}data: <html><body>502</body></html>\n\n{}{}data: [DONE]\n\n",
+        GOOD[0], GOOD[1], GOOD[2]
+    )
+    .leak();
+    let server = sse_upstream("/v1/chat/completions", sse).await;
+    let (_dir, gw) = one_route(
+        ("oai", "openai", format!("{}/v1", server.uri())),
+        "oai/gpt-x",
+    )
+    .await;
+    let auth = format!("Bearer {CLIENT_TOKEN}");
+    const REQ: &str =
+        r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"Hi"}]}"#;
+    let r = send(
+        &gw,
+        "/v1/chat/completions",
+        REQ,
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert_eq!(
+        text,
+        format!(
+            "{}: poolctl outcome=success attempts=1\n\ndata: [DONE]\n\n",
+            GOOD.concat()
+        )
+    );
+}
+
 /// A tool kind or tool choice the canonical form has no word for (`custom` tools,
 /// `allowed_tools`) is carried as sent on the client's own wire, not refused.
 #[tokio::test]

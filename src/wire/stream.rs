@@ -255,6 +255,11 @@ impl Forward {
     /// for what the gateway writes itself (OpenAI's `[DONE]`, after the outcome comment)
     /// and for the usage-only chunk only the router asked for.
     fn frame(&self, event: &super::sse::SseEvent, parsed: &[WireEvent]) -> Option<(Vec<u8>, bool)> {
+        // A malformed event is skipped and counted, never shown, on this path as on a
+        // translated one: forwarded, it broke the client's SDK mid-stream.
+        if !parsed.is_empty() && parsed.iter().all(|e| matches!(e, WireEvent::Malformed(_))) {
+            return None;
+        }
         if self.wire == Wire::OpenAi {
             if event.data.trim() == "[DONE]" {
                 return None;
