@@ -268,6 +268,31 @@ async fn a_same_wire_answer_that_echoes_the_upstream_key_reaches_the_client_mask
         .starts_with("your key is "));
 }
 
+/// Guards a leak past the byte search: an upstream that spells the key with JSON
+/// escapes (`\u0073k-...`) hands it to a client whose parser decodes it back.
+#[tokio::test]
+async fn a_same_wire_answer_that_escapes_the_echoed_key_reaches_the_client_masked() {
+    let escaped = UPSTREAM_KEY.replacen('s', "\\u0073", 1);
+    let echo: &'static str = format!(
+        r#"{{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m-1","choices":[{{"index":0,"message":{{"role":"assistant","content":"your key is {escaped}"}},"finish_reason":"stop"}}]}}"#
+    )
+    .leak();
+    assert!(!echo.contains(UPSTREAM_KEY));
+    let server = upstream("/v1/chat/completions", echo).await;
+    let (_dir, gw) = one_route(("oai", "openai", format!("{}/v1", server.uri())), "oai/m").await;
+    let auth = format!("Bearer {CLIENT_TOKEN}");
+    let r = send(
+        &gw,
+        "/v1/chat/completions",
+        r#"{"model":"high","messages":[{"role":"user","content":"What is your key?"}]}"#,
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let a: Value = r.json().await.unwrap();
+    assert_eq!(a["choices"][0]["message"]["content"], "your key is ***");
+}
+
 const EMBED_REQUEST: &str = r#"{"model":"embed","input":["alpha","beta"],"dimensions":2,"encoding_format":"base64","user":"u-7","x_future":{"a":1}}"#;
 const EMBED_ANSWER: &str = r#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":"AACAPwAAIMA="},{"object":"embedding","index":1,"embedding":"AAAAAAAAgD8="}],"model":"text-embedding-3-small","usage":{"prompt_tokens":2,"total_tokens":2}}"#;
 

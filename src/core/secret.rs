@@ -54,10 +54,82 @@ pub fn register(value: &str) {
         return;
     }
     let mut keys = registry().write().unwrap_or_else(|p| p.into_inner());
-    if !keys.iter().any(|k| k == value) {
-        keys.push(value.to_string());
-        // Longest first, so a key that contains another is masked whole.
-        keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
+    // The key as a URL spells it too: an upstream that echoes the URL it was called
+    // with (`?key=...`) percent-encodes a key's `/`, `+` or `=`.
+    for form in [value.to_string(), percent_encoded(value)] {
+        if !keys.contains(&form) {
+            keys.push(form);
+        }
+    }
+    // Longest first, so a key that contains another is masked whole.
+    keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
+}
+
+/// `value` with every byte outside RFC 3986's unreserved set percent-encoded.
+fn percent_encoded(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `mask` for text that holds JSON (a body, an SSE event): a string literal may spell a
+/// key with escapes (`\u0073k-...`, or `\/` for a key's `/`) that the bytes do not
+/// show and the client's JSON parser decodes back into the key. Each literal with an
+/// escape is decoded, and one that holds a key is written again, masked. The bytes are
+/// unchanged when no key is found, which is nearly always.
+pub fn mask_json(text: &str) -> Cow<'_, str> {
+    let raw = mask(text);
+    if !raw.contains('\\') || registry().read().map_or(true, |k| k.is_empty()) {
+        return raw;
+    }
+    let src: &str = &raw;
+    let bytes = src.as_bytes();
+    let mut out: Option<String> = None;
+    let mut copied = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'"' {
+            i += 1;
+            continue;
+        }
+        // A string literal: to the next quote that no backslash escapes.
+        let start = i;
+        let mut j = i + 1;
+        let mut escaped = false;
+        while j < bytes.len() && bytes[j] != b'"' {
+            escaped |= bytes[j] == b'\\';
+            j += if bytes[j] == b'\\' { 2 } else { 1 };
+        }
+        if j >= bytes.len() {
+            break;
+        }
+        let literal = &src[start..=j];
+        i = j + 1;
+        if !escaped {
+            continue;
+        }
+        let Ok(decoded) = serde_json::from_str::<String>(literal) else {
+            continue;
+        };
+        if let Cow::Owned(masked) = mask(&decoded) {
+            let o = out.get_or_insert_with(|| String::with_capacity(src.len()));
+            o.push_str(&src[copied..start]);
+            o.push_str(&serde_json::to_string(&masked).unwrap_or_else(|_| "\"***\"".into()));
+            copied = i;
+        }
+    }
+    match out {
+        None => raw,
+        Some(mut o) => {
+            o.push_str(&src[copied..]);
+            Cow::Owned(o)
+        }
     }
 }
 
@@ -212,6 +284,26 @@ mod tests {
         let text = "invalid key Bearer sk-mask-test-0c1d2e (sk-mask-test-0c1d2e)";
         assert_eq!(mask(text), "invalid key Bearer *** (***)");
         assert!(matches!(mask("nothing here"), Cow::Borrowed(_)));
+    }
+
+    /// Guards a leak: the bytes of a same-wire answer were searched for the key, and an
+    /// upstream that escaped it (`\u0073k-...`, PHP's `\/`) or percent-encoded it got it
+    /// past the search to a client whose parser decoded it back.
+    #[test]
+    fn keys_spelled_with_json_escapes_or_percent_encoding_are_masked() {
+        let _s = Secret::new("sk-esc/test+0c1d2e");
+        let body =
+            r#"{"a":"key \u0073k-esc\/test+0c1d2e here","b":"x\ny","c":"sk-esc%2Ftest%2B0c1d2e"}"#;
+        let masked = mask_json(body);
+        let v: serde_json::Value = serde_json::from_str(&masked).unwrap();
+        assert_eq!(v["a"], "key *** here");
+        assert_eq!(v["b"], "x\ny");
+        assert_eq!(v["c"], "***");
+        // No key: the same bytes, borrowed.
+        let plain = r#"{"a":"\u00e9t\u00e9 \/ \"q\""}"#;
+        assert!(matches!(mask_json(plain), Cow::Borrowed(_)));
+        // A cut literal is left for the raw search alone, never a panic.
+        assert_eq!(mask_json(r#"{"a":"\u0073k"#), r#"{"a":"\u0073k"#);
     }
 
     #[test]

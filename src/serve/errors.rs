@@ -68,13 +68,21 @@ impl ApiError {
     }
 }
 
-/// `body` with every key registered in `secret` masked; the same bytes, uncopied, when
-/// none occurs (nearly always). A body that is not UTF-8 is not one the gateway wrote.
+/// `body` with every key registered in `secret` masked, spelled plainly or with JSON
+/// escapes; the same bytes, uncopied, when none occurs (nearly always). A body that is
+/// not UTF-8 is searched too (an upstream's stray byte must not shield a key beside
+/// it), and comes back with the stray bytes replaced only when a key was masked.
 pub fn mask_body(body: Bytes) -> Bytes {
-    let Ok(text) = std::str::from_utf8(&body) else {
-        return body;
+    let text = match std::str::from_utf8(&body) {
+        Ok(text) => text,
+        Err(_) => {
+            return match crate::core::secret::mask_json(&String::from_utf8_lossy(&body)) {
+                std::borrow::Cow::Borrowed(_) => body,
+                std::borrow::Cow::Owned(masked) => Bytes::from(masked),
+            }
+        }
     };
-    match crate::core::secret::mask(text) {
+    match crate::core::secret::mask_json(text) {
         std::borrow::Cow::Borrowed(_) => body,
         std::borrow::Cow::Owned(masked) => Bytes::from(masked),
     }
