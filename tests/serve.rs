@@ -669,6 +669,9 @@ async fn a_client_that_disconnects_mid_stream_cancels_the_upstream_call() {
         .unwrap()
         .unwrap();
     assert!(String::from_utf8_lossy(&first).contains("Hel"));
+    // In flight now: the open stream and the scrape that asks (the gauge read 0 always).
+    let m = gw.metrics().await;
+    assert_eq!(metric(&m, "poolctl_in_flight_requests"), Some(2.0), "{m}");
     drop(r);
     let (head, closed) = upstream.await.unwrap();
     assert!(
@@ -693,6 +696,7 @@ async fn a_client_that_disconnects_mid_stream_cancels_the_upstream_call() {
         Some(1.0),
         "{m}"
     );
+    assert_eq!(metric(&m, "poolctl_in_flight_requests"), Some(1.0), "{m}");
 }
 
 #[tokio::test]

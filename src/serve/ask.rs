@@ -222,6 +222,7 @@ impl Ending {
 
 impl Drop for Ask {
     fn drop(&mut self) {
+        self.gw.metrics.in_flight().fetch_sub(1, Ordering::Relaxed);
         if self.done.load(Ordering::Relaxed) {
             return;
         }
@@ -249,6 +250,9 @@ impl Drop for Ask {
 
 impl Ask {
     pub(super) fn new(gw: Arc<Gateway>, method: Method, path: String, flavor: Flavor) -> Self {
+        // Counted from here until the Ask goes: a stream's Ask lives as long as its
+        // routing, so an open stream is in flight.
+        gw.metrics.in_flight().fetch_add(1, Ordering::Relaxed);
         Ask {
             gw,
             method,
