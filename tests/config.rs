@@ -277,6 +277,23 @@ fn malformed_yaml_is_reported_as_not_yaml_with_its_line_not_as_a_field_error() {
     assert_eq!(field, "", "{shown}");
 }
 
+/// Guards a key with a line break (a mounted secret file): it was accepted, and every
+/// call then failed as a network error ("failed to parse header value") that named
+/// neither the variable nor the cause.
+#[test]
+fn a_key_with_a_line_break_is_a_config_error_naming_the_variable() {
+    let c = load(CLI_MD_EXAMPLE).unwrap();
+    let with_newline = |_: &str| Some("sk-NEWLINE-secret-0042\n".to_string());
+    let err = c.endpoint("openai", &with_newline).unwrap_err();
+    assert!(matches!(&err, ConfigError::UnsendableKey { var, .. } if var == "OPENAI_API_KEY"));
+    let shown = err.to_string();
+    assert!(
+        shown.contains("environment variable `OPENAI_API_KEY` holds a line break"),
+        "{shown}"
+    );
+    assert!(!shown.contains("NEWLINE-secret"), "{shown}");
+}
+
 #[test]
 fn missing_key_names_the_variable_and_no_key_is_ever_shown() {
     let c = load(CLI_MD_EXAMPLE).unwrap();

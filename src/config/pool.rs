@@ -141,6 +141,18 @@ pub enum ConfigError {
         provider: String,
         var: String,
     },
+    /// A key no HTTP header can carry (a secret file read with its line break): every
+    /// call would fail as a network error, far from its cause. Never shows the value.
+    #[error(
+        "{}: field `providers.{provider}.api_key_env`: environment variable `{var}` holds a line break or another control character, which no HTTP header can carry (a secret file read with its trailing newline?) (provider `{provider}`)",
+        at(.file, *.line)
+    )]
+    UnsendableKey {
+        file: PathBuf,
+        line: Option<usize>,
+        provider: String,
+        var: String,
+    },
     #[error("unknown provider `{name}`{}", did_you_mean(.nearest))]
     UnknownProvider {
         name: String,
