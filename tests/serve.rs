@@ -1238,6 +1238,61 @@ async fn a_buffered_workflow_moves_a_stream_cut_mid_way_to_the_backup_unseen() {
     );
 }
 
+/// Guards validation on a held stream (fidelity.md §3): under `safe_replay_until:
+/// buffered` the whole answer is held, yet one that broke the request's JSON schema
+/// was released as a success; it is `invalid_output`, and the backup is asked unseen.
+#[tokio::test]
+async fn a_buffered_stream_that_breaks_the_schema_moves_to_the_backup_unseen() {
+    let mock = openai_mock(vec![
+        mock_route(
+            "prim/model-a",
+            Wire::OpenAi,
+            vec![stream(&["NOT-", "JSON"], StreamEnd::Done, 0)],
+        ),
+        mock_route(
+            "back/model-b",
+            Wire::OpenAi,
+            vec![stream(&["{\"a\":", "1}"], StreamEnd::Done, 0)],
+        ),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = openai_high(dir.path(), &mock, &["prim/model-a", "back/model-b"]);
+    let mut yaml = std::fs::read_to_string(&config).unwrap();
+    yaml.push_str(
+        "policies:\n  careful-answer:\n    tier: high\n    safe_replay_until: buffered\n",
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let gw = start(&config, &[], &[]).await;
+    let mut body = chat_body("careful-answer", true);
+    body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "t",
+        "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}});
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "back/model-b");
+    let text = r.text().await.unwrap();
+    assert!(
+        !text.contains("NOT-"),
+        "the failing answer stayed unseen: {text}"
+    );
+    assert!(
+        text.contains(": poolctl outcome=success attempts=2"),
+        "{text}"
+    );
+    assert_eq!(
+        (
+            mock.calls(&route("prim/model-a")),
+            mock.calls(&route("back/model-b"))
+        ),
+        (1, 1)
+    );
+}
+
 #[tokio::test]
 async fn an_upstream_that_echoes_its_key_never_leaks_it_through_the_gateway() {
     let echo_error = Reply::Status {

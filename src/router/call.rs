@@ -146,6 +146,26 @@ impl Router {
                             client, &ep, model, chat, &hold, true, settle,
                         )
                         .await;
+                        // Held whole, the answer can be checked as an unstreamed one is
+                        // (fidelity.md §3), and a failing one moves on unseen; a refusal
+                        // is an answer, never checked (§4).
+                        let violation = match &a.result {
+                            Ok(ok) if ok.refusal.is_none() => chat
+                                .json_schema
+                                .as_ref()
+                                .and_then(|s| crate::policy::validate::violation(s, &a.delivered))
+                                .or_else(|| {
+                                    crate::policy::validate::call_violation(
+                                        &chat.tools,
+                                        &ok.tool_calls,
+                                    )
+                                })
+                                .map(|why| crate::policy::validate::rejected(&ok.headers, why)),
+                            _ => None,
+                        };
+                        if let Some(rejected) = violation {
+                            return Attempted::from(Err(rejected));
+                        }
                         match a.result {
                             Ok(ok) => {
                                 for ev in lock(&held).iter() {
