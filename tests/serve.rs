@@ -1353,6 +1353,74 @@ async fn an_upstream_that_echoes_its_key_never_leaks_it_through_the_gateway() {
     );
 }
 
+/// The text a client joins from an SSE answer: OpenAI `delta.content`s, or Anthropic
+/// `text_delta`s.
+fn joined_text(sse: &str) -> String {
+    sse.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            v.pointer("/choices/0/delta/content")
+                .or_else(|| v.pointer("/delta/text"))
+                .or_else(|| (v["type"] == "response.output_text.delta").then(|| &v["delta"]))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// Guards a leak no single event shows: an upstream that echoes its key in pieces
+/// (two deltas, or one character a delta) had every event masked on its own, and the
+/// client joined the key back together. Same wire (the upstream's frames) and cross
+/// wire (the gateway's own encoding) alike.
+#[tokio::test]
+async fn a_key_split_across_stream_deltas_reaches_the_client_masked() {
+    let (head, rest) = UPSTREAM_KEY.split_at(9);
+    let by_char: Vec<String> = UPSTREAM_KEY.chars().map(String::from).collect();
+    let mut one_a_delta: Vec<&str> = vec!["key: "];
+    one_a_delta.extend(by_char.iter().map(String::as_str));
+    one_a_delta.push(" ok.");
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![
+            stream(&["key: ", head, rest, " ok."], StreamEnd::Done, 0),
+            stream(&one_a_delta, StreamEnd::Done, 0),
+            stream(&["key: ", head, rest, " ok."], StreamEnd::Done, 0),
+            stream(&["key: ", head, rest, " ok."], StreamEnd::Done, 0),
+            stream(&["this is fine."], StreamEnd::Done, 0),
+        ],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
+    let gw = start(&config, &[], &[]).await;
+    let client = reqwest::Client::new();
+    let ask = |path: &'static str, body: Value| {
+        let r = client.post(gw.url(path)).json(&body).send();
+        async move { r.await.unwrap().text().await.unwrap() }
+    };
+    for round in 0..2 {
+        let sse = ask("/v1/chat/completions", chat_body("high", true)).await;
+        assert!(!sse.contains(rest), "round {round}: {sse}");
+        assert_eq!(joined_text(&sse), "key: *** ok.", "round {round}: {sse}");
+        assert!(sse.ends_with("data: [DONE]\n\n"), "{sse}");
+    }
+    let anthropic = json!({"model": "high", "max_tokens": 64, "stream": true,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let sse = ask("/v1/messages", anthropic).await;
+    assert!(!sse.contains(rest), "{sse}");
+    assert_eq!(joined_text(&sse), "key: *** ok.", "{sse}");
+    let responses = json!({"model": "high", "stream": true, "input": "hi"});
+    let sse = ask("/v1/responses", responses).await;
+    assert!(!sse.contains(rest), "{sse}");
+    assert_eq!(joined_text(&sse), "key: *** ok.", "{sse}");
+    assert!(sse.contains("response.completed"), "{sse}");
+    // Text that is no key goes through whole.
+    let sse = ask("/v1/chat/completions", chat_body("high", true)).await;
+    assert_eq!(joined_text(&sse), "this is fine.", "{sse}");
+}
+
 #[tokio::test]
 async fn buffered_request_bodies_are_bounded_in_total_across_connections() {
     let mock = openai_mock(vec![mock_route(

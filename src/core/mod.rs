@@ -8,6 +8,7 @@ pub mod answer;
 pub mod clip;
 pub mod clock;
 pub mod conversation;
+pub mod key_guard;
 pub mod limits;
 pub mod outcome;
 pub mod request;

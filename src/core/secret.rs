@@ -146,6 +146,17 @@ pub fn mask(text: &str) -> Cow<'_, str> {
     out
 }
 
+/// Whether `text` ends with the start of a registered key (a proper prefix of it): a
+/// stream's next delta could complete it (`key_guard`).
+pub fn ends_with_key_start(text: &str) -> bool {
+    let keys = registry().read().unwrap_or_else(|p| p.into_inner());
+    let t = text.as_bytes();
+    keys.iter().any(|k| {
+        let k = k.as_bytes();
+        (1..k.len().min(t.len() + 1)).any(|n| t.ends_with(&k[..n]))
+    })
+}
+
 /// `text` with anything shaped like a bearer key (`sk-...`, `sk-ant-...`, `key-...`
 /// with 8 or more key characters) cut to its prefix and `***`, whoever's key it is: an
 /// upstream's message may quote a key, or part of one, that was never registered here

@@ -14,6 +14,7 @@ use super::ingress::{ChatIn, Turn};
 use super::respond::{self, Context};
 use super::Gateway;
 use crate::core::clock::Stopwatch;
+use crate::core::key_guard::{KeyGuard, Released};
 use crate::core::vocab::Route;
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -122,6 +123,13 @@ struct LiveState {
     unsigned: Option<usize>,
     /// The attempt that sent the first visible token.
     started_at: usize,
+    /// The text the gateway encodes, held while it may be the start of a key that
+    /// the next delta completes (`core::key_guard`).
+    text_guard: KeyGuard<String>,
+    /// The same for a same-wire stream's frames, with the text of the frame to come
+    /// (its `Event::Text` precedes its `Event::Raw`).
+    frame_guard: KeyGuard<Bytes>,
+    frame_text: String,
 }
 
 impl Live {
@@ -152,8 +160,15 @@ impl Live {
                         s.held_final = Some(frame);
                         return;
                     }
+                    let text = std::mem::take(&mut s.frame_text);
+                    let guarded = s.frame_guard.push(frame, &text);
                     if s.held_raw.is_empty() {
-                        let _ = self.tx.send(Msg::Bytes(frame));
+                        if guarded.len() == 1 && guarded[0].1.is_none() {
+                            let (frame, _) = guarded.into_iter().next().expect("one");
+                            let _ = self.tx.send(Msg::Bytes(frame));
+                        } else if !guarded.is_empty() {
+                            let _ = self.tx.send(Msg::Bytes(released_frames(guarded).into()));
+                        }
                         return;
                     }
                     // The frames held before the first visible token go out in one write
@@ -165,7 +180,7 @@ impl Live {
                             out.extend_from_slice(&held);
                         }
                     }
-                    out.extend_from_slice(&frame);
+                    out.extend(released_frames(guarded));
                     let _ = self.tx.send(Msg::Bytes(out.into()));
                 }
                 Some(_) => {}
@@ -178,7 +193,10 @@ impl Live {
             return;
         }
         if matches!(s.encoder, Some(Encoder::PassThrough)) {
-            // The upstream's own frames carry it.
+            // The upstream's own frames carry it; its text is what the frame shows.
+            if let Event::Text(t) = &ev {
+                s.frame_text.push_str(t);
+            }
             return;
         }
         if let Event::Model(m) = &ev {
@@ -233,6 +251,9 @@ impl Live {
             s.started_at = attempts;
             if route.as_ref().is_some_and(|r| self.same_wire.contains(r)) {
                 s.encoder = Some(Encoder::PassThrough);
+                if let Event::Text(t) = &ev {
+                    s.frame_text.push_str(t);
+                }
                 s.held.clear();
                 // The held frames go out with this token's own frame, which follows.
                 s.held_raw.retain(|(a, _)| *a == attempts);
@@ -335,7 +356,43 @@ impl LiveState {
         Some(out)
     }
 
+    /// `ev` in the client's shape, its text through the key guard: held while it may
+    /// start a key, released (masked where it completed one) with what comes next.
     fn encode(&mut self, ev: &Event) -> Vec<u8> {
+        let encoded = matches!(
+            self.encoder,
+            Some(Encoder::OpenAi(_) | Encoder::Anthropic(_) | Encoder::Responses(_))
+        );
+        if !encoded {
+            return self.encode_now(ev);
+        }
+        if let Event::Text(t) = ev {
+            if t.is_empty() && !self.text_guard.is_holding() {
+                return self.encode_now(ev);
+            }
+            let released = self.text_guard.push(t.clone(), t);
+            if released.is_empty() {
+                return Vec::new();
+            }
+            return self.encode_now(&Event::Text(joined(released)));
+        }
+        let mut out = self.flush_text();
+        out.extend(self.encode_now(ev));
+        out
+    }
+
+    /// What the key guards hold, released unchanged: the stream ends, or an event
+    /// comes that no key continues across.
+    fn flush_text(&mut self) -> Vec<u8> {
+        let mut out = released_frames(self.frame_guard.flush());
+        let pending = joined(self.text_guard.flush());
+        if !pending.is_empty() {
+            out.extend(self.encode_now(&Event::Text(pending)));
+        }
+        out
+    }
+
+    fn encode_now(&mut self, ev: &Event) -> Vec<u8> {
         if let Event::Choice(i) = ev {
             self.choice = *i;
         }
@@ -382,7 +439,7 @@ impl LiveState {
         responses_end: Vec<u8>,
     ) -> Vec<u8> {
         let report = &called.report;
-        let mut out = Vec::new();
+        let mut out = self.flush_text();
         let finish = called
             .reply
             .as_ref()
@@ -803,7 +860,9 @@ async fn responses_end(ask: &Ask, turn: &Turn, live: &Live, called: &Called) -> 
     let served = called.report.served_by.clone();
     let (mut out, object) = {
         let mut s = lock(&live.state);
-        match &mut s.encoder {
+        // What the key guard holds goes before the items close.
+        let held = s.flush_text();
+        let (closing, object) = match &mut s.encoder {
             Some(Encoder::Responses(e)) => {
                 let finish = called
                     .reply
@@ -822,7 +881,10 @@ async fn responses_end(ask: &Ask, turn: &Turn, live: &Live, called: &Called) -> 
                     .and_then(|f| crate::wire::responses::frame_response(f)),
             ),
             _ => (Vec::new(), None),
-        }
+        };
+        let mut out = held;
+        out.extend(closing);
+        (out, object)
     };
     let Some(mut object) = object else {
         return out;
@@ -902,6 +964,32 @@ fn responses_failed(id: &str, e: &ApiError) -> Vec<u8> {
         out.extend_from_slice(b"\ndata: ");
         out.extend(serde_json::to_vec(&v).unwrap_or_default());
         out.extend_from_slice(b"\n\n");
+    }
+    out
+}
+
+/// The text the key guard let go, joined: each piece as it was, or as it must show.
+fn joined(released: Vec<Released<String>>) -> String {
+    released
+        .into_iter()
+        .map(|(own, instead)| instead.unwrap_or(own))
+        .collect()
+}
+
+/// Same-wire frames the key guard let go, in order: each as the upstream sent it, or,
+/// where a key was masked across frames, with its text replaced. A frame whose text
+/// cannot be replaced is left out: it held part of a key.
+fn released_frames(released: Vec<Released<Bytes>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (frame, instead) in released {
+        match instead {
+            None => out.extend_from_slice(&frame),
+            Some(text) => {
+                if let Some(f) = crate::wire::passthrough::with_text(&frame, &text) {
+                    out.extend(f);
+                }
+            }
+        }
     }
     out
 }

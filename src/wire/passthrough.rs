@@ -176,6 +176,51 @@ impl Scanner<'_> {
     }
 }
 
+/// A forwarded stream frame (`event: …` and `data: {…}`) with the text it shows
+/// replaced by `text`: an OpenAI chunk's `delta.content` (the first choice that shows
+/// some gets `text`, any other none), an Anthropic `text_delta`, a Responses
+/// `output_text.delta`. For the one change a forwarded frame may have, masking a key
+/// that the upstream split across frames (`core::key_guard`). `None`: no text found.
+pub fn with_text(frame: &[u8], text: &str) -> Option<Vec<u8>> {
+    let frame = std::str::from_utf8(frame).ok()?;
+    let mut event = None;
+    let mut data = Vec::new();
+    for line in frame.lines() {
+        if let Some(e) = line.strip_prefix("event:") {
+            event = Some(e.trim_start());
+        } else if let Some(d) = line.strip_prefix("data:") {
+            data.push(d.strip_prefix(' ').unwrap_or(d));
+        }
+    }
+    let mut v: serde_json::Value = serde_json::from_str(&data.join("\n")).ok()?;
+    let mut replaced = false;
+    if let Some(choices) = v.get_mut("choices").and_then(|c| c.as_array_mut()) {
+        for c in choices {
+            if let Some(content) = c.pointer_mut("/delta/content").filter(|t| t.is_string()) {
+                *content = serde_json::Value::from(if replaced { "" } else { text });
+                replaced = true;
+            }
+        }
+    } else if let Some(t) = v.pointer_mut("/delta/text").filter(|t| t.is_string()) {
+        *t = text.into();
+        replaced = true;
+    } else if let Some(t) = v.get_mut("delta").filter(|t| t.is_string()) {
+        *t = text.into();
+        replaced = true;
+    }
+    if !replaced {
+        return None;
+    }
+    let mut out = Vec::new();
+    if let Some(e) = event {
+        out.extend_from_slice(format!("event: {e}\n").as_bytes());
+    }
+    out.extend_from_slice(b"data: ");
+    out.extend(serde_json::to_vec(&v).ok()?);
+    out.extend_from_slice(b"\n\n");
+    Some(out)
+}
+
 /// `body` with the value at each span replaced (spans in any order, none overlapping).
 pub fn splice(body: &[u8], mut edits: Vec<(Range<usize>, Vec<u8>)>) -> Vec<u8> {
     edits.sort_by_key(|(r, _)| r.start);

@@ -1,0 +1,154 @@
+//! Keys split across stream events. Each event leaves masked (`secret::mask`), but a
+//! client joins the text deltas of a stream, so an upstream that echoes a key in two
+//! deltas (`sk-proj-AB`, then `CD…`), or one character a delta, hands the client the
+//! whole key although no single event holds it.
+//!
+//! The guard holds back a delta while the text held so far ends with the start of a
+//! registered key, and lets it go once the text goes another way. When the held text
+//! completes a key, the held items come back with their text to be rewritten: the
+//! first that shows text shows the held text masked, the others show none. What is
+//! held is bounded by the longest key (the text stops being a key's start past it),
+//! and it only delays, never drops: a delta ending in `s` waits for the next one.
+//!
+//! Generic over the item held: the gateway guards the text it encodes itself, and the
+//! upstream's own frames on a same-wire stream.
+
+use super::secret;
+use std::borrow::Cow;
+
+pub struct KeyGuard<T> {
+    /// Held items, each with whether it shows text.
+    held: Vec<(T, bool)>,
+    /// The text the held items show, joined.
+    text: String,
+}
+
+impl<T> Default for KeyGuard<T> {
+    fn default() -> Self {
+        KeyGuard {
+            held: Vec::new(),
+            text: String::new(),
+        }
+    }
+}
+
+/// An item the guard lets go, and the text it must show instead of its own (`None`:
+/// its own, unchanged).
+pub type Released<T> = (T, Option<String>);
+
+impl<T> KeyGuard<T> {
+    /// Takes `item`, which shows `text` (empty: none). Returns what may go now, in
+    /// order: nothing while held, else every held item and this one.
+    pub fn push(&mut self, item: T, text: &str) -> Vec<Released<T>> {
+        if text.is_empty() {
+            if self.held.is_empty() {
+                return vec![(item, None)];
+            }
+            // Between two pieces of a key: held, so order is kept.
+            self.held.push((item, false));
+            return Vec::new();
+        }
+        self.text.push_str(text);
+        self.held.push((item, true));
+        if let Cow::Owned(masked) = secret::mask(&self.text) {
+            self.text.clear();
+            let mut first = true;
+            return std::mem::take(&mut self.held)
+                .into_iter()
+                .map(|(item, shows)| match (shows, first) {
+                    (true, true) => {
+                        first = false;
+                        (item, Some(masked.clone()))
+                    }
+                    (true, false) => (item, Some(String::new())),
+                    (false, _) => (item, None),
+                })
+                .collect();
+        }
+        if secret::ends_with_key_start(&self.text) {
+            return Vec::new();
+        }
+        self.flush()
+    }
+
+    /// Everything held, unchanged: the stream ends, or moves to where a key cannot
+    /// continue.
+    pub fn flush(&mut self) -> Vec<Released<T>> {
+        self.text.clear();
+        std::mem::take(&mut self.held)
+            .into_iter()
+            .map(|(item, _)| (item, None))
+            .collect()
+    }
+
+    pub fn is_holding(&self) -> bool {
+        !self.held.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "sk-guard-TEST-9f8e7d";
+
+    fn shown(out: Vec<Released<&str>>) -> String {
+        out.into_iter()
+            .map(|(own, new)| new.unwrap_or_else(|| own.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_key_split_across_deltas_is_masked_and_other_text_passes_whole() {
+        let _k = secret::Secret::new(KEY);
+        let mut g = KeyGuard::default();
+        let mut client = String::new();
+        for piece in ["your key: ", "sk-gu", "ard-TE", "ST-9f8e7d", " ok."] {
+            client.push_str(&shown(g.push(piece, piece)));
+        }
+        client.push_str(&shown(g.flush()));
+        assert_eq!(client, "your key: *** ok.");
+
+        // One character a delta.
+        let mut client = String::new();
+        for c in KEY.chars().map(String::from) {
+            let c: &'static str = c.leak();
+            client.push_str(&shown(g.push(c, c)));
+        }
+        client.push_str(&shown(g.flush()));
+        assert_eq!(client, "***");
+    }
+
+    #[test]
+    fn text_that_only_starts_like_a_key_is_delayed_never_changed() {
+        let _k = secret::Secret::new(KEY);
+        let mut g = KeyGuard::default();
+        assert!(g.push("this", "this").is_empty(), "ends in `s`: held");
+        assert!(g.is_holding());
+        let out = g.push(" one.", " one.");
+        assert_eq!(shown(out), "this one.");
+        assert_eq!(shown(g.push("plain.", "plain.")), "plain.");
+        // Items without text are held in order while something is held.
+        assert!(g.push("sk", "sk").is_empty());
+        assert!(g.push("<ping>", "").is_empty());
+        assert_eq!(shown(g.push("y.", "y.")), "sk<ping>y.");
+        assert_eq!(shown(g.push("<finish>", "")), "<finish>");
+    }
+
+    #[test]
+    fn the_first_text_item_shows_the_masked_text_and_the_rest_none() {
+        let _k = secret::Secret::new(KEY);
+        let mut g = KeyGuard::default();
+        assert!(g.push(1, "sk-guard-").is_empty());
+        assert!(g.push(2, "").is_empty());
+        let out = g.push(3, "TEST-9f8e7d!");
+        assert_eq!(
+            out,
+            vec![
+                (1, Some("***!".to_string())),
+                (2, None),
+                (3, Some(String::new()))
+            ]
+        );
+    }
+}
