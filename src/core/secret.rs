@@ -146,6 +146,46 @@ pub fn mask(text: &str) -> Cow<'_, str> {
     out
 }
 
+/// The shortest run of a key's characters that `mask_key_pieces` hides: long enough
+/// that prose never matches a random key by chance.
+const PIECE: usize = 12;
+
+/// `text` with every run of 12 or more characters of a registered key masked, the run
+/// taken whole: an upstream's error may quote the key it refused shortened
+/// (`sk-proj-abc…`) or with its prefix cut, and a piece of a key is still a key. For
+/// messages (errors, their excerpts), where the cost of the search does not matter.
+pub fn mask_key_pieces(text: &str) -> Cow<'_, str> {
+    let keys = registry().read().unwrap_or_else(|p| p.into_inner());
+    let mut out: Cow<'_, str> = Cow::Borrowed(text);
+    // A key holding the mask itself could match its own replacement for ever.
+    for key in keys
+        .iter()
+        .filter(|k| k.len() >= PIECE && k.is_ascii() && !k.contains('*'))
+    {
+        let kb = key.as_bytes();
+        loop {
+            let hit =
+                (0..=kb.len() - PIECE).find_map(|i| out.find(&key[i..i + PIECE]).map(|at| (i, at)));
+            let Some((i, at)) = hit else { break };
+            // The run, grown both ways while text and key agree (ASCII: every end is a
+            // character boundary).
+            let ob = out.as_bytes();
+            let (mut start, mut ki) = (at, i);
+            while start > 0 && ki > 0 && ob[start - 1] == kb[ki - 1] {
+                start -= 1;
+                ki -= 1;
+            }
+            let (mut end, mut kj) = (at + PIECE, i + PIECE);
+            while end < ob.len() && kj < kb.len() && ob[end] == kb[kj] {
+                end += 1;
+                kj += 1;
+            }
+            out = Cow::Owned(format!("{}{MASK}{}", &out[..start], &out[end..]));
+        }
+    }
+    out
+}
+
 /// Whether `text` ends with the start of a registered key (a proper prefix of it): a
 /// stream's next delta could complete it (`key_guard`).
 pub fn ends_with_key_start(text: &str) -> bool {
@@ -315,6 +355,21 @@ mod tests {
         assert!(matches!(mask_json(plain), Cow::Borrowed(_)));
         // A cut literal is left for the raw search alone, never a panic.
         assert_eq!(mask_json(r#"{"a":"\u0073k"#), r#"{"a":"\u0073k"#);
+    }
+
+    /// Guards a leak in failure messages: an upstream that quoted the refused key
+    /// shortened, or without its prefix, passed it whole minus a few characters.
+    #[test]
+    fn long_pieces_of_a_key_are_masked_and_short_ones_left() {
+        let _s = Secret::new("sk-proj-PIECES0123456789abcd");
+        assert_eq!(
+            mask_key_pieces("provided: sk-proj-PIECES012345... (or proj-PIECES0123456789abcd)"),
+            "provided: ***... (or ***)"
+        );
+        assert!(matches!(
+            mask_key_pieces("sk-proj-PIE is short"),
+            Cow::Borrowed(_)
+        ));
     }
 
     #[test]

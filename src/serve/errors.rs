@@ -92,7 +92,7 @@ pub fn mask_body(body: Bytes) -> Bytes {
 /// `***`: an upstream's message may quote part of the key it refused, and it must not
 /// reach the client or the log.
 pub fn mask_keys(text: &str, keys: &[&str]) -> String {
-    let mut out = text.to_string();
+    let mut out = crate::core::secret::mask_key_pieces(text).into_owned();
     for key in keys.iter().filter(|k| k.len() >= 4) {
         out = out.replace(key, "***");
     }
