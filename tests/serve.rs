@@ -1482,6 +1482,64 @@ async fn buffered_request_bodies_are_bounded_in_total_across_connections() {
     wait_for("poolctl_buffered_body_bytes", 0.0).await;
 }
 
+/// Guards a deadlock of the body budget: two bodies that each held half of it and
+/// waited for the rest of theirs waited on each other, until both were 408s (seen with
+/// two 50 MB images under a raised `--max-body-bytes`). A body that must wait gives its
+/// part back and waits for all of it at once: they are served in turn.
+#[tokio::test]
+async fn two_bodies_that_each_hold_half_the_budget_are_served_in_turn() {
+    let mock = openai_mock(vec![mock_route(
+        "prim/model-a",
+        Wire::OpenAi,
+        vec![ok("one"), ok("two")],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
+    let flags = [
+        "--max-body-bytes",
+        "1000",
+        "--max-buffered-body-bytes",
+        "1000",
+        "--body-timeout-ms",
+        "60000",
+    ];
+    let gw = start(&config, &flags, &[]).await;
+    let wait_for = |series: &'static str, value: f64| {
+        let gw = &gw;
+        async move {
+            tokio::time::timeout(DEADLINE, async {
+                while metric(&gw.metrics().await, series) != Some(value) {}
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{series} reaches {value}"))
+        }
+    };
+    let body = format!("{:<900}", chat_body("high", false).to_string());
+    let (first, rest) = body.as_bytes().split_at(500);
+    let head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 900\r\n\r\n";
+    let mut a = TcpStream::connect(gw.addr).await.unwrap();
+    a.write_all(head).await.unwrap();
+    a.write_all(first).await.unwrap();
+    wait_for("poolctl_buffered_body_bytes", 500.0).await;
+    let mut b = TcpStream::connect(gw.addr).await.unwrap();
+    b.write_all(head).await.unwrap();
+    b.write_all(first).await.unwrap();
+    wait_for("poolctl_buffered_body_bytes", 1000.0).await;
+    // Each now sends the rest, which fits only once the other's part is free.
+    a.write_all(rest).await.unwrap();
+    wait_for("poolctl_body_waits_total", 1.0).await;
+    b.write_all(rest).await.unwrap();
+    for (name, conn) in [("A", &mut a), ("B", &mut b)] {
+        let mut got = vec![0u8; 12];
+        tokio::time::timeout(DEADLINE, conn.read_exact(&mut got))
+            .await
+            .unwrap_or_else(|_| panic!("{name} is answered, not left waiting"))
+            .unwrap();
+        assert_eq!(&got, b"HTTP/1.1 200", "{name}");
+    }
+}
+
 #[tokio::test]
 async fn a_single_worker_gateway_serves_chat_and_streams() {
     let mock = openai_mock(vec![mock_route(

@@ -473,10 +473,24 @@ async fn read_body(
             if buf.len() + data.len() > cap {
                 return Err(too_large());
             }
-            if buf.len() + data.len() > permit.held {
-                permit
-                    .grow(&budget, buf.len() + data.len(), &gw.metrics)
-                    .await;
+            let need = buf.len() + data.len();
+            if need > permit.held {
+                if budget.available_permits() >= need - permit.held {
+                    permit.grow(&budget, need, &gw.metrics).await;
+                } else {
+                    // No room now. Waiting for more while holding a part would let two
+                    // large bodies each hold half the budget and wait on the other until
+                    // both time out: the part is given back, and the whole body (as
+                    // declared, else the cap) is waited for at once, in turn.
+                    let whole = declared
+                        .map_or(cap, |n| n as usize)
+                        .max(need)
+                        .min(gw.body_budget_total());
+                    if whole > permit.held {
+                        permit = BodyPermit::none();
+                        permit.grow(&budget, whole, &gw.metrics).await;
+                    }
+                }
             }
             if buf.is_empty() && declared.is_some_and(|n| n as usize == data.len()) {
                 return Ok((data, permit)); // the whole body in one frame: no copy
