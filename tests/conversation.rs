@@ -293,6 +293,37 @@ fn tool_spec_shapes() {
     );
 }
 
+/// Guards Gemini's function declarations: `parameters` is its OpenAPI subset, which
+/// answers 400 to `additionalProperties` (on every strict OpenAI tool) and to an OBJECT
+/// without properties; a schema with references has no form there.
+#[test]
+fn gemini_tools_take_the_schema_subset_or_json_schema_whole() {
+    let tool = |parameters: Value| ToolSpec {
+        name: "f".into(),
+        description: "does f".into(),
+        parameters,
+        strict: true,
+    };
+    let strict = json!({"type": "object", "properties": {"a": {"type": ["string", "null"]}},
+        "required": ["a"], "additionalProperties": false});
+    let with_ref = json!({"type": "object", "$defs": {"A": {"type": "string"}},
+        "properties": {"a": {"$ref": "#/$defs/A"}}});
+    let tools = [
+        tool(strict),
+        tool(json!({"type": "object", "properties": {}})),
+        tool(with_ref.clone()),
+    ];
+    assert_eq!(
+        gemini_tools(&tools),
+        json!([{"functionDeclarations": [
+            {"name": "f", "description": "does f", "parameters": {"type": "object",
+                "properties": {"a": {"type": "string", "nullable": true}}, "required": ["a"]}},
+            {"name": "f", "description": "does f"},
+            {"name": "f", "description": "does f", "parametersJsonSchema": with_ref},
+        ]}])
+    );
+}
+
 #[test]
 fn reads_tool_calls_from_each_wires_answer() {
     let openai = json!({"role": "assistant", "content": null, "tool_calls": [

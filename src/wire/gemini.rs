@@ -2,12 +2,16 @@
 //! `x-goog-api-key`.
 
 pub mod history;
+pub mod schema;
 pub use history::*;
+use schema::is_bare_object;
+pub use schema::response_schema;
 
 use super::codec::{tokens, BadSuccess, ChatParsed};
 use super::endpoint::Endpoint;
 use super::http::HttpCall;
 use crate::core::answer::FinishReason;
+use crate::core::conversation::{Conversation, Part, Source, Turn};
 use crate::core::request::{ChatRequest, ToolChoice, Usage};
 use serde_json::{json, Value};
 
@@ -21,7 +25,7 @@ const SAMPLING: super::codec::SamplingNames = super::codec::SamplingNames {
 };
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
-    let (system, contents) = history::gemini_request_parts(&req.conversation);
+    let (system, contents) = history::gemini_request_parts(&without_url_parts(&req.conversation));
     let mut body = json!({ "contents": contents });
     let mut config = serde_json::Map::new();
     if let Some(max) = req.max_tokens {
@@ -78,112 +82,37 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     }
 }
 
-/// The keywords of Gemini's `Schema` (ai.google.dev, "Schema": the OpenAPI 3.0
-/// subset `responseSchema` takes). Any other keyword is a 400 ("Unknown name
-/// additionalProperties"), so it is left out: the answer is validated against it anyway.
-const SCHEMA_KEYWORDS: &[&str] = &[
-    "type",
-    "format",
-    "title",
-    "description",
-    "nullable",
-    "enum",
-    "maxItems",
-    "minItems",
-    "properties",
-    "required",
-    "minProperties",
-    "maxProperties",
-    "minLength",
-    "maxLength",
-    "pattern",
-    "example",
-    "anyOf",
-    "propertyOrdering",
-    "default",
-    "items",
-    "minimum",
-    "maximum",
-];
-
-/// An object schema that names no properties (`json_object`'s `{"type": "object"}`).
-fn is_bare_object(schema: &Value) -> bool {
-    schema.get("type").and_then(Value::as_str) == Some("object")
-        && schema
-            .get("properties")
-            .and_then(Value::as_object)
-            .is_none_or(|p| p.is_empty())
-}
-
-/// A JSON Schema as Gemini's `responseSchema`: its keywords kept, `type: [T, "null"]`
-/// as `type: T, nullable: true`, `const` as a one-value `enum`. `None` when the schema
-/// refers to definitions, which the subset cannot express.
-pub fn response_schema(schema: &Value) -> Option<Value> {
-    let Value::Object(map) = schema else {
-        return Some(schema.clone());
+/// The conversation without its images and documents by URL. A route is called with
+/// one only under `drop_params`, which names it dropped (`wire::carry` skips the route
+/// otherwise): it is left out, as named. Gemini's `file_data` would take the URL, but
+/// only for its own uploaded files.
+fn without_url_parts(c: &Conversation) -> std::borrow::Cow<'_, Conversation> {
+    let by_url = |p: &Part| {
+        matches!(
+            p,
+            Part::Image {
+                source: Source::Url { .. },
+                ..
+            } | Part::Document {
+                source: Source::Url { .. },
+                ..
+            }
+        )
     };
-    // References have no form in the subset; nor has an object without properties
-    // ("properties: should be non-empty for OBJECT type").
-    if map.contains_key("$ref")
-        || map.contains_key("$defs")
-        || map.contains_key("definitions")
-        || is_bare_object(schema)
-    {
-        return None;
+    let any = c.turns.iter().any(|t| match t {
+        Turn::User { parts } => parts.iter().any(by_url),
+        _ => false,
+    });
+    if !any {
+        return std::borrow::Cow::Borrowed(c);
     }
-    let mut out = serde_json::Map::new();
-    for (key, value) in map {
-        match key.as_str() {
-            "type" => match value {
-                Value::Array(types) => {
-                    let named: Vec<&Value> = types.iter().filter(|t| *t != "null").collect();
-                    if named.len() != types.len() {
-                        out.insert("nullable".into(), json!(true));
-                    }
-                    match named.as_slice() {
-                        [] => None,
-                        [one] => out.insert("type".into(), (*one).clone()),
-                        // Several types: the subset has one per schema; anyOf says it.
-                        _ => out.insert(
-                            "anyOf".into(),
-                            named.iter().map(|t| json!({"type": t})).collect(),
-                        ),
-                    };
-                }
-                _ => {
-                    out.insert(key.clone(), value.clone());
-                }
-            },
-            "const" => {
-                out.insert("enum".into(), json!([value]));
-            }
-            "properties" => {
-                let Value::Object(props) = value else {
-                    continue;
-                };
-                let mut converted = serde_json::Map::new();
-                for (name, sub) in props {
-                    converted.insert(name.clone(), response_schema(sub)?);
-                }
-                out.insert(key.clone(), Value::Object(converted));
-            }
-            "items" => {
-                out.insert(key.clone(), response_schema(value)?);
-            }
-            "anyOf" | "oneOf" => {
-                let Value::Array(subs) = value else {
-                    continue;
-                };
-                let converted: Option<Vec<Value>> = subs.iter().map(response_schema).collect();
-                out.insert("anyOf".into(), Value::Array(converted?));
-            }
-            k if SCHEMA_KEYWORDS.contains(&k) => {
-                out.insert(key.clone(), value.clone());
-            }
-            _ => {}
+    let mut kept = c.clone();
+    for turn in &mut kept.turns {
+        if let Turn::User { parts } = turn {
+            parts.retain(|p| !by_url(p));
         }
     }
-    Some(Value::Object(out))
+    std::borrow::Cow::Owned(kept)
 }
 
 /// Gemini's `finishReason` in the shared vocabulary. Gemini says `STOP` even when the

@@ -53,9 +53,9 @@ pub fn gemini_request_parts(c: &Conversation) -> (Option<Value>, Vec<Value>) {
 }
 
 /// One part: text, or inline bytes (`inline_data`) for an image or a PDF. Gemini has no
-/// part for an arbitrary URL (`file_data` takes only its own uploaded files' URIs): a
-/// route is given none. `wire::carry` skips it, or under `drop_params` names it
-/// dropped, and then it is left out, as named.
+/// part for an arbitrary URL: a route is never given one (`wire::carry` skips it, and
+/// `gemini::chat_call` leaves out one that `drop_params` named dropped), and
+/// `file_data` is what Gemini takes for an uploaded file's URI.
 fn gemini_part(p: &Part) -> Option<Value> {
     let source = match p {
         Part::Text { text } => return Some(json!({ "text": text })),
@@ -67,7 +67,12 @@ fn gemini_part(p: &Part) -> Option<Value> {
         Source::Base64 { media_type, data } => {
             json!({"inline_data": {"mime_type": media_type, "data": data}})
         }
-        Source::Url { .. } => return None,
+        Source::Url { url } => match p {
+            Part::Document { .. } => {
+                json!({"file_data": {"file_uri": url, "mime_type": "application/pdf"}})
+            }
+            _ => json!({"file_data": {"file_uri": url}}),
+        },
     })
 }
 
@@ -119,11 +124,24 @@ fn part_of(source: Source, mime: Option<&str>) -> Part {
     }
 }
 
-/// `tools` for generateContent.
+/// `tools` for generateContent. `parameters` is Gemini's OpenAPI subset, as a
+/// `responseSchema` is (`super::response_schema`): JSON Schema keywords it lacks
+/// (`additionalProperties`, which every strict OpenAI tool carries) are refused there
+/// with a 400. A schema with references goes whole as `parametersJsonSchema`; a tool
+/// without arguments declares none (an OBJECT without properties is refused too).
 pub fn gemini_tools(tools: &[ToolSpec]) -> Value {
     let declarations: Vec<Value> = tools
         .iter()
-        .map(|t| json!({"name": t.name, "description": t.description, "parameters": t.parameters}))
+        .map(|t| {
+            let mut d = json!({"name": t.name, "description": t.description});
+            if !super::schema::is_bare_object(&t.parameters) {
+                match super::schema::response_schema(&t.parameters) {
+                    Some(subset) => d["parameters"] = subset,
+                    None => d["parametersJsonSchema"] = t.parameters.clone(),
+                }
+            }
+            d
+        })
         .collect();
     json!([{ "functionDeclarations": declarations }])
 }
