@@ -1089,6 +1089,26 @@ async fn interleaved_openai_tool_calls_reach_an_anthropic_client_as_two_whole_ca
     );
 }
 
+/// fidelity.md §2, "several text parts: one text block each": an OpenAI client's
+/// system message of two text parts was joined into one Anthropic system block.
+#[tokio::test]
+async fn an_openai_system_message_of_text_parts_stays_apart_on_anthropic() {
+    let ant = anthropic().await;
+    let (_dir, gw) = serve(&[route_of("ant", "anthropic", &ant)], &["ant/claude-x"]).await;
+    let body = json!({"model": "high", "messages": [
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Answer in French."}]},
+        {"role": "user", "content": "Hi"}
+    ]});
+    assert_eq!(
+        post(&gw, "/v1/chat/completions", &body, &[]).await.status(),
+        200
+    );
+    assert_eq!(
+        bodies(&ant).await[0]["system"],
+        json!([{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Answer in French."}])
+    );
+}
+
 /// fidelity.md §2: an Anthropic client's system blocks are "joined in order only when
 /// the target needs one string". OpenAI's own API takes a system message's content as
 /// text parts, so each block is one part there; Gemini's `system_instruction` takes one

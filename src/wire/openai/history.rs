@@ -136,10 +136,16 @@ pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, CodecErr
         };
         let content = m.get("content");
         match role {
-            "system" | "developer" => {
-                let text = openai_text_at(content, content_path)?;
-                conv.add_system(text);
-            }
+            // Several text parts are several pieces: a wire with room for blocks gets
+            // one block each (fidelity.md §2), as it does for several messages.
+            "system" | "developer" => match content {
+                Some(Value::Array(parts)) if parts.len() > 1 => {
+                    for (k, p) in parts.iter().enumerate() {
+                        conv.add_system(text_part(p, &format!("{}[{k}]", content_path()))?);
+                    }
+                }
+                _ => conv.add_system(openai_text_at(content, content_path)?),
+            },
             "user" => conv.turns.push(Turn::User {
                 parts: match content {
                     Some(Value::String(s)) => vec![Part::text(s.clone())],
