@@ -12,14 +12,11 @@ pub const MESSAGE_BYTES: usize = 4096;
 /// `s` itself when it fits in `max` bytes; else its first `max` bytes (cut at a
 /// character boundary) followed by `…[cut N bytes]`, N being what was left out.
 pub fn clip(s: &str, max: usize) -> Cow<'_, str> {
-    if s.len() <= max {
+    let head = clip_bytes(s, max);
+    if head.len() == s.len() {
         return Cow::Borrowed(s);
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    Cow::Owned(format!("{}…[cut {} bytes]", &s[..end], s.len() - end))
+    Cow::Owned(format!("{head}…[cut {} bytes]", s.len() - head.len()))
 }
 
 /// The longest start of `s` that fits in `max` bytes, cut at a character boundary:
