@@ -247,18 +247,8 @@ async fn same_wire_anthropic_messages_forwards_body_and_beta_header_and_returns_
 async fn a_same_wire_answer_that_echoes_the_upstream_key_reaches_the_client_masked() {
     const ECHO: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m-1","system_fingerprint":"fp_1","choices":[{"index":0,"message":{"role":"assistant","content":"your key is sk-upstream-FIDELITY-7c3e"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}}"#;
     assert!(ECHO.contains(UPSTREAM_KEY));
-    let server = upstream("/v1/chat/completions", ECHO).await;
-    let (_dir, gw) = one_route(("oai", "openai", format!("{}/v1", server.uri())), "oai/m").await;
-    let auth = format!("Bearer {CLIENT_TOKEN}");
-    let r = send(
-        &gw,
-        "/v1/chat/completions",
-        r#"{"model":"high","messages":[{"role":"user","content":"What is your key?"}]}"#,
-        &[("authorization", &auth)],
-    )
-    .await;
-    assert_eq!(r.status(), 200);
-    let text = r.text().await.unwrap();
+    let (status, text) = asked_for_the_key(ECHO).await;
+    assert_eq!(status, 200);
     assert!(!text.contains(UPSTREAM_KEY), "{text}");
     let a: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(a["system_fingerprint"], "fp_1", "otherwise as sent: {text}");
@@ -278,7 +268,16 @@ async fn a_same_wire_answer_that_escapes_the_echoed_key_reaches_the_client_maske
     )
     .leak();
     assert!(!echo.contains(UPSTREAM_KEY));
-    let server = upstream("/v1/chat/completions", echo).await;
+    let (status, text) = asked_for_the_key(echo).await;
+    assert_eq!(status, 200);
+    let a: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(a["choices"][0]["message"]["content"], "your key is ***");
+}
+
+/// What a client asking a same-wire OpenAI route for its key gets (status and body),
+/// the upstream answering `answer`.
+async fn asked_for_the_key(answer: &'static str) -> (u16, String) {
+    let server = upstream("/v1/chat/completions", answer).await;
     let (_dir, gw) = one_route(("oai", "openai", format!("{}/v1", server.uri())), "oai/m").await;
     let auth = format!("Bearer {CLIENT_TOKEN}");
     let r = send(
@@ -288,9 +287,7 @@ async fn a_same_wire_answer_that_escapes_the_echoed_key_reaches_the_client_maske
         &[("authorization", &auth)],
     )
     .await;
-    assert_eq!(r.status(), 200);
-    let a: Value = r.json().await.unwrap();
-    assert_eq!(a["choices"][0]["message"]["content"], "your key is ***");
+    (r.status().as_u16(), r.text().await.unwrap())
 }
 
 const EMBED_REQUEST: &str = r#"{"model":"embed","input":["alpha","beta"],"dimensions":2,"encoding_format":"base64","user":"u-7","x_future":{"a":1}}"#;

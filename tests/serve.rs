@@ -1186,19 +1186,13 @@ async fn prompts_reach_the_log_only_when_the_operator_asks() {
     }
 }
 
-#[tokio::test]
-async fn a_buffered_workflow_moves_a_stream_cut_mid_way_to_the_backup_unseen() {
+/// A gateway whose workflow `careful-answer` holds streams whole (`safe_replay_until:
+/// buffered`) on the tier `[prim/model-a, back/model-b]`, which answer `primary` and
+/// `backup`. The directory holds the config while the gateway runs.
+async fn careful_answer(primary: Reply, backup: Reply) -> (MockServer, tempfile::TempDir, Gateway) {
     let mock = openai_mock(vec![
-        mock_route(
-            "prim/model-a",
-            Wire::OpenAi,
-            vec![stream(&["PRIMARY-", "PARTIAL"], StreamEnd::Reset, 0)],
-        ),
-        mock_route(
-            "back/model-b",
-            Wire::OpenAi,
-            vec![stream(&["whole ", "answer"], StreamEnd::Done, 0)],
-        ),
+        mock_route("prim/model-a", Wire::OpenAi, vec![primary]),
+        mock_route("back/model-b", Wire::OpenAi, vec![backup]),
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
@@ -1209,6 +1203,16 @@ async fn a_buffered_workflow_moves_a_stream_cut_mid_way_to_the_backup_unseen() {
     );
     std::fs::write(&config, yaml).unwrap();
     let gw = start(&config, &[], &[]).await;
+    (mock, dir, gw)
+}
+
+#[tokio::test]
+async fn a_buffered_workflow_moves_a_stream_cut_mid_way_to_the_backup_unseen() {
+    let (_mock, _dir, gw) = careful_answer(
+        stream(&["PRIMARY-", "PARTIAL"], StreamEnd::Reset, 0),
+        stream(&["whole ", "answer"], StreamEnd::Done, 0),
+    )
+    .await;
     let r = reqwest::Client::new()
         .post(gw.url("/v1/chat/completions"))
         .json(&chat_body("careful-answer", true))
@@ -1243,27 +1247,11 @@ async fn a_buffered_workflow_moves_a_stream_cut_mid_way_to_the_backup_unseen() {
 /// was released as a success; it is `invalid_output`, and the backup is asked unseen.
 #[tokio::test]
 async fn a_buffered_stream_that_breaks_the_schema_moves_to_the_backup_unseen() {
-    let mock = openai_mock(vec![
-        mock_route(
-            "prim/model-a",
-            Wire::OpenAi,
-            vec![stream(&["NOT-", "JSON"], StreamEnd::Done, 0)],
-        ),
-        mock_route(
-            "back/model-b",
-            Wire::OpenAi,
-            vec![stream(&["{\"a\":", "1}"], StreamEnd::Done, 0)],
-        ),
-    ])
+    let (mock, _dir, gw) = careful_answer(
+        stream(&["NOT-", "JSON"], StreamEnd::Done, 0),
+        stream(&["{\"a\":", "1}"], StreamEnd::Done, 0),
+    )
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = openai_high(dir.path(), &mock, &["prim/model-a", "back/model-b"]);
-    let mut yaml = std::fs::read_to_string(&config).unwrap();
-    yaml.push_str(
-        "policies:\n  careful-answer:\n    tier: high\n    safe_replay_until: buffered\n",
-    );
-    std::fs::write(&config, yaml).unwrap();
-    let gw = start(&config, &[], &[]).await;
     let mut body = chat_body("careful-answer", true);
     body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "t",
         "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}});
@@ -1421,6 +1409,16 @@ async fn a_key_split_across_stream_deltas_reaches_the_client_masked() {
     assert_eq!(joined_text(&sse), "this is fine.", "{sse}");
 }
 
+/// Reads `/metrics` until `series` shows `value` (within the deadline): the gateway's
+/// own account of where a request stands, instead of a sleep.
+async fn wait_for_metric(gw: &Gateway, series: &str, value: f64) {
+    tokio::time::timeout(DEADLINE, async {
+        while metric(&gw.metrics().await, series) != Some(value) {}
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{series} reaches {value}"))
+}
+
 #[tokio::test]
 async fn buffered_request_bodies_are_bounded_in_total_across_connections() {
     let mock = openai_mock(vec![mock_route(
@@ -1438,16 +1436,6 @@ async fn buffered_request_bodies_are_bounded_in_total_across_connections() {
         "1000",
     ];
     let gw = start(&config, &flags, &[]).await;
-    let wait_for = |series: &'static str, value: f64| {
-        let gw = &gw;
-        async move {
-            tokio::time::timeout(DEADLINE, async {
-                while metric(&gw.metrics().await, series) != Some(value) {}
-            })
-            .await
-            .unwrap_or_else(|_| panic!("{series} reaches {value}"))
-        }
-    };
     // A holds 900 of the 1000 buffered bytes and does not finish its body.
     let mut a = TcpStream::connect(gw.addr).await.unwrap();
     a.write_all(
@@ -1457,7 +1445,7 @@ async fn buffered_request_bodies_are_bounded_in_total_across_connections() {
     .unwrap();
     a.write_all(&[b' '; 900]).await.unwrap();
     a.flush().await.unwrap();
-    wait_for("poolctl_buffered_body_bytes", 900.0).await;
+    wait_for_metric(&gw, "poolctl_buffered_body_bytes", 900.0).await;
     // B's 500 bytes do not fit beside A's 900: B waits.
     let body = format!("{:<500}", chat_body("high", false).to_string());
     let b = tokio::spawn(
@@ -1467,7 +1455,7 @@ async fn buffered_request_bodies_are_bounded_in_total_across_connections() {
             .body(body)
             .send(),
     );
-    wait_for("poolctl_body_waits_total", 1.0).await;
+    wait_for_metric(&gw, "poolctl_body_waits_total", 1.0).await;
     assert!(!b.is_finished(), "B is served only once A's bytes are free");
     let held = metric(&gw.metrics().await, "poolctl_buffered_body_bytes").unwrap();
     assert!(held <= 1000.0, "never past the budget: {held}");
@@ -1479,7 +1467,7 @@ async fn buffered_request_bodies_are_bounded_in_total_across_connections() {
         .unwrap()
         .unwrap();
     assert_eq!(r.status(), 200);
-    wait_for("poolctl_buffered_body_bytes", 0.0).await;
+    wait_for_metric(&gw, "poolctl_buffered_body_bytes", 0.0).await;
 }
 
 /// Guards a deadlock of the body budget: two bodies that each held half of it and
@@ -1505,30 +1493,20 @@ async fn two_bodies_that_each_hold_half_the_budget_are_served_in_turn() {
         "60000",
     ];
     let gw = start(&config, &flags, &[]).await;
-    let wait_for = |series: &'static str, value: f64| {
-        let gw = &gw;
-        async move {
-            tokio::time::timeout(DEADLINE, async {
-                while metric(&gw.metrics().await, series) != Some(value) {}
-            })
-            .await
-            .unwrap_or_else(|_| panic!("{series} reaches {value}"))
-        }
-    };
     let body = format!("{:<900}", chat_body("high", false).to_string());
     let (first, rest) = body.as_bytes().split_at(500);
     let head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 900\r\n\r\n";
     let mut a = TcpStream::connect(gw.addr).await.unwrap();
     a.write_all(head).await.unwrap();
     a.write_all(first).await.unwrap();
-    wait_for("poolctl_buffered_body_bytes", 500.0).await;
+    wait_for_metric(&gw, "poolctl_buffered_body_bytes", 500.0).await;
     let mut b = TcpStream::connect(gw.addr).await.unwrap();
     b.write_all(head).await.unwrap();
     b.write_all(first).await.unwrap();
-    wait_for("poolctl_buffered_body_bytes", 1000.0).await;
+    wait_for_metric(&gw, "poolctl_buffered_body_bytes", 1000.0).await;
     // Each now sends the rest, which fits only once the other's part is free.
     a.write_all(rest).await.unwrap();
-    wait_for("poolctl_body_waits_total", 1.0).await;
+    wait_for_metric(&gw, "poolctl_body_waits_total", 1.0).await;
     b.write_all(rest).await.unwrap();
     for (name, conn) in [("A", &mut a), ("B", &mut b)] {
         let mut got = vec![0u8; 12];
