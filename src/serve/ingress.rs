@@ -175,11 +175,15 @@ fn opt_f64(o: &Obj, field: &str) -> Result<Option<f64>, ApiError> {
 fn opt_u32(o: &Obj, field: &str) -> Result<Option<u32>, ApiError> {
     match o.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .map(Some)
-            .ok_or_else(|| bad(format!("`{field}` must be a non-negative integer"))),
+        Some(v) => match v.as_u64() {
+            Some(n) => u32::try_from(n).map(Some).map_err(|_| {
+                bad(format!(
+                    "`{field}` is {n}, more than the largest count accepted ({})",
+                    u32::MAX
+                ))
+            }),
+            None => Err(bad(format!("`{field}` must be a non-negative integer"))),
+        },
     }
 }
 
@@ -870,6 +874,25 @@ mod tests {
                 .contains("wizard")
         );
         assert_eq!(openai_chat(b"nope").unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn a_count_too_large_is_named_as_too_large_not_as_negative() {
+        let e = openai_chat(
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":99999999999}"#,
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("`max_tokens` is 99999999999"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("4294967295"), "{}", e.message);
+        let e = openai_chat(
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":-1}"#,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("non-negative"), "{}", e.message);
     }
 
     #[test]
