@@ -172,6 +172,42 @@ async fn a_json_endpoint_refuses_text_plain_and_a_missing_content_type_with_415(
 }
 
 #[tokio::test]
+async fn a_compressed_body_is_refused_with_415_naming_its_coding() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, ""), &[], &[]).await;
+    let client = reqwest::Client::new();
+    // The first bytes of a gzip stream: read as JSON it would be "not valid JSON".
+    let gz = vec![0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03];
+    for coding in ["gzip", "br", "zstd"] {
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .header("content-encoding", coding)
+            .body(gz.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 415, "{coding}");
+        let b: Value = r.json().await.unwrap();
+        assert_eq!(b["error"]["code"], "unsupported_media_type", "{b}");
+        let msg = b["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(&format!("Content-Encoding: {coding}")), "{msg}");
+    }
+    // `identity` is the body as it stands.
+    let r = client
+        .post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .header("content-encoding", "identity")
+        .body(chat("high").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 1);
+}
+
+#[tokio::test]
 async fn a_loopback_gateway_refuses_a_rebound_host_name() {
     let mock = mock_ok().await;
     let dir = tempfile::tempdir().unwrap();

@@ -68,6 +68,18 @@ pub fn is_json(content_type: Option<&[u8]>) -> bool {
     essence.eq_ignore_ascii_case("application/json")
 }
 
+/// The content coding of a request body other than `identity`, as the client named it
+/// (clipped for the error message), or `None` for a body sent as it stands.
+pub fn encoded(content_encoding: Option<&hyper::header::HeaderValue>) -> Option<String> {
+    let v = content_encoding?;
+    let text = String::from_utf8_lossy(v.as_bytes());
+    let coding = text.trim();
+    if coding.is_empty() || coding.eq_ignore_ascii_case("identity") {
+        return None;
+    }
+    Some(crate::core::clip::clip(coding, 40).into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,7 @@ use hyper::body::Incoming;
 use hyper::header::{
     HeaderValue, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
     ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_MAX_AGE, ACCESS_CONTROL_REQUEST_HEADERS,
-    CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, VARY,
+    CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, VARY,
 };
 use hyper::{HeaderMap, Method, Request, Response};
 use std::sync::Arc;
@@ -289,6 +289,19 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
             "invalid_request_error",
             "unsupported_media_type",
             format!("{path} takes a JSON body: send `Content-Type: application/json`"),
+        );
+        return ask.refuse("unsupported_media_type", e, "");
+    }
+    if let Some(coding) = guard::encoded(req.headers().get(CONTENT_ENCODING)) {
+        // Read as it stands, a compressed body would only be "not valid JSON"; and
+        // inflating one would let a few kilobytes claim the body budget's megabytes.
+        let e = ApiError::new(
+            415,
+            "invalid_request_error",
+            "unsupported_media_type",
+            format!(
+                "{path} takes an uncompressed body: `Content-Encoding: {coding}` is not accepted"
+            ),
         );
         return ask.refuse("unsupported_media_type", e, "");
     }
