@@ -304,6 +304,22 @@ async fn cache_control_on_an_openai_part_is_named_where_it_is_dropped() {
     );
 }
 
+/// Guards the `anthropic-beta` header of an OpenAI client: a request translated for the
+/// Anthropic wire went without it, and nothing said so.
+#[tokio::test]
+async fn anthropic_beta_from_an_openai_client_is_named_where_it_is_dropped() {
+    let ant = anthropic().await;
+    let (_dir, gw) = serve(&[route_of("ant", "anthropic", &ant)], &["ant/claude-x"]).await;
+    let body = json!({"model": "high", "messages": [{"role": "user", "content": "hi"}]});
+    let beta = [("anthropic-beta", "prompt-caching-2024-07-31")];
+    let r = post(&gw, "/v1/chat/completions", &body, &beta).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "anthropic-beta");
+    let got = received(&ant).await;
+    assert_eq!(got.len(), 1);
+    assert!(got[0].headers.get("anthropic-beta").is_none());
+}
+
 /// `drop_params: true` on a provider makes a semantic field it cannot carry advisory
 /// there: the route is called without it, and it is named.
 #[tokio::test]

@@ -192,7 +192,10 @@ async fn a_compressed_body_is_refused_with_415_naming_its_coding() {
         let b: Value = r.json().await.unwrap();
         assert_eq!(b["error"]["code"], "unsupported_media_type", "{b}");
         let msg = b["error"]["message"].as_str().unwrap();
-        assert!(msg.contains(&format!("Content-Encoding: {coding}")), "{msg}");
+        assert!(
+            msg.contains(&format!("Content-Encoding: {coding}")),
+            "{msg}"
+        );
     }
     // `identity` is the body as it stands.
     let r = client

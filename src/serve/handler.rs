@@ -562,8 +562,11 @@ async fn chat(ask: Ask, body: Bytes, headers: &HeaderMap) -> Response<Body> {
     };
     let wire = wire_of(ask.flavor);
     c.request.original = ingress::original(body, wire, headers, c.untranslatable.as_ref());
-    if wire == Wire::Anthropic && headers.contains_key("anthropic-beta") {
-        // Forwarded on the Anthropic wire; another wire has no place for it.
+    if headers.contains_key("anthropic-beta") {
+        // An Anthropic client's is forwarded on its own wire. Translated (to another
+        // wire, or from an OpenAI client's request) its features may need fields the
+        // translation does not carry: named as dropped wherever the body is not the
+        // client's own.
         c.request.unmapped.push(crate::core::request::Unmapped {
             name: "anthropic-beta".into(),
             semantic: false,
