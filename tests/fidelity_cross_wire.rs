@@ -238,6 +238,50 @@ async fn a_request_no_route_can_carry_is_a_400_unsupported_by_chain() {
     assert!(bodies(&ant).await.is_empty());
 }
 
+/// Guards fidelity.md §3's "never from its health": a cooling route that could not
+/// carry the request anyway was reported as cooling, so a request no route can carry
+/// came back as a 429 `capacity` with a Retry-After, inviting the client to repeat it.
+#[tokio::test]
+async fn a_cooling_route_that_cannot_carry_the_request_is_named_for_what_it_cannot_carry() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, ResponseTemplate};
+    let ant = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(
+            ResponseTemplate::new(529)
+                .insert_header("retry-after", "600")
+                .set_body_raw(
+                    r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                    "application/json",
+                ),
+        )
+        .mount(&ant)
+        .await;
+    let (_dir, gw) = serve(&[route_of("ant", "anthropic", &ant)], &["ant/claude-x"]).await;
+    let plain = json!({"model": "high", "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&gw, "/v1/chat/completions", &plain, &[]).await;
+    assert_eq!(
+        r.status(),
+        429,
+        "capacity: the 529 leaves the route cooling for 600 s"
+    );
+    let r = post(
+        &gw,
+        "/v1/chat/completions",
+        &image_request(json!({"n": 2})),
+        &[],
+    )
+    .await;
+    let msg = unsupported_by_chain(r).await;
+    assert!(msg.contains("ant/claude-x: cannot carry: n"), "{msg}");
+    assert_eq!(
+        bodies(&ant).await.len(),
+        1,
+        "only the first request was sent"
+    );
+}
+
 /// Advisory fields (`seed`, `presence_penalty`, a field this router does not know) are
 /// dropped on another wire and named: the response header, the log line, the metric.
 #[tokio::test]

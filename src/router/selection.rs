@@ -237,6 +237,13 @@ impl Router {
         if !walk.tier.in_first_step(idx) && !walk.opts.policy.approves_fallback(&spec.route) {
             return skip(SkipWhy::Unapproved, None);
         }
+        // Before health: a route that cannot carry the request is named for that, cooling
+        // or not, so a request no route can carry is a 400 naming every route's reason
+        // rather than a 429 that invites the client to send it again (fidelity.md §3).
+        if let Err(cannot) = walk.asked.carry(&spec.endpoint) {
+            let why = format!("cannot carry: {}", cannot.field);
+            return skip(SkipWhy::CannotCarry, Some(why));
+        }
         let health = walk.snapshot.at(pos);
         match health.state_at(self.inner.clock.now_ms()) {
             HealthState::Ready => {}
@@ -246,10 +253,6 @@ impl Router {
             HealthState::Retired => {
                 return skip(SkipWhy::Retired, health.reason().map(str::to_string))
             }
-        }
-        if let Err(cannot) = walk.asked.carry(&spec.endpoint) {
-            let why = format!("cannot carry: {}", cannot.field);
-            return skip(SkipWhy::CannotCarry, Some(why));
         }
         cannot_serve(&spec.facts, &walk.needs).and_then(|why| skip(SkipWhy::Incapable, Some(why)))
     }
