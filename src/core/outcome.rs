@@ -50,6 +50,17 @@ pub fn failure_reason(
         if failures.iter().all(|c| *c == Class::Auth) {
             return Reason::Auth;
         }
+        // Every route turned the request down (a card let a blocked prompt or a bad
+        // request move on, and the chain ran out): the request's fault, as if the first
+        // had stopped it, never a gateway error.
+        if failures.iter().all(|c| {
+            matches!(
+                c,
+                Class::InvalidRequest | Class::ContextOverflow | Class::ContentPolicy
+            )
+        }) {
+            return Reason::Request;
+        }
         return Reason::Error;
     }
     // A route cooling for anything but a transient fault is out of capacity for now; a
@@ -188,6 +199,22 @@ mod tests {
                 &[]
             ),
             Reason::Budget
+        );
+    }
+
+    #[test]
+    fn a_chain_that_ran_out_on_blocked_prompts_is_the_requests_fault_not_an_error() {
+        // `on_content_policy: fallback`: every route blocked the prompt.
+        let blocked = [Class::ContentPolicy, Class::ContentPolicy];
+        assert_eq!(
+            failure_reason(None, Some(Class::ContentPolicy), &blocked, &[]),
+            Reason::Request
+        );
+        // A route that failed for its own sake makes it an error again.
+        let mixed = [Class::ContentPolicy, Class::ServerError];
+        assert_eq!(
+            failure_reason(None, Some(Class::ServerError), &mixed, &[]),
+            Reason::Error
         );
     }
 
