@@ -736,3 +736,97 @@ async fn same_wire_openai_chat_carries_tool_kinds_the_router_does_not_know() {
         REQ.replacen(r#""model":"high""#, r#""model":"gpt-x""#, 1)
     );
 }
+
+/// An OpenAI stream that echoes the key split in two, in `delta.<field>` (`content`,
+/// `refusal`, `reasoning_content`) or a tool call's arguments (`field` = `arguments`).
+fn split_key_stream(field: &str) -> &'static str {
+    let (head, rest) = UPSTREAM_KEY.split_at(9);
+    let delta = |piece: &str| match field {
+        "arguments" => json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+        f => json!({ f: piece }),
+    };
+    let mut first = delta(&format!("{{\"k\":\"{head}"));
+    if field == "arguments" {
+        first["tool_calls"][0]["id"] = json!("call_1");
+        first["tool_calls"][0]["type"] = json!("function");
+        first["tool_calls"][0]["function"]["name"] = json!("echo");
+    }
+    let chunk = |d: Value, finish: Value| {
+        let c = json!({"id": "chatcmpl-k", "object": "chat.completion.chunk", "created": 1,
+            "model": "m-1", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]});
+        format!("data: {c}\n\n")
+    };
+    let finish = if field == "arguments" {
+        "tool_calls"
+    } else {
+        "stop"
+    };
+    let mut sse = chunk(first, Value::Null);
+    sse.push_str(&chunk(delta(&format!("{rest}\"}}")), Value::Null));
+    sse.push_str(&chunk(json!({}), json!(finish)));
+    sse.push_str("data: [DONE]\n\n");
+    sse.leak()
+}
+
+/// Every string a client would join from an SSE answer, in order, whatever its field:
+/// the key must not come back from any of them.
+fn joined_strings(sse: &str) -> String {
+    fn walk(v: &Value, out: &mut String) {
+        match v {
+            Value::String(s) => out.push_str(s),
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            Value::Object(o) => o.values().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    let mut out = String::new();
+    for d in sse.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if let Ok(v) = serde_json::from_str::<Value>(d) {
+            walk(&v, &mut out);
+        }
+    }
+    out
+}
+
+/// Guards the key guard's reach: a key split across two deltas was masked in answer
+/// text only, and came back whole from tool-call arguments, refusal and reasoning
+/// deltas, on the same wire and to an Anthropic client alike.
+#[tokio::test]
+async fn a_key_split_across_tool_argument_refusal_or_reasoning_deltas_reaches_the_client_masked() {
+    let (_, rest) = UPSTREAM_KEY.split_at(9);
+    for field in ["arguments", "refusal", "reasoning_content", "content"] {
+        let server = sse_upstream("/v1/chat/completions", split_key_stream(field)).await;
+        let (_dir, gw) =
+            one_route(("oai", "openai", format!("{}/v1", server.uri())), "oai/m").await;
+        let auth = format!("Bearer {CLIENT_TOKEN}");
+        let chat =
+            r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"key?"}]}"#;
+        let r = send(
+            &gw,
+            "/v1/chat/completions",
+            chat,
+            &[("authorization", &auth)],
+        )
+        .await;
+        let sse = r.text().await.unwrap();
+        let joined = joined_strings(&sse);
+        assert!(!joined.contains(rest), "{field} (same wire): {sse}");
+        assert!(
+            joined.contains("{\"k\":\"***\"}"),
+            "{field} (same wire): {sse}"
+        );
+        let messages = r#"{"model":"high","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"key?"}]}"#;
+        let r = send(
+            &gw,
+            "/v1/messages",
+            messages,
+            &[("x-api-key", CLIENT_TOKEN)],
+        )
+        .await;
+        let sse = r.text().await.unwrap();
+        assert!(
+            !joined_strings(&sse).contains(rest),
+            "{field} (anthropic): {sse}"
+        );
+    }
+}

@@ -21,6 +21,26 @@ pub struct KeyGuard<T> {
     held: Vec<(T, bool)>,
     /// The text the held items show, joined.
     text: String,
+    /// The text the held text belongs to (`push_in`).
+    channel: Option<Channel>,
+}
+
+/// Which text of a stream a delta adds to. A client joins each apart (a choice's
+/// answer, its refusal, its reasoning, each tool call's arguments), so a key is looked
+/// for across the deltas of one, and a delta of another ends the search.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Channel {
+    pub choice: u32,
+    pub part: Part,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Text,
+    Refusal,
+    Reasoning,
+    /// The arguments of the tool call of this index.
+    Arguments(u32),
 }
 
 impl<T> Default for KeyGuard<T> {
@@ -28,6 +48,7 @@ impl<T> Default for KeyGuard<T> {
         KeyGuard {
             held: Vec::new(),
             text: String::new(),
+            channel: None,
         }
     }
 }
@@ -69,6 +90,27 @@ impl<T> KeyGuard<T> {
             return Vec::new();
         }
         self.flush()
+    }
+
+    /// `push` for a delta of `channel`: what another channel's deltas hold goes first,
+    /// unchanged (a key does not continue across them), then this one is pushed.
+    pub fn push_in(&mut self, channel: Channel, item: T, text: &str) -> Vec<Released<T>> {
+        if text.is_empty() {
+            return self.push(item, text);
+        }
+        let mut out = Vec::new();
+        if self.channel != Some(channel) {
+            out = self.flush();
+            self.channel = Some(channel);
+        }
+        out.extend(self.push(item, text));
+        out
+    }
+
+    /// The channel of the text last pushed with `push_in`: the one whose items come
+    /// back with text to show instead of their own.
+    pub fn channel(&self) -> Option<Channel> {
+        self.channel
     }
 
     /// Everything held, unchanged: the stream ends, or moves to where a key cannot
@@ -117,6 +159,28 @@ mod tests {
         }
         client.push_str(&shown(g.flush()));
         assert_eq!(client, "***");
+    }
+
+    #[test]
+    fn a_key_is_looked_for_within_one_channel_and_another_channels_delta_ends_the_search() {
+        let _k = secret::Secret::new(KEY);
+        let args = |i| Channel {
+            choice: 0,
+            part: Part::Arguments(i),
+        };
+        let mut g = KeyGuard::default();
+        // A key split across one tool call's argument deltas is masked.
+        assert!(g
+            .push_in(args(0), "{\"k\":\"sk-gu", "{\"k\":\"sk-gu")
+            .is_empty());
+        let out = g.push_in(args(0), "ard-TEST-9f8e7d\"}", "ard-TEST-9f8e7d\"}");
+        assert_eq!(shown(out), "{\"k\":\"***\"}");
+        assert_eq!(g.channel(), Some(args(0)));
+        // Another call's delta releases what was held, unchanged, before itself.
+        assert!(g.push_in(args(0), "sk-gu", "sk-gu").is_empty());
+        let out = g.push_in(args(1), "{}", "{}");
+        assert_eq!(shown(out), "sk-gu{}");
+        assert_eq!(g.channel(), Some(args(1)));
     }
 
     #[test]

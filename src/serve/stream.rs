@@ -14,7 +14,7 @@ use super::ingress::{ChatIn, Turn};
 use super::respond::{self, Context};
 use super::Gateway;
 use crate::core::clock::Stopwatch;
-use crate::core::key_guard::{KeyGuard, Released};
+use crate::core::key_guard::{Channel, KeyGuard, Part, Released};
 use crate::core::vocab::Route;
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -123,13 +123,46 @@ struct LiveState {
     unsigned: Option<usize>,
     /// The attempt that sent the first visible token.
     started_at: usize,
-    /// The text the gateway encodes, held while it may be the start of a key that
-    /// the next delta completes (`core::key_guard`).
-    text_guard: KeyGuard<String>,
+    /// The deltas the gateway encodes (text, refusal, reasoning, tool-call
+    /// arguments), held while one may be the start of a key that the next delta of its
+    /// channel completes (`core::key_guard`).
+    text_guard: KeyGuard<Event>,
     /// The same for a same-wire stream's frames, with the text of the frame to come
-    /// (its `Event::Text` precedes its `Event::Raw`).
+    /// and which text it is (its decoded event precedes its `Event::Raw`).
     frame_guard: KeyGuard<Bytes>,
     frame_text: String,
+    frame_part: Option<Part>,
+}
+
+/// The text a delta adds to, and which: what the key guard searches.
+fn piece(ev: &Event) -> Option<(Part, &str)> {
+    match ev {
+        Event::Text(t) => Some((Part::Text, t)),
+        Event::Refusal(t) => Some((Part::Refusal, t)),
+        Event::Reasoning(t) => Some((Part::Reasoning, t)),
+        Event::ToolCall {
+            index, arguments, ..
+        } => Some((Part::Arguments(*index), arguments)),
+        _ => None,
+    }
+}
+
+/// `ev` showing `text` instead of its own.
+fn with_piece(ev: Event, text: String) -> Event {
+    match ev {
+        Event::Text(_) => Event::Text(text),
+        Event::Refusal(_) => Event::Refusal(text),
+        Event::Reasoning(_) => Event::Reasoning(text),
+        Event::ToolCall {
+            index, id, name, ..
+        } => Event::ToolCall {
+            index,
+            id,
+            name,
+            arguments: text,
+        },
+        other => other,
+    }
 }
 
 impl Live {
@@ -161,13 +194,23 @@ impl Live {
                         return;
                     }
                     let text = std::mem::take(&mut s.frame_text);
-                    let guarded = s.frame_guard.push(frame, &text);
+                    let guarded = match s.frame_part.take() {
+                        Some(part) => {
+                            let channel = Channel {
+                                choice: s.choice,
+                                part,
+                            };
+                            s.frame_guard.push_in(channel, frame, &text)
+                        }
+                        None => s.frame_guard.push(frame, ""),
+                    };
                     if s.held_raw.is_empty() {
                         if guarded.len() == 1 && guarded[0].1.is_none() {
                             let (frame, _) = guarded.into_iter().next().expect("one");
                             let _ = self.tx.send(Msg::Bytes(frame));
                         } else if !guarded.is_empty() {
-                            let _ = self.tx.send(Msg::Bytes(released_frames(guarded).into()));
+                            let out = released_frames(guarded, s.frame_guard.channel());
+                            let _ = self.tx.send(Msg::Bytes(out.into()));
                         }
                         return;
                     }
@@ -180,7 +223,7 @@ impl Live {
                             out.extend_from_slice(&held);
                         }
                     }
-                    out.extend(released_frames(guarded));
+                    out.extend(released_frames(guarded, s.frame_guard.channel()));
                     let _ = self.tx.send(Msg::Bytes(out.into()));
                 }
                 Some(_) => {}
@@ -194,9 +237,7 @@ impl Live {
         }
         if matches!(s.encoder, Some(Encoder::PassThrough)) {
             // The upstream's own frames carry it; its text is what the frame shows.
-            if let Event::Text(t) = &ev {
-                s.frame_text.push_str(t);
-            }
+            s.note_frame_text(&ev);
             return;
         }
         if let Event::Model(m) = &ev {
@@ -251,9 +292,7 @@ impl Live {
             s.started_at = attempts;
             if route.as_ref().is_some_and(|r| self.same_wire.contains(r)) {
                 s.encoder = Some(Encoder::PassThrough);
-                if let Event::Text(t) = &ev {
-                    s.frame_text.push_str(t);
-                }
+                s.note_frame_text(&ev);
                 s.held.clear();
                 // The held frames go out with this token's own frame, which follows.
                 s.held_raw.retain(|(a, _)| *a == attempts);
@@ -356,6 +395,20 @@ impl LiveState {
         Some(out)
     }
 
+    /// A same-wire stream's decoded event: the text its frame (the `Event::Raw` to
+    /// come) shows, for the key guard.
+    fn note_frame_text(&mut self, ev: &Event) {
+        match ev {
+            Event::Choice(i) => self.choice = *i,
+            _ => {
+                if let Some((part, t)) = piece(ev) {
+                    self.frame_text.push_str(t);
+                    self.frame_part = Some(part);
+                }
+            }
+        }
+    }
+
     /// `ev` in the client's shape, its text through the key guard: held while it may
     /// start a key, released (masked where it completed one) with what comes next.
     fn encode(&mut self, ev: &Event) -> Vec<u8> {
@@ -366,29 +419,70 @@ impl LiveState {
         if !encoded {
             return self.encode_now(ev);
         }
-        if let Event::Text(t) = ev {
+        if let Some((part, t)) = piece(ev) {
             if t.is_empty() && !self.text_guard.is_holding() {
                 return self.encode_now(ev);
             }
-            let released = self.text_guard.push(t.clone(), t);
-            if released.is_empty() {
-                return Vec::new();
-            }
-            return self.encode_now(&Event::Text(joined(released)));
+            let channel = Channel {
+                choice: self.choice,
+                part,
+            };
+            let released = self.text_guard.push_in(channel, ev.clone(), t);
+            return self.encode_released(released);
+        }
+        if matches!(ev, Event::Choice(i) if *i == self.choice) {
+            return Vec::new();
         }
         let mut out = self.flush_text();
         out.extend(self.encode_now(ev));
         out
     }
 
+    /// The deltas the key guard let go, encoded in order: consecutive pieces of one
+    /// text joined into one delta, each as it was or as it must show.
+    fn encode_released(&mut self, released: Vec<Released<Event>>) -> Vec<u8> {
+        let mut events: Vec<Event> = Vec::new();
+        for (ev, instead) in released {
+            let ev = match instead {
+                Some(t) => with_piece(ev, t),
+                None => ev,
+            };
+            match (events.last_mut(), ev) {
+                (Some(Event::Text(a)), Event::Text(b))
+                | (Some(Event::Refusal(a)), Event::Refusal(b))
+                | (Some(Event::Reasoning(a)), Event::Reasoning(b)) => a.push_str(&b),
+                (
+                    Some(Event::ToolCall {
+                        index: i,
+                        arguments: a,
+                        ..
+                    }),
+                    Event::ToolCall {
+                        index: j,
+                        id: None,
+                        name: None,
+                        arguments: b,
+                    },
+                ) if *i == j => a.push_str(&b),
+                (_, ev) => events.push(ev),
+            }
+        }
+        let mut out = Vec::new();
+        for ev in events {
+            let empty = matches!(&ev, Event::Text(t) | Event::Refusal(t) | Event::Reasoning(t) if t.is_empty());
+            if !empty {
+                out.extend(self.encode_now(&ev));
+            }
+        }
+        out
+    }
+
     /// What the key guards hold, released unchanged: the stream ends, or an event
     /// comes that no key continues across.
     fn flush_text(&mut self) -> Vec<u8> {
-        let mut out = released_frames(self.frame_guard.flush());
-        let pending = joined(self.text_guard.flush());
-        if !pending.is_empty() {
-            out.extend(self.encode_now(&Event::Text(pending)));
-        }
+        let mut out = released_frames(self.frame_guard.flush(), None);
+        let pending = self.text_guard.flush();
+        out.extend(self.encode_released(pending));
         out
     }
 
@@ -968,27 +1062,21 @@ fn responses_failed(id: &str, e: &ApiError) -> Vec<u8> {
     out
 }
 
-/// The text the key guard let go, joined: each piece as it was, or as it must show.
-fn joined(released: Vec<Released<String>>) -> String {
-    released
-        .into_iter()
-        .map(|(own, instead)| instead.unwrap_or(own))
-        .collect()
-}
-
 /// Same-wire frames the key guard let go, in order: each as the upstream sent it, or,
-/// where a key was masked across frames, with its text replaced. A frame whose text
-/// cannot be replaced is left out: it held part of a key.
-fn released_frames(released: Vec<Released<Bytes>>) -> Vec<u8> {
+/// where a key was masked across frames of `channel`, with that text replaced. A frame
+/// whose text cannot be replaced is left out: it held part of a key.
+fn released_frames(released: Vec<Released<Bytes>>, channel: Option<Channel>) -> Vec<u8> {
     let mut out = Vec::new();
     for (frame, instead) in released {
-        match instead {
-            None => out.extend_from_slice(&frame),
-            Some(text) => {
-                if let Some(f) = crate::wire::passthrough::with_text(&frame, &text) {
+        match (instead, channel) {
+            (None, _) => out.extend_from_slice(&frame),
+            (Some(text), Some(c)) => {
+                if let Some(f) = crate::wire::passthrough::with_text(&frame, &text, c.part) {
                     out.extend(f);
                 }
             }
+            // Text to show comes only from a push within a channel.
+            (Some(_), None) => {}
         }
     }
     out

@@ -6,6 +6,7 @@
 
 use super::endpoint::Endpoint;
 use super::http::{CallBody, HttpCall};
+use crate::core::key_guard::Part;
 use crate::core::request::Original;
 use crate::core::vocab::Wire;
 use bytes::Bytes;
@@ -176,12 +177,14 @@ impl Scanner<'_> {
     }
 }
 
-/// A forwarded stream frame (`event: …` and `data: {…}`) with the text it shows
-/// replaced by `text`: an OpenAI chunk's `delta.content` (the first choice that shows
-/// some gets `text`, any other none), an Anthropic `text_delta`, a Responses
-/// `output_text.delta`. For the one change a forwarded frame may have, masking a key
-/// that the upstream split across frames (`core::key_guard`). `None`: no text found.
-pub fn with_text(frame: &[u8], text: &str) -> Option<Vec<u8>> {
+/// A forwarded stream frame (`event: …` and `data: {…}`) with the text it shows in
+/// `part` replaced by `text`: in an OpenAI chunk, the delta's `content`, `refusal`,
+/// `reasoning_content` (or `reasoning`) or that tool call's `function.arguments` (the
+/// first choice that shows some gets `text`, any other none); in an Anthropic event,
+/// the delta's `text`, `thinking` or `partial_json`; in a Responses event, its
+/// `delta`. For the one change a forwarded frame may have, masking a key that the
+/// upstream split across frames (`core::key_guard`). `None`: no such text found.
+pub fn with_text(frame: &[u8], text: &str, part: Part) -> Option<Vec<u8>> {
     let frame = std::str::from_utf8(frame).ok()?;
     let mut event = None;
     let mut data = Vec::new();
@@ -194,17 +197,52 @@ pub fn with_text(frame: &[u8], text: &str) -> Option<Vec<u8>> {
     }
     let mut v: serde_json::Value = serde_json::from_str(&data.join("\n")).ok()?;
     let mut replaced = false;
+    let is_text = |t: &&mut serde_json::Value| t.is_string();
     if let Some(choices) = v.get_mut("choices").and_then(|c| c.as_array_mut()) {
         for c in choices {
-            if let Some(content) = c.pointer_mut("/delta/content").filter(|t| t.is_string()) {
-                *content = serde_json::Value::from(if replaced { "" } else { text });
+            let Some(delta) = c.get_mut("delta") else {
+                continue;
+            };
+            let target = match part {
+                Part::Text => delta.get_mut("content"),
+                Part::Refusal => delta.get_mut("refusal"),
+                Part::Reasoning => {
+                    let key = if delta
+                        .get("reasoning_content")
+                        .is_some_and(|t| t.is_string())
+                    {
+                        "reasoning_content"
+                    } else {
+                        "reasoning"
+                    };
+                    delta.get_mut(key)
+                }
+                Part::Arguments(i) => delta
+                    .get_mut("tool_calls")
+                    .and_then(|t| t.as_array_mut())
+                    .and_then(|calls| {
+                        calls
+                            .iter_mut()
+                            .find(|c| c.get("index").and_then(|x| x.as_u64()) == Some(i.into()))
+                    })
+                    .and_then(|c| c.pointer_mut("/function/arguments")),
+            };
+            if let Some(t) = target.filter(is_text) {
+                *t = serde_json::Value::from(if replaced { "" } else { text });
                 replaced = true;
             }
         }
-    } else if let Some(t) = v.pointer_mut("/delta/text").filter(|t| t.is_string()) {
-        *t = text.into();
-        replaced = true;
-    } else if let Some(t) = v.get_mut("delta").filter(|t| t.is_string()) {
+    } else if let Some(delta) = v.get_mut("delta").filter(|d| d.is_object()) {
+        let key = match part {
+            Part::Text | Part::Refusal => "text",
+            Part::Reasoning => "thinking",
+            Part::Arguments(_) => "partial_json",
+        };
+        if let Some(t) = delta.get_mut(key).filter(is_text) {
+            *t = text.into();
+            replaced = true;
+        }
+    } else if let Some(t) = v.get_mut("delta").filter(is_text) {
         *t = text.into();
         replaced = true;
     }
