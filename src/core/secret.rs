@@ -148,7 +148,61 @@ pub fn mask(text: &str) -> Cow<'_, str> {
             out = Cow::Owned(out.replace(key.as_str(), MASK));
         }
     }
+    // A URL decoder reads `%2D` as `-` and `%73` as `s`: any of a key's characters may
+    // be spelled that way. Looked for only where a `%` is.
+    if out.contains('%') {
+        for key in keys.iter().filter(|k| k.is_ascii() && !k.contains('%')) {
+            if let Some(masked) = mask_percent_spellings(&out, key) {
+                out = Cow::Owned(masked);
+            }
+        }
+    }
     out
+}
+
+/// `text` with each spelling of `key` in which some characters are percent-encoded
+/// (`%XX`, either case of hex) replaced by the mask; `None` when there is none.
+fn mask_percent_spellings(text: &str, key: &str) -> Option<String> {
+    let (t, k) = (text.as_bytes(), key.as_bytes());
+    let first = *k.first()?;
+    let mut out: Option<String> = None;
+    let (mut copied, mut i) = (0, 0);
+    while i < t.len() {
+        if t[i] == first || t[i] == b'%' {
+            if let Some(end) = spelled_at(t, i, k) {
+                let o = out.get_or_insert_with(|| String::with_capacity(text.len()));
+                o.push_str(&text[copied..i]);
+                o.push_str(MASK);
+                (copied, i) = (end, end);
+                continue;
+            }
+        }
+        i += 1;
+    }
+    let mut o = out?;
+    o.push_str(&text[copied..]);
+    Some(o)
+}
+
+/// Where a spelling of `key` that starts at `i` of `t` ends, each of its characters
+/// written as itself or as `%XX`.
+fn spelled_at(t: &[u8], mut i: usize, key: &[u8]) -> Option<usize> {
+    let hex = |b: u8| (b as char).to_digit(16);
+    for &c in key {
+        match t.get(i)? {
+            &b if b == c => i += 1,
+            b'%' => {
+                let hi = hex(*t.get(i + 1)?)?;
+                let lo = hex(*t.get(i + 2)?)?;
+                if hi * 16 + lo != u32::from(c) {
+                    return None;
+                }
+                i += 3;
+            }
+            _ => return None,
+        }
+    }
+    Some(i)
 }
 
 /// The shortest run of a key's characters that `mask_key_pieces` hides: long enough
@@ -364,6 +418,21 @@ mod tests {
 
     /// Guards a leak in failure messages: an upstream that quoted the refused key
     /// shortened, or without its prefix, passed it whole minus a few characters.
+    #[test]
+    fn keys_with_any_characters_percent_encoded_are_masked() {
+        let key = "sk-pct-SPELL-0123456789";
+        let _k = Secret::new(key);
+        let dash = key.replace('-', "%2D");
+        assert_eq!(mask(&format!("k={dash}&x=1")), "k=***&x=1");
+        let every: String = key.bytes().map(|b| format!("%{b:02x}")).collect();
+        assert_eq!(mask(&format!("[{every}]")), "[***]");
+        // A near miss stays as it was, and so does a lone `%`.
+        let near = dash.replacen("%2D", "%2E", 1);
+        assert_eq!(mask(&near), near.as_str());
+        assert_eq!(mask("100% sk-pct"), "100% sk-pct");
+        assert!(matches!(mask("50% off"), Cow::Borrowed(_)));
+    }
+
     #[test]
     fn long_pieces_of_a_key_are_masked_and_short_ones_left() {
         let _s = Secret::new("sk-proj-PIECES0123456789abcd");
