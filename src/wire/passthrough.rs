@@ -51,7 +51,17 @@ pub fn spans(body: &[u8]) -> Option<Spans> {
         let start = s.i;
         s.value()?;
         let span = start..s.i;
-        let (slot, name) = match &body[key.start + 1..key.end - 1] {
+        // A key may be spelled with escapes (`"mod\u0065l"`): every JSON parser reads
+        // it as `model`, so it is found as `model` here too.
+        let raw = &body[key.start + 1..key.end - 1];
+        let decoded;
+        let name: &[u8] = if raw.contains(&b'\\') {
+            decoded = serde_json::from_slice::<String>(&body[key.clone()]).ok()?;
+            decoded.as_bytes()
+        } else {
+            raw
+        };
+        let (slot, name) = match name {
             b"model" => (&mut out.model, "model"),
             b"stream_options" => (&mut out.stream_options, "stream_options"),
             b"id" => (&mut out.id, "id"),
@@ -416,6 +426,17 @@ mod tests {
         let raw = r#"{"model":"m","stream_options":{"include_usage":true}}"#;
         let out = body(&original(raw), "m", true);
         assert_eq!(&out[..], raw.as_bytes());
+    }
+
+    #[test]
+    fn a_model_key_spelled_with_escapes_is_the_model_and_only_its_value_changes() {
+        let raw = r#"{"messages":[],"mod\u0065l":"high","x_future":{"a":1}}"#;
+        let out = body(&original(raw), "gpt-x", false);
+        let want = raw.replacen(r#""high""#, r#""gpt-x""#, 1);
+        assert_eq!(std::str::from_utf8(&out).unwrap(), want);
+        // Spelled twice, once plainly: the two are one field named twice.
+        let twice = spans(br#"{"model":"a","mod\u0065l":"b"}"#).unwrap();
+        assert_eq!(twice.duplicate, Some("model"));
     }
 
     #[test]
