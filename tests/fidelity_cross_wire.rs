@@ -364,6 +364,35 @@ async fn anthropic_beta_from_an_openai_client_is_named_where_it_is_dropped() {
     assert!(got[0].headers.get("anthropic-beta").is_none());
 }
 
+/// Guards the thinking of an Anthropic client's history: an earlier answer's signed
+/// `thinking` block went to another wire's route left out without a word.
+#[tokio::test]
+async fn thinking_blocks_in_an_anthropic_history_are_named_where_they_are_dropped() {
+    let oai = openai().await;
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
+    let body = json!({"model": "high", "max_tokens": 64, "messages": [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Add them.", "signature": "SIG"},
+            {"type": "text", "text": "4"}]},
+        {"role": "user", "content": "and 3+3?"}]});
+    let r = post(&gw, "/v1/messages", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        header(&r, "x-poolctl-dropped-params"),
+        "messages[].thinking"
+    );
+    let sent = &bodies(&oai).await[0];
+    assert_eq!(
+        sent["messages"][1],
+        json!({"role": "assistant", "content": "4"})
+    );
+    let named = gw
+        .metric("poolctl_dropped_params_total{param=\"messages[].thinking\",wire=\"openai\"}")
+        .await;
+    assert_eq!(named, 1.0);
+}
+
 /// `drop_params: true` on a provider makes a semantic field it cannot carry advisory
 /// there: the route is called without it, and it is named.
 #[tokio::test]

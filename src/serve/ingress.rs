@@ -606,6 +606,14 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
                     semantic: true,
                 });
             }
+            // An earlier answer's thinking is signed by its provider and replayed only
+            // to it: another wire's request goes without it, named (fidelity.md §3).
+            if has_thinking_history(messages) {
+                u.push(Unmapped {
+                    name: "messages[].thinking".into(),
+                    semantic: false,
+                });
+            }
             u
         },
         user,
@@ -622,6 +630,22 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         untranslatable,
         responses: None,
     })
+}
+
+/// Whether an assistant message of the history holds a `thinking` or
+/// `redacted_thinking` block.
+fn has_thinking_history(messages: &[Value]) -> bool {
+    messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+        .filter_map(|m| m.get("content").and_then(Value::as_array))
+        .flatten()
+        .any(|b| {
+            matches!(
+                b.get("type").and_then(Value::as_str),
+                Some("thinking" | "redacted_thinking")
+            )
+        })
 }
 
 /// The fields of an Anthropic Messages body the canonical request does not hold: each

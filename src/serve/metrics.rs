@@ -76,6 +76,7 @@ const KNOWN_PARAMS: &[&str] = &[
     "cache_control",
     "anthropic-beta",
     "reasoning_content",
+    "messages[].thinking",
     "reasoning_effort",
     "temperature",
     "n",
