@@ -1131,7 +1131,10 @@ async fn advisory_judgements_follow_the_value_and_names_survive_a_bad_one() {
 
 /// Guards review finding 3: an OpenAI-compatible stream that interleaves two tool
 /// calls reached an Anthropic client as four blocks, two with no id or name and the
-/// arguments cut apart. Each piece goes to its own call's block.
+/// arguments cut apart. Each piece goes to its own call's block. And the events stay a
+/// valid Anthropic stream: a block's deltas come between its start and its stop, and
+/// one block is open at a time (the interleaved pieces of the first call once came
+/// after its stop).
 #[tokio::test]
 async fn interleaved_openai_tool_calls_reach_an_anthropic_client_as_two_whole_calls() {
     fn chunk(call: Value) -> String {
@@ -1161,6 +1164,24 @@ async fn interleaved_openai_tool_calls_reach_an_anthropic_client_as_two_whole_ca
         .filter(|e| e["type"] == "content_block_start")
         .collect();
     assert_eq!(starts.len(), 2, "one block per call: {starts:?}");
+    let mut open: Option<u64> = None;
+    for e in &events {
+        let i = e["index"].as_u64();
+        match e["type"].as_str() {
+            Some("content_block_start") => {
+                assert_eq!(open, None, "a block opened inside another: {events:?}");
+                open = i;
+            }
+            Some("content_block_delta") => {
+                assert_eq!(open, i, "a delta outside its block: {events:?}")
+            }
+            Some("content_block_stop") => {
+                assert_eq!(open, i, "{events:?}");
+                open = None;
+            }
+            _ => {}
+        }
+    }
     let mut args = ["".to_string(), "".to_string()];
     for e in events.iter().filter(|e| e["type"] == "content_block_delta") {
         let i = e["index"].as_u64().unwrap() as usize;

@@ -224,6 +224,11 @@ pub struct AnthropicStream {
     /// to its own block's index, never to a new block with no id and no name. Clients
     /// (the Anthropic SDKs) assemble a block's input by its index.
     call_blocks: Vec<(u32, usize)>,
+    /// Calls that started while another call's block was open: (call, id, name,
+    /// arguments so far). Anthropic blocks never overlap, and the open call may still
+    /// get pieces (an OpenAI-compatible stream may interleave its calls), so a later
+    /// call waits, whole, until the open one can get no more: the finish.
+    waiting_calls: Vec<(u32, String, String, String)>,
     /// The usage reported so far: `message_start` carries its input when known.
     usage: Option<Usage>,
 }
@@ -238,7 +243,27 @@ impl AnthropicStream {
             blocks: 0,
             tool_index: None,
             call_blocks: Vec::new(),
+            waiting_calls: Vec::new(),
             usage: None,
+        }
+    }
+
+    /// The calls that waited for the open call, each as a block of its own: its start,
+    /// its whole input, its stop.
+    fn release_waiting(&mut self, out: &mut Vec<u8>) {
+        for (call, id, name, arguments) in std::mem::take(&mut self.waiting_calls) {
+            let block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
+            let b = self.open_block(out, block, false);
+            self.tool_index = Some(call);
+            self.call_blocks.retain(|(c, _)| *c != call);
+            self.call_blocks.push((call, b));
+            if !arguments.is_empty() {
+                out.extend(event_line(
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": b,
+                    "delta": {"type": "input_json_delta", "partial_json": arguments}}),
+                ));
+            }
         }
     }
 
@@ -304,6 +329,7 @@ impl AnthropicStream {
             // Anthropic has no refusal field: the refusal text is the message's text
             // (its `stop_reason` says `refusal`).
             Event::Text(t) | Event::Refusal(t) => {
+                self.release_waiting(&mut out);
                 let index = match self.open {
                     Some((i, true)) => i,
                     _ => self.open_block(&mut out, json!({"type": "text", "text": ""}), true),
@@ -320,11 +346,28 @@ impl AnthropicStream {
                 name,
                 arguments,
             } => {
+                if let Some(w) = self.waiting_calls.iter_mut().find(|w| w.0 == *call) {
+                    w.3.push_str(arguments);
+                    return out;
+                }
                 let known = self
                     .call_blocks
                     .iter()
                     .find(|(c, _)| c == call)
                     .map(|(_, b)| *b);
+                let open_call = match self.open {
+                    Some((_, false)) => self.tool_index,
+                    _ => None,
+                };
+                if open_call.is_some_and(|c| c != *call) && (id.is_some() || known.is_none()) {
+                    self.waiting_calls.push((
+                        *call,
+                        id.clone().unwrap_or_default(),
+                        name.clone().unwrap_or_default(),
+                        arguments.clone(),
+                    ));
+                    return out;
+                }
                 let index = match (self.open, self.tool_index, known) {
                     (Some((i, false)), Some(c), _) if c == *call && id.is_none() => i,
                     // A later piece of an earlier call: its own block.
@@ -361,6 +404,7 @@ impl AnthropicStream {
     pub fn finish(&mut self, finish: &Finish, usage: Option<&Usage>) -> Vec<u8> {
         let mut out = Vec::new();
         self.start(&mut out);
+        self.release_waiting(&mut out);
         if self.blocks == 0 {
             self.open_block(&mut out, json!({"type": "text", "text": ""}), true);
         }
