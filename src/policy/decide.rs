@@ -95,15 +95,11 @@ pub fn decide(s: &Situation) -> Decision {
     {
         return d(Action::Fallback, 3, Why::Fallback);
     }
-    // Row 3. Rerank is an optimisation that must never fail retrieval (seed 000): where
-    // another path fails closed, rerank degrades to the recall order.
+    // Row 3, on every path: a bad key or a bad request is the caller's to fix, and a
+    // rerank that answered with the recall order would hide it. Rerank degrades only
+    // where the table runs out (row 6).
     if s.policy.stops_on(s.class) {
-        let action = if s.path == CallPath::Rerank {
-            Action::Degrade
-        } else {
-            Action::FailClosed
-        };
-        return d(action, 3, Why::StopOn);
+        return d(Action::FailClosed, 3, Why::StopOn);
     }
     // Row 4. `timeout` is absent on purpose: waiting on a silent route again only doubles
     // the wait.
@@ -333,7 +329,12 @@ mod tests {
             path: CallPath::Rerank,
             ..base(&p)
         };
-        assert_eq!(decide(&rerank).action, Action::Degrade);
+        // Rerank too: the table's rows are checked in order, and row 6's degrade is
+        // reached only where no earlier row decided.
+        assert_eq!(
+            (decide(&rerank).action, decide(&rerank).row),
+            (Action::FailClosed, 3)
+        );
         // A card may take a class out of stop_on: auth then moves on... but auth is not a
         // row-5 class, so it ends in row 6.
         let lenient = Policy {
