@@ -68,21 +68,38 @@ pub fn is_json(content_type: Option<&[u8]>) -> bool {
     essence.eq_ignore_ascii_case("application/json")
 }
 
-/// The content coding of a request body other than `identity`, as the client named it
-/// (clipped for the error message), or `None` for a body sent as it stands.
-pub fn encoded(content_encoding: Option<&hyper::header::HeaderValue>) -> Option<String> {
-    let v = content_encoding?;
-    let text = String::from_utf8_lossy(v.as_bytes());
-    let coding = text.trim();
-    if coding.is_empty() || coding.eq_ignore_ascii_case("identity") {
-        return None;
-    }
-    Some(crate::core::clip::clip(coding, 40).into_owned())
+/// The first content coding of a request body other than `identity`, as the client
+/// named it (clipped for the error message), or `None` for a body sent as it stands.
+/// Every `Content-Encoding` line and every item of a list counts: codings apply in turn.
+pub fn encoded<'a>(
+    content_encoding: impl IntoIterator<Item = &'a hyper::header::HeaderValue>,
+) -> Option<String> {
+    content_encoding.into_iter().find_map(|v| {
+        let text = String::from_utf8_lossy(v.as_bytes());
+        text.split(',')
+            .map(str::trim)
+            .find(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
+            .map(|c| crate::core::clip::clip(c, 40).into_owned())
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_coding_is_found_on_any_line_and_in_any_list() {
+        let v = |s: &'static str| hyper::header::HeaderValue::from_static(s);
+        assert_eq!(encoded([&v("identity")]), None);
+        assert_eq!(encoded([&v(" Identity ")]), None);
+        assert_eq!(encoded(std::iter::empty()), None);
+        assert_eq!(encoded([&v("gzip")]).as_deref(), Some("gzip"));
+        assert_eq!(encoded([&v("identity, br")]).as_deref(), Some("br"));
+        assert_eq!(
+            encoded([&v("identity"), &v("zstd")]).as_deref(),
+            Some("zstd")
+        );
+    }
 
     fn loopback() -> SocketAddr {
         "127.0.0.1:8700".parse().unwrap()

@@ -292,7 +292,7 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
         );
         return ask.refuse("unsupported_media_type", e, "");
     }
-    if let Some(coding) = guard::encoded(req.headers().get(CONTENT_ENCODING)) {
+    if let Some(coding) = guard::encoded(req.headers().get_all(CONTENT_ENCODING)) {
         // Read as it stands, a compressed body would only be "not valid JSON"; and
         // inflating one would let a few kilobytes claim the body budget's megabytes.
         let e = ApiError::new(
