@@ -167,17 +167,17 @@ fn mask_percent_spellings(text: &str, key: &str) -> Option<String> {
     let first = *k.first()?;
     let mut out: Option<String> = None;
     let (mut copied, mut i) = (0, 0);
-    while i < t.len() {
-        if t[i] == first || t[i] == b'%' {
-            if let Some(end) = spelled_at(t, i, k) {
-                let o = out.get_or_insert_with(|| String::with_capacity(text.len()));
-                o.push_str(&text[copied..i]);
-                o.push_str(MASK);
-                (copied, i) = (end, end);
-                continue;
-            }
+    // Only where the key's first character or a `%` is can a spelling start.
+    while let Some(at) = memchr::memchr2(first, b'%', &t[i..]) {
+        i += at;
+        if let Some(end) = spelled_at(t, i, k) {
+            let o = out.get_or_insert_with(|| String::with_capacity(text.len()));
+            o.push_str(&text[copied..i]);
+            o.push_str(MASK);
+            (copied, i) = (end, end);
+        } else {
+            i += 1;
         }
-        i += 1;
     }
     let mut o = out?;
     o.push_str(&text[copied..]);
