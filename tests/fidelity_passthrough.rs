@@ -824,9 +824,90 @@ async fn a_key_split_across_tool_argument_refusal_or_reasoning_deltas_reaches_th
         )
         .await;
         let sse = r.text().await.unwrap();
+        let joined = joined_strings(&sse);
+        assert!(!joined.contains(rest), "{field} (anthropic): {sse}");
+        // Reasoning from another wire is not shown to an Anthropic client at all.
+        if field != "reasoning_content" {
+            assert!(
+                joined.contains("{\"k\":\"***\"}"),
+                "{field} (anthropic): {sse}"
+            );
+        }
+    }
+}
+
+/// Guards two ways a split key in tool-call arguments still reached the client: a
+/// chunk that ends one call's arguments as it starts the next was filed under the new
+/// call (its empty arguments), and a call sent without `index` could not have its
+/// arguments rewritten, so its frames were lost. Same wire, one call each.
+#[tokio::test]
+async fn a_key_split_across_tool_calls_without_index_or_beside_a_new_call_is_masked() {
+    let (head, rest) = UPSTREAM_KEY.split_at(9);
+    let chunk = |calls: Value| {
+        let c = json!({"id": "chatcmpl-k", "object": "chat.completion.chunk", "created": 1,
+            "model": "m-1", "choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": null}]});
+        format!("data: {c}\n\n")
+    };
+    let last = "data: {\"id\":\"chatcmpl-k\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m-1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
+    let start = |index: Option<u32>, id: &str, args: &str| {
+        let mut c =
+            json!({"id": id, "type": "function", "function": {"name": "echo", "arguments": args}});
+        if let Some(i) = index {
+            c["index"] = json!(i);
+        }
+        c
+    };
+    let piece = |index: Option<u32>, args: &str| {
+        let mut c = json!({"function": {"arguments": args}});
+        if let Some(i) = index {
+            c["index"] = json!(i);
+        }
+        c
+    };
+    let beside_a_new_call = [
+        chunk(json!([start(
+            Some(0),
+            "call_a",
+            &format!("{{\"k\":\"{head}")
+        )])),
+        chunk(json!([
+            piece(Some(0), &format!("{rest}\"}}")),
+            start(Some(1), "call_b", "")
+        ])),
+        chunk(json!([piece(Some(1), "{}")])),
+        last.to_string(),
+    ]
+    .concat();
+    let without_index = [
+        chunk(json!([start(None, "call_a", &format!("{{\"k\":\"{head}"))])),
+        chunk(json!([piece(None, &format!("{rest}\"}}"))])),
+        last.to_string(),
+    ]
+    .concat();
+    for (case, sse) in [
+        ("beside a new call", beside_a_new_call),
+        ("without index", without_index),
+    ] {
+        let server = sse_upstream("/v1/chat/completions", sse.leak()).await;
+        let (_dir, gw) =
+            one_route(("oai", "openai", format!("{}/v1", server.uri())), "oai/m").await;
+        let auth = format!("Bearer {CLIENT_TOKEN}");
+        let chat =
+            r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"key?"}]}"#;
+        let r = send(
+            &gw,
+            "/v1/chat/completions",
+            chat,
+            &[("authorization", &auth)],
+        )
+        .await;
+        let sse = r.text().await.unwrap();
+        let joined = joined_strings(&sse);
+        assert!(!joined.contains(rest), "{case}: {sse}");
+        assert!(joined.contains("{\"k\":\"***\"}"), "{case}: {sse}");
         assert!(
-            !joined_strings(&sse).contains(rest),
-            "{field} (anthropic): {sse}"
+            sse.contains("call_a"),
+            "{case}: the call's start is kept: {sse}"
         );
     }
 }

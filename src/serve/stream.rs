@@ -401,7 +401,9 @@ impl LiveState {
         match ev {
             Event::Choice(i) => self.choice = *i,
             _ => {
-                if let Some((part, t)) = piece(ev) {
+                // Filed under the part that shows text: a frame that starts one tool
+                // call as another's arguments end belongs to the one with text.
+                if let Some((part, t)) = piece(ev).filter(|(_, t)| !t.is_empty()) {
                     self.frame_text.push_str(t);
                     self.frame_part = Some(part);
                 }
@@ -469,7 +471,9 @@ impl LiveState {
         }
         let mut out = Vec::new();
         for ev in events {
-            let empty = matches!(&ev, Event::Text(t) | Event::Refusal(t) | Event::Reasoning(t) if t.is_empty());
+            // Text emptied by the mask says nothing; an empty refusal is a marker (a
+            // content filter's) and goes as it came.
+            let empty = matches!(&ev, Event::Text(t) | Event::Reasoning(t) if t.is_empty());
             if !empty {
                 out.extend(self.encode_now(&ev));
             }

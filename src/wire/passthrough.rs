@@ -231,9 +231,13 @@ pub fn with_text(frame: &[u8], text: &str, part: Part) -> Option<Vec<u8>> {
                     .get_mut("tool_calls")
                     .and_then(|t| t.as_array_mut())
                     .and_then(|calls| {
-                        calls
-                            .iter_mut()
-                            .find(|c| c.get("index").and_then(|x| x.as_u64()) == Some(i.into()))
+                        // A call without an `index` is the one at its position, as the
+                        // decoder reads it.
+                        let at = calls.iter().enumerate().position(|(j, c)| {
+                            c.get("index").and_then(|x| x.as_u64()).unwrap_or(j as u64)
+                                == u64::from(i)
+                        })?;
+                        calls.get_mut(at)
                     })
                     .and_then(|c| c.pointer_mut("/function/arguments")),
             };
