@@ -1145,6 +1145,7 @@ async fn interleaved_openai_tool_calls_reach_an_anthropic_client_as_two_whole_ca
     let sse = [
         chunk(json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": ""}})),
         chunk(json!({"index": 1, "id": "call_b", "type": "function", "function": {"name": "g", "arguments": "{\"x\""}})),
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Calling.\"},\"finish_reason\":null}]}\n\n".to_string(),
         chunk(json!({"index": 0, "function": {"arguments": "{\"y\":2}"}})),
         chunk(json!({"index": 1, "function": {"arguments": ":1}"}})),
         "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n".to_string(),
@@ -1163,7 +1164,11 @@ async fn interleaved_openai_tool_calls_reach_an_anthropic_client_as_two_whole_ca
         .iter()
         .filter(|e| e["type"] == "content_block_start")
         .collect();
-    assert_eq!(starts.len(), 2, "one block per call: {starts:?}");
+    assert_eq!(
+        starts.len(),
+        3,
+        "one block per call, and the text's: {starts:?}"
+    );
     let mut open: Option<u64> = None;
     for e in &events {
         let i = e["index"].as_u64();
@@ -1182,11 +1187,15 @@ async fn interleaved_openai_tool_calls_reach_an_anthropic_client_as_two_whole_ca
             _ => {}
         }
     }
-    let mut args = ["".to_string(), "".to_string()];
+    let mut args = ["".to_string(), "".to_string(), "".to_string()];
     for e in events.iter().filter(|e| e["type"] == "content_block_delta") {
         let i = e["index"].as_u64().unwrap() as usize;
         args[i].push_str(e["delta"]["partial_json"].as_str().unwrap_or(""));
+        args[i].push_str(e["delta"]["text"].as_str().unwrap_or(""));
     }
+    // The text that came while the first call was open follows the calls, whole.
+    assert_eq!(starts[2]["content_block"]["type"], "text");
+    assert_eq!(args[2], "Calling.");
     assert_eq!(starts[0]["content_block"]["id"], "call_a");
     assert_eq!(starts[1]["content_block"]["id"], "call_b");
     assert_eq!(

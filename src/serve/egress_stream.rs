@@ -207,6 +207,18 @@ impl OpenAiStream {
     }
 }
 
+/// A block held back behind an open `tool_use` block (`AnthropicStream::waiting`).
+#[derive(Debug)]
+enum Waiting {
+    Call {
+        call: u32,
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    Text(String),
+}
+
 /// Encodes one stream as Anthropic Messages events.
 #[derive(Debug)]
 pub struct AnthropicStream {
@@ -224,11 +236,11 @@ pub struct AnthropicStream {
     /// to its own block's index, never to a new block with no id and no name. Clients
     /// (the Anthropic SDKs) assemble a block's input by its index.
     call_blocks: Vec<(u32, usize)>,
-    /// Calls that started while another call's block was open: (call, id, name,
-    /// arguments so far). Anthropic blocks never overlap, and the open call may still
-    /// get pieces (an OpenAI-compatible stream may interleave its calls), so a later
-    /// call waits, whole, until the open one can get no more: the finish.
-    waiting_calls: Vec<(u32, String, String, String)>,
+    /// What came while a call's block was open and needs a block of its own: another
+    /// call, or text. Anthropic blocks never overlap, and the open call may still get
+    /// pieces (an OpenAI-compatible stream may interleave its calls), so what would
+    /// close it waits, whole and in order, until it can get no more: the finish.
+    waiting: Vec<Waiting>,
     /// The usage reported so far: `message_start` carries its input when known.
     usage: Option<Usage>,
 }
@@ -243,28 +255,56 @@ impl AnthropicStream {
             blocks: 0,
             tool_index: None,
             call_blocks: Vec::new(),
-            waiting_calls: Vec::new(),
+            waiting: Vec::new(),
             usage: None,
         }
     }
 
-    /// The calls that waited for the open call, each as a block of its own: its start,
-    /// its whole input, its stop.
+    /// What waited behind the open call, in order, each as a block of its own: a call's
+    /// start, its whole input, its stop; text as one text block.
     fn release_waiting(&mut self, out: &mut Vec<u8>) {
-        for (call, id, name, arguments) in std::mem::take(&mut self.waiting_calls) {
-            let block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
-            let b = self.open_block(out, block, false);
-            self.tool_index = Some(call);
-            self.call_blocks.retain(|(c, _)| *c != call);
-            self.call_blocks.push((call, b));
-            if !arguments.is_empty() {
-                out.extend(event_line(
-                    "content_block_delta",
-                    &json!({"type": "content_block_delta", "index": b,
-                    "delta": {"type": "input_json_delta", "partial_json": arguments}}),
-                ));
+        for w in std::mem::take(&mut self.waiting) {
+            match w {
+                Waiting::Call {
+                    call,
+                    id,
+                    name,
+                    arguments,
+                } => {
+                    let block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
+                    let b = self.open_block(out, block, false);
+                    self.tool_index = Some(call);
+                    self.call_blocks.retain(|(c, _)| *c != call);
+                    self.call_blocks.push((call, b));
+                    if !arguments.is_empty() {
+                        out.extend(event_line(
+                            "content_block_delta",
+                            &json!({"type": "content_block_delta", "index": b,
+                            "delta": {"type": "input_json_delta", "partial_json": arguments}}),
+                        ));
+                    }
+                }
+                Waiting::Text(t) => self.text_delta(out, &t),
             }
         }
+    }
+
+    /// `t` as a delta of the open text block, opened when none is.
+    fn text_delta(&mut self, out: &mut Vec<u8>, t: &str) {
+        let index = match self.open {
+            Some((i, true)) => i,
+            _ => self.open_block(out, json!({"type": "text", "text": ""}), true),
+        };
+        out.extend(event_line(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": index,
+            "delta": {"type": "text_delta", "text": t}}),
+        ));
+    }
+
+    /// Whether a call's block is open: what would close it must wait.
+    fn call_open(&self) -> bool {
+        matches!(self.open, Some((_, false)))
     }
 
     fn start(&mut self, out: &mut Vec<u8>) {
@@ -329,16 +369,14 @@ impl AnthropicStream {
             // Anthropic has no refusal field: the refusal text is the message's text
             // (its `stop_reason` says `refusal`).
             Event::Text(t) | Event::Refusal(t) => {
-                self.release_waiting(&mut out);
-                let index = match self.open {
-                    Some((i, true)) => i,
-                    _ => self.open_block(&mut out, json!({"type": "text", "text": ""}), true),
-                };
-                out.extend(event_line(
-                    "content_block_delta",
-                    &json!({"type": "content_block_delta", "index": index,
-                    "delta": {"type": "text_delta", "text": t}}),
-                ));
+                if self.call_open() {
+                    match self.waiting.last_mut() {
+                        Some(Waiting::Text(w)) => w.push_str(t),
+                        _ => self.waiting.push(Waiting::Text(t.clone())),
+                    }
+                    return out;
+                }
+                self.text_delta(&mut out, t);
             }
             Event::ToolCall {
                 index: call,
@@ -346,8 +384,14 @@ impl AnthropicStream {
                 name,
                 arguments,
             } => {
-                if let Some(w) = self.waiting_calls.iter_mut().find(|w| w.0 == *call) {
-                    w.3.push_str(arguments);
+                let waiting = self.waiting.iter_mut().find_map(|w| match w {
+                    Waiting::Call {
+                        call: c, arguments, ..
+                    } if c == call => Some(arguments),
+                    _ => None,
+                });
+                if let Some(w) = waiting {
+                    w.push_str(arguments);
                     return out;
                 }
                 let known = self
@@ -355,17 +399,14 @@ impl AnthropicStream {
                     .iter()
                     .find(|(c, _)| c == call)
                     .map(|(_, b)| *b);
-                let open_call = match self.open {
-                    Some((_, false)) => self.tool_index,
-                    _ => None,
-                };
-                if open_call.is_some_and(|c| c != *call) && (id.is_some() || known.is_none()) {
-                    self.waiting_calls.push((
-                        *call,
-                        id.clone().unwrap_or_default(),
-                        name.clone().unwrap_or_default(),
-                        arguments.clone(),
-                    ));
+                let this_call_open = self.call_open() && self.tool_index == Some(*call);
+                if self.call_open() && !(this_call_open && id.is_none()) {
+                    self.waiting.push(Waiting::Call {
+                        call: *call,
+                        id: id.clone().unwrap_or_default(),
+                        name: name.clone().unwrap_or_default(),
+                        arguments: arguments.clone(),
+                    });
                     return out;
                 }
                 let index = match (self.open, self.tool_index, known) {
