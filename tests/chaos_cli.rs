@@ -137,6 +137,39 @@ fn load_errors_name_what_is_wrong() {
             ),
             "not a valid HTTP header",
         ),
+        // A request's typos: a message field, a part type, an http image.
+        (
+            "message.yaml",
+            PASSING.replace(
+                "expect:",
+                "request: { messages: [ { role: user, contnet: Hi } ] }\nexpect:",
+            ),
+            "messages[0].contnet is not a message field (did you mean `content`?)",
+        ),
+        (
+            "part.yaml",
+            PASSING.replace(
+                "expect:",
+                "request: { messages: [ { role: user, content: [ { type: imagee_url, image_url: { url: \"https://x.test/a.png\" } } ] } ] }\nexpect:",
+            ),
+            "`imagee_url` is not a part type (did you mean `image_url`?)",
+        ),
+        (
+            "http.yaml",
+            PASSING.replace(
+                "expect:",
+                "request: { messages: [ { role: user, content: [ { type: image_url, image_url: { url: \"http://x.test/a.png\" } } ] } ] }\nexpect:",
+            ),
+            "must be an https or `data:` URL",
+        ),
+        (
+            "both.yaml",
+            PASSING.replace(
+                "expect:",
+                "request: { max_tokens: 5, max_completion_tokens: 5 }\nexpect:",
+            ),
+            "not both",
+        ),
         ("empty.yaml", String::new(), "empty"),
         (
             "html.yaml",

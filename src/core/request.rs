@@ -217,6 +217,10 @@ pub struct ChatRequest {
     /// The answer's length cap; `None` leaves the provider's default (Anthropic, which
     /// requires one, gets [`ANTHROPIC_DEFAULT_MAX_TOKENS`]).
     pub max_tokens: Option<u32>,
+    /// The name the client gave the cap (`max_tokens` or `max_completion_tokens`), kept
+    /// on a wire that has both: one is never renamed to the other (fidelity.md §2).
+    /// `None`: the dialect's own name.
+    pub max_tokens_name: Option<&'static str>,
     pub sampling: Sampling,
     /// A JSON Schema the answer must satisfy (`response_format: json_schema`;
     /// `json_object` is the schema `{"type": "object"}`).
@@ -257,6 +261,7 @@ impl ChatRequest {
             tools: Vec::new(),
             tool_choice: None,
             max_tokens: Some(max_tokens),
+            max_tokens_name: None,
             sampling: Sampling::default(),
             json_schema: None,
             schema_name: None,

@@ -406,6 +406,8 @@ fn openai_chat_tree(body: &[u8]) -> Result<ChatIn, ApiError> {
         tools,
         tool_choice,
         max_tokens,
+        // A route of the client's own wire gets its body, names and all.
+        max_tokens_name: None,
         sampling: Sampling {
             temperature: opt_f64(&o, "temperature")?,
             top_p: opt_f64(&o, "top_p")?,
@@ -585,6 +587,7 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         tools,
         tool_choice,
         max_tokens: opt_u32(&o, "max_tokens")?,
+        max_tokens_name: None,
         sampling: Sampling {
             temperature: opt_f64(&o, "temperature")?,
             top_p: opt_f64(&o, "top_p")?,

@@ -46,7 +46,14 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     if let Some(max) = req.max_tokens {
         // OpenAI's reasoning models reject `max_tokens`; most compatible APIs know only
         // it (spec/fidelity.md §2).
-        body[max_tokens_name(ep.dialect)] = json!(max);
+        let name = match (req.max_tokens_name, ep.dialect) {
+            // Mistral refuses every field it does not know: its cap is `max_tokens`.
+            (_, crate::classify::dialect::Dialect::Mistral) | (None, _) => {
+                max_tokens_name(ep.dialect)
+            }
+            (Some(named), _) => named,
+        };
+        body[name] = json!(max);
     }
     if let Some(obj) = body.as_object_mut() {
         super::codec::put_sampling(obj, &req.sampling, &SAMPLING);

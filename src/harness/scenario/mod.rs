@@ -83,6 +83,9 @@ pub struct RequestShape {
     pub prompt_tokens: Option<u64>,
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    /// The cap under OpenAI's newer name: sent as named on a wire that has both.
+    #[serde(default)]
+    pub max_completion_tokens: Option<u32>,
     /// A JSON Schema the answer must satisfy.
     #[serde(default)]
     pub json_schema: Option<serde_json::Value>,
@@ -116,11 +119,116 @@ pub struct RequestShape {
     pub seed: Option<i64>,
     #[serde(default)]
     pub user: Option<String>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub top_k: Option<u32>,
+    /// A string or a list of strings.
+    #[serde(default)]
+    pub stop: Option<serde_json::Value>,
+    /// `auto`, `none`, `required`, or `{type: function, function: {name}}`.
+    #[serde(default)]
+    pub tool_choice: Option<serde_json::Value>,
+    /// `{type: json_object}` or `{type: json_schema, json_schema: {name, schema, strict}}`.
+    #[serde(default)]
+    pub response_format: Option<serde_json::Value>,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
     /// Other client fields, which the canonical request does not hold (`logprobs`,
     /// `presence_penalty`, ...): a route of another wire than the client's cannot carry
     /// them (spec/fidelity.md §3). Semantic or advisory as the gateway judges them.
     #[serde(default)]
     pub fields: BTreeMap<String, serde_json::Value>,
+}
+
+/// The message keys and content part types a scenario's `messages` may hold (OpenAI
+/// chat's): a typo is an error, not a message with its content silently missing.
+fn check_messages(messages: &[serde_json::Value]) -> Result<(), String> {
+    const KEYS: &[&str] = &[
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "refusal",
+    ];
+    const PARTS: &[&str] = &["text", "image_url", "file", "input_audio"];
+    for (i, m) in messages.iter().enumerate() {
+        let Some(o) = m.as_object() else {
+            return Err(format!("messages[{i}] must be a mapping"));
+        };
+        if let Some(k) = o.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            let hint = crate::core::suggest::nearest(k, KEYS.iter().copied())
+                .map(|n| format!(" (did you mean `{n}`?)"))
+                .unwrap_or_default();
+            return Err(format!(
+                "messages[{i}].{k} is not a message field{hint}; a message has {}",
+                KEYS.join(", ")
+            ));
+        }
+        let Some(parts) = o.get("content").and_then(|c| c.as_array()) else {
+            continue;
+        };
+        for (j, p) in parts.iter().enumerate() {
+            let kind = p.get("type").and_then(|t| t.as_str()).unwrap_or("");
+            if !PARTS.contains(&kind) {
+                let hint = crate::core::suggest::nearest(kind, PARTS.iter().copied())
+                    .map(|n| format!(" (did you mean `{n}`?)"))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "messages[{i}].content[{j}].type `{kind}` is not a part type{hint}; one of {}",
+                    PARTS.join(", ")
+                ));
+            }
+            if let Some(url) = p.pointer("/image_url/url").and_then(|u| u.as_str()) {
+                if !(url.starts_with("https://") || url.starts_with("data:")) {
+                    return Err(format!(
+                        "messages[{i}].content[{j}].image_url.url must be an https or `data:` URL"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `response_format` as the canonical request holds it: the schema, its name, `strict`.
+type SchemaParts = (Option<serde_json::Value>, Option<String>, Option<bool>);
+
+fn response_format(rf: &serde_json::Value) -> Result<SchemaParts, String> {
+    match rf.get("type").and_then(|t| t.as_str()) {
+        Some("text") => Ok((None, None, None)),
+        Some("json_object") => Ok((Some(json!({"type": "object"})), None, None)),
+        Some("json_schema") => {
+            let js = rf
+                .get("json_schema")
+                .ok_or("`response_format.json_schema` is required with type json_schema")?;
+            let schema = js
+                .get("schema")
+                .cloned()
+                .ok_or("`response_format.json_schema.schema` is required")?;
+            let name = js.get("name").and_then(|n| n.as_str()).map(str::to_string);
+            Ok((
+                Some(schema),
+                name,
+                js.get("strict").and_then(|s| s.as_bool()),
+            ))
+        }
+        _ => Err("`response_format.type` must be text, json_object or json_schema".into()),
+    }
+}
+
+fn tool_choice(v: &serde_json::Value) -> Result<crate::core::request::ToolChoice, String> {
+    use crate::core::request::ToolChoice;
+    let bad = || "`tool_choice` must be auto, none, required or {type: function, function: {name}}";
+    match v {
+        serde_json::Value::String(w) => ToolChoice::from_word(w).ok_or_else(|| bad().to_string()),
+        _ => v
+            .pointer("/function/name")
+            .and_then(|n| n.as_str())
+            .map(|n| ToolChoice::Tool(n.to_string()))
+            .ok_or_else(|| bad().to_string()),
+    }
 }
 
 /// A tool a scenario's request offers.
@@ -154,16 +262,53 @@ impl RequestShape {
             if m.is_empty() {
                 return Err("`messages` must not be empty".into());
             }
+            check_messages(m)?;
             base.conversation =
                 crate::wire::openai::history::from_openai_messages(m).map_err(|e| e.to_string())?;
             base.conversation
                 .validate()
                 .map_err(|e| format!("messages: {e}"))?;
+            // The default prompt's cap of 16 goes with it: a conversation of the
+            // scenario's own is sent with the cap it sets, or none.
+            base.max_tokens = None;
         }
         base.tools = self.tools.iter().map(ToolShape::spec).collect();
         base.token_estimate = self.prompt_tokens;
-        base.max_tokens = self.max_tokens.or(base.max_tokens);
+        match (self.max_tokens, self.max_completion_tokens) {
+            (Some(_), Some(_)) => {
+                return Err("give `max_tokens` or `max_completion_tokens`, not both".into())
+            }
+            (Some(n), None) => {
+                base.max_tokens = Some(n);
+                base.max_tokens_name = Some("max_tokens");
+            }
+            (None, Some(n)) => {
+                base.max_tokens = Some(n);
+                base.max_tokens_name = Some("max_completion_tokens");
+            }
+            (None, None) => {}
+        }
         base.json_schema = self.json_schema.clone();
+        if let Some(rf) = &self.response_format {
+            if self.json_schema.is_some() {
+                return Err("give `json_schema` or `response_format`, not both".into());
+            }
+            (base.json_schema, base.schema_name, base.schema_strict) = response_format(rf)?;
+        }
+        base.tool_choice = self.tool_choice.as_ref().map(tool_choice).transpose()?;
+        base.sampling.top_p = self.top_p;
+        base.sampling.top_k = self.top_k;
+        base.sampling.stop = match &self.stop {
+            None => Vec::new(),
+            Some(serde_json::Value::String(s)) => vec![s.clone()],
+            Some(serde_json::Value::Array(a)) => a
+                .iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect::<Option<_>>()
+                .ok_or("`stop` must be a string or a list of strings")?,
+            Some(_) => return Err("`stop` must be a string or a list of strings".into()),
+        };
+        base.metadata = self.metadata.clone();
         base.n = self.n;
         base.parallel_tool_calls = self.parallel_tool_calls;
         base.reasoning = match &self.reasoning_effort {
@@ -183,7 +328,15 @@ impl RequestShape {
             .find(|k| Unmapped::OPENAI_MAPPED.contains(&k.as_str()))
         {
             return Err(format!(
-                "`fields.{k}` is a field the request maps itself; set it as `request.{k}` where it has one"
+                "`fields.{k}` is a field the request maps itself: set it as `request.{k}`{}",
+                if matches!(
+                    k.as_str(),
+                    "model" | "stream" | "stream_options" | "messages" | "tools"
+                ) {
+                    " (`model` and `stream` come from the scenario's tier and path)"
+                } else {
+                    ""
+                }
             ));
         }
         base.unmapped = self
@@ -202,6 +355,18 @@ impl RequestShape {
             Some("n")
         } else if self.seed.is_some() {
             Some("seed")
+        } else if self.max_completion_tokens.is_some() {
+            Some("max_completion_tokens (give `max_tokens`: it is sent as `max_output_tokens`)")
+        } else if self.top_k.is_some() {
+            Some("top_k")
+        } else if self.stop.is_some() {
+            Some("stop")
+        } else if self.top_p.is_some()
+            || self.tool_choice.is_some()
+            || self.response_format.is_some()
+            || !self.metadata.is_empty()
+        {
+            Some("top_p, tool_choice, response_format or metadata (give them in `fields` as the Responses API spells them)")
         } else {
             None
         }

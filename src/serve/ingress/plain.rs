@@ -41,6 +41,7 @@ pub(super) fn openai_chat(body: &[u8]) -> Option<(String, ChatRequest, bool)> {
         tools: Vec::new(),
         tool_choice: None,
         max_tokens,
+        max_tokens_name: None,
         sampling: Sampling {
             temperature: b.temperature.flatten(),
             top_p: b.top_p.flatten(),

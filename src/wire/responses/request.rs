@@ -293,6 +293,7 @@ pub fn chat_request(
         tools,
         tool_choice,
         max_tokens,
+        max_tokens_name: None,
         sampling: Sampling {
             temperature: number("temperature")?,
             top_p: number("top_p")?,
