@@ -381,6 +381,53 @@ async fn retry_after_comes_from_the_routes_that_could_carry_the_request() {
     );
 }
 
+/// A 429 that asks for a wait of `ms` milliseconds (`retry-after-ms`).
+fn rate_limited_for_ms(ms: u64) -> Reply {
+    Reply::Status {
+        status: 429,
+        headers: vec![("retry-after-ms".into(), ms.to_string())],
+        body: Body::Json(
+            json!({"error": {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}}),
+        ),
+    }
+}
+
+/// Guards cli.md's "429 with Retry-After when an instant is known": a route whose
+/// cooling ran out while the request retried another (its instant is now) made the
+/// answer a 503 with no Retry-After, and the SDKs read a capacity failure as a server
+/// fault. The retries wait real milliseconds: 30 on A, then 100 on B, by which time A
+/// is back.
+#[tokio::test]
+async fn a_capacity_failure_whose_first_route_is_already_back_is_a_429_with_retry_after() {
+    let mock = openai_mock(vec![
+        mock_route(
+            "pa/model-a",
+            Wire::OpenAi,
+            vec![rate_limited_for_ms(30), rate_limited_for_ms(30)],
+        ),
+        mock_route(
+            "pb/model-b",
+            Wire::OpenAi,
+            vec![rate_limited_for_ms(100), rate_limited_for_ms(100)],
+        ),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = openai_high(dir.path(), &mock, &["pa/model-a", "pb/model-b"]);
+    let gw = start(&config, &[], &[]).await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(header(&r, "retry-after"), "1");
+    assert_eq!(header(&r, "x-poolctl-attempts"), "4");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "capacity");
+}
+
 #[tokio::test]
 async fn a_stream_that_fails_after_its_first_token_ends_with_an_error_event_and_no_done() {
     let mock = openai_mock(vec![mock_route(

@@ -342,7 +342,7 @@ pub async fn rerank(router: &Router, t: Target<'_>, r: &RerankIn) -> Reranked {
 
 /// Milliseconds until the earliest cooling route of `tier` takes traffic again, when
 /// every route is out and at least one will come back by time (a retired route never
-/// does). `None`: no instant is known. A route `report` skipped for what the request
+/// does); 0 when one this request called is already back. `None`: no instant is known. A route `report` skipped for what the request
 /// is (it cannot carry it, cannot serve it, or its buckets can never hold it) is no
 /// route for this request at any time: its health says nothing of when to come back.
 pub async fn ready_again_in_ms(router: &Router, tier: &Tier, report: &Report) -> Option<u64> {
@@ -361,6 +361,13 @@ pub async fn ready_again_in_ms(router: &Router, tier: &Tier, report: &Report) ->
     for spec in tier.routes.iter().filter(|r| !never_for_this(&r.route)) {
         let health = router.store().get(&spec.route).await.ok()?;
         if health.is_available(now) {
+            // A route this request called, whose cooling ran out while the request
+            // waited on another (retries on both): back now, an instant known. Any
+            // other ready route says nothing of when to come back.
+            if report.attempts.iter().any(|a| a.route == spec.route) {
+                earliest = Some(now);
+                continue;
+            }
             return None;
         }
         if let Some(until) = health.until() {
