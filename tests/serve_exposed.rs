@@ -1145,6 +1145,8 @@ async fn a_request_still_routing_at_the_drain_deadline_is_a_503_logged_as_cut() 
         .unwrap();
     assert_eq!(r.status(), 503);
     assert_eq!(r.headers()["x-poolctl-outcome"], "cancelled");
+    // The call the deadline cut was made: counted (it said 0).
+    assert_eq!(r.headers()["x-poolctl-attempts"], "1");
     let (code, stderr) = gw.stop().await;
     assert_eq!(code, Some(0), "{stderr}");
     let lines = request_lines(&stderr);

@@ -373,6 +373,9 @@ impl Router {
                 let busy = tier
                     .group_of(walk.current())
                     .map(|_| self.inner.in_flight.enter(&spec.route));
+                if let Some(on_call) = walk.opts.on_call {
+                    on_call();
+                }
                 let Attempted {
                     result,
                     delivered,

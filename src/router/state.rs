@@ -34,6 +34,9 @@ pub struct CallOptions<'a> {
     /// Streams: called with each delta as it reaches the caller (text, tool-call
     /// pieces), then the finish reason and the final usage.
     pub on_event: Option<&'a (dyn Fn(StreamEvent<'_>) + Send + Sync)>,
+    /// Called as each upstream call starts: a caller that may be cut off before the
+    /// report exists (the gateway's drain deadline) still knows how many it made.
+    pub on_call: Option<&'a (dyn Fn() + Send + Sync)>,
     /// The request's priority class, from its source (never inferred): admission
     /// orders waiters and keeps the interactive floor by it.
     pub priority: Priority,
@@ -53,6 +56,7 @@ impl<'a> CallOptions<'a> {
             session: None,
             observer: None,
             on_event: None,
+            on_call: None,
             priority: Priority::Interactive,
             degrade_tier: None,
             keep_stream_text: true,

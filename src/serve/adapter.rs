@@ -12,6 +12,7 @@ use crate::core::trace::{Report, Step};
 use crate::core::vocab::{Action, Outcome, Route};
 use crate::policy::card::Policy;
 use crate::router::{CallOptions, Router};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 /// A priority class (`x-poolctl-priority`), carried to the router for admission control.
@@ -97,6 +98,19 @@ pub struct Target<'a> {
     pub priority: Priority,
     /// The card's `degrade_tier`, resolved: where a request admission would shed goes.
     pub degrade_tier: Option<&'a Tier>,
+    /// Counts the upstream calls as they happen: a request the drain deadline cuts
+    /// has no report, and its answer still says how many calls it made.
+    pub calls: Option<&'a AtomicU32>,
+}
+
+/// Counts `t`'s upstream calls as they start (`Target::calls`).
+fn counting<'t>(t: &Target<'t>) -> impl Fn() + Send + Sync + 't {
+    let calls = t.calls;
+    move || {
+        if let Some(c) = calls {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl<'a> Target<'a> {
@@ -236,11 +250,14 @@ pub async fn chat(
     request: ChatRequest,
     untranslatable: bool,
 ) -> Called {
+    let count = counting(&t);
+    let mut opts = t.options();
+    opts.on_call = Some(&count);
     let called = router
         .call(
             t.tier,
             &Request::Chat(chat_request(request, untranslatable)),
-            t.options(),
+            opts,
         )
         .await;
     let report = called.report;
@@ -263,11 +280,13 @@ pub async fn stream(
     on_event: &(dyn Fn(Event) + Send + Sync),
     progress: &Progress,
 ) -> Called {
+    let count = counting(&t);
     let observe = |step: Step<'_>| progress.observe(step);
     let forward = |e: StreamEvent<'_>| on_event(event_of(e));
     let mut opts = t.options();
     opts.keep_stream_text = keep_text;
     opts.observer = Some(&observe);
+    opts.on_call = Some(&count);
     opts.on_event = Some(&forward);
     let called = router
         .call(
@@ -300,7 +319,10 @@ pub async fn embed(router: &Router, t: Target<'_>, e: &EmbedIn) -> Embedded {
         token_arrays: e.token_arrays.clone(),
         unmapped: e.unmapped.clone(),
     });
-    let called = router.call(t.tier, &req, t.options()).await;
+    let count = counting(&t);
+    let mut opts = t.options();
+    opts.on_call = Some(&count);
+    let called = router.call(t.tier, &req, opts).await;
     let (vectors, usage, raw) = called
         .answer
         .map(|a| (a.embeddings, a.usage, a.raw))
@@ -328,7 +350,10 @@ pub async fn rerank(router: &Router, t: Target<'_>, r: &RerankIn) -> Reranked {
         top_n: r.top_n.unwrap_or(r.documents.len()),
         original: r.original.clone(),
     });
-    let called = router.call(t.tier, &req, t.options()).await;
+    let count = counting(&t);
+    let mut opts = t.options();
+    opts.on_call = Some(&count);
+    let called = router.call(t.tier, &req, opts).await;
     let (ranking, raw) = called
         .answer
         .map(|a| (a.ranking, a.raw))

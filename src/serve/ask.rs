@@ -14,7 +14,7 @@ use crate::core::clock::Stopwatch;
 use crate::core::trace::{AttemptRecord, Report, SkipWhy};
 use crate::core::vocab::Outcome;
 use hyper::{Method, Response};
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -191,7 +191,7 @@ pub(super) struct Ask {
 /// client saw (none: 499, nginx's word for a client that closed first; 200 once a
 /// stream's head went out), and whether the drain deadline cut it.
 #[derive(Clone, Default)]
-pub(super) struct Ending(Arc<(AtomicU16, AtomicBool)>);
+pub(super) struct Ending(Arc<(AtomicU16, AtomicBool, AtomicU32)>);
 
 impl Ending {
     /// A stream's head went out: the client saw a 200.
@@ -217,6 +217,11 @@ impl Ending {
 
     fn was_cut(&self) -> bool {
         self.0 .1.load(Ordering::Relaxed)
+    }
+
+    /// The upstream calls the request made so far (`Target::calls` counts them).
+    pub(super) fn calls(&self) -> &AtomicU32 {
+        &self.0 .2
     }
 }
 
@@ -294,6 +299,7 @@ impl Ask {
                 .degrade_tier
                 .as_deref()
                 .and_then(|name| self.gw.lineup.tier_named(name)),
+            calls: Some(self.ending.calls()),
         }
     }
 

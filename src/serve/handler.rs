@@ -368,7 +368,8 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
                     "the gateway is shutting down: its drain deadline cut this request"),
                 flavor,
             );
-            trace_headers(r.headers_mut(), None, "cancelled", 0);
+            let calls = ending.calls().load(std::sync::atomic::Ordering::Relaxed);
+            trace_headers(r.headers_mut(), None, "cancelled", calls as usize);
             r
         }
     }
