@@ -9,14 +9,6 @@ use crate::core::trace::{AttemptRecord, Report};
 use crate::core::vocab::{Class, Outcome, Reason};
 
 /// The error-code word clients know for a request-error class (OpenAI's codes).
-fn request_code(class: Class) -> &'static str {
-    match class {
-        Class::ContextOverflow => "context_length_exceeded",
-        Class::ContentPolicy => "content_filter",
-        _ => "invalid_request_error",
-    }
-}
-
 fn is_request_class(c: Class) -> bool {
     matches!(
         c,
@@ -103,10 +95,9 @@ pub fn failure(report: &Report, ctx: Context, mask: &dyn Fn(&str) -> String) -> 
         deadline,
     };
     let status = http_status(report.outcome, reason, facts);
-    // A request error keeps the upstream's own code; a wire that sent none gets the
-    // code OpenAI clients know for its class.
-    // Gemini's `error.code` is only the HTTP status again (its own word is `status`,
-    // INVALID_ARGUMENT): "400" tells a client nothing, so it gets the class's code.
+    // A request error keeps the upstream's own code; one that sent none gets the
+    // reason (cli.md), never a code the upstream did not say.
+    // Gemini's `error.code` is only the HTTP status again: "400" is no code of its own.
     if reason == Some(Reason::Unsupported) {
         return ApiError::new(
             status,
@@ -136,7 +127,7 @@ pub fn failure(report: &Report, ctx: Context, mask: &dyn Fn(&str) -> String) -> 
             .code
             .clone()
             .filter(|c| a.status.is_none_or(|s| *c != s.to_string()))
-            .unwrap_or_else(|| request_code(a.class).to_string()),
+            .unwrap_or_else(|| word.clone()),
         None => word.clone(),
     };
     let upstream_message = request_attempt
@@ -206,26 +197,30 @@ mod tests {
 
     #[test]
     fn request_errors_pass_the_upstream_status_code_and_message() {
-        let r = report(
-            Outcome::Failed,
-            Some(Reason::Request),
-            vec![attempt(
-                "openai/gpt",
-                Some(400),
-                Class::ContextOverflow,
-                "This model's maximum context length is 4097 tokens.",
-            )],
+        let mut a = attempt(
+            "openai/gpt",
+            Some(400),
+            Class::ContextOverflow,
+            "This model's maximum context length is 4097 tokens.",
         );
+        a.code = Some("context_length_exceeded".into());
+        let r = report(Outcome::Failed, Some(Reason::Request), vec![a.clone()]);
         let e = failure(&r, Context::default(), &|s| s.to_string());
         assert_eq!(
             (e.status, e.kind.as_str(), e.code.as_str()),
             (400, "request", "context_length_exceeded")
         );
         assert!(e.message.starts_with("This model's maximum context length"));
+        // An upstream that reported no code of its own: the reason (cli.md), never a
+        // code it did not say.
+        a.code = None;
+        let r = report(Outcome::Failed, Some(Reason::Request), vec![a]);
+        let e = failure(&r, Context::default(), &|s| s.to_string());
+        assert_eq!((e.status, e.code.as_str()), (400, "request"));
     }
 
     #[test]
-    fn a_request_error_code_that_only_repeats_the_http_status_gives_way_to_the_class_code() {
+    fn a_request_error_code_that_only_repeats_the_http_status_gives_way_to_the_reason() {
         // Gemini: {"error": {"code": 400, "status": "INVALID_ARGUMENT", ...}}.
         let mut a = attempt(
             "gemini/gemini-pro",
@@ -236,10 +231,7 @@ mod tests {
         a.code = Some("400".into());
         let r = report(Outcome::Failed, Some(Reason::Request), vec![a.clone()]);
         let e = failure(&r, Context::default(), &|s| s.to_string());
-        assert_eq!(
-            (e.status, e.code.as_str()),
-            (400, "context_length_exceeded")
-        );
+        assert_eq!((e.status, e.code.as_str()), (400, "request"));
         // A vendor's own numeric code (Zhipu's 1261) is its code, and is kept.
         a.code = Some("1261".into());
         let r = report(Outcome::Failed, Some(Reason::Request), vec![a]);
