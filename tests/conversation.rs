@@ -44,6 +44,7 @@ fn result(call_id: &str, name: &str, content: &str, is_error: bool) -> Turn {
 fn rich() -> Conversation {
     Conversation {
         system_parts: Vec::new(),
+        system_at: Vec::new(),
         system: Some("You are terse.".into()),
         turns: vec![
             user("Weather in Paris and Rome? And the time in Tokyo."),
@@ -189,6 +190,7 @@ fn session_moves_across_all_three_providers() {
 fn small() -> Conversation {
     Conversation {
         system_parts: Vec::new(),
+        system_at: Vec::new(),
         system: Some("S".into()),
         turns: vec![
             user("hi"),
@@ -220,6 +222,7 @@ fn openai_shape() {
     // A text-only assistant turn keeps `content` and has no `tool_calls` key.
     let plain = Conversation {
         system_parts: Vec::new(),
+        system_at: Vec::new(),
         system: None,
         turns: vec![assistant("", vec![]), assistant("yes", vec![])],
     };
@@ -378,6 +381,7 @@ fn gemini_answer_ids_continue_the_history() {
     // An id another provider gave that looks like ours is skipped.
     let mixed = Conversation {
         system_parts: Vec::new(),
+        system_at: Vec::new(),
         system: None,
         turns: vec![assistant("", vec![call("call_1", "f", json!({}))])],
     };
@@ -398,6 +402,37 @@ fn pending_calls_at_the_end_round_trip() {
     assert_eq!(via_gemini(&c), Ok(modulo_ids(&c)));
 }
 
+/// Guards fidelity.md §2 "a system or developer message after the first turn: kept in
+/// place" on the OpenAI wire: a conversation read from chat messages (a scenario's
+/// request, a Responses client's items) went to an OpenAI route with every system and
+/// developer message folded into one leading `system`.
+#[test]
+fn system_and_developer_messages_reach_the_openai_wire_where_they_stood() {
+    let sent = [
+        json!({"role": "developer", "content": "Dev rules."}),
+        json!({"role": "user", "content": "Hi"}),
+        json!({"role": "assistant", "content": "Hello."}),
+        json!({"role": "system", "content": [{"type": "text", "text": "Now"}, {"type": "text", "text": "in French."}]}),
+        json!({"role": "user", "content": "Again"}),
+        json!({"role": "developer", "content": "Be brief."}),
+    ];
+    let c = from_openai_messages(&sent).unwrap();
+    assert_eq!(openai_messages(&c), sent.to_vec());
+    // Anthropic and Gemini still get them all as the system prompt, in order.
+    assert_eq!(
+        c.system.as_deref(),
+        Some("Dev rules.\n\nNow\n\nin French.\n\nBe brief.")
+    );
+    // A caller that sets `system` itself leaves the placement behind: one system first.
+    let mut own = c.clone();
+    own.system = Some("Mine.".into());
+    assert_eq!(
+        openai_messages(&own)[0],
+        json!({"role": "system", "content": "Mine."})
+    );
+    assert_eq!(openai_messages(&own).len(), 4);
+}
+
 #[test]
 fn reads_foreign_histories_that_the_renderers_never_produce() {
     let openai = [
@@ -408,8 +443,21 @@ fn reads_foreign_histories_that_the_renderers_never_produce() {
     assert_eq!(
         from_openai_messages(&openai),
         Ok(Conversation {
-            // Each message kept apart too, for a wire whose system takes blocks.
+            // Each message kept apart too, for a wire whose system takes blocks, and
+            // where it stood with its role, for the OpenAI wire.
             system_parts: vec!["A".into(), "B".into()],
+            system_at: vec![
+                SystemAt {
+                    developer: true,
+                    parts: vec!["A".into()],
+                    before_turn: 0
+                },
+                SystemAt {
+                    developer: false,
+                    parts: vec!["B".into()],
+                    before_turn: 0
+                },
+            ],
             system: Some("A\n\nB".into()),
             turns: vec![Turn::User {
                 parts: vec![Part::text("x"), Part::text("y")]
@@ -424,6 +472,7 @@ fn reads_foreign_histories_that_the_renderers_never_produce() {
         from_anthropic(None, &anthropic),
         Ok(Conversation {
             system_parts: Vec::new(),
+            system_at: Vec::new(),
             system: None,
             turns: vec![user("plain"), assistant("reply", vec![])]
         })
@@ -438,6 +487,7 @@ fn reads_foreign_histories_that_the_renderers_never_produce() {
         from_gemini(None, &gemini),
         Ok(Conversation {
             system_parts: Vec::new(),
+            system_at: Vec::new(),
             system: None,
             turns: vec![
                 user("q"),
@@ -632,6 +682,7 @@ fn parts_every_wire_carries_and_what_it_drops() {
     };
     let c = Conversation {
         system_parts: Vec::new(),
+        system_at: Vec::new(),
         system: None,
         turns: vec![turn],
     };
@@ -818,6 +869,7 @@ fn conversation() -> impl Strategy<Value = Conversation> {
             Conversation {
                 system,
                 system_parts: Vec::new(),
+                system_at: Vec::new(),
                 turns,
             }
         })

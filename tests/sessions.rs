@@ -48,6 +48,7 @@ fn history() -> ChatRequest {
     let mut req = ChatRequest::user("What is the weather in Paris?", 64);
     req.conversation = Conversation {
         system_parts: Vec::new(),
+        system_at: Vec::new(),
         system: Some("You are terse.".into()),
         turns: vec![
             Turn::user("What is the weather in Paris?"),

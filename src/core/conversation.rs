@@ -50,7 +50,24 @@ pub struct Conversation {
     /// where the target needs one string). Empty for one piece.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub system_parts: Vec<String>,
+    /// Where each system or developer message stood among the turns
+    /// (`add_system_at`), for a wire that keeps each in place (OpenAI chat, fidelity.md
+    /// §2). Empty when there was one system message, first: `system` says it all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub system_at: Vec<SystemAt>,
     pub turns: Vec<Turn>,
+}
+
+/// One system or developer message where the client put it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SystemAt {
+    /// OpenAI's `developer` role, not `system`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub developer: bool,
+    /// Its text parts, in order (one for a string).
+    pub parts: Vec<String>,
+    /// How many turns came before it.
+    pub before_turn: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -199,6 +216,49 @@ impl Conversation {
         });
     }
 
+    /// Appends a system or developer message of `parts` where it stands (after the
+    /// turns so far): each part joins `system` as `add_system` does, and the message is
+    /// kept in place for a wire that has room for it.
+    pub fn add_system_at(&mut self, developer: bool, parts: Vec<String>) {
+        for p in &parts {
+            self.add_system(p.clone());
+        }
+        self.system_at.push(SystemAt {
+            developer,
+            parts,
+            before_turn: self.turns.len(),
+        });
+    }
+
+    /// Drops the placement of a lone leading `system` message of one part: the plain
+    /// `system` renders it the same.
+    pub fn forget_plain_system_at(&mut self) {
+        if let [one] = self.system_at.as_slice() {
+            if !one.developer && one.before_turn == 0 && one.parts.len() == 1 {
+                self.system_at.clear();
+            }
+        }
+    }
+
+    /// The system and developer messages in place, when they were recorded and still
+    /// make up `system` (a caller that set `system` itself left them behind).
+    pub fn system_in_place(&self) -> Option<&[SystemAt]> {
+        let system = self.system.as_deref()?;
+        let mut joined = String::with_capacity(system.len());
+        for (i, p) in self.system_at.iter().flat_map(|m| &m.parts).enumerate() {
+            if i > 0 {
+                joined.push_str("\n\n");
+            }
+            joined.push_str(p);
+        }
+        let fits = self
+            .system_at
+            .iter()
+            .all(|m| m.before_turn <= self.turns.len());
+        (!self.system_at.is_empty() && fits && joined == system)
+            .then_some(self.system_at.as_slice())
+    }
+
     /// The system pieces apart, when there are several and they still make up `system`
     /// (a caller that set `system` itself left them behind): else `None`.
     pub fn system_pieces(&self) -> Option<&[String]> {
@@ -243,6 +303,9 @@ impl Conversation {
         Conversation {
             system: self.system.clone(),
             system_parts: self.system_parts.clone(),
+            // Turns merged here no longer count as they did: this form's wires take
+            // the system prompt apart from the turns anyway.
+            system_at: Vec::new(),
             turns,
         }
     }

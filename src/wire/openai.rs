@@ -24,8 +24,10 @@ const SAMPLING: super::codec::SamplingNames = super::codec::SamplingNames {
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     let mut messages = history::openai_messages(&req.conversation);
-    if let (Dialect::Openai | Dialect::Azure, Some(pieces)) =
-        (ep.dialect, req.conversation.system_pieces())
+    // Messages kept in place already carry their own parts.
+    let in_place = req.conversation.system_in_place().is_some();
+    if let (Dialect::Openai | Dialect::Azure, Some(pieces), false) =
+        (ep.dialect, req.conversation.system_pieces(), in_place)
     {
         // Several system pieces (an Anthropic client's blocks) stay apart where the API
         // takes a system message's content as text parts, as OpenAI's own documents
@@ -36,6 +38,24 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
                 .iter()
                 .map(|p| json!({"type": "text", "text": p}))
                 .collect();
+        }
+    }
+    if in_place && !matches!(ep.dialect, Dialect::Openai | Dialect::Azure) {
+        // The `developer` role and a system message of parts are OpenAI's own: other
+        // compatible APIs know `system` with one string. The place is kept.
+        for m in messages.iter_mut() {
+            let role = m.get("role").and_then(Value::as_str);
+            if !matches!(role, Some("system" | "developer")) {
+                continue;
+            }
+            m["role"] = json!("system");
+            if let Some(parts) = m.get("content").and_then(Value::as_array) {
+                let joined: Vec<&str> = parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect();
+                m["content"] = json!(joined.join("\n\n"));
+            }
         }
     }
     let mut body = json!({

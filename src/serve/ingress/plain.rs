@@ -241,7 +241,7 @@ impl<'de> Deserialize<'de> for Messages {
                 conv.turns.reserve(seq.size_hint().unwrap_or(0));
                 while let Some(Message { role, content }) = seq.next_element()? {
                     match role {
-                        Role::System => conv.add_system(content),
+                        Role::System { developer } => conv.add_system_at(developer, vec![content]),
                         Role::User => conv.turns.push(Turn::User {
                             parts: vec![Part::text(content)],
                         }),
@@ -251,6 +251,7 @@ impl<'de> Deserialize<'de> for Messages {
                         }),
                     }
                 }
+                conv.forget_plain_system_at();
                 Ok(Messages(conv))
             }
         }
@@ -259,8 +260,10 @@ impl<'de> Deserialize<'de> for Messages {
 }
 
 enum Role {
-    /// `system` or `developer`.
-    System,
+    /// `system`, or `developer`.
+    System {
+        developer: bool,
+    },
     User,
     Assistant,
 }
@@ -284,7 +287,8 @@ impl<'de> Deserialize<'de> for Message {
                     match &*k {
                         "role" => {
                             let r = match &*map.next_value::<Text>()?.0 {
-                                "system" | "developer" => Role::System,
+                                "system" => Role::System { developer: false },
+                                "developer" => Role::System { developer: true },
                                 "user" => Role::User,
                                 "assistant" => Role::Assistant,
                                 _ => return Err(not_plain()),

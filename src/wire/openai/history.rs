@@ -11,16 +11,39 @@ use std::collections::HashMap;
 /// reads it as part of the result, which is what the flag is for.
 pub const OPENAI_TOOL_ERROR_PREFIX: &str = "[tool error] ";
 
-/// `messages` for Chat Completions: the system prompt first, then one message per turn.
+/// `messages` for Chat Completions: the system prompt first (or each system and
+/// developer message where it stood, when the conversation kept that), then one message
+/// per turn.
 /// An error result's content is [`OPENAI_TOOL_ERROR_PREFIX`] + content; a successful
 /// result whose content happens to start with that prefix is sent as a one-part text
 /// array instead, so that it cannot be read back as an error.
 pub fn openai_messages(c: &Conversation) -> Vec<Value> {
     let mut out = Vec::with_capacity(c.turns.len() + 1);
-    if let Some(system) = &c.system {
-        out.push(json!({"role": "system", "content": system}));
+    // Each system and developer message where the client put it, with its role and
+    // parts (fidelity.md §2: kept in place); else the one system prompt first.
+    let in_place = c.system_in_place().unwrap_or_default();
+    let system_before = |out: &mut Vec<Value>, turn: usize| {
+        for m in in_place.iter().filter(|m| m.before_turn == turn) {
+            let role = if m.developer { "developer" } else { "system" };
+            let content = match m.parts.as_slice() {
+                [one] => json!(one),
+                parts => Value::Array(
+                    parts
+                        .iter()
+                        .map(|p| json!({"type": "text", "text": p}))
+                        .collect(),
+                ),
+            };
+            out.push(json!({"role": role, "content": content}));
+        }
+    };
+    if in_place.is_empty() {
+        if let Some(system) = &c.system {
+            out.push(json!({"role": "system", "content": system}));
+        }
     }
-    for turn in &c.turns {
+    for (i, turn) in c.turns.iter().enumerate() {
+        system_before(&mut out, i);
         out.push(match turn {
             Turn::User { parts } => json!({"role": "user", "content": openai_user_content(parts)}),
             Turn::Assistant { text, tool_calls } => openai_assistant(text, tool_calls),
@@ -36,6 +59,7 @@ pub fn openai_messages(c: &Conversation) -> Vec<Value> {
             }),
         });
     }
+    system_before(&mut out, c.turns.len());
     out
 }
 
@@ -138,14 +162,17 @@ pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, CodecErr
         match role {
             // Several text parts are several pieces: a wire with room for blocks gets
             // one block each (fidelity.md §2), as it does for several messages.
-            "system" | "developer" => match content {
-                Some(Value::Array(parts)) if parts.len() > 1 => {
-                    for (k, p) in parts.iter().enumerate() {
-                        conv.add_system(text_part(p, &format!("{}[{k}]", content_path()))?);
-                    }
-                }
-                _ => conv.add_system(openai_text_at(content, content_path)?),
-            },
+            "system" | "developer" => {
+                let parts = match content {
+                    Some(Value::Array(parts)) if parts.len() > 1 => parts
+                        .iter()
+                        .enumerate()
+                        .map(|(k, p)| text_part(p, &format!("{}[{k}]", content_path())))
+                        .collect::<Result<Vec<_>, _>>()?,
+                    _ => vec![openai_text_at(content, content_path)?],
+                };
+                conv.add_system_at(role == "developer", parts);
+            }
             "user" => conv.turns.push(Turn::User {
                 parts: match content {
                     Some(Value::String(s)) => vec![Part::text(s.clone())],
@@ -195,6 +222,7 @@ pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, CodecErr
             }
         }
     }
+    conv.forget_plain_system_at();
     Ok(conv)
 }
 

@@ -45,7 +45,7 @@ pub fn from_items(instructions: Option<&str>, items: &[Value]) -> Result<Read, C
     let mut read = Read::default();
     let conv = &mut read.conversation;
     if let Some(text) = instructions.filter(|t| !t.is_empty()) {
-        conv.system = Some(text.to_string());
+        conv.add_system_at(false, vec![text.to_string()]);
     }
     // Tool results name only the call id; the name comes from the call.
     let mut names: HashMap<String, String> = HashMap::new();
@@ -109,6 +109,7 @@ pub fn from_items(instructions: Option<&str>, items: &[Value]) -> Result<Read, C
             }
         }
     }
+    read.conversation.forget_plain_system_at();
     Ok(read)
 }
 
@@ -132,7 +133,7 @@ fn message(
     match role {
         "system" | "developer" => {
             let text = plain_text(content, path, "content")?;
-            conv.add_system(text);
+            conv.add_system_at(role == "developer", vec![text]);
         }
         "user" => {
             let parts = user_parts(content, path)?;
