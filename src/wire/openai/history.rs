@@ -42,8 +42,18 @@ pub fn openai_messages(c: &Conversation) -> Vec<Value> {
             out.push(json!({"role": "system", "content": system}));
         }
     }
+    // Tool results follow the assistant message that made the calls, nothing between
+    // (OpenAI refuses it): a message placed among them waits until they are done.
+    let mut waiting: Vec<usize> = Vec::new();
     for (i, turn) in c.turns.iter().enumerate() {
-        system_before(&mut out, i);
+        if matches!(turn, Turn::ToolResult { .. }) {
+            waiting.push(i);
+        } else {
+            for w in waiting.drain(..) {
+                system_before(&mut out, w);
+            }
+            system_before(&mut out, i);
+        }
         out.push(match turn {
             Turn::User { parts } => json!({"role": "user", "content": openai_user_content(parts)}),
             Turn::Assistant { text, tool_calls } => openai_assistant(text, tool_calls),
@@ -58,6 +68,9 @@ pub fn openai_messages(c: &Conversation) -> Vec<Value> {
                 "content": openai_tool_content(content, *is_error),
             }),
         });
+    }
+    for w in waiting {
+        system_before(&mut out, w);
     }
     system_before(&mut out, c.turns.len());
     out
@@ -143,8 +156,8 @@ pub fn openai_tools(tools: &[ToolSpec]) -> Value {
 
 /// Reads Chat Completions `messages` back. Every `system` and `developer` message, in
 /// order, forms the system prompt (joined by a blank line): that is where Anthropic
-/// and Gemini put a later one (spec/fidelity.md §2); a route of the OpenAI wire gets
-/// the client's own body, which keeps each in place.
+/// and Gemini put a later one (spec/fidelity.md §2); each is also kept where it stood,
+/// with its role (`Conversation::system_at`), for the OpenAI wire.
 pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, CodecError> {
     let mut conv = Conversation::default();
     // Tool messages name only the call id; the name comes from the call.

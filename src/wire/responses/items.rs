@@ -402,6 +402,27 @@ mod tests {
         }
     }
 
+    /// Guards the placement of a developer message the client put between an
+    /// assistant message and the function calls that join it: rendered in place, it
+    /// came between the calls and their results, which OpenAI refuses. It waits until
+    /// the results are done.
+    #[test]
+    fn a_developer_message_among_calls_and_results_comes_after_the_results_on_chat() {
+        let items = [
+            json!({"type": "message", "role": "user", "content": "Weather?"}),
+            json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me check."}]}),
+            json!({"type": "message", "role": "developer", "content": "Use Celsius."}),
+            json!({"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}"}),
+            json!({"type": "function_call_output", "call_id": "c1", "output": "20"}),
+        ];
+        let read = from_items(None, &items).unwrap();
+        let roles: Vec<String> = crate::wire::openai::history::openai_messages(&read.conversation)
+            .iter()
+            .map(|m| m["role"].as_str().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(roles, ["user", "assistant", "tool", "developer"]);
+    }
+
     #[test]
     fn a_conversation_survives_items_both_ways() {
         let c = conv(
