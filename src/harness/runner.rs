@@ -34,8 +34,15 @@ pub fn scenario_chat_request() -> ChatRequest {
 pub fn shaped_chat_request(shape: Option<&RequestShape>) -> ChatRequest {
     let req = scenario_chat_request();
     match shape {
-        // The shape was checked when the scenario loaded.
-        Some(s) => s.chat(req.clone()).unwrap_or(req),
+        // The shape was checked when the scenario loaded. A Responses scenario's shape
+        // is no chat (its `input`, its own spelling of fields): its cap still counts.
+        Some(s) => s.chat(req.clone()).unwrap_or_else(|_| {
+            let mut req = req;
+            if let Some(n) = s.max_tokens.or(s.max_completion_tokens) {
+                req.max_tokens = Some(n);
+            }
+            req
+        }),
         None => req,
     }
 }
@@ -319,7 +326,7 @@ pub fn request_chat(scenario: &Scenario, spec: &RequestSpec) -> ChatRequest {
         // Under admission a request declares no maximum output unless it says so
         // (scenario-format v2): the model's max_output_tokens, else 4 096, is
         // reserved. v1 scenarios keep the default prompt's small maximum.
-        chat.max_tokens = shape.and_then(|s| s.max_tokens);
+        chat.max_tokens = shape.and_then(|s| s.max_tokens.or(s.max_completion_tokens));
     }
     if let Some(n) = spec.input_tokens {
         chat.token_estimate = Some(n);

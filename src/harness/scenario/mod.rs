@@ -152,7 +152,7 @@ fn check_messages(messages: &[serde_json::Value]) -> Result<(), String> {
         "tool_call_id",
         "refusal",
     ];
-    const PARTS: &[&str] = &["text", "image_url", "file", "input_audio"];
+    const PARTS: &[&str] = &["text", "image_url", "file", "input_audio", "refusal"];
     for (i, m) in messages.iter().enumerate() {
         let Some(o) = m.as_object() else {
             return Err(format!("messages[{i}] must be a mapping"));
