@@ -428,6 +428,41 @@ async fn a_capacity_failure_whose_first_route_is_already_back_is_a_429_with_retr
     assert_eq!(body["error"]["code"], "capacity");
 }
 
+/// A route back from its cooling whose buckets still refuse it (its retry was
+/// refused by admission) is back when they refill, not now: the Retry-After said 1 s
+/// where `rpm: 2` refills the call it needs in about 7.
+#[tokio::test]
+async fn a_route_back_from_cooling_but_held_by_its_buckets_is_back_when_they_refill() {
+    let mock = openai_mock(vec![mock_route(
+        "pa/model-a",
+        Wire::OpenAi,
+        vec![rate_limited_for_ms(1), ok("never")],
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = openai_high(dir.path(), &mock, &["pa/model-a"]);
+    let mut yaml = std::fs::read_to_string(&config).unwrap();
+    yaml.push_str("limits:\n  pa/model-a: { rpm: 2 }\n");
+    std::fs::write(&config, yaml).unwrap();
+    let gw = start(&config, &[], &[]).await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat_body("high", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(
+        header(&r, "x-poolctl-attempts"),
+        "1",
+        "the retry was never sent"
+    );
+    let retry: u64 = header(&r, "retry-after").parse().unwrap();
+    // 1.8 calls a minute (rpm 2 at 0.9 headroom), 0.8 left after the first: the one
+    // the retry needs is back in 0.2 / 1.8 of a minute, about 6.7 s.
+    assert!((6..=7).contains(&retry), "retry-after {retry}");
+}
+
 #[tokio::test]
 async fn a_stream_that_fails_after_its_first_token_ends_with_an_error_event_and_no_done() {
     let mock = openai_mock(vec![mock_route(

@@ -367,10 +367,17 @@ pub async fn rerank(router: &Router, t: Target<'_>, r: &RerankIn) -> Reranked {
 
 /// Milliseconds until the earliest cooling route of `tier` takes traffic again, when
 /// every route is out and at least one will come back by time (a retired route never
-/// does); 0 when one this request called is already back. `None`: no instant is known. A route `report` skipped for what the request
-/// is (it cannot carry it, cannot serve it, or its buckets can never hold it) is no
-/// route for this request at any time: its health says nothing of when to come back.
-pub async fn ready_again_in_ms(router: &Router, tier: &Tier, report: &Report) -> Option<u64> {
+/// does): the later of its cooling's end and its buckets' refill. A route this request
+/// called that is already back counts from now. `None`: no instant is known. A route
+/// `report` skipped for what the request is (it cannot carry it, cannot serve it, or
+/// its buckets can never hold it) is no route for this request at any time: its health
+/// says nothing of when to come back.
+pub async fn ready_again_in_ms(
+    router: &Router,
+    tier: &Tier,
+    report: &Report,
+    priority: Priority,
+) -> Option<u64> {
     use crate::core::trace::SkipWhy;
     let never_for_this = |route: &Route| {
         report.skipped.iter().any(|s| {
@@ -385,21 +392,45 @@ pub async fn ready_again_in_ms(router: &Router, tier: &Tier, report: &Report) ->
     let mut earliest: Option<i64> = None;
     for spec in tier.routes.iter().filter(|r| !never_for_this(&r.route)) {
         let health = router.store().get(&spec.route).await.ok()?;
-        if health.is_available(now) {
+        let cooled_until = if health.is_available(now) {
             // A route this request called, whose cooling ran out while the request
             // waited on another (retries on both): back now, an instant known. Any
             // other ready route says nothing of when to come back.
-            if report.attempts.iter().any(|a| a.route == spec.route) {
-                earliest = Some(now);
-                continue;
+            if !report.attempts.iter().any(|a| a.route == spec.route) {
+                return None;
             }
-            return None;
-        }
-        if let Some(until) = health.until() {
-            earliest = Some(earliest.map_or(until, |e| e.min(until)));
-        }
+            now
+        } else {
+            match health.until() {
+                Some(until) => until,
+                // Retired: never back by time.
+                None => continue,
+            }
+        };
+        // Its buckets may hold it back longer (a retry that admission refused).
+        let Some(refill) = router
+            .admission_wait_ms(&spec.route, output_reservation(spec), priority)
+            .await
+        else {
+            continue;
+        };
+        let back = cooled_until.max(now.saturating_add(i64::try_from(refill).unwrap_or(i64::MAX)));
+        earliest = Some(earliest.map_or(back, |e| e.min(back)));
     }
     earliest.map(|u| u.saturating_sub(now).max(0) as u64)
+}
+
+/// The least a request reserves on `spec`'s buckets: its output reservation (the
+/// model's maximum, else 4 096) without the input estimate, so a wait computed from it
+/// is the earliest instant, never later than the router's own.
+fn output_reservation(spec: &crate::config::route::RouteSpec) -> crate::admission::bucket::Cost {
+    crate::admission::bucket::Cost {
+        input_tokens: 0,
+        output_tokens: spec
+            .facts
+            .max_output_tokens
+            .unwrap_or(crate::admission::bucket::DEFAULT_MAX_OUTPUT_TOKENS),
+    }
 }
 
 /// For a request admission shed: how long until the refill could admit it on one of
@@ -421,14 +452,10 @@ pub async fn shed_retry_after_ms(
         let Some(spec) = tier.routes.iter().find(|r| r.route == s.route) else {
             continue;
         };
-        let cost = crate::admission::bucket::Cost {
-            input_tokens: 0,
-            output_tokens: spec
-                .facts
-                .max_output_tokens
-                .unwrap_or(crate::admission::bucket::DEFAULT_MAX_OUTPUT_TOKENS),
-        };
-        if let Some(ms) = router.admission_wait_ms(&s.route, cost, priority).await {
+        if let Some(ms) = router
+            .admission_wait_ms(&s.route, output_reservation(spec), priority)
+            .await
+        {
             earliest = Some(earliest.map_or(ms, |e| e.min(ms)));
         }
     }

@@ -324,7 +324,7 @@ impl Ask {
         let retry_after_ms = if report.outcome == Outcome::Shed {
             adapter::shed_retry_after_ms(&self.gw.router, choice.tier, report, self.priority).await
         } else {
-            adapter::ready_again_in_ms(&self.gw.router, choice.tier, report).await
+            adapter::ready_again_in_ms(&self.gw.router, choice.tier, report, self.priority).await
         };
         let ctx = Context {
             retry_after_ms,
