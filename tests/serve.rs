@@ -110,6 +110,11 @@ async fn start(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Gateway {
     gateway::start(config, extra, &all).await
 }
 
+/// POSTs `body` to the gateway's chat completions, within [`DEADLINE`].
+async fn post_chat(gw: &Gateway, body: &Value) -> reqwest::Response {
+    gateway::send(gw, "/v1/chat/completions", body.to_string(), &[]).await
+}
+
 fn chat_body(model: &str, stream: bool) -> Value {
     json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "Say hello."}]})
 }
@@ -263,12 +268,7 @@ async fn a_chinese_worded_429_reaches_the_client_as_a_429_not_a_500() {
     let dir = tempfile::tempdir().unwrap();
     let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     let gw = start(&config, &[], &[]).await;
-    let r = reqwest::Client::new()
-        .post(gw.url("/v1/chat/completions"))
-        .json(&chat_body("high", false))
-        .send()
-        .await
-        .unwrap();
+    let r = post_chat(&gw, &chat_body("high", false)).await;
     assert_eq!(r.status(), 429);
     assert_eq!(header(&r, "x-poolctl-outcome"), "failed");
     let body: Value = r.json().await.unwrap();
@@ -415,12 +415,7 @@ async fn a_capacity_failure_whose_first_route_is_already_back_is_a_429_with_retr
     let dir = tempfile::tempdir().unwrap();
     let config = openai_high(dir.path(), &mock, &["pa/model-a", "pb/model-b"]);
     let gw = start(&config, &[], &[]).await;
-    let r = reqwest::Client::new()
-        .post(gw.url("/v1/chat/completions"))
-        .json(&chat_body("high", false))
-        .send()
-        .await
-        .unwrap();
+    let r = post_chat(&gw, &chat_body("high", false)).await;
     assert_eq!(r.status(), 429);
     assert_eq!(header(&r, "retry-after"), "1");
     assert_eq!(header(&r, "x-poolctl-attempts"), "4");
@@ -445,12 +440,7 @@ async fn a_route_back_from_cooling_but_held_by_its_buckets_is_back_when_they_ref
     yaml.push_str("limits:\n  pa/model-a: { rpm: 2 }\n");
     std::fs::write(&config, yaml).unwrap();
     let gw = start(&config, &[], &[]).await;
-    let r = reqwest::Client::new()
-        .post(gw.url("/v1/chat/completions"))
-        .json(&chat_body("high", false))
-        .send()
-        .await
-        .unwrap();
+    let r = post_chat(&gw, &chat_body("high", false)).await;
     assert_eq!(r.status(), 429);
     assert_eq!(
         header(&r, "x-poolctl-attempts"),
@@ -474,12 +464,7 @@ async fn a_stream_that_fails_after_its_first_token_ends_with_an_error_event_and_
     let dir = tempfile::tempdir().unwrap();
     let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     let gw = start(&config, &[], &[]).await;
-    let r = reqwest::Client::new()
-        .post(gw.url("/v1/chat/completions"))
-        .json(&chat_body("high", true))
-        .send()
-        .await
-        .unwrap();
+    let r = post_chat(&gw, &chat_body("high", true)).await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-poolctl-outcome"), "streaming");
     assert_eq!(header(&r, "x-poolctl-served-by"), "prim/model-a");
@@ -517,12 +502,7 @@ async fn a_stream_that_fails_before_its_first_token_moves_unseen_to_the_backup()
     let dir = tempfile::tempdir().unwrap();
     let config = openai_high(dir.path(), &mock, &["prim/model-a", "back/model-b"]);
     let gw = start(&config, &[], &[]).await;
-    let r = reqwest::Client::new()
-        .post(gw.url("/v1/chat/completions"))
-        .json(&chat_body("high", true))
-        .send()
-        .await
-        .unwrap();
+    let r = post_chat(&gw, &chat_body("high", true)).await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-poolctl-served-by"), "back/model-b");
     assert_eq!(header(&r, "x-poolctl-attempts"), "2");
@@ -851,12 +831,7 @@ async fn sigterm_lets_an_in_flight_stream_finish_then_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
     let gw = start(&config, &[], &[]).await;
-    let mut r = reqwest::Client::new()
-        .post(gw.url("/v1/chat/completions"))
-        .json(&chat_body("high", true))
-        .send()
-        .await
-        .unwrap();
+    let mut r = post_chat(&gw, &chat_body("high", true)).await;
     let first = r.chunk().await.unwrap().unwrap();
     assert!(String::from_utf8_lossy(&first).contains("\"a\""));
     let pid = gw.child.id().unwrap().to_string();
@@ -898,12 +873,7 @@ async fn sigterm_lets_the_streams_of_every_lane_finish_then_exits_zero() {
     let mut streams = Vec::new();
     for _ in 0..3 {
         // A client each, so each stream has a connection of its own.
-        let mut r = reqwest::Client::new()
-            .post(gw.url("/v1/chat/completions"))
-            .json(&chat_body("high", true))
-            .send()
-            .await
-            .unwrap();
+        let mut r = post_chat(&gw, &chat_body("high", true)).await;
         let first = tokio::time::timeout(DEADLINE, r.chunk())
             .await
             .unwrap()
@@ -1196,12 +1166,7 @@ async fn a_request_error_keeps_the_upstreams_status_code_and_message_and_moves_n
     let dir = tempfile::tempdir().unwrap();
     let config = openai_high(dir.path(), &mock, &["prim/model-a", "back/model-b"]);
     let gw = start(&config, &[], &[]).await;
-    let r = reqwest::Client::new()
-        .post(gw.url("/v1/chat/completions"))
-        .json(&chat_body("high", false))
-        .send()
-        .await
-        .unwrap();
+    let r = post_chat(&gw, &chat_body("high", false)).await;
     assert_eq!(
         (r.status().as_u16(), header(&r, "x-should-retry")),
         (400, "false")
@@ -1246,12 +1211,7 @@ async fn prompts_reach_the_log_only_when_the_operator_asks() {
         let gw = start(&config, flags, &[]).await;
         let body =
             json!({"model": "high", "messages": [{"role": "user", "content": "PROMPT-MARKER-42"}]});
-        let r = reqwest::Client::new()
-            .post(gw.url("/v1/chat/completions"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = post_chat(&gw, &body).await;
         assert_eq!(r.status(), 200);
         let (code, stderr) = gw.stop().await;
         // A SIGTERM right after the answer drains (exit 0), with the log written out.
@@ -1295,12 +1255,7 @@ async fn a_buffered_workflow_moves_a_stream_cut_mid_way_to_the_backup_unseen() {
         stream(&["whole ", "answer"], StreamEnd::Done, 0),
     )
     .await;
-    let r = reqwest::Client::new()
-        .post(gw.url("/v1/chat/completions"))
-        .json(&chat_body("careful-answer", true))
-        .send()
-        .await
-        .unwrap();
+    let r = post_chat(&gw, &chat_body("careful-answer", true)).await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-poolctl-served-by"), "back/model-b");
     let text = r.text().await.unwrap();
@@ -1337,12 +1292,7 @@ async fn a_buffered_stream_that_breaks_the_schema_moves_to_the_backup_unseen() {
     let mut body = chat_body("careful-answer", true);
     body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "t",
         "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}});
-    let r = reqwest::Client::new()
-        .post(gw.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = post_chat(&gw, &body).await;
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "x-poolctl-served-by"), "back/model-b");
     let text = r.text().await.unwrap();
