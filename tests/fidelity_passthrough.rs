@@ -768,6 +768,27 @@ fn split_key_stream(field: &str) -> &'static str {
     sse.leak()
 }
 
+/// A same-wire OpenAI route whose upstream streams `sse`, and what a client asking it
+/// for a streamed chat receives. The upstream, the config's directory and the gateway
+/// are handed back alive, for more requests.
+async fn stream_through_one_route(
+    sse: &'static str,
+) -> (wiremock::MockServer, tempfile::TempDir, Gateway, String) {
+    let server = sse_upstream("/v1/chat/completions", sse).await;
+    let (dir, gw) = one_route(("oai", "openai", format!("{}/v1", server.uri())), "oai/m").await;
+    let auth = format!("Bearer {CLIENT_TOKEN}");
+    let chat = r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"key?"}]}"#;
+    let r = send(
+        &gw,
+        "/v1/chat/completions",
+        chat,
+        &[("authorization", &auth)],
+    )
+    .await;
+    let text = r.text().await.unwrap();
+    (server, dir, gw, text)
+}
+
 /// Every string a client would join from an SSE answer, in order, whatever its field:
 /// the key must not come back from any of them.
 fn joined_strings(sse: &str) -> String {
@@ -795,20 +816,7 @@ fn joined_strings(sse: &str) -> String {
 async fn a_key_split_across_tool_argument_refusal_or_reasoning_deltas_reaches_the_client_masked() {
     let (_, rest) = UPSTREAM_KEY.split_at(9);
     for field in ["arguments", "refusal", "reasoning_content", "content"] {
-        let server = sse_upstream("/v1/chat/completions", split_key_stream(field)).await;
-        let (_dir, gw) =
-            one_route(("oai", "openai", format!("{}/v1", server.uri())), "oai/m").await;
-        let auth = format!("Bearer {CLIENT_TOKEN}");
-        let chat =
-            r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"key?"}]}"#;
-        let r = send(
-            &gw,
-            "/v1/chat/completions",
-            chat,
-            &[("authorization", &auth)],
-        )
-        .await;
-        let sse = r.text().await.unwrap();
+        let (_server, _dir, gw, sse) = stream_through_one_route(split_key_stream(field)).await;
         let joined = joined_strings(&sse);
         assert!(!joined.contains(rest), "{field} (same wire): {sse}");
         assert!(
@@ -888,20 +896,7 @@ async fn a_key_split_across_tool_calls_without_index_or_beside_a_new_call_is_mas
         ("beside a new call", beside_a_new_call),
         ("without index", without_index),
     ] {
-        let server = sse_upstream("/v1/chat/completions", sse.leak()).await;
-        let (_dir, gw) =
-            one_route(("oai", "openai", format!("{}/v1", server.uri())), "oai/m").await;
-        let auth = format!("Bearer {CLIENT_TOKEN}");
-        let chat =
-            r#"{"model":"high","stream":true,"messages":[{"role":"user","content":"key?"}]}"#;
-        let r = send(
-            &gw,
-            "/v1/chat/completions",
-            chat,
-            &[("authorization", &auth)],
-        )
-        .await;
-        let sse = r.text().await.unwrap();
+        let (_server, _dir, _gw, sse) = stream_through_one_route(sse.leak()).await;
         let joined = joined_strings(&sse);
         assert!(!joined.contains(rest), "{case}: {sse}");
         assert!(joined.contains("{\"k\":\"***\"}"), "{case}: {sse}");
