@@ -353,16 +353,10 @@ async fn retry_after_comes_from_the_routes_that_could_carry_the_request() {
         &[("high", &["ant/claude-x", "prim/model-a"])],
     );
     let gw = start(&config, &[], &[]).await;
-    let client = reqwest::Client::new();
     let mut body = chat_body("high", false);
     body["n"] = json!(2);
     for round in 0..2 {
-        let r = client
-            .post(gw.url("/v1/chat/completions"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = post_chat(&gw, &body).await;
         assert_eq!(r.status(), 429, "round {round}");
         let retry: u64 = header(&r, "retry-after")
             .parse()
