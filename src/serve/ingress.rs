@@ -323,55 +323,22 @@ fn openai_chat_tree(body: &[u8]) -> Result<ChatIn, ApiError> {
     };
     let tool_choice = match o.get("tool_choice") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => match ToolChoice::from_word(s) {
-            Some(c) => Some(c),
-            None => {
-                untranslatable.get_or_insert(bad(format!(
-                    "`tool_choice` `{s}` is not auto, none or required"
-                )));
-                None
-            }
-        },
-        Some(v) => match v.pointer("/function/name").and_then(Value::as_str) {
-            Some(name) => Some(ToolChoice::Tool(name.to_string())),
-            None => {
-                // `allowed_tools`, a custom tool, ...: the client's own wire carries it.
-                untranslatable.get_or_insert(bad(
-                    "`tool_choice` must be a string or {type: function, function: {name}}",
-                ));
+        // A word to come, `allowed_tools`, a custom tool, ...: the client's own wire
+        // carries it.
+        Some(v) => match crate::wire::openai::tool_choice(v) {
+            Ok(c) => Some(c),
+            Err(m) => {
+                untranslatable.get_or_insert(bad(m));
                 None
             }
         },
     };
-    let schema_name = o
-        .get("response_format")
-        .and_then(|rf| rf.pointer("/json_schema/name"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let schema_strict = o
-        .get("response_format")
-        .and_then(|rf| rf.pointer("/json_schema/strict"))
-        .and_then(Value::as_bool);
-    let json_schema = match o.get("response_format") {
-        None | Some(Value::Null) => None,
-        Some(rf) => match rf.get("type").and_then(Value::as_str) {
-            Some("json_schema") => match rf.pointer("/json_schema/schema") {
-                Some(s @ Value::Object(_)) => Some(s.clone()),
-                _ => {
-                    return Err(bad(
-                        "`response_format.json_schema.schema` must be a JSON Schema object",
-                    ))
-                }
-            },
-            // Any JSON object: what a wire without the mode checks the answer against.
-            Some("json_object") => Some(serde_json::json!({"type": "object"})),
-            Some("text") => None,
-            _ => {
-                return Err(bad(
-                    "`response_format.type` must be text, json_object or json_schema",
-                ))
-            }
-        },
+    let (json_schema, schema_name, schema_strict) = match o.get("response_format") {
+        None | Some(Value::Null) => (None, None, None),
+        Some(rf) => {
+            let f = crate::wire::openai::response_format(rf).map_err(bad)?;
+            (f.schema, f.name, f.strict)
+        }
     };
     let max_tokens = match opt_u32(&o, "max_completion_tokens")? {
         Some(n) => Some(n),

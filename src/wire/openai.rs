@@ -132,6 +132,53 @@ pub fn max_tokens_name(dialect: crate::classify::dialect::Dialect) -> &'static s
     }
 }
 
+/// What a chat `response_format` asks of the answer, as the canonical request holds
+/// it: the schema it must satisfy (`json_object`: any object; `text`: none), and the
+/// schema's own `name` and `strict`.
+pub struct ResponseFormat {
+    pub schema: Option<Value>,
+    pub name: Option<String>,
+    pub strict: Option<bool>,
+}
+
+/// Reads a chat `response_format` (a gateway client's, a scenario's request).
+pub fn response_format(rf: &Value) -> Result<ResponseFormat, &'static str> {
+    let schema = match rf.get("type").and_then(Value::as_str) {
+        Some("json_schema") => match rf.pointer("/json_schema/schema") {
+            Some(s @ Value::Object(_)) => Some(s.clone()),
+            _ => return Err("`response_format.json_schema.schema` must be a JSON Schema object"),
+        },
+        // Any JSON object: what a wire without the mode checks the answer against.
+        Some("json_object") => Some(json!({"type": "object"})),
+        Some("text") => None,
+        _ => return Err("`response_format.type` must be text, json_object or json_schema"),
+    };
+    Ok(ResponseFormat {
+        schema,
+        name: rf
+            .pointer("/json_schema/name")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        strict: rf.pointer("/json_schema/strict").and_then(Value::as_bool),
+    })
+}
+
+/// Reads a chat `tool_choice`: `auto`, `none`, `required`, or
+/// `{type: function, function: {name}}`.
+pub fn tool_choice(v: &Value) -> Result<ToolChoice, String> {
+    match v {
+        Value::String(s) => ToolChoice::from_word(s)
+            .ok_or_else(|| format!("`tool_choice` `{s}` is not auto, none or required")),
+        _ => v
+            .pointer("/function/name")
+            .and_then(Value::as_str)
+            .map(|name| ToolChoice::Tool(name.to_string()))
+            .ok_or_else(|| {
+                "`tool_choice` must be a string or {type: function, function: {name}}".to_string()
+            }),
+    }
+}
+
 /// OpenAI's `finish_reason` in the shared vocabulary.
 pub fn finish_reason(s: &str) -> FinishReason {
     match s {

@@ -192,45 +192,6 @@ fn check_messages(messages: &[serde_json::Value]) -> Result<(), String> {
     Ok(())
 }
 
-/// `response_format` as the canonical request holds it: the schema, its name, `strict`.
-type SchemaParts = (Option<serde_json::Value>, Option<String>, Option<bool>);
-
-fn response_format(rf: &serde_json::Value) -> Result<SchemaParts, String> {
-    match rf.get("type").and_then(|t| t.as_str()) {
-        Some("text") => Ok((None, None, None)),
-        Some("json_object") => Ok((Some(json!({"type": "object"})), None, None)),
-        Some("json_schema") => {
-            let js = rf
-                .get("json_schema")
-                .ok_or("`response_format.json_schema` is required with type json_schema")?;
-            let schema = js
-                .get("schema")
-                .cloned()
-                .ok_or("`response_format.json_schema.schema` is required")?;
-            let name = js.get("name").and_then(|n| n.as_str()).map(str::to_string);
-            Ok((
-                Some(schema),
-                name,
-                js.get("strict").and_then(|s| s.as_bool()),
-            ))
-        }
-        _ => Err("`response_format.type` must be text, json_object or json_schema".into()),
-    }
-}
-
-fn tool_choice(v: &serde_json::Value) -> Result<crate::core::request::ToolChoice, String> {
-    use crate::core::request::ToolChoice;
-    let bad = || "`tool_choice` must be auto, none, required or {type: function, function: {name}}";
-    match v {
-        serde_json::Value::String(w) => ToolChoice::from_word(w).ok_or_else(|| bad().to_string()),
-        _ => v
-            .pointer("/function/name")
-            .and_then(|n| n.as_str())
-            .map(|n| ToolChoice::Tool(n.to_string()))
-            .ok_or_else(|| bad().to_string()),
-    }
-}
-
 /// A tool a scenario's request offers.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -293,9 +254,14 @@ impl RequestShape {
             if self.json_schema.is_some() {
                 return Err("give `json_schema` or `response_format`, not both".into());
             }
-            (base.json_schema, base.schema_name, base.schema_strict) = response_format(rf)?;
+            let f = crate::wire::openai::response_format(rf)?;
+            (base.json_schema, base.schema_name, base.schema_strict) = (f.schema, f.name, f.strict);
         }
-        base.tool_choice = self.tool_choice.as_ref().map(tool_choice).transpose()?;
+        base.tool_choice = self
+            .tool_choice
+            .as_ref()
+            .map(crate::wire::openai::tool_choice)
+            .transpose()?;
         base.sampling.top_p = self.top_p;
         base.sampling.top_k = self.top_k;
         base.sampling.stop = match &self.stop {
