@@ -373,8 +373,8 @@ impl Router {
                 let busy = tier
                     .group_of(walk.current())
                     .map(|_| self.inner.in_flight.enter(&spec.route));
-                if let Some(on_call) = walk.opts.on_call {
-                    on_call();
+                if let Some(calls) = walk.opts.calls {
+                    calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 let Attempted {
                     result,

@@ -18,6 +18,7 @@ use crate::store::sessions::{SessionLimits, Sessions};
 use crate::store::shared_buckets::{Hold, SharedBuckets};
 use crate::store::HealthStore;
 use crate::wire;
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, LazyLock, Mutex};
 
 /// Per-request options.
@@ -34,9 +35,9 @@ pub struct CallOptions<'a> {
     /// Streams: called with each delta as it reaches the caller (text, tool-call
     /// pieces), then the finish reason and the final usage.
     pub on_event: Option<&'a (dyn Fn(StreamEvent<'_>) + Send + Sync)>,
-    /// Called as each upstream call starts: a caller that may be cut off before the
-    /// report exists (the gateway's drain deadline) still knows how many it made.
-    pub on_call: Option<&'a (dyn Fn() + Send + Sync)>,
+    /// Counted up as each upstream call starts: a caller that may be cut off before
+    /// the report exists (the gateway's drain deadline) still knows how many it made.
+    pub calls: Option<&'a AtomicU32>,
     /// The request's priority class, from its source (never inferred): admission
     /// orders waiters and keeps the interactive floor by it.
     pub priority: Priority,
@@ -56,7 +57,7 @@ impl<'a> CallOptions<'a> {
             session: None,
             observer: None,
             on_event: None,
-            on_call: None,
+            calls: None,
             priority: Priority::Interactive,
             degrade_tier: None,
             keep_stream_text: true,

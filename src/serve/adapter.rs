@@ -12,7 +12,7 @@ use crate::core::trace::{Report, Step};
 use crate::core::vocab::{Action, Outcome, Route};
 use crate::policy::card::Policy;
 use crate::router::{CallOptions, Router};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
 
 /// A priority class (`x-poolctl-priority`), carried to the router for admission control.
@@ -103,16 +103,6 @@ pub struct Target<'a> {
     pub calls: Option<&'a AtomicU32>,
 }
 
-/// Counts `t`'s upstream calls as they start (`Target::calls`).
-fn counting<'t>(t: &Target<'t>) -> impl Fn() + Send + Sync + 't {
-    let calls = t.calls;
-    move || {
-        if let Some(c) = calls {
-            c.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
 impl<'a> Target<'a> {
     fn options(&self) -> CallOptions<'a> {
         let mut opts = CallOptions::new(self.policy);
@@ -120,6 +110,7 @@ impl<'a> Target<'a> {
         opts.session = self.session;
         opts.priority = self.priority;
         opts.degrade_tier = self.degrade_tier;
+        opts.calls = self.calls;
         // Every delta of a stream is sent on as it comes: the gateway holds no copy.
         opts.keep_stream_text = false;
         opts
@@ -250,14 +241,11 @@ pub async fn chat(
     request: ChatRequest,
     untranslatable: bool,
 ) -> Called {
-    let count = counting(&t);
-    let mut opts = t.options();
-    opts.on_call = Some(&count);
     let called = router
         .call(
             t.tier,
             &Request::Chat(chat_request(request, untranslatable)),
-            opts,
+            t.options(),
         )
         .await;
     let report = called.report;
@@ -280,13 +268,11 @@ pub async fn stream(
     on_event: &(dyn Fn(Event) + Send + Sync),
     progress: &Progress,
 ) -> Called {
-    let count = counting(&t);
     let observe = |step: Step<'_>| progress.observe(step);
     let forward = |e: StreamEvent<'_>| on_event(event_of(e));
     let mut opts = t.options();
     opts.keep_stream_text = keep_text;
     opts.observer = Some(&observe);
-    opts.on_call = Some(&count);
     opts.on_event = Some(&forward);
     let called = router
         .call(
@@ -319,10 +305,7 @@ pub async fn embed(router: &Router, t: Target<'_>, e: &EmbedIn) -> Embedded {
         token_arrays: e.token_arrays.clone(),
         unmapped: e.unmapped.clone(),
     });
-    let count = counting(&t);
-    let mut opts = t.options();
-    opts.on_call = Some(&count);
-    let called = router.call(t.tier, &req, opts).await;
+    let called = router.call(t.tier, &req, t.options()).await;
     let (vectors, usage, raw) = called
         .answer
         .map(|a| (a.embeddings, a.usage, a.raw))
@@ -350,10 +333,7 @@ pub async fn rerank(router: &Router, t: Target<'_>, r: &RerankIn) -> Reranked {
         top_n: r.top_n.unwrap_or(r.documents.len()),
         original: r.original.clone(),
     });
-    let count = counting(&t);
-    let mut opts = t.options();
-    opts.on_call = Some(&count);
-    let called = router.call(t.tier, &req, opts).await;
+    let called = router.call(t.tier, &req, t.options()).await;
     let (ranking, raw) = called
         .answer
         .map(|a| (a.ranking, a.raw))
