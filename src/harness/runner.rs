@@ -38,7 +38,7 @@ pub fn shaped_chat_request(shape: Option<&RequestShape>) -> ChatRequest {
         // is no chat (its `input`, its own spelling of fields): its cap still counts.
         Some(s) => s.chat(req.clone()).unwrap_or_else(|_| {
             let mut req = req;
-            if let Some(n) = s.max_tokens.or(s.max_completion_tokens) {
+            if let Some(n) = s.cap() {
                 req.max_tokens = Some(n);
             }
             req
@@ -326,7 +326,7 @@ pub fn request_chat(scenario: &Scenario, spec: &RequestSpec) -> ChatRequest {
         // Under admission a request declares no maximum output unless it says so
         // (scenario-format v2): the model's max_output_tokens, else 4 096, is
         // reserved. v1 scenarios keep the default prompt's small maximum.
-        chat.max_tokens = shape.and_then(|s| s.max_tokens.or(s.max_completion_tokens));
+        chat.max_tokens = shape.and_then(RequestShape::cap);
     }
     if let Some(n) = spec.input_tokens {
         chat.token_estimate = Some(n);

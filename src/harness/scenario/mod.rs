@@ -313,6 +313,11 @@ impl RequestShape {
         Ok(base)
     }
 
+    /// The output cap the request declares, under either name.
+    pub fn cap(&self) -> Option<u32> {
+        self.max_tokens.or(self.max_completion_tokens)
+    }
+
     /// Fields of `request:` the Responses API has no place for.
     pub fn responses_unsupported(&self) -> Option<&'static str> {
         if self.messages.is_some() {
