@@ -231,11 +231,6 @@ pub struct AnthropicStream {
     blocks: usize,
     /// Upstream tool-call index of the open tool_use block.
     tool_index: Option<u32>,
-    /// Each upstream tool call's block: a piece of a call that arrives after another
-    /// call's block opened (an OpenAI-compatible stream may interleave its calls) goes
-    /// to its own block's index, never to a new block with no id and no name. Clients
-    /// (the Anthropic SDKs) assemble a block's input by its index.
-    call_blocks: Vec<(u32, usize)>,
     /// What came while a call's block was open and needs a block of its own: another
     /// call, or text. Anthropic blocks never overlap, and the open call may still get
     /// pieces (an OpenAI-compatible stream may interleave its calls), so what would
@@ -254,7 +249,6 @@ impl AnthropicStream {
             open: None,
             blocks: 0,
             tool_index: None,
-            call_blocks: Vec::new(),
             waiting: Vec::new(),
             usage: None,
         }
@@ -274,8 +268,6 @@ impl AnthropicStream {
                     let block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
                     let b = self.open_block(out, block, false);
                     self.tool_index = Some(call);
-                    self.call_blocks.retain(|(c, _)| *c != call);
-                    self.call_blocks.push((call, b));
                     if !arguments.is_empty() {
                         out.extend(event_line(
                             "content_block_delta",
@@ -394,13 +386,11 @@ impl AnthropicStream {
                     w.push_str(arguments);
                     return out;
                 }
-                let known = self
-                    .call_blocks
-                    .iter()
-                    .find(|(c, _)| c == call)
-                    .map(|(_, b)| *b);
-                let this_call_open = self.call_open() && self.tool_index == Some(*call);
-                if self.call_open() && !(this_call_open && id.is_none()) {
+                // While a call's block is open, only its own pieces go into it: anything
+                // else (another call, this call started again) waits. So no piece ever
+                // reaches a block already closed.
+                let its_piece = self.tool_index == Some(*call) && id.is_none();
+                if self.call_open() && !its_piece {
                     self.waiting.push(Waiting::Call {
                         call: *call,
                         id: id.clone().unwrap_or_default(),
@@ -409,18 +399,14 @@ impl AnthropicStream {
                     });
                     return out;
                 }
-                let index = match (self.open, self.tool_index, known) {
-                    (Some((i, false)), Some(c), _) if c == *call && id.is_none() => i,
-                    // A later piece of an earlier call: its own block.
-                    (_, _, Some(b)) if id.is_none() => b,
+                let index = match self.open {
+                    // The open call's own piece.
+                    Some((i, false)) => i,
                     _ => {
                         self.tool_index = Some(*call);
                         let block = json!({"type": "tool_use", "id": id.clone().unwrap_or_default(),
                                            "name": name.clone().unwrap_or_default(), "input": {}});
-                        let b = self.open_block(&mut out, block, false);
-                        self.call_blocks.retain(|(c, _)| c != call);
-                        self.call_blocks.push((*call, b));
-                        b
+                        self.open_block(&mut out, block, false)
                     }
                 };
                 if !arguments.is_empty() {
