@@ -142,6 +142,16 @@ vocab_enum!(
     }
 );
 
+impl Wire {
+    /// Whether the wire carries `response_format` and `tools[].strict` in a form of its
+    /// own, enforced by the provider; elsewhere the router checks the answer instead
+    /// (fidelity.md §2 and §3: Anthropic has no equivalent, Gemini's `responseSchema` is a
+    /// subset and gets the same check).
+    pub fn has_native_output_contract(self) -> bool {
+        matches!(self, Wire::OpenAi | Wire::Responses)
+    }
+}
+
 impl Class {
     /// Classes that a capacity problem produces; a request whose every failure is one of
     /// these fails with reason `capacity` ("out of capacity"), and only then.

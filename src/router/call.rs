@@ -129,7 +129,15 @@ impl Router {
                         let settle = buckets
                             .cover(&spec.route)
                             .is_some_and(|c| c.counts_tokens());
-                        if !buffered {
+                        // A route whose wire has no form of its own for the response
+                        // format or a strict tool is held to them by validation
+                        // (fidelity.md §3), and an answer can only be checked whole: its
+                        // stream is held, so one that fails moves on to the next route
+                        // unseen, as an unstreamed one does.
+                        let checked =
+                            chat.json_schema.is_some() || chat.tools.iter().any(|t| t.strict);
+                        let validates = checked && !spec.endpoint.wire.has_native_output_contract();
+                        if !buffered && !validates {
                             let a = wire::stream::stream_chat_settling(
                                 client, &ep, model, chat, on_event, keep, settle,
                             )
