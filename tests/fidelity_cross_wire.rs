@@ -452,6 +452,59 @@ async fn audio_skips_a_route_of_another_wire_and_reaches_the_openai_route_unchan
     assert_skip_logged(gw, "ant/claude-x:cannot_carry:input_audio").await;
 }
 
+/// A server tool (`web_search_20250305`) or a versioned one (`bash_20250124`) is
+/// Anthropic's own: as an empty function of that name elsewhere, the model would call
+/// a tool the client never runs. A route of another wire is skipped for it; the
+/// Anthropic route gets it as sent.
+#[tokio::test]
+async fn an_anthropic_server_tool_skips_a_route_of_another_wire_and_reaches_anthropic_as_sent() {
+    let (ant, oai) = (anthropic().await, openai().await);
+    let (_dir, gw) = serve(
+        &[
+            route_of("oai", "openai", &oai),
+            route_of("ant", "anthropic", &ant),
+        ],
+        &["oai/gpt-x", "ant/claude-x"],
+    )
+    .await;
+    let tools = json!([
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 2},
+        {"type": "bash_20250124", "name": "bash"}
+    ]);
+    let body = json!({
+        "model": "high", "max_tokens": 100, "tools": tools,
+        "messages": [{"role": "user", "content": "What is new today?"}]
+    });
+    let r = post(&gw, "/v1/messages", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-served-by"), "ant/claude-x");
+    assert!(
+        bodies(&oai).await.is_empty(),
+        "the OpenAI route is never called"
+    );
+    assert_eq!(bodies(&ant).await[0]["tools"], tools);
+    assert_skip_logged(gw, "oai/gpt-x:cannot_carry:`tools[0]` is Anthropic's").await;
+}
+
+/// A tool declared without a description goes to another wire without one, not with
+/// an empty text the client never wrote.
+#[tokio::test]
+async fn a_tool_without_a_description_is_declared_without_one_on_another_wire() {
+    let oai = openai().await;
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
+    let body = json!({
+        "model": "high", "max_tokens": 100,
+        "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "q"}]
+    });
+    assert_eq!(post(&gw, "/v1/messages", &body, &[]).await.status(), 200);
+    let sent = bodies(&oai).await;
+    assert_eq!(
+        sent[0]["tools"],
+        json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
+    );
+}
+
 /// With no route that carries audio, the answer is a 400 naming the field; with
 /// `drop_params: true` the route is called without the audio part and names it.
 #[tokio::test]

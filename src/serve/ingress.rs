@@ -481,10 +481,25 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         }
         Err(e) => (Conversation::default(), Some(bad(e.to_string()))),
     };
+    let mut untranslatable = untranslatable;
     let tools = match o.get("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(ts)) => {
             cache_control |= ts.iter().any(|t| t.get("cache_control").is_some());
+            // A server tool (`web_search_20250305`, ...) or a versioned client tool
+            // (`bash_20250124`, `text_editor_...`) is defined by Anthropic, not by its
+            // schema: as a function of that name on another wire, the model would call a
+            // tool the client never runs. Only the client's own wire carries it.
+            let kind = |t: &Value| t.get("type").and_then(Value::as_str).map(str::to_string);
+            if let Some((i, k)) = ts
+                .iter()
+                .enumerate()
+                .find_map(|(i, t)| kind(t).filter(|k| k != "custom").map(|k| (i, k)))
+            {
+                untranslatable.get_or_insert(bad(format!(
+                    "`tools[{i}]` is Anthropic's `{k}` tool: only the Anthropic wire carries it"
+                )));
+            }
             ts.iter()
                 .enumerate()
                 .map(|(i, t)| {

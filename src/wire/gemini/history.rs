@@ -133,7 +133,8 @@ pub fn gemini_tools(tools: &[ToolSpec]) -> Value {
     let declarations: Vec<Value> = tools
         .iter()
         .map(|t| {
-            let mut d = json!({"name": t.name, "description": t.description});
+            let mut d = json!({"name": t.name});
+            crate::wire::anthropic::history::describe(&mut d, t);
             if !super::schema::is_bare_object(&t.parameters) {
                 match super::schema::response_schema(&t.parameters) {
                     Some(subset) => d["parameters"] = subset,

@@ -144,8 +144,8 @@ pub fn openai_tools(tools: &[ToolSpec]) -> Value {
     tools
         .iter()
         .map(|t| {
-            let mut function =
-                json!({"name": t.name, "description": t.description, "parameters": t.parameters});
+            let mut function = json!({"name": t.name, "parameters": t.parameters});
+            crate::wire::anthropic::history::describe(&mut function, t);
             if t.strict {
                 function["strict"] = json!(true);
             }

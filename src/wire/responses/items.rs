@@ -379,9 +379,9 @@ pub fn tools(tools: &[ToolSpec]) -> Value {
             let mut v = json!({
                 "type": "function",
                 "name": t.name,
-                "description": t.description,
                 "parameters": t.parameters,
             });
+            crate::wire::anthropic::history::describe(&mut v, t);
             if t.strict {
                 v["strict"] = json!(true);
             }
