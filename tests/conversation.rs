@@ -36,6 +36,7 @@ fn result(call_id: &str, name: &str, content: &str, is_error: bool) -> Turn {
         name: name.into(),
         content: content.into(),
         is_error,
+        parts: Vec::new(),
     }
 }
 

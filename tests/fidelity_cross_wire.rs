@@ -614,6 +614,71 @@ async fn openai_to_anthropic_keeps_later_system_messages_reasoning_and_serial_to
     assert_eq!(sent["thinking"]["budget_tokens"], 1024);
 }
 
+/// A tool result of several text parts keeps them apart across wires, in both
+/// directions: never glued (`row1row2` changed what the model read) nor joined.
+#[tokio::test]
+async fn a_tool_result_of_several_text_parts_keeps_them_apart_in_both_directions() {
+    let (ant, oai) = (anthropic().await, openai().await);
+    let (_dir, gw) = serve(
+        &[
+            route_of("ant", "anthropic", &ant),
+            route_of("oai", "openai", &oai),
+        ],
+        &["ant/claude-x"],
+    )
+    .await;
+    let openai_body = json!({
+        "model": "high", "max_completion_tokens": 100,
+        "messages": [
+            {"role": "user", "content": "Rows?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "rows", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": [
+                {"type": "text", "text": "row1"}, {"type": "text", "text": "row2"}
+            ]}
+        ]
+    });
+    assert_eq!(
+        post(&gw, "/v1/chat/completions", &openai_body, &[])
+            .await
+            .status(),
+        200
+    );
+    let sent = &bodies(&ant).await[0];
+    assert_eq!(
+        sent["messages"][2]["content"][0]["content"],
+        json!([{"type": "text", "text": "row1"}, {"type": "text", "text": "row2"}]),
+        "{sent}"
+    );
+    drop(gw);
+
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
+    let anthropic_body = json!({
+        "model": "high", "max_tokens": 100,
+        "messages": [
+            {"role": "user", "content": "Rows?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "rows", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+                {"type": "text", "text": "row1"}, {"type": "text", "text": "row2"}
+            ]}]}
+        ]
+    });
+    assert_eq!(
+        post(&gw, "/v1/messages", &anthropic_body, &[])
+            .await
+            .status(),
+        200
+    );
+    let sent = &bodies(&oai).await[0];
+    assert_eq!(
+        sent["messages"][2],
+        json!({"role": "tool", "tool_call_id": "toolu_1", "content": [
+            {"type": "text", "text": "row1"}, {"type": "text", "text": "row2"}
+        ]}),
+        "{sent}"
+    );
+}
+
 /// Anthropic → OpenAI: each text block stays a text part, an image block becomes an
 /// `image_url` data URL, `thinking.budget_tokens` becomes `reasoning_effort`,
 /// `max_tokens` is `max_completion_tokens` on the `openai` dialect, and `top_k` (which

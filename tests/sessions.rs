@@ -65,6 +65,7 @@ fn history() -> ChatRequest {
                 name: "weather".into(),
                 content: "18C, clear".into(),
                 is_error: false,
+                parts: Vec::new(),
             },
             Turn::user("And should I take a coat?"),
         ],

@@ -87,7 +87,29 @@ pub enum Turn {
         name: String,
         content: String,
         is_error: bool,
+        /// The result's text parts when it came as several (`content` is them joined
+        /// by a blank line): a wire with room for parts gets them apart, in order
+        /// (fidelity.md §2), and one with a single string gets `content`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        parts: Vec<String>,
     },
+}
+
+impl Turn {
+    /// A tool result of `parts` (one or more texts), kept apart where there are several.
+    pub fn tool_result(call_id: String, name: String, parts: Vec<String>, is_error: bool) -> Turn {
+        let (content, parts) = match <[String; 1]>::try_from(parts) {
+            Ok([one]) => (one, Vec::new()),
+            Err(parts) => (parts.join("\n\n"), parts),
+        };
+        Turn::ToolResult {
+            call_id,
+            name,
+            content,
+            is_error,
+            parts,
+        }
+    }
 }
 
 /// One piece of a user message's content.
@@ -538,12 +560,14 @@ mod tests {
                 name: "f".into(),
                 content: "[tool error] looks like one".into(),
                 is_error: false,
+                parts: Vec::new(),
             },
             Turn::ToolResult {
                 call_id: "2".into(),
                 name: "f".into(),
                 content: "[tool error] nested".into(),
                 is_error: true,
+                parts: Vec::new(),
             },
         ]);
         let m = openai_messages(&c);
@@ -561,6 +585,7 @@ mod tests {
                 name: "f".into(),
                 content: String::new(),
                 is_error: false,
+                parts: Vec::new(),
             },
         ]);
         assert_eq!(ok.validate(), Ok(()));

@@ -28,16 +28,28 @@ pub fn anthropic_request_parts(c: &Conversation) -> (Option<Value>, Vec<Value>) 
                 call_id,
                 content,
                 is_error,
+                parts,
                 ..
-            } => (
-                "user",
-                vec![json!({
-                    "type": "tool_result",
-                    "tool_use_id": call_id,
-                    "content": content,
-                    "is_error": is_error,
-                })],
-            ),
+            } => {
+                // Several text parts are one text block each (fidelity.md §2).
+                let content = if parts.len() > 1 {
+                    parts
+                        .iter()
+                        .map(|p| json!({"type": "text", "text": p}))
+                        .collect()
+                } else {
+                    json!(content)
+                };
+                (
+                    "user",
+                    vec![json!({
+                        "type": "tool_result",
+                        "tool_use_id": call_id,
+                        "content": content,
+                        "is_error": is_error,
+                    })],
+                )
+            }
         };
         push_merged(&mut messages, role, "content", blocks);
     }
@@ -244,14 +256,16 @@ fn anthropic_result(
         format!("{path}.tool_use_id '{call_id}' matches no earlier tool_use block")
     })?;
     let cpath = format!("{path}.content");
-    let content = match block.get("content") {
-        None => String::new(),
-        Some(Value::String(s)) => s.clone(),
+    let parts = match block.get("content") {
+        None => vec![String::new()],
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(parts)) if parts.is_empty() => vec![String::new()],
+        // Each block its own part, never glued to the next (fidelity.md §2).
         Some(Value::Array(parts)) => parts
             .iter()
             .enumerate()
             .map(|(k, p)| text_part(p, &format!("{cpath}[{k}]")))
-            .collect::<Result<String, CodecError>>()?,
+            .collect::<Result<Vec<String>, CodecError>>()?,
         Some(_) => {
             return Err(CodecError(format!(
                 "{cpath} is neither a string nor an array"
@@ -263,12 +277,12 @@ fn anthropic_result(
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(CodecError(format!("{path}.is_error is not a boolean"))),
     };
-    Ok(Turn::ToolResult {
-        call_id: call_id.to_string(),
-        name: name.clone(),
-        content,
+    Ok(Turn::tool_result(
+        call_id.to_string(),
+        name.clone(),
+        parts,
         is_error,
-    })
+    ))
 }
 
 fn block_type<'a>(block: &'a Value, path: &str) -> Result<&'a str, CodecError> {

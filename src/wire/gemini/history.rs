@@ -340,6 +340,7 @@ fn gemini_result(
         name: name.to_string(),
         content,
         is_error,
+        parts: Vec::new(),
     })
 }
 

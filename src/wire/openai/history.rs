@@ -61,11 +61,12 @@ pub fn openai_messages(c: &Conversation) -> Vec<Value> {
                 call_id,
                 content,
                 is_error,
+                parts,
                 ..
             } => json!({
                 "role": "tool",
                 "tool_call_id": call_id,
-                "content": openai_tool_content(content, *is_error),
+                "content": openai_tool_content(content, parts, *is_error),
             }),
         });
     }
@@ -129,9 +130,15 @@ fn openai_assistant(text: &str, tool_calls: &[ToolCall]) -> Value {
     json!({"role": "assistant", "content": content, "tool_calls": calls})
 }
 
-fn openai_tool_content(content: &str, is_error: bool) -> Value {
+fn openai_tool_content(content: &str, parts: &[String], is_error: bool) -> Value {
     if is_error {
         json!(format!("{OPENAI_TOOL_ERROR_PREFIX}{content}"))
+    } else if parts.len() > 1 {
+        // Several parts, each its own (an array is never read back as an error).
+        parts
+            .iter()
+            .map(|p| json!({"type": "text", "text": p}))
+            .collect()
     } else if content.starts_with(OPENAI_TOOL_ERROR_PREFIX) {
         json!([{"type": "text", "text": content}])
     } else {
@@ -213,19 +220,27 @@ pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, CodecErr
                         "{path}.tool_call_id '{call_id}' matches no earlier assistant tool call"
                     )
                 })?;
-                let (content, is_error) = match content {
+                let (parts, is_error) = match content {
                     Some(Value::String(s)) => match s.strip_prefix(OPENAI_TOOL_ERROR_PREFIX) {
-                        Some(rest) => (rest.to_string(), true),
-                        None => (s.clone(), false),
+                        Some(rest) => (vec![rest.to_string()], true),
+                        None => (vec![s.clone()], false),
                     },
-                    other => (openai_text(other, &format!("{path}.content"))?, false),
+                    // Several text parts stay several (fidelity.md §2).
+                    Some(Value::Array(ps)) if ps.len() > 1 => (
+                        ps.iter()
+                            .enumerate()
+                            .map(|(k, p)| text_part(p, &format!("{path}.content[{k}]")))
+                            .collect::<Result<Vec<_>, _>>()?,
+                        false,
+                    ),
+                    other => (vec![openai_text(other, &format!("{path}.content"))?], false),
                 };
-                conv.turns.push(Turn::ToolResult {
-                    call_id: call_id.to_string(),
-                    name: name.clone(),
-                    content,
+                conv.turns.push(Turn::tool_result(
+                    call_id.to_string(),
+                    name.clone(),
+                    parts,
                     is_error,
-                });
+                ));
             }
             other => {
                 return Err(CodecError(format!(

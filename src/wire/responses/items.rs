@@ -82,9 +82,14 @@ pub fn from_items(instructions: Option<&str>, items: &[Value]) -> Result<Read, C
                         path()
                     ))
                 })?;
-                let content = match item.get("output") {
+                let parts = match item.get("output") {
+                    // Several text parts stay several (fidelity.md §2): each read alone.
+                    Some(Value::Array(ps)) if ps.len() > 1 => ps
+                        .iter()
+                        .map(|p| plain_text(Some(&Value::Array(vec![p.clone()])), &path, "output"))
+                        .collect::<Result<Vec<_>, _>>()?,
                     Some(o @ (Value::String(_) | Value::Array(_))) => {
-                        plain_text(Some(o), &path, "output")?
+                        vec![plain_text(Some(o), &path, "output")?]
                     }
                     _ => {
                         return Err(CodecError(format!(
@@ -93,12 +98,12 @@ pub fn from_items(instructions: Option<&str>, items: &[Value]) -> Result<Read, C
                         )))
                     }
                 };
-                conv.turns.push(Turn::ToolResult {
-                    call_id: call_id.to_string(),
-                    name: name.clone(),
-                    content,
-                    is_error: false,
-                });
+                conv.turns.push(Turn::tool_result(
+                    call_id.to_string(),
+                    name.clone(),
+                    parts,
+                    false,
+                ));
             }
             "reasoning" => read.reasoning = true,
             other => {
@@ -323,13 +328,20 @@ pub fn to_items(c: &Conversation) -> (Option<String>, Vec<Value>) {
                 call_id,
                 content,
                 is_error,
+                parts,
                 ..
             } => {
                 // No error flag on this wire either: marked in-band, as on the chat wire.
+                // Several parts go as `input_text` parts, one each (fidelity.md §2).
                 let output = if *is_error {
-                    format!("{OPENAI_TOOL_ERROR_PREFIX}{content}")
+                    json!(format!("{OPENAI_TOOL_ERROR_PREFIX}{content}"))
+                } else if parts.len() > 1 {
+                    parts
+                        .iter()
+                        .map(|p| json!({"type": "input_text", "text": p}))
+                        .collect()
                 } else {
-                    content.clone()
+                    json!(content)
                 };
                 items.push(json!({
                     "type": "function_call_output",
@@ -453,6 +465,7 @@ mod tests {
                     name: "zoom".into(),
                     content: "a cat".into(),
                     is_error: false,
+                    parts: Vec::new(),
                 },
                 Turn::Assistant {
                     text: "A cat.".into(),
