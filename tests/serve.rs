@@ -278,6 +278,32 @@ async fn a_chinese_worded_429_reaches_the_client_as_a_429_not_a_500() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// Guards an unexplained failure: an upstream redirect (never followed, so a POST is not
+/// replayed elsewhere) reached the client as `attempts: prim/model-a unknown`, naming
+/// neither the status nor the redirect, as its body is empty.
+#[tokio::test]
+async fn an_upstream_redirect_is_named_in_the_error_with_its_status() {
+    let moved = Reply::Status {
+        status: 307,
+        headers: vec![("location".into(), "http://127.0.0.1:9/v1/elsewhere".into())],
+        body: Body::Empty,
+    };
+    let mock = openai_mock(vec![mock_route("prim/model-a", Wire::OpenAi, vec![moved])]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = openai_high(dir.path(), &mock, &["prim/model-a"]);
+    let gw = start(&config, &[], &[]).await;
+    let r = post_chat(&gw, &chat_body("high", false)).await;
+    assert_eq!(r.status(), 502);
+    let body: Value = r.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("upstream answered 307 (a redirect, not followed)"),
+        "{body}"
+    );
+    let (code, stderr) = gw.stop().await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 #[tokio::test]
 async fn every_route_rate_limited_is_one_429_with_retry_after_and_no_retry_hint() {
     let mock = openai_mock(vec![

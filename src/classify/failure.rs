@@ -251,7 +251,8 @@ pub struct UpstreamFailure {
     /// Set when the failure happened below HTTP.
     pub transport: Option<Transport>,
     /// Why the body could not be used, when a 2xx was still a failure
-    /// ("body over 8 MiB", "not JSON", "no choices").
+    /// ("body over 8 MiB", "not JSON", "no choices"), or why a response is no answer
+    /// whatever its body says (a redirect, which is never followed).
     pub malformed: Option<String>,
 }
 
@@ -266,13 +267,19 @@ impl UpstreamFailure {
 
     /// A failure from an HTTP response: status, headers and the (capped) body.
     pub fn from_response(status: u16, headers: Headers, body: &[u8]) -> Self {
+        // The wires' clients follow no redirect: a POST must never be replayed at another
+        // address. A 3xx usually has an empty body (or a "Moved" page), so without this
+        // the attempt's detail said nothing and the client read only `unknown`.
+        let malformed = (300..400)
+            .contains(&status)
+            .then(|| format!("upstream answered {status} (a redirect, not followed)"));
         UpstreamFailure {
             status: Some(status),
             headers,
             error: ErrorFields::parse(body),
             excerpt: excerpt(body),
             transport: None,
-            malformed: None,
+            malformed,
         }
     }
 }
