@@ -407,3 +407,74 @@ async fn a_streamed_turn_is_kept_as_it_was_streamed() {
     second_turn(&gw, &mock, &id).await;
     gw.stop().await;
 }
+
+/// Guards a truncated answer presented as complete (cli.md): a Responses stream from a
+/// route of another wire, cut after its first text, closed the message item it had open
+/// with `"status":"completed"`, in `response.output_item.done` and in the item that
+/// `response.failed` repeats, though its text was cut off.
+#[tokio::test]
+async fn a_stream_cut_after_its_first_text_leaves_its_message_item_incomplete() {
+    let cut = Reply::Stream(StreamReply {
+        items: vec![StreamItem::Text("Par".into())],
+        end: StreamEnd::Eof,
+        first_token_ms: 0,
+        gap_ms: 0,
+        headers: vec![],
+        usage: None,
+    });
+    let mock = MockServer::start(
+        ([127, 0, 0, 1], 0).into(),
+        vec![MockRoute {
+            route: route("oai/gpt-4o"),
+            wire: Wire::OpenAi,
+            path: CallPath::Chat,
+            replies: vec![cut],
+            outage: None,
+            record: false,
+        }],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "providers:\n  oai:\n    wire: openai\n    base_url: {}\n    api_key_env: {KEY_VAR}\n\
+         tiers:\n  cut:\n    - oai/gpt-4o\n",
+        mock.base_url("oai", Wire::OpenAi),
+    );
+    let path = dir.path().join("pool.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let gw = start(&path).await;
+    let text = tokio::time::timeout(DEADLINE, async {
+        reqwest::Client::new()
+            .post(gw.url("/v1/responses"))
+            .json(
+                &json!({"model": "cut", "input": "What is the capital of France?", "stream": true}),
+            )
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    })
+    .await
+    .expect("the gateway answers in time");
+    let events: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    let of = |kind: &str| {
+        events
+            .iter()
+            .find(|e| e["type"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in:\n{text}"))
+    };
+    let done = &of("response.output_item.done")["item"];
+    assert_eq!(done["content"][0]["text"], "Par", "{text}");
+    assert_eq!(done["status"], "incomplete", "{text}");
+    let failed = &of("response.failed")["response"];
+    assert_eq!(failed["status"], "failed", "{text}");
+    assert_eq!(failed["output"][0]["status"], "incomplete", "{text}");
+    gw.stop().await;
+}

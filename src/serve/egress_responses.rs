@@ -161,8 +161,9 @@ impl ResponsesStream {
         self.event("response.in_progress", json!({ "response": r }), out);
     }
 
-    /// Closes the open item: its parts and the item, done.
-    fn close(&mut self, out: &mut Vec<u8>) {
+    /// Closes the open item: its parts and the item, done, with `status`: `completed`
+    /// when its text is whole, `incomplete` when the stream was cut inside it.
+    fn close(&mut self, status: &str, out: &mut Vec<u8>) {
         match self.open.take() {
             None => {}
             Some(Open::Message {
@@ -172,7 +173,7 @@ impl ResponsesStream {
                 refusal,
             }) => {
                 self.close_part(index, &id, part, refusal, out);
-                let item = json!({"id": id, "type": "message", "status": "completed", "role": "assistant",
+                let item = json!({"id": id, "type": "message", "status": status, "role": "assistant",
                     "content": std::mem::take(&mut self.parts)});
                 self.event(
                     "response.output_item.done",
@@ -206,7 +207,7 @@ impl ResponsesStream {
                 let Some(call) = self.calls.iter().find(|c| c.upstream == upstream) else {
                     return;
                 };
-                let item = json!({"id": call.id, "type": "function_call", "status": "completed",
+                let item = json!({"id": call.id, "type": "function_call", "status": status,
                     "call_id": call.call_id, "name": call.name, "arguments": call.arguments});
                 let done =
                     json!({"item_id": call.id, "output_index": index, "arguments": call.arguments});
@@ -274,7 +275,7 @@ impl ResponsesStream {
                     refusal,
                 });
             } else {
-                self.close(out);
+                self.close("completed", out);
                 let index = self.output.len();
                 let id = output::new_id("msg");
                 let item = json!({"id": id, "type": "message", "status": "in_progress", "role": "assistant", "content": []});
@@ -325,7 +326,7 @@ impl ResponsesStream {
 
     fn reasoning(&mut self, t: &str, out: &mut Vec<u8>) {
         if !matches!(self.open, Some(Open::Reasoning { .. })) {
-            self.close(out);
+            self.close("completed", out);
             let index = self.output.len();
             let id = output::new_id("rs");
             let item = json!({"id": id, "type": "reasoning", "summary": []});
@@ -362,7 +363,7 @@ impl ResponsesStream {
         let at = match known {
             Some(at) => at,
             None => {
-                self.close(out);
+                self.close("completed", out);
                 let index = self.output.len();
                 let call = Call {
                     upstream,
@@ -438,7 +439,7 @@ impl ResponsesStream {
     /// Closes the open item: its last events.
     pub fn close_all(&mut self) -> Vec<u8> {
         let mut out = Vec::new();
-        self.close(&mut out);
+        self.close("completed", &mut out);
         out
     }
 
@@ -473,7 +474,9 @@ impl ResponsesStream {
     pub fn error(&mut self, e: &ApiError) -> Vec<u8> {
         let mut out = Vec::new();
         self.start(&mut out);
-        self.close(&mut out);
+        // The item open now is the one the failure cut: its text is not whole, and
+        // "completed" would present a truncated answer as complete (cli.md).
+        self.close("incomplete", &mut out);
         let error = json!({"type": e.kind, "code": e.code, "message": e.message, "param": null});
         self.event("error", json!({ "error": error }), &mut out);
         let failed = json!({"code": "server_error", "message": e.message});
@@ -597,5 +600,38 @@ mod tests {
         assert_eq!(ev[n - 2]["error"]["code"], "stream_interrupted");
         assert_eq!(ev[n - 1]["type"], "response.failed");
         assert_eq!(ev[n - 1]["response"]["status"], "failed");
+    }
+
+    /// Guards a truncated answer presented as complete (cli.md): the item a failure cut
+    /// was closed `completed`; one closed whole before it stays so.
+    #[test]
+    fn an_item_a_failure_cuts_is_incomplete_and_one_closed_before_it_completed() {
+        let mut s = ResponsesStream::new(turn(), "m".into());
+        let mut bytes = s.encode(&Event::ToolCall {
+            index: 0,
+            id: Some("call_1".into()),
+            name: Some("f".into()),
+            arguments: "{}".into(),
+        });
+        bytes.extend(s.encode(&Event::Text("Hal".into())));
+        bytes.extend(s.error(&ApiError::new(
+            502,
+            "stream_interrupted",
+            "stream_interrupted",
+            "cut",
+        )));
+        let ev = events(&bytes);
+        let done: Vec<&Value> = ev
+            .iter()
+            .filter(|e| e["type"] == "response.output_item.done")
+            .map(|e| &e["item"])
+            .collect();
+        assert_eq!(done[0]["type"], "function_call");
+        assert_eq!(done[0]["status"], "completed");
+        assert_eq!(done[1]["type"], "message");
+        assert_eq!(done[1]["status"], "incomplete");
+        let failed = &ev.last().unwrap()["response"];
+        assert_eq!(failed["output"][0]["status"], "completed");
+        assert_eq!(failed["output"][1]["status"], "incomplete");
     }
 }
