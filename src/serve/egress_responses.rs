@@ -436,23 +436,32 @@ impl ResponsesStream {
         out
     }
 
-    /// Closes the open item: its last events.
-    pub fn close_all(&mut self) -> Vec<u8> {
+    /// Closes the open item: its last events. An answer that `finish` cut (the token
+    /// cap, a filter) leaves that item `incomplete`, as the unstreamed answer's message is.
+    pub fn close_all(&mut self, finish: &Finish) -> Vec<u8> {
+        let (status, _) = output::status(&finish_reason(finish), self.refused());
         let mut out = Vec::new();
-        self.close("completed", &mut out);
+        self.close(status, &mut out);
         out
+    }
+
+    /// Whether the answer holds a refusal: a closed item's part, or one the open
+    /// message holds or is writing.
+    fn refused(&self) -> bool {
+        let is_refusal = |p: &Value| p["type"] == "refusal";
+        self.output.iter().any(|i| {
+            i["content"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(is_refusal))
+        }) || self.parts.iter().any(is_refusal)
+            || matches!(self.open, Some(Open::Message { refusal: true, .. }))
     }
 
     /// The whole `response` the stream ends with, its items closed (`close_all` first):
     /// completed, or incomplete when the answer was cut (`max_output_tokens`,
     /// `content_filter`).
     pub fn completed_object(&self, finish: &Finish, usage: Option<&Usage>) -> Value {
-        let refused = self.output.iter().any(|i| {
-            i["content"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|p| p["type"] == "refusal"))
-        });
-        let (status, incomplete) = output::status(&finish_reason(finish), refused);
+        let (status, incomplete) = output::status(&finish_reason(finish), self.refused());
         self.object(status, incomplete, Some(output::usage(usage)), None)
     }
 
@@ -547,7 +556,7 @@ mod tests {
             output_tokens: 3,
             ..Usage::default()
         };
-        bytes.extend(s.close_all());
+        bytes.extend(s.close_all(&Finish::ToolCalls));
         let r = s.completed_object(&Finish::ToolCalls, Some(&usage));
         bytes.extend(s.completed_event(&r));
         let ev = events(&bytes);
@@ -577,7 +586,7 @@ mod tests {
     fn a_cut_answer_ends_incomplete_and_a_failure_failed() {
         let mut s = ResponsesStream::new(turn(), "m".into());
         let mut bytes = s.encode(&Event::Text("Half".into()));
-        bytes.extend(s.close_all());
+        bytes.extend(s.close_all(&Finish::Length));
         let r = s.completed_object(&Finish::Length, None);
         bytes.extend(s.completed_event(&r));
         assert_eq!(r["status"], "incomplete");
@@ -600,6 +609,33 @@ mod tests {
         assert_eq!(ev[n - 2]["error"]["code"], "stream_interrupted");
         assert_eq!(ev[n - 1]["type"], "response.failed");
         assert_eq!(ev[n - 1]["response"]["status"], "failed");
+    }
+
+    /// Guards a truncated answer presented as complete (cli.md): a streamed answer the
+    /// token cap cut closed its message `completed`, where the same answer unstreamed
+    /// has it `incomplete`; a refusal in words that a filter ended is whole.
+    #[test]
+    fn a_message_the_token_cap_cuts_closes_incomplete_as_unstreamed() {
+        let done_item = |bytes: &[u8]| {
+            events(bytes)
+                .into_iter()
+                .find(|e| e["type"] == "response.output_item.done")
+                .unwrap()["item"]
+                .clone()
+        };
+        let mut s = ResponsesStream::new(turn(), "m".into());
+        let mut bytes = s.encode(&Event::Text("Half".into()));
+        bytes.extend(s.close_all(&Finish::Length));
+        let r = s.completed_object(&Finish::Length, None);
+        assert_eq!(done_item(&bytes)["status"], "incomplete");
+        assert_eq!(r["output"][0]["status"], "incomplete");
+
+        let mut s = ResponsesStream::new(turn(), "m".into());
+        let mut bytes = s.encode(&Event::Refusal("I can't help with that.".into()));
+        bytes.extend(s.close_all(&Finish::ContentFilter));
+        let r = s.completed_object(&Finish::ContentFilter, None);
+        assert_eq!(done_item(&bytes)["status"], "completed");
+        assert_eq!(r["status"], "completed");
     }
 
     /// Guards a truncated answer presented as complete (cli.md): the item a failure cut

@@ -968,7 +968,7 @@ async fn responses_end(ask: &Ask, turn: &Turn, live: &Live, called: &Called) -> 
                     .map(|r| r.finish.clone())
                     .unwrap_or(Finish::Stop);
                 let usage = called.reply.as_ref().and_then(|r| r.usage);
-                let closing = e.close_all();
+                let closing = e.close_all(&finish);
                 let object = e.completed_object(&finish, usage.as_ref());
                 (closing, Some(object))
             }
@@ -1128,7 +1128,7 @@ async fn unstarted(
             // An empty answer is an answer: a Responses conversation keeps it too.
             let end = match (&turn, &mut s.encoder) {
                 (Some(turn), Some(Encoder::Responses(e))) => {
-                    let mut end = e.close_all();
+                    let mut end = e.close_all(&reply.finish);
                     let mut object = e.completed_object(&reply.finish, reply.usage.as_ref());
                     let served = report.served_by.as_ref();
                     let stored = keep_streamed(ask, turn, served, &object, Some(reply)).await;
