@@ -247,6 +247,58 @@ async fn a_loopback_gateway_refuses_a_rebound_host_name() {
     assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 3);
 }
 
+/// Guards RFC 9112 §3.2 ("a server MUST respond with a 400 to any HTTP/1.1 request
+/// message that lacks a Host header field"): one without `Host` was served, on the
+/// gateway and on its metrics address. HTTP/1.0 predates `Host` and is still served.
+#[tokio::test]
+async fn an_http_1_1_request_without_host_is_a_400_naming_the_header() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let free = dead_port();
+    let gw = start(
+        &config(dir.path(), &mock, ""),
+        &["--metrics-listen", &format!("127.0.0.1:{free}")],
+        &[],
+    )
+    .await;
+    let body = chat("high").to_string();
+    let post = |version: &str| {
+        format!(
+            "POST /v1/chat/completions {version}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let answer = raw(&gw, post("HTTP/1.1").as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let (_, json) = answer.split_once("\r\n\r\n").unwrap();
+    let b: Value = serde_json::from_str(json).unwrap();
+    assert_eq!(b["error"]["type"], "invalid_request_error", "{b}");
+    assert_eq!(b["error"]["code"], "missing_host", "{b}");
+    assert!(
+        b["error"]["message"].as_str().unwrap().contains("`Host`"),
+        "{b}"
+    );
+    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 0);
+
+    let mut tcp = TcpStream::connect(("127.0.0.1", free)).await.unwrap();
+    tcp.write_all(b"GET /metrics HTTP/1.1\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(DEADLINE, tcp.read_to_end(&mut out))
+        .await
+        .expect("the metrics address answers and closes in time")
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&out);
+    assert!(metrics.starts_with("HTTP/1.1 400"), "{metrics}");
+    assert!(metrics.contains("missing_host"), "{metrics}");
+
+    let answer = raw(&gw, post("HTTP/1.0").as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 1);
+}
+
 #[tokio::test]
 async fn a_request_from_a_web_page_is_refused_unless_its_origin_is_allowed() {
     let mock = mock_ok().await;

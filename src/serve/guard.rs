@@ -12,7 +12,8 @@ use std::net::SocketAddr;
 /// (`localhost`, `127.x.x.x`, `[::1]`, with or without a port): a rebound name such as
 /// `evil.example.com` is refused. One listening on another address is reached by names
 /// the operator chose (a load balancer's, a pod's), which cannot be listed here.
-/// A request without `Host` (HTTP/1.0, a raw client) is not a browser's.
+/// A request without `Host` is not a browser's: HTTP/1.0 (an HTTP/1.1 one is refused
+/// before this, by `host_missing`).
 pub fn host_allowed(listen: SocketAddr, host: Option<&[u8]>) -> bool {
     if !listen.ip().is_loopback() {
         return true;
@@ -37,6 +38,13 @@ pub fn host_allowed(listen: SocketAddr, host: Option<&[u8]>) -> bool {
         || name
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether a request lacks the `Host` its version requires: RFC 9112 §3.2 has a server
+/// answer 400 to an HTTP/1.1 request without one. HTTP/1.0 predates the header, so its
+/// requests are served without it (`host_allowed` lets them through).
+pub fn host_missing(version: hyper::Version, host: Option<&[u8]>) -> bool {
+    version == hyper::Version::HTTP_11 && host.is_none()
 }
 
 /// `:8700`: a colon and one to five digits.
@@ -136,6 +144,15 @@ mod tests {
         }
         assert!(host_allowed(loopback(), None));
         assert!(!host_allowed(loopback(), Some(b"\xff")));
+    }
+
+    /// Guards RFC 9112 §3.2: an HTTP/1.1 request without `Host` was served.
+    #[test]
+    fn an_http_1_1_request_without_host_is_missing_it_and_an_http_1_0_one_is_not() {
+        use hyper::Version;
+        assert!(host_missing(Version::HTTP_11, None));
+        assert!(!host_missing(Version::HTTP_11, Some(b"localhost:8700")));
+        assert!(!host_missing(Version::HTTP_10, None));
     }
 
     #[test]

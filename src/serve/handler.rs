@@ -175,6 +175,16 @@ fn unauthorized() -> ApiError {
     )
 }
 
+/// The answer to an HTTP/1.1 request without `Host` (RFC 9112 §3.2: a 400).
+pub(super) fn missing_host() -> ApiError {
+    ApiError::new(
+        400,
+        "invalid_request_error",
+        "missing_host",
+        "an HTTP/1.1 request must carry a `Host` header (RFC 9112 §3.2); this one has none",
+    )
+}
+
 async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Response<Body> {
     // From here every request ends in one log line and one count: an answer, a refusal,
     // or, when the client goes away or the drain deadline cuts it, `cancelled`.
@@ -184,6 +194,9 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
     // The browser guards come first, on every path: a rebound page must not read even
     // `/metrics` or `/readyz`.
     let host = req.headers().get(HOST).map(HeaderValue::as_bytes);
+    if guard::host_missing(req.version(), host) {
+        return ask.refuse("missing_host", missing_host(), "");
+    }
     if !guard::host_allowed(gw.settings.listen, host) {
         return ask.refuse("misdirected_host", ApiError::new(421, "invalid_request_error", "misdirected_request",
             "this gateway listens on a loopback address and answers only `Host: localhost`, `127.0.0.1` or `[::1]` (with the port)"), "");

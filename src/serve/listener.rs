@@ -395,6 +395,9 @@ async fn scrape(
             Flavor::OpenAi,
         )
     };
+    if super::guard::host_missing(req.version(), host) {
+        return super::http::error_response(&handler::missing_host(), Flavor::OpenAi);
+    }
     if addr.is_some_and(|a| !super::guard::host_allowed(a, host)) {
         return refused(
             421,
