@@ -329,6 +329,83 @@ async fn advisory_fields_are_dropped_and_named_in_the_header_the_log_and_the_met
     );
 }
 
+/// Guards the fields inside messages that a translation leaves out: an earlier turn's
+/// `reasoning_content` and `audio`, and fields no wire knows on a message or a part,
+/// were dropped on another wire without a word. Named once each; on the client's own
+/// wire nothing is dropped, so nothing is named.
+#[tokio::test]
+async fn fields_inside_messages_left_out_by_a_translation_are_named() {
+    let (ant, oai) = (anthropic().await, openai().await);
+    let (_dir, gw) = serve(
+        &[
+            route_of("ant", "anthropic", &ant),
+            route_of("oai", "openai", &oai),
+        ],
+        &["ant/claude-x"],
+    )
+    .await;
+    let body = json!({
+        "model": "high", "max_completion_tokens": 50,
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi", "foo": 1}], "bar": true},
+            {"role": "assistant", "content": "Hello.", "reasoning_content": "They greet me.",
+             "audio": {"id": "audio_1"}},
+            {"role": "user", "content": "And?", "bar": false}
+        ]
+    });
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let mut named: Vec<String> = header(&r, "x-poolctl-dropped-params")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    named.sort();
+    assert_eq!(
+        named,
+        [
+            "messages[].audio",
+            "messages[].bar",
+            "messages[].content[].foo",
+            "messages[].reasoning_content"
+        ]
+    );
+    drop(gw);
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        header(&r, "x-poolctl-dropped-params"),
+        "",
+        "the same wire drops nothing"
+    );
+    let anthropic_body = json!({
+        "model": "high", "max_tokens": 50,
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "Summarise.", "zzz": 1},
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"},
+             "context": "a memo"}
+        ]}]
+    });
+    let anthropic_body = {
+        // A text document is Anthropic's own; a PDF by base64 translates.
+        let mut b = anthropic_body;
+        b["messages"][0]["content"][1]["source"] =
+            json!({"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"});
+        b
+    };
+    let r = post(&gw, "/v1/messages", &anthropic_body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let mut named: Vec<String> = header(&r, "x-poolctl-dropped-params")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    named.sort();
+    assert_eq!(
+        named,
+        ["messages[].content[].context", "messages[].content[].zzz"]
+    );
+}
+
 /// Guards `cache_control` on an OpenAI client's content part (the mark gateways take
 /// for Anthropic's prompt caching): it was dropped on another wire without a word.
 #[tokio::test]

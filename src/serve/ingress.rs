@@ -443,7 +443,56 @@ fn openai_unmapped(o: &Obj, messages: &[Value]) -> Vec<Unmapped> {
             semantic: false,
         });
     }
+    // `name` and `cache_control` are named above; an earlier turn's `reasoning_content`,
+    // `refusal` or `audio`, and fields no wire knows, are named here.
+    const MESSAGE: &[&str] = &["role", "content", "name", "tool_calls", "tool_call_id"];
+    const PART: &[&str] = &[
+        "type",
+        "text",
+        "image_url",
+        "file",
+        "input_audio",
+        "refusal",
+        "cache_control",
+    ];
+    nested_unmapped(messages, MESSAGE, PART, &mut out);
     out
+}
+
+/// The fields inside `messages` that the canonical conversation does not hold, each
+/// named once (`messages[].reasoning_content`, `messages[].content[].foo`): advisory,
+/// and every one named where it is dropped (fidelity.md §3: "every field not listed").
+/// A null is no field at all.
+fn nested_unmapped(
+    messages: &[Value],
+    message_keys: &[&str],
+    part_keys: &[&str],
+    out: &mut Vec<Unmapped>,
+) {
+    let mut name = |prefix: &str, key: &str| {
+        let name = format!("{prefix}{key}");
+        if !out.iter().any(|u| u.name == name) {
+            out.push(Unmapped {
+                name,
+                semantic: false,
+            });
+        }
+    };
+    for m in messages.iter().filter_map(Value::as_object) {
+        for (k, v) in m {
+            if !v.is_null() && !message_keys.contains(&k.as_str()) {
+                name("messages[].", k);
+            }
+        }
+        let parts = m.get("content").and_then(Value::as_array);
+        for p in parts.into_iter().flatten().filter_map(Value::as_object) {
+            for (k, v) in p {
+                if !v.is_null() && !part_keys.contains(&k.as_str()) {
+                    name("messages[].content[].", k);
+                }
+            }
+        }
+    }
 }
 
 /// `POST /v1/messages` (Anthropic Messages API).
@@ -585,6 +634,7 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         reasoning,
         unmapped: {
             let mut u = anthropic_unmapped(&o, cache_control);
+            anthropic_nested_unmapped(messages, &mut u);
             if thinking_unmapped {
                 u.push(Unmapped {
                     name: "thinking".into(),
@@ -676,6 +726,30 @@ fn anthropic_unmapped(o: &Obj, cache_control: bool) -> Vec<Unmapped> {
         });
     }
     out
+}
+
+/// The fields inside an Anthropic `messages` array the canonical conversation does not
+/// hold (a document's `context` and `citations`, a text block's `citations`, fields no
+/// wire knows), named once each; `cache_control` and thinking are named apart.
+fn anthropic_nested_unmapped(messages: &[Value], out: &mut Vec<Unmapped>) {
+    const MESSAGE: &[&str] = &["role", "content"];
+    const BLOCK: &[&str] = &[
+        "type",
+        "text",
+        "source",
+        "title",
+        "cache_control",
+        "id",
+        "name",
+        "input",
+        "tool_use_id",
+        "content",
+        "is_error",
+        "thinking",
+        "signature",
+        "data",
+    ];
+    nested_unmapped(messages, MESSAGE, BLOCK, out);
 }
 
 /// The client's body kept for a route of `wire`, with the headers forwarded on that
