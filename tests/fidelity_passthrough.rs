@@ -906,3 +906,72 @@ async fn a_key_split_across_tool_calls_without_index_or_beside_a_new_call_is_mas
         );
     }
 }
+
+/// `UPSTREAM_KEY` with every character written as a JSON `\uXXXX` escape.
+fn escaped_key() -> String {
+    UPSTREAM_KEY
+        .bytes()
+        .map(|b| format!("\\u{b:04x}"))
+        .collect()
+}
+
+/// Guards a leak: tool-call `arguments` are JSON inside a JSON string, so an upstream
+/// could spell the key in `\uXXXX` escapes that survive the body's decoding and that the
+/// client's `json.loads(arguments)` decodes back. Same wire, answer whole and streamed,
+/// and to an Anthropic client (`partial_json`).
+#[tokio::test]
+async fn a_key_escaped_inside_tool_call_arguments_reaches_the_client_masked() {
+    let args = format!("{{\"q\":\"{}\"}}", escaped_key());
+    let answer = json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+        "model": "m-1", "choices": [{"index": 0, "finish_reason": "tool_calls",
+        "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+        "type": "function", "function": {"name": "f", "arguments": args}}]}}]})
+    .to_string();
+    assert!(answer.contains("\\\\u0073\\\\u006b"), "{answer}");
+    let (status, text) = asked_for_the_key(answer.leak()).await;
+    assert_eq!(status, 200, "{text}");
+    let a: Value = serde_json::from_str(&text).unwrap();
+    let call = &a["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["arguments"], "{\"q\":\"***\"}", "{text}");
+    assert_eq!(call["id"], "call_1", "otherwise as sent: {text}");
+
+    let chunk = |d: Value, finish: Value| {
+        let c = json!({"id": "chatcmpl-k", "object": "chat.completion.chunk", "created": 1,
+            "model": "m-1", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]});
+        format!("data: {c}\n\n")
+    };
+    let sse = [
+        chunk(
+            json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1",
+                "type": "function", "function": {"name": "f", "arguments": ""}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("tool_calls")),
+        "data: [DONE]\n\n".to_string(),
+    ]
+    .concat();
+    let (_server, _dir, gw, sse) = stream_through_one_route(sse.leak()).await;
+    assert!(
+        joined_strings(&sse).contains("{\"q\":\"***\"}"),
+        "same wire: {sse}"
+    );
+    assert!(!sse.contains("\\\\u0073\\\\u006b"), "same wire: {sse}");
+    let messages = r#"{"model":"high","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"key?"}]}"#;
+    let r = send(
+        &gw,
+        "/v1/messages",
+        messages,
+        &[("x-api-key", CLIENT_TOKEN)],
+    )
+    .await;
+    let sse = r.text().await.unwrap();
+    assert!(
+        joined_strings(&sse).contains("{\"q\":\"***\"}"),
+        "anthropic: {sse}"
+    );
+    assert!(!sse.contains("\\\\u0073\\\\u006b"), "anthropic: {sse}");
+}

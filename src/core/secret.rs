@@ -148,11 +148,13 @@ pub fn mask(text: &str) -> Cow<'_, str> {
             out = Cow::Owned(out.replace(key.as_str(), MASK));
         }
     }
-    // A URL decoder reads `%2D` as `-` and `%73` as `s`: any of a key's characters may
-    // be spelled that way. Looked for only where a `%` is.
-    if out.contains('%') {
-        for key in keys.iter().filter(|k| k.is_ascii() && !k.contains('%')) {
-            if let Some(masked) = mask_percent_spellings(&out, key) {
+    // A URL decoder reads `%2D` as `-` and `%73` as `s`, and a JSON parser reads
+    // `\u0073` as `s`: any of a key's characters may be spelled either way, and text
+    // decoded once may still hold escapes a client decodes again (tool-call
+    // `arguments` are JSON inside a JSON string). Looked for only where one is.
+    if out.contains('%') || out.contains("\\u") || out.contains("\\/") {
+        for key in keys.iter().filter(|k| spellable(k)) {
+            if let Some(masked) = mask_spellings(&out, key) {
                 out = Cow::Owned(masked);
             }
         }
@@ -160,17 +162,23 @@ pub fn mask(text: &str) -> Cow<'_, str> {
     out
 }
 
-/// `text` with each spelling of `key` in which some characters are percent-encoded
-/// (`%XX`, either case of hex) replaced by the mask; `None` when there is none.
-fn mask_percent_spellings(text: &str, key: &str) -> Option<String> {
+/// Whether `key`'s spellings are searched for: an ASCII key without a `%` (a key's
+/// percent-encoded form is registered too, and its spellings are the key's).
+fn spellable(key: &str) -> bool {
+    key.is_ascii() && !key.contains('%')
+}
+
+/// `text` with each spelling of `key` (`spelling_at`) replaced by the mask, and
+/// nothing around it; `None` when there is none.
+fn mask_spellings(text: &str, key: &str) -> Option<String> {
     let (t, k) = (text.as_bytes(), key.as_bytes());
     let first = *k.first()?;
     let mut out: Option<String> = None;
     let (mut copied, mut i) = (0, 0);
-    // Only where the key's first character or a `%` is can a spelling start.
-    while let Some(at) = memchr::memchr2(first, b'%', &t[i..]) {
+    // Only where the key's first character, a `%` or a `\` is can a spelling start.
+    while let Some(at) = memchr::memchr3(first, b'%', b'\\', &t[i..]) {
         i += at;
-        if let Some(end) = spelled_at(t, i, k) {
+        if let Spelling::Whole(end) = spelling_at(t, i, k) {
             let o = out.get_or_insert_with(|| String::with_capacity(text.len()));
             o.push_str(&text[copied..i]);
             o.push_str(MASK);
@@ -184,25 +192,65 @@ fn mask_percent_spellings(text: &str, key: &str) -> Option<String> {
     Some(o)
 }
 
-/// Where a spelling of `key` that starts at `i` of `t` ends, each of its characters
-/// written as itself or as `%XX`.
-fn spelled_at(t: &[u8], mut i: usize, key: &[u8]) -> Option<usize> {
-    let hex = |b: u8| (b as char).to_digit(16);
+/// What stands at some offset of a text, read as a spelling of a key.
+#[derive(Debug, PartialEq, Eq)]
+enum Spelling {
+    /// A whole spelling, ending here.
+    Whole(usize),
+    /// The text ends partway through one (`sk-pr`, `%73%6`, `\u00`): what follows
+    /// could complete it.
+    Cut,
+    /// Not a spelling of the key.
+    No,
+}
+
+/// Reads `t` from `i` as a spelling of `key`, each of whose characters is written as
+/// itself, as `%XX`, as `\uXXXX` (hex of either case), or, for a `/`, as `\/`. A
+/// backslash that a backslash escapes starts no escape: `\\u0073` decodes to the text
+/// `\u0073`, never to `s`.
+fn spelling_at(t: &[u8], mut i: usize, key: &[u8]) -> Spelling {
     for &c in key {
-        match t.get(i)? {
-            &b if b == c => i += 1,
-            b'%' => {
-                let hi = hex(*t.get(i + 1)?)?;
-                let lo = hex(*t.get(i + 2)?)?;
-                if hi * 16 + lo != u32::from(c) {
-                    return None;
-                }
-                i += 3;
+        i = match char_at(t, i, c) {
+            Spelling::Whole(end) => end,
+            other => return other,
+        };
+    }
+    Spelling::Whole(i)
+}
+
+/// `spelling_at` for one character `c` of a key.
+fn char_at(t: &[u8], i: usize, c: u8) -> Spelling {
+    let Some(&b) = t.get(i) else {
+        return Spelling::Cut;
+    };
+    if b == c {
+        return Spelling::Whole(i + 1);
+    }
+    match b {
+        b'%' => hex_at(t, i + 1, 2, c),
+        b'\\' if t[..i].iter().rev().take_while(|&&p| p == b'\\').count() % 2 == 0 => {
+            match t.get(i + 1) {
+                None => Spelling::Cut,
+                Some(b'/') if c == b'/' => Spelling::Whole(i + 2),
+                Some(b'u') => hex_at(t, i + 2, 4, c),
+                Some(_) => Spelling::No,
             }
-            _ => return None,
+        }
+        _ => Spelling::No,
+    }
+}
+
+/// `c` as `width` hex digits at `t[i..]`.
+fn hex_at(t: &[u8], i: usize, width: usize, c: u8) -> Spelling {
+    for d in 0..width {
+        let want = (u32::from(c) >> (4 * (width - 1 - d))) & 0xF;
+        match t.get(i + d) {
+            None => return Spelling::Cut,
+            Some(&h) if (h as char).to_digit(16) == Some(want) => {}
+            Some(_) => return Spelling::No,
         }
     }
-    Some(i)
+    Spelling::Whole(i + width)
 }
 
 /// The shortest run of a key's characters that `mask_key_pieces` hides: long enough
@@ -431,6 +479,67 @@ mod tests {
         assert_eq!(mask(&near), near.as_str());
         assert_eq!(mask("100% sk-pct"), "100% sk-pct");
         assert!(matches!(mask("50% off"), Cow::Borrowed(_)));
+    }
+
+    /// `key` with every character at an index in `at` written as `\uXXXX` (hex in
+    /// `upper` case or not) and every `/` as `\/`.
+    fn escaped(key: &str, at: impl Fn(usize) -> bool, upper: bool) -> String {
+        key.char_indices()
+            .map(|(i, c)| match c {
+                '/' => "\\/".to_string(),
+                c if at(i) && upper => format!("\\u{:04X}", c as u32),
+                c if at(i) => format!("\\u{:04x}", c as u32),
+                c => c.to_string(),
+            })
+            .collect()
+    }
+
+    /// Guards a leak: tool-call `arguments` are JSON inside a JSON string, so once the
+    /// body is decoded they can still spell the key in `\uXXXX` escapes that the
+    /// client's `json.loads(arguments)` decodes back; only the raw key and its
+    /// percent-encodings were looked for.
+    #[test]
+    fn a_key_spelled_in_json_escapes_within_decoded_text_is_masked_and_nothing_more() {
+        let key = "AIzaESC/json-q7W2x9K4m1Z8";
+        let _k = Secret::new(key);
+        let all = escaped(key, |_| true, false);
+        assert_eq!(mask(&format!("{{\"q\":\"{all}\"}}")), "{\"q\":\"***\"}");
+        let upper = escaped(key, |_| true, true);
+        assert_eq!(mask(&format!("a {upper} b")), "a *** b");
+        // Raw, percent-encoded and escaped characters mixed in one spelling.
+        let mixed: String = escaped(key, |i| i % 3 == 0, false).replacen('z', "%7a", 1);
+        assert_eq!(mask(&format!("<{mixed}>")), "<***>");
+        // A backslash that a backslash escapes starts no escape: the client decodes
+        // `\\u0041` to the text `\u0041`, never to `A`.
+        let text = format!("\\{all}");
+        assert_eq!(mask(&text), text.as_str());
+        // An escape of another character, or a cut spelling, stays as it was.
+        let near = all.replacen("\\u0041", "\\u0042", 1);
+        assert_eq!(mask(&near), near.as_str());
+        let cut = &all[..all.len() - 3];
+        assert_eq!(mask(cut), cut);
+
+        // The body as an upstream sends it, the arguments escaped twice: masked, still
+        // JSON, and the arguments still JSON that no longer hold the key.
+        let args = format!("{{\"q\":\"{all}\"}}");
+        let body = serde_json::json!({"choices": [{"message": {"tool_calls": [
+            {"function": {"name": "f", "arguments": args}}]}}]})
+        .to_string();
+        assert!(body.contains("\\\\u0041\\\\u0049"), "{body}");
+        let masked = mask_json(&body);
+        let v: serde_json::Value = serde_json::from_str(&masked).unwrap();
+        let args = v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap();
+        assert_eq!(args, "{\"q\":\"***\"}");
+        // An escaped backslash before a once-escaped spelling: the raw bytes hold no
+        // escape there (masking them would cut `\\` from its `u0041`, which is no JSON),
+        // and the decoded text `x \u0041IzaESC/…` spells the key.
+        let once = escaped(key, |i| i == 0, false);
+        let body = format!("{{\"a\":\"x \\{once}\"}}");
+        assert!(body.contains("x \\\\u0041"), "{body}");
+        let v: serde_json::Value = serde_json::from_str(&mask_json(&body)).unwrap();
+        assert_eq!(v["a"], "x ***");
     }
 
     #[test]
