@@ -907,6 +907,11 @@ async fn a_key_split_across_tool_calls_without_index_or_beside_a_new_call_is_mas
     }
 }
 
+/// `UPSTREAM_KEY` with every character written as `%XX`.
+fn percent_key() -> String {
+    UPSTREAM_KEY.bytes().map(|b| format!("%{b:02X}")).collect()
+}
+
 /// `UPSTREAM_KEY` with every character written as a JSON `\uXXXX` escape.
 fn escaped_key() -> String {
     UPSTREAM_KEY
@@ -974,4 +979,53 @@ async fn a_key_escaped_inside_tool_call_arguments_reaches_the_client_masked() {
         "anthropic: {sse}"
     );
     assert!(!sse.contains("\\\\u0073\\\\u006b"), "anthropic: {sse}");
+}
+
+/// Guards a leak: a key percent-encoded (`%73%6B…`) or `\u`-escaped and split across
+/// two deltas of one text passed the key guard, which held only a delta ending with the
+/// key's raw start. Cut between two characters' spellings and inside one, same wire and
+/// to an Anthropic client.
+#[tokio::test]
+async fn a_key_percent_encoded_or_escaped_and_split_across_deltas_reaches_the_client_masked() {
+    let chunk = |d: Value, finish: Value| {
+        let c = json!({"id": "chatcmpl-k", "object": "chat.completion.chunk", "created": 1,
+            "model": "m-1", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]});
+        format!("data: {c}\n\n")
+    };
+    for spelled in [percent_key(), escaped_key()] {
+        for cut in [spelled.len() / 2 / 6 * 6, 13] {
+            let (a, b) = spelled.split_at(cut);
+            let sse = [
+                chunk(
+                    json!({"role": "assistant", "content": format!("url: {a}")}),
+                    Value::Null,
+                ),
+                chunk(json!({"content": format!("{b} end")}), Value::Null),
+                chunk(json!({}), json!("stop")),
+                "data: [DONE]\n\n".to_string(),
+            ]
+            .concat();
+            let (_server, _dir, gw, sse) = stream_through_one_route(sse.leak()).await;
+            let joined = joined_strings(&sse);
+            assert!(joined.contains("url: *** end"), "{spelled} at {cut}: {sse}");
+            assert!(
+                !joined.contains(&spelled[cut..]),
+                "{spelled} at {cut}: {sse}"
+            );
+            let messages = r#"{"model":"high","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"key?"}]}"#;
+            let r = send(
+                &gw,
+                "/v1/messages",
+                messages,
+                &[("x-api-key", CLIENT_TOKEN)],
+            )
+            .await;
+            let sse = r.text().await.unwrap();
+            assert!(
+                joined_strings(&sse).contains("url: *** end"),
+                "anthropic, {spelled} at {cut}: {sse}"
+            );
+            assert!(!sse.contains(&spelled[cut..]), "anthropic: {sse}");
+        }
+    }
 }

@@ -4,11 +4,12 @@
 //! whole key although no single event holds it.
 //!
 //! The guard holds back a delta while the text held so far ends with the start of a
-//! registered key, and lets it go once the text goes another way. When the held text
-//! completes a key, the held items come back with their text to be rewritten: the
-//! first that shows text shows the held text masked, the others show none. What is
-//! held is bounded by the longest key (the text stops being a key's start past it),
-//! and it only delays, never drops: a delta ending in `s` waits for the next one.
+//! registered key, raw or spelled (`%XX`, `\uXXXX`), and lets it go once the text goes
+//! another way. When the held text completes a key, the held items come back with
+//! their text to be rewritten: the first that shows text shows the held text masked,
+//! the others show none. What is held is bounded by the longest spelling of a key (the
+//! text stops being a key's start past it), and it only delays, never drops: a delta
+//! ending in `s` (or `%`) waits for the next one.
 //!
 //! Generic over the item held: the gateway guards the text it encodes itself, and the
 //! upstream's own frames on a same-wire stream.
@@ -181,6 +182,26 @@ mod tests {
         let out = g.push_in(args(1), "{}", "{}");
         assert_eq!(shown(out), "sk-gu{}");
         assert_eq!(g.channel(), Some(args(1)));
+    }
+
+    /// Guards a leak: a key percent-encoded or `\u`-escaped and split across two
+    /// deltas passed, since only a delta ending with the key's raw start was held.
+    #[test]
+    fn a_key_spelled_with_escapes_and_split_across_deltas_is_masked() {
+        let _k = secret::Secret::new(KEY);
+        let pct: String = KEY.bytes().map(|b| format!("%{b:02X}")).collect();
+        let esc: String = KEY.bytes().map(|b| format!("\\u{b:04x}")).collect();
+        // Cut between two characters' spellings, and inside one (`%7` + `3`, `\u00`).
+        for spelled in [&pct, &esc] {
+            for cut in [spelled.len() / 2, 4, 1] {
+                let (a, b) = spelled.split_at(cut);
+                let (a, b) = (format!("url: {a}"), format!("{b} end"));
+                let mut g = KeyGuard::default();
+                assert!(g.push(a.as_str(), &a).is_empty(), "{a}");
+                let client = shown(g.push(b.as_str(), &b)) + &shown(g.flush());
+                assert_eq!(client, "url: *** end");
+            }
+        }
     }
 
     #[test]

@@ -293,14 +293,25 @@ pub fn mask_key_pieces(text: &str) -> Cow<'_, str> {
     out
 }
 
-/// Whether `text` ends with the start of a registered key (a proper prefix of it): a
-/// stream's next delta could complete it (`key_guard`).
+/// Whether `text` ends with the start of a spelling of a registered key (a proper
+/// prefix of one, each character written as `spelling_at` reads it): a stream's next
+/// delta could complete it (`key_guard`). Only the last `6 × key length` bytes are
+/// read (the longest spelling, every character `\uXXXX`), and in them only where a
+/// spelling can start: this runs on every delta.
 pub fn ends_with_key_start(text: &str) -> bool {
     let keys = registry().read().unwrap_or_else(|p| p.into_inner());
     let t = text.as_bytes();
     keys.iter().any(|k| {
-        let k = k.as_bytes();
-        (1..k.len().min(t.len() + 1)).any(|n| t.ends_with(&k[..n]))
+        let kb = k.as_bytes();
+        if !spellable(k) {
+            return (1..kb.len().min(t.len() + 1)).any(|n| t.ends_with(&kb[..n]));
+        }
+        let Some(&first) = kb.first() else {
+            return false;
+        };
+        let from = t.len().saturating_sub(6 * kb.len());
+        memchr::memchr3_iter(first, b'%', b'\\', &t[from..])
+            .any(|at| spelling_at(t, from + at, kb) == Spelling::Cut)
     })
 }
 
@@ -540,6 +551,33 @@ mod tests {
         assert!(body.contains("x \\\\u0041"), "{body}");
         let v: serde_json::Value = serde_json::from_str(&mask_json(&body)).unwrap();
         assert_eq!(v["a"], "x ***");
+    }
+
+    /// Guards a leak: a key percent-encoded or `\u`-escaped, split across two stream
+    /// deltas, passed, because only a tail that was a raw prefix of a key was held.
+    #[test]
+    fn a_tail_that_starts_any_spelling_of_a_key_is_a_key_start() {
+        let key = "AIzaSTART/spell-R5t8Y3u6";
+        let _k = Secret::new(key);
+        let pct: String = key.bytes().map(|b| format!("%{b:02X}")).collect();
+        let esc = escaped(key, |_| true, true);
+        for n in 1..pct.len() {
+            assert!(ends_with_key_start(&format!("url: {}", &pct[..n])), "{n}");
+        }
+        for n in 1..esc.len() {
+            assert!(
+                ends_with_key_start(&format!("{{\"q\":\"{}", &esc[..n])),
+                "{n}"
+            );
+        }
+        assert!(ends_with_key_start("key: AIzaST"));
+        assert!(ends_with_key_start("key: %41I\\u007A%61ST"));
+        // Whole spellings are masked, not held; text that went another way, or an
+        // escaped backslash, is no start.
+        assert!(!ends_with_key_start(&format!("{pct} ")));
+        assert!(!ends_with_key_start("key: %41I\\u007B."));
+        assert!(!ends_with_key_start("path: C:\\\\u00"));
+        assert!(!ends_with_key_start("AIza%54"));
     }
 
     #[test]
