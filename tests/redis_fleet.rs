@@ -39,7 +39,7 @@ const PER_CLIENT: usize = 8;
 const DEADLINE: Duration = gateway::DEADLINE;
 
 fn write_config(dir: &Path, mock: &MockServer, redis: &str, on_error: &str) -> std::path::PathBuf {
-    write_config_rpm(dir, mock, redis, on_error, RPM)
+    write_config_rpm(dir, mock, redis, on_error, RPM, 1000)
 }
 
 fn write_config_rpm(
@@ -48,13 +48,19 @@ fn write_config_rpm(
     redis: &str,
     on_error: &str,
     rpm: u64,
+    state_timeout_ms: u64,
 ) -> std::path::PathBuf {
+    // `state_timeout_ms` is well above a loaded machine's Redis round trip (1000) where a
+    // test counts what the shared bucket admitted: a call that times out spends the local
+    // share instead, and a burst would then admit fewer than the bucket holds (seen once,
+    // with builds running beside the suite). A kill is a refused connection, which never
+    // waits for it; only the test of a Redis that never answers waits, and sets it short.
     let yaml = format!(
         "providers:\n  dash:\n    wire: openai\n    base_url: {}\n    api_key_env: {KEY_VAR}\n\
          tiers:\n  t:\n    - dash/m\n\
          limits:\n  dash/m: {{ rpm: {rpm} }}\n\
          headroom: 1.0\n\
-         state: {redis}\nstate_timeout_ms: 150\non_store_error: {on_error}\nworkers: {GATEWAYS}\n",
+         state: {redis}\nstate_timeout_ms: {state_timeout_ms}\non_store_error: {on_error}\nworkers: {GATEWAYS}\n",
         mock.base_url("dash", Wire::OpenAi)
     );
     let path = dir.join("pool.yaml");
@@ -323,7 +329,7 @@ async fn with_fail_closed_a_redis_that_never_answers_sheds_within_the_deadline_a
     let redis = RedisServer::must_start();
     let mock = upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &mock, &redis.url(), "fail_closed");
+    let config = write_config_rpm(dir.path(), &mock, &redis.url(), "fail_closed", RPM, 150);
     let gw = start(&config).await;
     // Accepts connections, never answers: only the store's deadline (150 ms) ends a call.
     redis.signal("STOP").unwrap();
@@ -370,7 +376,7 @@ async fn walks_in_separate_processes_spend_one_shared_bucket() {
     let redis = RedisServer::must_start();
     let mock = upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config_rpm(dir.path(), &mock, &redis.url(), "local_share", 2);
+    let config = write_config_rpm(dir.path(), &mock, &redis.url(), "local_share", 2, 1000);
     let mut outcomes = Vec::new();
     for _ in 0..3 {
         let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
@@ -398,7 +404,7 @@ async fn probe_spends_the_fleets_shared_bucket_not_a_fresh_one_of_its_own() {
     let redis = RedisServer::must_start();
     let mock = upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config_rpm(dir.path(), &mock, &redis.url(), "local_share", 2);
+    let config = write_config_rpm(dir.path(), &mock, &redis.url(), "local_share", 2, 1000);
     let run = |args: &'static [&'static str]| {
         let config = config.clone();
         async move {
