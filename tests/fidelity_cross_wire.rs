@@ -756,6 +756,42 @@ async fn a_tool_result_of_several_text_parts_keeps_them_apart_in_both_directions
     );
 }
 
+/// Guards an agent loop with reasoning on an Anthropic route: Anthropic refuses
+/// thinking when the last assistant turn (the one that called the tools) does not
+/// start with its signed thinking block, which a conversation from another wire never
+/// holds. The loop's next call goes without thinking, named; a new exchange after the
+/// loop has ended takes thinking again.
+#[tokio::test]
+async fn reasoning_in_a_tool_loop_from_another_wire_goes_without_thinking_and_is_named() {
+    let ant = anthropic().await;
+    let (_dir, gw) = serve(&[route_of("ant", "anthropic", &ant)], &["ant/claude-x"]).await;
+    let mut body = json!({
+        "model": "high", "max_completion_tokens": 300, "reasoning_effort": "low",
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "messages": [
+            {"role": "user", "content": "Look it up."},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "42"}
+        ]
+    });
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "reasoning_effort");
+    let sent = &bodies(&ant).await[0];
+    assert!(sent.get("thinking").is_none(), "{sent}");
+    assert_eq!(sent["max_tokens"], 300);
+    // The loop ended with an answer; the user's next message starts a new exchange.
+    let msgs = body["messages"].as_array_mut().unwrap();
+    msgs.push(json!({"role": "assistant", "content": "It is 42."}));
+    msgs.push(json!({"role": "user", "content": "Why?"}));
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-poolctl-dropped-params"), "");
+    let sent = &bodies(&ant).await[1];
+    assert_eq!(sent["thinking"]["budget_tokens"], 1024, "{sent}");
+}
+
 /// Anthropic → OpenAI: each text block stays a text part, an image block becomes an
 /// `image_url` data URL, `thinking.budget_tokens` becomes `reasoning_effort`,
 /// `max_tokens` is `max_completion_tokens` on the `openai` dialect, and `top_k` (which

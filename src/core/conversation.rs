@@ -95,6 +95,21 @@ pub enum Turn {
     },
 }
 
+impl Conversation {
+    /// Whether the last assistant turn called tools: the conversation is in a tool loop,
+    /// whose results follow that turn.
+    pub fn in_tool_loop(&self) -> bool {
+        self.turns
+            .iter()
+            .rev()
+            .find_map(|t| match t {
+                Turn::Assistant { tool_calls, .. } => Some(!tool_calls.is_empty()),
+                _ => None,
+            })
+            .unwrap_or(false)
+    }
+}
+
 impl Turn {
     /// A tool result of `parts` (one or more texts), kept apart where there are several.
     pub fn tool_result(call_id: String, name: String, parts: Vec<String>, is_error: bool) -> Turn {

@@ -25,8 +25,11 @@ const SAMPLING: super::codec::SamplingNames = super::codec::SamplingNames {
 };
 
 /// How a reasoning request becomes Anthropic's `thinking` (spec/fidelity.md §2).
-/// Anthropic refuses thinking beside a forced tool, and beside a temperature other
-/// than 1: with a forced tool thinking stays off (and `reasoning_effort` is named as
+/// Anthropic refuses thinking beside a forced tool, beside a temperature other than 1,
+/// and in a tool loop whose last assistant turn does not start with the signed
+/// `thinking` block it answered with ("a final `assistant` message must start with a
+/// thinking block"), which a conversation from another wire never holds. With a forced
+/// tool or in such a loop, thinking stays off (and `reasoning_effort` is named as
 /// dropped); otherwise the temperature is dropped (and named).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThinkingPlan {
@@ -35,7 +38,7 @@ pub struct ThinkingPlan {
 }
 
 pub fn thinking_plan(req: &ChatRequest, _reasoning: Reasoning) -> ThinkingPlan {
-    let enabled = !req.forces_tool();
+    let enabled = !req.forces_tool() && !req.conversation.in_tool_loop();
     ThinkingPlan {
         enabled,
         drops_temperature: enabled && req.sampling.temperature.is_some_and(|t| t != 1.0),
