@@ -299,6 +299,28 @@ async fn an_http_1_1_request_without_host_is_a_400_naming_the_header() {
     assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 1);
 }
 
+/// Guards RFC 9112 §3.2's other half ("... and to any request message that contains
+/// more than one Host header field line"): a request with two was judged by its first
+/// `Host` alone, so `localhost` then another name reached the loopback gateway.
+#[tokio::test]
+async fn a_request_with_two_host_lines_is_a_400_and_calls_nothing() {
+    let mock = mock_ok().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, ""), &[], &[]).await;
+    let body = chat("high").to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\nhost: evil.example\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = raw(&gw, request.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let (_, json) = answer.split_once("\r\n\r\n").unwrap();
+    let b: Value = serde_json::from_str(json).unwrap();
+    assert_eq!(b["error"]["code"], "several_hosts", "{b}");
+    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 0);
+}
+
 #[tokio::test]
 async fn a_request_from_a_web_page_is_refused_unless_its_origin_is_allowed() {
     let mock = mock_ok().await;

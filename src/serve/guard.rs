@@ -40,11 +40,26 @@ pub fn host_allowed(listen: SocketAddr, host: Option<&[u8]>) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Whether a request lacks the `Host` its version requires: RFC 9112 §3.2 has a server
-/// answer 400 to an HTTP/1.1 request without one. HTTP/1.0 predates the header, so its
-/// requests are served without it (`host_allowed` lets them through).
-pub fn host_missing(version: hyper::Version, host: Option<&[u8]>) -> bool {
-    version == hyper::Version::HTTP_11 && host.is_none()
+/// What is wrong with a request's `Host` lines, by RFC 9112 §3.2, which has a server
+/// answer 400 to an HTTP/1.1 request without one and to any request with several.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostFault {
+    /// An HTTP/1.1 request without `Host`. HTTP/1.0 predates the header, so its
+    /// requests are served without it (`host_allowed` lets them through).
+    Missing,
+    /// Several `Host` lines: a proxy in front and this gateway could each read another,
+    /// and the loopback check would judge only the first.
+    Several,
+}
+
+/// The fault of a request's `Host` lines, if any (`HostFault`).
+pub fn host_fault(version: hyper::Version, headers: &hyper::HeaderMap) -> Option<HostFault> {
+    let mut hosts = headers.get_all(hyper::header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) if version == hyper::Version::HTTP_11 => Some(HostFault::Missing),
+        (Some(_), Some(_)) => Some(HostFault::Several),
+        _ => None,
+    }
 }
 
 /// `:8700`: a colon and one to five digits.
@@ -150,9 +165,27 @@ mod tests {
     #[test]
     fn an_http_1_1_request_without_host_is_missing_it_and_an_http_1_0_one_is_not() {
         use hyper::Version;
-        assert!(host_missing(Version::HTTP_11, None));
-        assert!(!host_missing(Version::HTTP_11, Some(b"localhost:8700")));
-        assert!(!host_missing(Version::HTTP_10, None));
+        let none = hyper::HeaderMap::new();
+        let mut one = hyper::HeaderMap::new();
+        one.insert(hyper::header::HOST, "localhost:8700".parse().unwrap());
+        assert_eq!(
+            host_fault(Version::HTTP_11, &none),
+            Some(HostFault::Missing)
+        );
+        assert_eq!(host_fault(Version::HTTP_11, &one), None);
+        assert_eq!(host_fault(Version::HTTP_10, &none), None);
+    }
+
+    /// Guards RFC 9112 §3.2's other half: a request with two `Host` lines was judged
+    /// by its first alone.
+    #[test]
+    fn a_request_with_several_host_lines_is_at_fault_whatever_its_version() {
+        use hyper::Version;
+        let mut two = hyper::HeaderMap::new();
+        two.append(hyper::header::HOST, "localhost:8700".parse().unwrap());
+        two.append(hyper::header::HOST, "evil.example".parse().unwrap());
+        assert_eq!(host_fault(Version::HTTP_11, &two), Some(HostFault::Several));
+        assert_eq!(host_fault(Version::HTTP_10, &two), Some(HostFault::Several));
     }
 
     #[test]

@@ -176,13 +176,18 @@ fn unauthorized() -> ApiError {
 }
 
 /// The answer to an HTTP/1.1 request without `Host` (RFC 9112 §3.2: a 400).
-pub(super) fn missing_host() -> ApiError {
-    ApiError::new(
-        400,
-        "invalid_request_error",
-        "missing_host",
-        "an HTTP/1.1 request must carry a `Host` header (RFC 9112 §3.2); this one has none",
-    )
+pub(super) fn host_error(fault: guard::HostFault) -> ApiError {
+    let (code, message) = match fault {
+        guard::HostFault::Missing => (
+            "missing_host",
+            "an HTTP/1.1 request must carry a `Host` header (RFC 9112 §3.2); this one has none",
+        ),
+        guard::HostFault::Several => (
+            "several_hosts",
+            "a request must carry one `Host` header (RFC 9112 §3.2); this one has several",
+        ),
+    };
+    ApiError::new(400, "invalid_request_error", code, message)
 }
 
 async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Response<Body> {
@@ -194,8 +199,12 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
     // The browser guards come first, on every path: a rebound page must not read even
     // `/metrics` or `/readyz`.
     let host = req.headers().get(HOST).map(HeaderValue::as_bytes);
-    if guard::host_missing(req.version(), host) {
-        return ask.refuse("missing_host", missing_host(), "");
+    if let Some(fault) = guard::host_fault(req.version(), req.headers()) {
+        let why = match fault {
+            guard::HostFault::Missing => "missing_host",
+            guard::HostFault::Several => "several_hosts",
+        };
+        return ask.refuse(why, host_error(fault), "");
     }
     if !guard::host_allowed(gw.settings.listen, host) {
         return ask.refuse("misdirected_host", ApiError::new(421, "invalid_request_error", "misdirected_request",

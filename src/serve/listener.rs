@@ -395,8 +395,8 @@ async fn scrape(
             Flavor::OpenAi,
         )
     };
-    if super::guard::host_missing(req.version(), host) {
-        return super::http::error_response(&handler::missing_host(), Flavor::OpenAi);
+    if let Some(fault) = super::guard::host_fault(req.version(), req.headers()) {
+        return super::http::error_response(&handler::host_error(fault), Flavor::OpenAi);
     }
     if addr.is_some_and(|a| !super::guard::host_allowed(a, host)) {
         return refused(
