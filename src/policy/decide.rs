@@ -133,8 +133,11 @@ pub fn decide(s: &Situation) -> Decision {
         }
         budget_blocked = true;
     }
-    // Row 6.
-    let why = if budget_blocked {
+    // Row 6. A timeout that ran into `max_elapsed_ms` had the budget's deadline, not
+    // the route's (an attempt may take no longer than what is left): the budget ended
+    // the request, on the last route as on any other.
+    let budget_cut = s.class == Class::Timeout && s.spent.elapsed_ms >= s.policy.max_elapsed_ms;
+    let why = if budget_blocked || budget_cut {
         Why::BudgetSpent
     } else {
         Why::NothingLeft
