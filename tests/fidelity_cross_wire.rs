@@ -1081,6 +1081,47 @@ data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\
 data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x-2025\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\n\
 data: [DONE]\n\n";
 
+/// Guards a load-balanced group's streams: `x-poolctl-served-by` named the group's
+/// first member whichever member the router drew, since a stream's headers leave
+/// before its attempt's record exists. Each stream's header now names the member whose
+/// upstream was called (the weights put the second member first almost always).
+#[tokio::test]
+async fn a_streamed_answer_from_a_group_names_the_member_that_served_it() {
+    let (one, two) = (
+        sse_upstream("/v1/chat/completions", OPENAI_STREAM).await,
+        sse_upstream("/v1/chat/completions", OPENAI_STREAM).await,
+    );
+    let (_dir, gw) = serve(
+        &[
+            route_of("one", "openai", &one),
+            route_of("two", "openai", &two),
+        ],
+        &["{ group: [one/m, two/m], weights: [1, 99] }"],
+    )
+    .await;
+    let body = json!({"model": "high", "stream": true,
+        "messages": [{"role": "user", "content": "Hi"}]});
+    let mut by_two = 0;
+    for i in 0..6 {
+        let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+        assert_eq!(r.status(), 200);
+        let named = header(&r, "x-poolctl-served-by");
+        let _ = r.text().await.unwrap();
+        let (a, b) = (received(&one).await.len(), received(&two).await.len());
+        assert_eq!(a + b, i + 1, "one upstream call a stream");
+        let called = if b > by_two { "two/m" } else { "one/m" };
+        by_two = b;
+        assert_eq!(
+            named, called,
+            "stream {i}: the header names the member called"
+        );
+    }
+    assert!(
+        by_two > 0,
+        "the draw put the second member first at least once"
+    );
+}
+
 /// Guards issue 20: an Anthropic stream served from an OpenAI-wire route reported
 /// `input_tokens: 0`. The last `message_delta` carries the whole usage, and
 /// `message_start` names the model that answered.

@@ -384,6 +384,9 @@ impl Router {
                 if let Some(calls) = walk.opts.calls {
                     calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
+                if let Some(calling) = walk.opts.calling {
+                    calling(&spec.route);
+                }
                 let Attempted {
                     result,
                     delivered,

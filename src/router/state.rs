@@ -38,6 +38,10 @@ pub struct CallOptions<'a> {
     /// Counted up as each upstream call starts: a caller that may be cut off before
     /// the report exists (the gateway's drain deadline) still knows how many it made.
     pub calls: Option<&'a AtomicU32>,
+    /// Told the route of each upstream call as it starts: a stream names the route it
+    /// is on in its headers before that attempt's record exists, and in a load-balanced
+    /// group the router, not the chain's order, chooses the member.
+    pub calling: Option<&'a (dyn Fn(&crate::core::vocab::Route) + Send + Sync)>,
     /// The request's priority class, from its source (never inferred): admission
     /// orders waiters and keeps the interactive floor by it.
     pub priority: Priority,
@@ -58,6 +62,7 @@ impl<'a> CallOptions<'a> {
             observer: None,
             on_event: None,
             calls: None,
+            calling: None,
             priority: Priority::Interactive,
             degrade_tier: None,
             keep_stream_text: true,

@@ -269,10 +269,12 @@ pub async fn stream(
     progress: &Progress,
 ) -> Called {
     let observe = |step: Step<'_>| progress.observe(step);
+    let calling = |route: &Route| progress.calling(route);
     let forward = |e: StreamEvent<'_>| on_event(event_of(e));
     let mut opts = t.options();
     opts.keep_stream_text = keep_text;
     opts.observer = Some(&observe);
+    opts.calling = Some(&calling);
     opts.on_event = Some(&forward);
     let called = router
         .call(
@@ -484,6 +486,8 @@ struct ProgressState {
     attempts: usize,
     /// Routes passed over or fallen back from: the stream is on none of them.
     left: Vec<Route>,
+    /// The route of the upstream call in flight, as the router names it.
+    calling: Option<Route>,
 }
 
 impl Progress {
@@ -500,11 +504,20 @@ impl Progress {
         }
     }
 
-    /// The route now streaming and the upstream calls including its own: the first
+    fn calling(&self, route: &Route) {
+        let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        s.calling = Some(route.clone());
+    }
+
+    /// The route now streaming and the upstream calls including its own: the route
+    /// of the call in flight (a group's member is the router's choice), else the first
     /// route of `order` the walk has not left.
     pub fn current(&self, order: &[Route]) -> (Option<Route>, usize) {
         let s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let route = order.iter().find(|r| !s.left.contains(r)).cloned();
+        let route = s
+            .calling
+            .clone()
+            .or_else(|| order.iter().find(|r| !s.left.contains(r)).cloned());
         (route, s.attempts + 1)
     }
 }
