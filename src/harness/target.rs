@@ -40,8 +40,6 @@ const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 /// Added to a scenario's deadline before a request counts as hung: the target's own
 /// overhead and a loaded CI machine.
 const DEADLINE_SLACK_MS: u64 = 3_000;
-/// The longest a request may take when its scenario states no deadline.
-const DEFAULT_DEADLINE_MS: u64 = 30_000;
 /// The mock's control endpoints answer at once; a slow one is a broken run.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -641,15 +639,16 @@ async fn run_one(
     run
 }
 
-/// The longest one request of `scenario` may take: its card's elapsed budget, capped
-/// so a hung target costs a bounded wait.
+/// The longest one request of `scenario` may take: its card's elapsed budget, or the
+/// default card's (decisions.md: `max_elapsed_ms` 60 000) when it states none, capped
+/// at twice that so a hung target costs a bounded wait.
 fn deadline_ms(scenario: &Scenario) -> u64 {
+    let default = crate::policy::card::Policy::default().max_elapsed_ms;
     scenario
         .policy
         .as_ref()
-        .map(|p| p.max_elapsed_ms)
-        .unwrap_or(DEFAULT_DEADLINE_MS)
-        .min(DEFAULT_DEADLINE_MS * 2)
+        .map_or(default, |p| p.max_elapsed_ms)
+        .min(default * 2)
         + real_wait_ms(scenario)
 }
 
@@ -1580,6 +1579,16 @@ mod tests {
 
     fn scenario(text: &str) -> Scenario {
         Scenario::parse(std::path::Path::new("t.yaml"), text).expect("parses")
+    }
+
+    #[test]
+    fn the_deadline_without_a_card_is_the_default_cards_budget() {
+        // Guards the README's "its card's `max_elapsed_ms` (60 s by default)": a target
+        // answering in 40 s was cut at 30 s as hung.
+        let s = scenario("name: n\nchain:\n  - route: a/x\n    replies: [ { ok: \"hi\" } ]\nexpect: { outcome: success }\n");
+        assert_eq!(deadline_ms(&s), 60_000);
+        let s = scenario("name: n\npolicy: { max_elapsed_ms: 500000 }\nchain:\n  - route: a/x\n    replies: [ { ok: \"hi\" } ]\nexpect: { outcome: success }\n");
+        assert_eq!(deadline_ms(&s), 120_000, "capped at twice the default");
     }
 
     #[test]
