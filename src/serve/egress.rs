@@ -7,13 +7,22 @@ use super::adapter::{Finish, Reply};
 use crate::core::request::Usage;
 use serde_json::{json, Value};
 
+// A reason the shared vocabulary has no word for (Gemini `OTHER`, `LANGUAGE`,
+// `MALFORMED_FUNCTION_CALL`; Anthropic `pause_turn`; OpenAI's legacy `function_call`)
+// reaches a client of another wire as one of its own wire's words, the nearest: a
+// client's SDK and code know only those (fidelity.md §2).
+
 pub(super) fn openai_finish(f: &Finish) -> &str {
     match f {
         Finish::Stop => "stop",
         Finish::Length => "length",
         Finish::ToolCalls => "tool_calls",
         Finish::ContentFilter => "content_filter",
-        Finish::Other(s) => s,
+        Finish::Other(s) => match s.as_str() {
+            "function_call" => "function_call",
+            "model_context_window_exceeded" => "length",
+            _ => "stop",
+        },
     }
 }
 
@@ -23,7 +32,13 @@ pub(super) fn anthropic_stop(f: &Finish) -> &str {
         Finish::Length => "max_tokens",
         Finish::ToolCalls => "tool_use",
         Finish::ContentFilter => "refusal",
-        Finish::Other(s) => s,
+        Finish::Other(s) => match s.as_str() {
+            "stop_sequence" => "stop_sequence",
+            "pause_turn" => "pause_turn",
+            "model_context_window_exceeded" => "model_context_window_exceeded",
+            "function_call" => "tool_use",
+            _ => "end_turn",
+        },
     }
 }
 
@@ -275,6 +290,26 @@ pub fn base64_encode(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards Gemini's finishes outside the mapped set (`MALFORMED_FUNCTION_CALL`,
+    /// `OTHER`, `LANGUAGE`): they reached OpenAI and Anthropic clients verbatim, words
+    /// neither wire has.
+    #[test]
+    fn a_finish_without_a_word_reaches_each_client_as_one_of_its_own_wires() {
+        for gemini in ["MALFORMED_FUNCTION_CALL", "OTHER", "LANGUAGE", "NO_IMAGE"] {
+            let f = Finish::Other(gemini.into());
+            assert_eq!(openai_finish(&f), "stop", "{gemini}");
+            assert_eq!(anthropic_stop(&f), "end_turn", "{gemini}");
+        }
+        let pause = Finish::Other("pause_turn".into());
+        assert_eq!(anthropic_stop(&pause), "pause_turn");
+        assert_eq!(openai_finish(&pause), "stop");
+        let legacy = Finish::Other("function_call".into());
+        assert_eq!(openai_finish(&legacy), "function_call");
+        assert_eq!(anthropic_stop(&legacy), "tool_use");
+        let full = Finish::Other("model_context_window_exceeded".into());
+        assert_eq!(openai_finish(&full), "length");
+    }
     use crate::core::conversation::ToolCall;
     use crate::serve::adapter::Event;
     use crate::serve::egress_stream::*;
