@@ -792,6 +792,48 @@ async fn reasoning_in_a_tool_loop_from_another_wire_goes_without_thinking_and_is
     assert_eq!(sent["thinking"]["budget_tokens"], 1024, "{sent}");
 }
 
+/// Guards an OpenAI client's assistant turn of several text parts: it reached
+/// Anthropic as one text block and Gemini as one part, joined by a blank line the
+/// client never sent. Each part is now a block (a part) of the one assistant message.
+#[tokio::test]
+async fn an_assistant_turn_of_several_text_parts_keeps_them_apart_on_anthropic_and_gemini() {
+    let ant = anthropic().await;
+    let gem = upstream("/v1beta/models/gemini-x:generateContent", GEMINI_ANSWER).await;
+    let body = json!({
+        "model": "high", "max_completion_tokens": 100,
+        "messages": [
+            {"role": "user", "content": "Two things?"},
+            {"role": "assistant", "content": [{"type": "text", "text": "t1"}, {"type": "text", "text": "t2"}]},
+            {"role": "user", "content": "Go on."}
+        ]
+    });
+    let (_dir, gw) = serve(&[route_of("ant", "anthropic", &ant)], &["ant/claude-x"]).await;
+    assert_eq!(
+        post(&gw, "/v1/chat/completions", &body, &[]).await.status(),
+        200
+    );
+    let sent = &bodies(&ant).await[0];
+    assert_eq!(
+        sent["messages"][1],
+        json!({"role": "assistant", "content": [
+            {"type": "text", "text": "t1"}, {"type": "text", "text": "t2"}
+        ]}),
+        "{sent}"
+    );
+    drop(gw);
+    let (_dir, gw) = serve(&[route_of("gem", "gemini", &gem)], &["gem/gemini-x"]).await;
+    assert_eq!(
+        post(&gw, "/v1/chat/completions", &body, &[]).await.status(),
+        200
+    );
+    let sent = &bodies(&gem).await[0];
+    assert_eq!(
+        sent["contents"][1],
+        json!({"role": "model", "parts": [{"text": "t1"}, {"text": "t2"}]}),
+        "{sent}"
+    );
+}
+
 /// Anthropic → OpenAI: each text block stays a text part, an image block becomes an
 /// `image_url` data URL, `thinking.budget_tokens` becomes `reasoning_effort`,
 /// `max_tokens` is `max_completion_tokens` on the `openai` dialect, and `top_k` (which

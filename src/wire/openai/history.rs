@@ -207,10 +207,25 @@ pub fn from_openai_messages(messages: &[Value]) -> Result<Conversation, CodecErr
                 for call in &tool_calls {
                     names.insert(call.id.clone(), call.name.clone());
                 }
-                conv.turns.push(Turn::Assistant {
-                    text: openai_text_at(content, content_path)?,
-                    tool_calls,
-                });
+                match content {
+                    // Several text parts stay several (fidelity.md §2): a turn each, which
+                    // a wire of blocks or parts merges back into one message, a block
+                    // each; the calls go with the last.
+                    Some(Value::Array(parts)) if parts.len() > 1 => {
+                        let mut turns = crate::core::conversation::AssistantTurns::default();
+                        for (k, p) in parts.iter().enumerate() {
+                            turns.text(&text_part(p, &format!("{}[{k}]", content_path()))?);
+                        }
+                        for call in tool_calls {
+                            turns.call(call);
+                        }
+                        turns.finish(&mut conv.turns);
+                    }
+                    _ => conv.turns.push(Turn::Assistant {
+                        text: openai_text_at(content, content_path)?,
+                        tool_calls,
+                    }),
+                }
             }
             "tool" => {
                 let path = path();
