@@ -599,6 +599,10 @@ async fn serve_answers_a_model_group_behind_the_master_key() {
         .await
         .unwrap();
     assert_eq!(refused.status(), 401);
+    // The 401 names the variable the token is read from here, which is the config's.
+    let e: serde_json::Value = refused.json().await.unwrap();
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(message.contains("$LITELLM_MASTER_KEY"), "{message}");
     let r = client
         .post(gw.url("/v1/chat/completions"))
         .bearer_auth(MASTER)

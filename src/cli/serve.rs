@@ -112,7 +112,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
             store,
         ))
         .with_sessions(Arc::new(sessions));
-    let (token, token_from) = serve_token(&config)?;
+    let (token, token_from, token_var) = serve_token(&config)?;
     let settings = Settings {
         listen: args.listen,
         max_body_bytes: args.max_body_bytes,
@@ -122,6 +122,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         max_connections: args.max_connections.max(1),
         drain: Duration::from_millis(args.drain_ms),
         token,
+        token_var,
         log_prompts: args.log_prompts,
         allow_origins: args.allow_origins.clone(),
     };
@@ -289,18 +290,23 @@ fn stop_signal() -> impl std::future::Future<Output = ()> {
 /// must never serve open when its config asks for a token.
 fn serve_token(
     config: &crate::config::pool::PoolConfig,
-) -> anyhow::Result<(Option<Secret>, Option<String>)> {
+) -> anyhow::Result<(Option<Secret>, Option<String>, String)> {
     if let Some(t) = std::env::var(serve::TOKEN_ENV)
         .ok()
         .filter(|t| !t.is_empty())
     {
-        return Ok((Some(Secret::new(t)), Some(format!("${}", serve::TOKEN_ENV))));
+        let from = format!("${}", serve::TOKEN_ENV);
+        return Ok((Some(Secret::new(t)), Some(from), serve::TOKEN_ENV.into()));
     }
     let Some(var) = &config.serve_token_env else {
-        return Ok((None, None));
+        return Ok((None, None, serve::TOKEN_ENV.into()));
     };
     match config.key(var, &env_key) {
-        Some(t) => Ok((Some(Secret::new(t)), Some(format!("the token of `serve_token_env` (${var})")))),
+        Some(t) => Ok((
+            Some(Secret::new(t)),
+            Some(format!("the token of `serve_token_env` (${var})")),
+            var.clone(),
+        )),
         None => anyhow::bail!(
             "{}: field `serve_token_env`: environment variable `{var}` is not set or is empty (set it, or ${})",
             config.file.display(),

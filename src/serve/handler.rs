@@ -163,14 +163,15 @@ fn authorized(gw: &Gateway, headers: &HeaderMap) -> bool {
     }
 }
 
-fn unauthorized() -> ApiError {
+/// The 401, naming the variable the token was read from: the one an operator set
+/// (`serve_token_env:`, a LiteLLM `master_key`), not always `POOLCTL_SERVE_TOKEN`.
+fn unauthorized(token_var: &str) -> ApiError {
     ApiError::new(
         401,
         "authentication_error",
         "invalid_api_key",
         format!(
-            "this gateway requires the token in ${} as `Authorization: Bearer` (or `x-api-key`)",
-            super::TOKEN_ENV
+            "this gateway requires the token in ${token_var} as `Authorization: Bearer` (or `x-api-key`)"
         ),
     )
 }
@@ -237,7 +238,7 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
             // The scrape names routes, workflows and health, as `/v1/models` does: the
             // same token guards both (Prometheus sends it with `authorization:`).
             if !authorized(&gw, req.headers()) {
-                return ask.refuse("unauthorized", unauthorized(), "");
+                return ask.refuse("unauthorized", unauthorized(&gw.settings.token_var), "");
             }
             ask.quiet();
             return metrics(&gw).await;
@@ -245,7 +246,7 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
         _ => {}
     }
     if !authorized(&gw, req.headers()) {
-        return ask.refuse("unauthorized", unauthorized(), "");
+        return ask.refuse("unauthorized", unauthorized(&gw.settings.token_var), "");
     }
     let wants = match (&method, path.as_str()) {
         (&Method::GET, "/v1/models") => {

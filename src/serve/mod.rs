@@ -58,6 +58,9 @@ pub struct Settings {
     /// On SIGTERM / SIGINT: how long in-flight requests and streams may finish.
     pub drain: Duration,
     pub token: Option<Secret>,
+    /// The variable the token was read from, for the 401 that asks for it
+    /// (`POOLCTL_SERVE_TOKEN`, or the one `serve_token_env:` names).
+    pub token_var: String,
     /// Log the last user message of each chat request (off by default).
     pub log_prompts: bool,
     /// Origins whose web pages may call the gateway (`--allow-origin`); none by default.
@@ -75,6 +78,7 @@ impl Default for Settings {
             max_connections: 1024,
             drain: Duration::from_secs(30),
             token: None,
+            token_var: TOKEN_ENV.to_string(),
             log_prompts: false,
             allow_origins: Vec::new(),
         }
