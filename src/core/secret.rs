@@ -177,19 +177,32 @@ fn mask_spellings(text: &str, key: &str) -> Option<String> {
     let (mut copied, mut i) = (0, 0);
     // Only where the key's first character, a `%` or a `\` is can a spelling start.
     while let Some(at) = memchr::memchr3(first, b'%', b'\\', &t[i..]) {
-        i += at;
-        if let Spelling::Whole(end) = spelling_at(t, i, k) {
+        let (start, next) = candidate(t, i + at);
+        if let Spelling::Whole(end) = spelling_at(t, start, k) {
             let o = out.get_or_insert_with(|| String::with_capacity(text.len()));
-            o.push_str(&text[copied..i]);
+            o.push_str(&text[copied..start]);
             o.push_str(MASK);
             (copied, i) = (end, end);
         } else {
-            i += 1;
+            i = next;
         }
     }
     let mut o = out?;
     o.push_str(&text[copied..]);
     Some(o)
+}
+
+/// Where a spelling may start, for a candidate at `i` (the key's first character, a `%`
+/// or a `\`), and where the scan goes on if none does. Of a run of backslashes only
+/// the last can start an escape (the others escape one another, or precede it): the
+/// run is read once, at its end. Trying each of its backslashes, each counting the
+/// ones before it, took time growing with the square of the run.
+fn candidate(t: &[u8], i: usize) -> (usize, usize) {
+    if t[i] != b'\\' {
+        return (i, i + 1);
+    }
+    let end = i + t[i..].iter().take_while(|&&b| b == b'\\').count();
+    (end - 1, end)
 }
 
 /// What stands at some offset of a text, read as a spelling of a key.
@@ -309,9 +322,15 @@ pub fn ends_with_key_start(text: &str) -> bool {
         let Some(&first) = kb.first() else {
             return false;
         };
-        let from = t.len().saturating_sub(6 * kb.len());
-        memchr::memchr3_iter(first, b'%', b'\\', &t[from..])
-            .any(|at| spelling_at(t, from + at, kb) == Spelling::Cut)
+        let mut i = t.len().saturating_sub(6 * kb.len());
+        while let Some(at) = memchr::memchr3(first, b'%', b'\\', &t[i..]) {
+            let (start, next) = candidate(t, i + at);
+            if spelling_at(t, start, kb) == Spelling::Cut {
+                return true;
+            }
+            i = next;
+        }
+        false
     })
 }
 
@@ -509,6 +528,35 @@ mod tests {
     /// body is decoded they can still spell the key in `\uXXXX` escapes that the
     /// client's `json.loads(arguments)` decodes back; only the raw key and its
     /// percent-encodings were looked for.
+    /// Guards the scan of a long run of backslashes: each was tried as an escape's
+    /// start, counting the run before it, so a body of 80 000 backslashes took
+    /// seconds a key. Only the run's last backslash can start an escape, and whether
+    /// it does is the parity of the run.
+    #[test]
+    fn a_run_of_backslashes_is_read_once_and_its_parity_decides_the_escape() {
+        let key = "AIzaRUN/json-q7W2x9K4m1Z8";
+        let _k = Secret::new(key);
+        let all = escaped(key, |_| true, false);
+        for run in [0usize, 1, 2, 3, 80_000, 80_001] {
+            let text = format!("{}{all} end", "\\".repeat(run));
+            let masked = mask(&text);
+            // An even run is escaped backslashes: the escape after it is one.
+            let expected = if run % 2 == 0 {
+                format!("{}*** end", "\\".repeat(run))
+            } else {
+                text.clone()
+            };
+            assert!(masked == expected, "a run of {run}");
+        }
+        let held = format!("{}\\u00", "\\".repeat(80_000));
+        assert!(
+            ends_with_key_start(&held),
+            "an escape cut after an even run"
+        );
+        let escaped_run = format!("{}\\u00", "\\".repeat(80_001));
+        assert!(!ends_with_key_start(&escaped_run));
+    }
+
     #[test]
     fn a_key_spelled_in_json_escapes_within_decoded_text_is_masked_and_nothing_more() {
         let key = "AIzaESC/json-q7W2x9K4m1Z8";
