@@ -76,7 +76,8 @@ enum Open {
 #[derive(Debug)]
 struct Call {
     upstream: u32,
-    index: usize,
+    /// Its output index; `None` while it waits behind an open call.
+    index: Option<usize>,
     id: String,
     call_id: String,
     name: String,
@@ -203,23 +204,42 @@ impl ResponsesStream {
                 );
                 self.output[index] = item;
             }
-            Some(Open::Call { index, upstream }) => {
-                let Some(call) = self.calls.iter().find(|c| c.upstream == upstream) else {
-                    return;
-                };
-                let item = json!({"id": call.id, "type": "function_call", "status": status,
-                    "call_id": call.call_id, "name": call.name, "arguments": call.arguments});
-                let done =
-                    json!({"item_id": call.id, "output_index": index, "arguments": call.arguments});
-                self.event("response.function_call_arguments.done", done, out);
-                self.event(
-                    "response.output_item.done",
-                    json!({"output_index": index, "item": item}),
-                    out,
-                );
-                self.output[index] = item;
-            }
+            Some(Open::Call { index, upstream }) => self.close_call(index, upstream, status, out),
         }
+    }
+
+    fn close_call(&mut self, index: usize, upstream: u32, status: &str, out: &mut Vec<u8>) {
+        let Some(call) = self.calls.iter().find(|c| c.upstream == upstream) else {
+            return;
+        };
+        let item = json!({"id": call.id, "type": "function_call", "status": status,
+            "call_id": call.call_id, "name": call.name, "arguments": call.arguments});
+        let done = json!({"item_id": call.id, "output_index": index, "arguments": call.arguments});
+        self.event("response.function_call_arguments.done", done, out);
+        self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+            out,
+        );
+        self.output[index] = item;
+    }
+
+    /// Opens an output item for the call at `at` of `calls`.
+    fn open_call(&mut self, at: usize, out: &mut Vec<u8>) -> usize {
+        let index = self.output.len();
+        let call = &mut self.calls[at];
+        call.index = Some(index);
+        let item = json!({"id": call.id, "type": "function_call", "status": "in_progress",
+            "call_id": call.call_id, "name": call.name, "arguments": ""});
+        let upstream = call.upstream;
+        self.output.push(item.clone());
+        self.event(
+            "response.output_item.added",
+            json!({"output_index": index, "item": item}),
+            out,
+        );
+        self.open = Some(Open::Call { index, upstream });
+        index
     }
 
     fn close_part(
@@ -363,38 +383,57 @@ impl ResponsesStream {
         let at = match known {
             Some(at) => at,
             None => {
-                self.close("completed", out);
-                let index = self.output.len();
-                let call = Call {
+                self.calls.push(Call {
                     upstream,
-                    index,
+                    index: None,
                     id: output::new_id("fc"),
                     call_id: id
                         .map(str::to_string)
                         .unwrap_or_else(|| format!("call_{upstream}")),
                     name: name.unwrap_or_default().to_string(),
                     arguments: String::new(),
-                };
-                let item = json!({"id": call.id, "type": "function_call", "status": "in_progress",
-                    "call_id": call.call_id, "name": call.name, "arguments": ""});
-                self.output.push(item.clone());
-                self.event(
-                    "response.output_item.added",
-                    json!({"output_index": index, "item": item}),
-                    out,
-                );
-                self.open = Some(Open::Call { index, upstream });
-                self.calls.push(call);
-                self.calls.len() - 1
+                });
+                let at = self.calls.len() - 1;
+                // A chat upstream may start a call while another's arguments still
+                // come (its chunks name each call by `index`): an item closed now
+                // would lose what comes for it later. So a call that starts while
+                // another is open waits, whole, until the finish (`close_all`).
+                if !matches!(self.open, Some(Open::Call { .. })) {
+                    self.close("completed", out);
+                    self.open_call(at, out);
+                }
+                at
             }
         };
         if arguments.is_empty() {
             return;
         }
-        let (item_id, index) = (self.calls[at].id.clone(), self.calls[at].index);
         self.calls[at].arguments.push_str(arguments);
-        let v = json!({"item_id": item_id, "output_index": index, "delta": arguments});
-        self.event("response.function_call_arguments.delta", v, out);
+        let open = matches!(self.open, Some(Open::Call { upstream: u, .. }) if u == upstream);
+        match self.calls[at].index {
+            Some(index) if open => {
+                let v = json!({"item_id": self.calls[at].id, "output_index": index, "delta": arguments});
+                self.event("response.function_call_arguments.delta", v, out);
+            }
+            // Closed already (text came between): the item the response ends with
+            // holds every piece, though its events could not.
+            Some(index) => self.output[index]["arguments"] = json!(self.calls[at].arguments),
+            // Waiting: sent whole at the finish.
+            None => {}
+        }
+    }
+
+    /// The calls that waited behind another, each as an item of its own, whole.
+    fn release_waiting(&mut self, out: &mut Vec<u8>) {
+        while let Some(at) = self.calls.iter().position(|c| c.index.is_none()) {
+            self.close("completed", out);
+            let index = self.open_call(at, out);
+            let call = &self.calls[at];
+            if !call.arguments.is_empty() {
+                let v = json!({"item_id": call.id, "output_index": index, "delta": call.arguments});
+                self.event("response.function_call_arguments.delta", v, out);
+            }
+        }
     }
 
     /// The bytes for one event (the response's first two events with the first).
@@ -441,6 +480,10 @@ impl ResponsesStream {
     pub fn close_all(&mut self, finish: &Finish) -> Vec<u8> {
         let (status, _) = output::status(&finish_reason(finish), self.refused());
         let mut out = Vec::new();
+        if self.calls.iter().any(|c| c.index.is_none()) {
+            self.close("completed", &mut out);
+            self.release_waiting(&mut out);
+        }
         self.close(status, &mut out);
         out
     }
@@ -640,6 +683,74 @@ mod tests {
 
     /// Guards a truncated answer presented as complete (cli.md): the item a failure cut
     /// was closed `completed`; one closed whole before it stays so.
+    /// Guards interleaved calls from a chat upstream (call 0 starts, call 1 starts,
+    /// then each one's arguments): call 0's item was closed when call 1 started, and
+    /// its arguments, arriving after, were lost from every event and from the response,
+    /// which still said `completed`. A call that starts while another is open now waits
+    /// and is sent whole at the finish; every event of an item falls between its
+    /// `added` and its `done`.
+    #[test]
+    fn interleaved_calls_keep_every_argument_and_each_items_events_in_its_span() {
+        let call = |index: u32, id: Option<&str>, arguments: &str| Event::ToolCall {
+            index,
+            id: id.map(str::to_string),
+            name: id.map(|_| "get_weather".to_string()),
+            arguments: arguments.into(),
+        };
+        let mut s = ResponsesStream::new(turn(), "m".into());
+        let mut bytes = Vec::new();
+        for e in [
+            call(0, Some("call_A"), ""),
+            call(1, Some("call_B"), ""),
+            call(0, None, "{\"city\":"),
+            call(1, None, "{\"city\":\"Rome\"}"),
+            call(0, None, "\"Paris\"}"),
+        ] {
+            bytes.extend(s.encode(&e));
+        }
+        bytes.extend(s.close_all(&Finish::ToolCalls));
+        let r = s.completed_object(&Finish::ToolCalls, None);
+        bytes.extend(s.completed_event(&r));
+        let output = r["output"].as_array().unwrap();
+        assert_eq!(output.len(), 2);
+        assert_eq!(output[0]["call_id"], "call_A");
+        assert_eq!(output[0]["arguments"], "{\"city\":\"Paris\"}");
+        assert_eq!(output[1]["call_id"], "call_B");
+        assert_eq!(output[1]["arguments"], "{\"city\":\"Rome\"}");
+        let ev = events(&bytes);
+        for (i, e) in ev.iter().enumerate() {
+            assert_eq!(e["sequence_number"], i as u64);
+        }
+        // What the SDK's helper accumulates: each item's deltas, in its own span.
+        for (index, args) in [(0, "{\"city\":\"Paris\"}"), (1, "{\"city\":\"Rome\"}")] {
+            let at = |kind: &str| {
+                ev.iter()
+                    .position(|e| e["type"] == kind && e["output_index"] == index)
+                    .unwrap()
+            };
+            let (added, done) = (
+                at("response.output_item.added"),
+                at("response.output_item.done"),
+            );
+            let deltas: String = ev
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| {
+                    e["type"] == "response.function_call_arguments.delta"
+                        && e["output_index"] == index
+                })
+                .map(|(i, e)| {
+                    assert!(
+                        added < i && i < done,
+                        "a delta of item {index} outside its span"
+                    );
+                    e["delta"].as_str().unwrap().to_string()
+                })
+                .collect();
+            assert_eq!(deltas, args);
+        }
+    }
+
     #[test]
     fn an_item_a_failure_cuts_is_incomplete_and_one_closed_before_it_completed() {
         let mut s = ResponsesStream::new(turn(), "m".into());
