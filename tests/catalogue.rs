@@ -428,3 +428,68 @@ async fn a_context_overflow_moves_past_a_same_window_route_to_one_known_larger()
     );
     assert_eq!(mock.calls(&route("a/gpt-4o-mini")), 0);
 }
+
+/// After an overflow the walk itself, not only the candidate row 3a looked up, passes
+/// over a route whose window nothing knows: it may be as small, so only a route known
+/// larger takes the prompt.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_context_overflow_passes_over_a_route_of_unknown_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let overflow = Reply::Status {
+        status: 400,
+        headers: vec![],
+        body: poolctl::harness::scenario::Body::Json(serde_json::json!({"error": {
+            "message": "This model's maximum context length is 128000 tokens.",
+            "type": "invalid_request_error", "param": "messages",
+            "code": "context_length_exceeded"}})),
+    };
+    let ok = Reply::Ok {
+        text: "fits".into(),
+        headers: vec![],
+        usage: None,
+    };
+    let mock = MockServer::start(
+        ([127, 0, 0, 1], 0).into(),
+        [
+            ("a/gpt-4o", overflow),
+            ("a/house-model", ok.clone()),
+            ("b/gpt-4.1", ok),
+        ]
+        .into_iter()
+        .map(|(r, reply)| MockRoute {
+            route: route(r),
+            wire: Wire::OpenAi,
+            path: CallPath::Chat,
+            replies: vec![reply],
+            outage: None,
+            record: false,
+        })
+        .collect(),
+    )
+    .await
+    .unwrap();
+    let yaml = config(
+        &mock,
+        Some("openai"),
+        "a/gpt-4o, a/house-model, b/gpt-4.1",
+        "",
+    );
+    let file = dir.path().join("pool.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let o = poolctl(&["walk", "t", "--json", "--config", file.to_str().unwrap()]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", both(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["served_by"], "b/gpt-4.1", "{v}");
+    assert!(
+        v["skipped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["route"] == "a/house-model"
+                && s["cause"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("window unknown"))),
+        "{v}"
+    );
+    assert_eq!(mock.calls(&route("a/house-model")), 0);
+}

@@ -146,3 +146,105 @@ async fn walk_and_probe_use_both_members_of_a_load_balanced_group() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["tiers"][0]["routes"].as_array().unwrap().len(), 2, "{v}");
 }
+
+fn overflow() -> Reply {
+    Reply::Status {
+        status: 400,
+        headers: vec![],
+        body: Body::Json(json!({"error": {
+            "message": "This model's maximum context length is 128000 tokens.",
+            "type": "invalid_request_error", "param": "messages",
+            "code": "context_length_exceeded"}})),
+    }
+}
+
+fn ok(text: &str) -> Reply {
+    Reply::Ok {
+        text: text.into(),
+        headers: vec![],
+        usage: None,
+    }
+}
+
+/// The audit's r2: `fallbacks` names `cheap` (window unknown), `context_window_fallbacks`
+/// names `big-context` (`model_info` 1 000 000, or nothing known when `big_info` is
+/// empty). Walks `gpt-4o`, whose reply is a context overflow, under the group's card when
+/// `card`; the report and the mocks.
+async fn walk_an_overflow(big_info: &str, card: bool) -> (serde_json::Value, MockServer) {
+    let mock = MockServer::start(
+        ([127, 0, 0, 1], 0).into(),
+        vec![
+            mock_route("p/gpt-4o", vec![overflow()]),
+            mock_route("c/cheap-model", vec![ok("from cheap")]),
+            mock_route("b/big-model", vec![ok("from big")]),
+        ],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.yaml");
+    let entry = |name: &str, model: &str, base: &str, info: &str| {
+        format!("  - model_name: {name}\n    litellm_params:\n      model: openai/{model}\n      api_base: {}\n      api_key: os.environ/EU_KEY\n{info}", mock.base_url(base, Wire::OpenAi))
+    };
+    let text = [
+        entry(
+            "gpt-4o",
+            "gpt-4o",
+            "p",
+            "    model_info:\n      max_input_tokens: 128000\n",
+        ),
+        entry("cheap", "cheap-model", "c", ""),
+        entry("big-context", "big-model", "b", big_info),
+    ]
+    .concat();
+    std::fs::write(
+        &file,
+        format!("model_list:\n{text}router_settings:\n  fallbacks: [{{\"gpt-4o\": [\"cheap\"]}}]\n  context_window_fallbacks: [{{\"gpt-4o\": [\"big-context\"]}}]\n"),
+    )
+    .unwrap();
+    // Under the group's card, as `serve` runs a request for the model group, or under
+    // the defaults.
+    let mut args = vec!["walk", "gpt-4o", "--json"];
+    if card {
+        args.extend(["--workflow", "gpt-4o"]);
+    }
+    let o = poolctl(&file, &args);
+    let text =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect(&text);
+    (v, mock)
+}
+
+/// LiteLLM sends a context-window error to `context_window_fallbacks` and to no plain
+/// fallback: `cheap` is passed over unasked, under the group's card and under the
+/// defaults too (its window is unknown, so nothing says it is larger).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_context_overflow_goes_to_the_context_window_fallback_not_the_plain_one() {
+    for card in [false, true] {
+        let (v, mock) =
+            walk_an_overflow("    model_info:\n      max_input_tokens: 1000000\n", card).await;
+        assert_eq!(v["served_by"], "openai-3/big-model", "{v}");
+        assert_eq!(v["attempts"][0]["class"], "context_overflow", "{v}");
+        assert_eq!(mock.calls(&Route::parse("c/cheap-model").unwrap()), 0);
+    }
+}
+
+/// LiteLLM tries a `context_window_fallbacks` group whatever it knows of its window: one
+/// with no `model_info` (and no catalogue row) still takes the overflow.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_context_window_fallback_of_unknown_window_takes_the_overflow() {
+    let (v, mock) = walk_an_overflow("", true).await;
+    assert_eq!(v["served_by"], "openai-3/big-model", "{v}");
+    assert_eq!(mock.calls(&Route::parse("c/cheap-model").unwrap()), 0);
+}
+
+/// A `context_window_fallbacks` route whose facts give a window no larger than the one
+/// that overflowed is passed over: it would only overflow again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_context_window_fallback_known_no_larger_is_passed_over() {
+    let (v, mock) =
+        walk_an_overflow("    model_info:\n      max_input_tokens: 128000\n", true).await;
+    assert_eq!(v["outcome"], "failed", "{v}");
+    assert_eq!(mock.calls(&Route::parse("b/big-model").unwrap()), 0);
+    assert_eq!(mock.calls(&Route::parse("c/cheap-model").unwrap()), 0);
+}

@@ -1024,6 +1024,27 @@ pub fn translate(
                 String::new(),
             ));
         }
+        // context_window_fallbacks: LiteLLM sends a context-window error there and to
+        // no other fallback, whatever it knows of their windows.
+        if let Some(list) = window_targets.get(group) {
+            let mut routes: Vec<String> = Vec::new();
+            for (fb, _) in list {
+                for &i in members.get(fb).into_iter().flatten() {
+                    let route = deployments[i].route(&providers);
+                    if !routes.contains(&route) {
+                        routes.push(route);
+                    }
+                }
+            }
+            if let (Some((_, src)), false) = (list.first(), routes.is_empty()) {
+                let shown: Vec<String> = routes.iter().map(|r| q(r)).collect();
+                fields.push((
+                    format!("overflow_routes: [{}]", shown.join(", ")),
+                    src.clone(),
+                    String::new(),
+                ));
+            }
+        }
         if let Some(list) = policy_targets.get(group) {
             if let Some((_, src)) = list.first() {
                 fields.push((

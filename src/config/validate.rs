@@ -144,14 +144,19 @@ impl PoolConfig {
                     }
                 },
             };
-            for (i, route) in policy.fallback_routes.iter().flatten().enumerate() {
-                if !allowed.contains(route) {
-                    let msg = format!(
-                        "route `{route}` is not in {within}{}",
-                        did_you_mean(&nearest_route(route.as_str(), &allowed))
-                    );
-                    let field = format!("policies.{name}.fallback_routes[{i}]");
-                    out.push(invalid(field, &["policies:", &key, route.as_str()], msg));
+            for (list_name, list) in [
+                ("fallback_routes", &policy.fallback_routes),
+                ("overflow_routes", &policy.overflow_routes),
+            ] {
+                for (i, route) in list.iter().flatten().enumerate() {
+                    if !allowed.contains(route) {
+                        let msg = format!(
+                            "route `{route}` is not in {within}{}",
+                            did_you_mean(&nearest_route(route.as_str(), &allowed))
+                        );
+                        let field = format!("policies.{name}.{list_name}[{i}]");
+                        out.push(invalid(field, &["policies:", &key, route.as_str()], msg));
+                    }
                 }
             }
         }

@@ -507,6 +507,9 @@ pub struct Needs {
     /// A route already answered `context_overflow` with this window: only a larger one
     /// may serve.
     pub min_window: u64,
+    /// A route already answered `context_overflow` (its window known or not): only a
+    /// route the card's `Policy::takes_overflow` accepts may serve now.
+    pub overflowed: bool,
 }
 
 #[cfg(test)]

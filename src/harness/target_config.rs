@@ -361,6 +361,9 @@ fn card_json(sc: &Scenario, naming: Naming) -> Value {
     card.fallback_routes = card
         .fallback_routes
         .map(|rs| rs.iter().map(|r| naming.route(r, &sc.name)).collect());
+    card.overflow_routes = card
+        .overflow_routes
+        .map(|rs| rs.iter().map(|r| naming.route(r, &sc.name)).collect());
     card.degrade_tier = card.degrade_tier.map(|t| naming.tier(&t, &sc.name));
     drop_nulls(serde_json::to_value(&card).unwrap_or(Value::Null))
 }

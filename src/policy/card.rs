@@ -54,6 +54,12 @@ pub struct Policy {
     pub safe_replay_until: SafeReplay,
     /// When set, only these routes may be used as fallbacks.
     pub fallback_routes: Option<Vec<Route>>,
+    /// When set, a `context_overflow` moves only to these routes, and to one whose
+    /// window is unknown too (LiteLLM's `context_window_fallbacks`, which it tries
+    /// without knowing their windows); a route whose facts give a window no larger is
+    /// still passed over. Unset: only a route the facts know is larger.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overflow_routes: Option<Vec<Route>>,
     pub queue_allowed: bool,
     pub degrade_allowed: bool,
     pub stop_on: Vec<Class>,
@@ -90,6 +96,7 @@ impl Default for Policy {
             max_extra_cost_usd: None,
             safe_replay_until: SafeReplay::FirstVisibleToken,
             fallback_routes: None,
+            overflow_routes: None,
             queue_allowed: false,
             degrade_allowed: false,
             stop_on: DEFAULT_STOP_ON.to_vec(),
@@ -110,6 +117,18 @@ impl Policy {
         self.fallback_routes
             .as_ref()
             .is_none_or(|list| list.contains(route))
+    }
+
+    /// Rows 3a and 5 after an overflow: whether `route`, whose window the facts give as
+    /// `window`, may take a prompt that overflowed a window of `overflowed_at` tokens
+    /// (0: unknown). Only a window known to be larger, or under `overflow_routes` a
+    /// listed route not known to be smaller: a route no larger would only overflow again,
+    /// and an unlisted one is not where the operator sends long prompts.
+    pub fn takes_overflow(&self, route: &Route, window: Option<u64>, overflowed_at: u64) -> bool {
+        match &self.overflow_routes {
+            Some(list) => list.contains(route) && window.is_none_or(|c| c > overflowed_at),
+            None => overflowed_at > 0 && window.is_some_and(|c| c > overflowed_at),
+        }
     }
 
     /// Row 3. `on_content_policy: fallback` takes `content_policy` out of `stop_on`.

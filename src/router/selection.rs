@@ -8,10 +8,12 @@ use super::group::member_order;
 use super::state::{lock, Router, Walk};
 use crate::config::route::{GroupStrategy, RouteSpec, Tier};
 use crate::core::clock::UnixMs;
+use crate::core::request::Needs;
 use crate::core::trace::{Report, Skip, SkipWhy, Step};
 use crate::core::vocab::HealthState;
 use crate::policy::breaker::{self, Admit};
 use crate::policy::capability::cannot_serve;
+use crate::policy::card::Policy;
 use crate::policy::health::Health;
 
 impl Router {
@@ -254,7 +256,11 @@ impl Router {
                 return skip(SkipWhy::Retired, health.reason().map(str::to_string))
             }
         }
-        cannot_serve(&spec.facts, &walk.needs).and_then(|why| skip(SkipWhy::Incapable, Some(why)))
+        if let Some(why) = cannot_serve(&spec.facts, &walk.needs) {
+            return skip(SkipWhy::Incapable, Some(why));
+        }
+        overflow_bars(walk.opts.policy, spec, &walk.needs)
+            .and_then(|why| skip(SkipWhy::Incapable, Some(why.into())))
     }
 
     /// The next route a fallback would reach: approved, neither cooling nor retired, able
@@ -270,6 +276,7 @@ impl Router {
         let mut needs = walk.needs;
         if let Some(w) = larger_than {
             needs.min_window = w;
+            needs.overflowed = true;
         }
         for p in walk.pos + 1..walk.order.len() {
             let i = walk.order[p];
@@ -279,7 +286,7 @@ impl Router {
                 || walk.opts.policy.approves_fallback(&spec.route))
                 && cannot_serve(&spec.facts, &needs).is_none()
                 && walk.asked.carry(&spec.endpoint).is_ok()
-                && larger_than.is_none_or(|w| spec.facts.context_window.is_some_and(|c| c > w))
+                && overflow_bars(walk.opts.policy, spec, &needs).is_none()
                 && !self.breaker_open(spec, now).await;
             if !eligible {
                 continue;
@@ -300,6 +307,22 @@ impl Router {
         let open = self.inner.store.breaker_open(&spec.route, now).await;
         open.unwrap_or(false)
     }
+}
+
+/// Why a route may not take a prompt that overflowed another route, once one has. A
+/// route of unknown window is no answer to an overflow (it may be as small), unless the
+/// card names it as where an overflow goes (`overflow_routes`).
+fn overflow_bars(policy: &Policy, spec: &RouteSpec, needs: &Needs) -> Option<&'static str> {
+    if !needs.overflowed
+        || policy.takes_overflow(&spec.route, spec.facts.context_window, needs.min_window)
+    {
+        return None;
+    }
+    Some(match (&policy.overflow_routes, spec.facts.context_window) {
+        (Some(_), _) => "not among the card's overflow_routes",
+        (None, None) => "context window unknown, not known larger (overflowed there)",
+        (None, Some(_)) => "context window not known larger (overflowed there)",
+    })
 }
 
 #[cfg(test)]

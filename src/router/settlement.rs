@@ -62,8 +62,17 @@ impl Router {
     ) -> Decision {
         let now = self.inner.clock.now_ms();
         let idx = walk.current();
+        // The window an overflow moves past: the route's own, or, where the card names
+        // the routes an overflow goes to, 0 when it is unknown (LiteLLM moves on to its
+        // `context_window_fallbacks` whatever it knows of the windows).
         let window = (seen.verdict.class == Class::ContextOverflow)
-            .then_some(walk.tier.routes[idx].facts.context_window)
+            .then(|| {
+                let own = walk.tier.routes[idx].facts.context_window;
+                match walk.opts.policy.overflow_routes {
+                    Some(_) => Some(own.unwrap_or(0)),
+                    None => own,
+                }
+            })
             .flatten();
         // Row 1 ends an answered attempt whatever lies ahead, so no fallback is looked up
         // for it: a success reads the health of no other route.
@@ -164,8 +173,10 @@ impl Router {
         };
         let decision = decide(&situation);
         if decision.action == Action::Fallback && class == Class::ContextOverflow {
-            // Only a larger window may serve it now.
+            // Only a larger window may serve it now, and only a route that takes an
+            // overflow: the walk passes over the rest, not just the fallback candidate.
             walk.needs.min_window = spec.facts.context_window.unwrap_or(0);
+            walk.needs.overflowed = true;
         }
         let target = transition(
             class,

@@ -763,6 +763,15 @@ impl Scenario {
                 known(r, "policy.fallback_routes".into())?;
             }
         }
+        if let Some(list) = self
+            .policy
+            .as_ref()
+            .and_then(|p| p.overflow_routes.as_ref())
+        {
+            for r in list {
+                known(r, "policy.overflow_routes".into())?;
+            }
+        }
         let providers: BTreeSet<&str> = routes.iter().map(|r| r.provider()).collect();
         for (name, limits) in &self.limits {
             let field = format!("limits.{name}");
