@@ -541,3 +541,45 @@ fn two_scenarios_that_would_share_routes_on_a_mock_are_refused() {
         text(&out.stderr)
     );
 }
+
+/// A LiteLLM config written for `poolctl serve` keeps each route's dialect under
+/// LiteLLM's own provider prefix (`dashscope/`, `fireworks_ai/`, `xai/`), so a scenario
+/// that passes on the pool format passes on it too; one that needs what the format
+/// cannot carry (`stream_max_ms`, a dialect LiteLLM has no prefix for) is skipped as not
+/// comparable, never failed. Regression: every OpenAI-wire route was `openai/`.
+#[test]
+fn a_litellm_config_keeps_each_routes_dialect_and_skips_what_it_cannot_express() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = [
+        "dashscope-free-tier-403-retires-quota",
+        "fireworks-412-account-suspended-retires-quota-falls-back",
+        "xai-spent-credits-403-retires-quota-not-auth",
+        "spec-stream-max-ms-before-token-is-timeout",
+        "hunyuan-resource-pack-exhausted-inside-200-retires-quota",
+    ];
+    for n in names {
+        let from = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("scenarios/{n}.yaml"));
+        std::fs::copy(&from, dir.path().join(format!("{n}.yaml"))).unwrap();
+    }
+    let d = dir.path().to_str().unwrap();
+    let out = poolctl(&[
+        "chaos",
+        d,
+        "--json",
+        "--config-format",
+        "litellm",
+        "--target-exec",
+        &serve_cmd(),
+    ]);
+    let (runs, _) = json_lines(&out);
+    for n in &names[..3] {
+        let run = by_name(&runs, n);
+        assert_eq!(run["verdict"], "pass", "{run}");
+    }
+    for n in &names[3..] {
+        let run = by_name(&runs, n);
+        assert_eq!(run["verdict"], "skip", "{run}");
+        assert_eq!(run["skip"], "not_comparable", "{run}");
+    }
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}

@@ -355,6 +355,25 @@ const fn known(
     }
 }
 
+/// LiteLLM's own provider prefix for a route of `wire` whose errors follow `dialect`,
+/// one this reader takes back as the same wire and dialect: what a written LiteLLM
+/// config names so the dialect survives (`openai/` before a base of one's own would
+/// lose it). `None` where LiteLLM has no prefix for the dialect. OpenAI and Azure are
+/// `openai/`: LiteLLM's `azure/` calls the deployments URL, which the mock and poolctl's
+/// Azure base (`{api_base}/openai/v1`) are not.
+pub fn prefix_for(wire: Wire, dialect: Dialect) -> Option<&'static str> {
+    match (wire, dialect) {
+        (Wire::OpenAi, Dialect::Openai | Dialect::Azure) => Some("openai"),
+        (Wire::Anthropic, _) => Some("anthropic"),
+        (Wire::Gemini, _) => Some("gemini"),
+        (Wire::Responses, _) => None,
+        (Wire::OpenAi, d) => KNOWN
+            .iter()
+            .find(|kn| kn.wire == Wire::OpenAi && kn.dialect == Some(d))
+            .map(|kn| kn.prefix),
+    }
+}
+
 /// The provider prefix of a LiteLLM `model` and the model after it. A model without a
 /// prefix is OpenAI's or Anthropic's by its name, as LiteLLM's model map has it.
 fn split_model(model: &str) -> Option<(&'static Known, String)> {

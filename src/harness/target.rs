@@ -652,6 +652,32 @@ fn deadline_ms(scenario: &Scenario) -> u64 {
         + real_wait_ms(scenario)
 }
 
+/// What of a scenario's routes a LiteLLM config cannot carry: a dialect LiteLLM has no
+/// provider prefix for (written as `openai/`, its error conventions are lost), or a
+/// provider setting LiteLLM has no field for. Either changes how the chain is walked.
+fn litellm_cannot_express(scenario: &Scenario) -> Option<&'static str> {
+    for (_, e) in scenario.entries() {
+        let (dialect, _) = e.settings().dialect(None);
+        if e.wire != crate::core::vocab::Wire::Responses
+            && crate::config::litellm::prefix_for(e.wire, dialect).is_none()
+        {
+            return Some("a route of a dialect no LiteLLM provider prefix carries");
+        }
+        // `stream_idle_ms` is left comparable: the stall scenarios pass on LiteLLM's
+        // defaults, so none hinges on the value.
+        let unwritten = [
+            ("a route's stream_max_ms", e.stream_max_ms.is_some()),
+            ("a route's max_stream_bytes", e.max_stream_bytes.is_some()),
+            ("a route's max_event_bytes", e.max_event_bytes.is_some()),
+            ("a route's drop_params", e.drop_params),
+        ];
+        if let Some((what, _)) = unwritten.into_iter().find(|(_, set)| *set) {
+            return Some(what);
+        }
+    }
+    None
+}
+
 /// What a target's format can express of a scenario.
 struct Comparable {
     /// The chain's behaviour depends on a card, limits, tiers or headers the format
@@ -674,6 +700,11 @@ impl Comparable {
                     Some("a breaker")
                 } else if scenario.entries().any(|(_, e)| e.model.is_some()) {
                     Some("model facts")
+                } else if let Some(what) = (f == ConfigFormat::Litellm)
+                    .then(|| litellm_cannot_express(scenario))
+                    .flatten()
+                {
+                    Some(what)
                 } else if scenario.entries().any(|(_, e)| {
                     e.strategy == Some(crate::config::route::GroupStrategy::LeastBusy)
                 }) {

@@ -382,14 +382,13 @@ fn drop_nulls(v: Value) -> Value {
     }
 }
 
-/// LiteLLM's provider prefix for a wire.
-fn litellm_prefix(wire: Wire) -> &'static str {
-    match wire {
-        // A Responses route is not comparable on LiteLLM (`target::skip_reason`).
-        Wire::OpenAi | Wire::Responses => "openai",
-        Wire::Anthropic => "anthropic",
-        Wire::Gemini => "gemini",
-    }
+/// LiteLLM's provider prefix for a route: the one of its dialect (`dashscope/`,
+/// `fireworks_ai/`, …), which poolctl reads back as that dialect, else `openai/`. A
+/// route whose dialect LiteLLM has no prefix for makes the scenario not comparable
+/// (`target::Comparable`), as does a Responses route (`target::skip_reason`).
+fn litellm_prefix(entry: &ChainEntry) -> &'static str {
+    let (dialect, _) = entry.settings().dialect(None);
+    crate::config::litellm::prefix_for(entry.wire, dialect).unwrap_or("openai")
 }
 
 /// The model group of step `i` (0-based) of a scenario's chain: the first step is
@@ -431,7 +430,7 @@ pub fn litellm_yaml(scenarios: &[Scenario], addr: SocketAddr, naming: Naming) ->
                 let mut params = serde_json::Map::new();
                 params.insert(
                     "model".into(),
-                    json!(format!("{}/{}", litellm_prefix(entry.wire), route.model())),
+                    json!(format!("{}/{}", litellm_prefix(entry), route.model())),
                 );
                 // LiteLLM's Gemini provider appends `/models/{model}:{method}` to its base.
                 let base = base_url(addr, route.provider(), entry.wire);
