@@ -861,3 +861,37 @@ async fn every_command_runs_on_a_loopback_copy_of_each_real_config() {
         );
     }
 }
+
+/// `serve` and `walk` report an unset key variable as `check` does: at the LiteLLM line
+/// and field it came from (audit12 r5: no line, and the translation's
+/// `providers.openai.api_key_env`).
+#[test]
+fn serve_and_walk_name_an_unset_key_variable_at_its_litellm_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        "model_list:\n  - model_name: chat\n    litellm_params:\n      model: openai/m\n      api_base: http://127.0.0.1:9/v1\n      api_key: os.environ/POOLCTL_TEST_UNSET_KEY\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    for args in [
+        vec!["serve", "--config", f, "--listen", "127.0.0.1:0"],
+        vec!["walk", "chat", "--config", f],
+        vec!["check", "--config", f],
+    ] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
+            .args(&args)
+            .env_remove("POOLCTL_TEST_UNSET_KEY")
+            .output()
+            .unwrap();
+        // `check` prints its report on stdout; the others fail on stderr.
+        let err =
+            String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+        assert!(
+            err.contains("config.yaml:6: field `model_list[0].litellm_params.api_key`")
+                && err.contains("POOLCTL_TEST_UNSET_KEY"),
+            "{args:?}: {err}"
+        );
+    }
+}

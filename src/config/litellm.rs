@@ -62,6 +62,8 @@ pub struct Import {
     state_url: Option<Secret>,
     /// Per line of `text`, the LiteLLM line it came from.
     lines: Vec<Option<usize>>,
+    /// Per provider, the LiteLLM line and field its key variable came from.
+    key_origins: BTreeMap<String, (Option<usize>, String)>,
 }
 
 impl Import {
@@ -70,6 +72,15 @@ impl Import {
         e.file = self.file.clone();
         e.line = e.line.and_then(|l| self.source_line(l));
         e.column = None;
+        // A key variable is the LiteLLM file's `api_key` (or the `model` whose default
+        // variable it is), not the translation's `api_key_env`.
+        let provider = e
+            .field
+            .strip_prefix("providers.")
+            .and_then(|f| f.strip_suffix(".api_key_env"));
+        if let Some((_, field)) = provider.and_then(|p| self.key_origins.get(p)) {
+            e.field = field.clone();
+        }
         e
     }
 
@@ -89,6 +100,7 @@ impl Import {
         if let Some(url) = &self.state_url {
             config.state = Some(PathBuf::from(url.expose()));
         }
+        config.key_origins = self.key_origins.clone();
     }
 
     /// Every warning a command prints when it loads the file: the literal secrets and
@@ -1190,6 +1202,10 @@ pub fn translate(
                 .insert(literal_var(&p.name), Secret::new(key.clone()));
         }
     }
+    let key_origins = providers
+        .iter()
+        .map(|p| (p.name.clone(), (p.key_src.line, p.key_src.field.clone())))
+        .collect();
     let mut text = String::new();
     let mut lines = Vec::new();
     for (l, src) in w.lines {
@@ -1206,6 +1222,7 @@ pub fn translate(
         secrets: r.secrets,
         state_url: state.and_then(|(_, _, _, full)| full),
         lines,
+        key_origins,
     })
 }
 

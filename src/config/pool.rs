@@ -64,6 +64,10 @@ pub struct PoolConfig {
     /// `api_key`), by the variable name the config gives them; that variable, when set,
     /// wins. Never in a pool.yaml, never printed.
     pub inline_keys: BTreeMap<String, crate::core::secret::Secret>,
+    /// Where each provider's key variable came from in a file of another format (a
+    /// LiteLLM `api_key` line), by provider: the line and that file's field, which a
+    /// missing or unsendable key names instead of the translated `api_key_env`.
+    pub key_origins: BTreeMap<String, (Option<usize>, String)>,
 }
 
 /// Where health (and, with a fleet, the buckets) lives.
@@ -132,24 +136,28 @@ pub enum ConfigError {
     /// Names the file, line and field like any config error, and the variable; never
     /// a value.
     #[error(
-        "{}: field `providers.{provider}.api_key_env`: environment variable `{var}` is not set or is empty (provider `{provider}`)",
+        "{}: field `{field}`: environment variable `{var}` is not set or is empty (provider `{provider}`)",
         at(.file, *.line)
     )]
     MissingKey {
         file: PathBuf,
         line: Option<usize>,
+        /// `providers.NAME.api_key_env`, or the field of the file it came from.
+        field: String,
         provider: String,
         var: String,
     },
     /// A key no HTTP header can carry (a secret file read with its line break): every
     /// call would fail as a network error, far from its cause. Never shows the value.
     #[error(
-        "{}: field `providers.{provider}.api_key_env`: environment variable `{var}` holds a line break or another control character, which no HTTP header can carry (a secret file read with its trailing newline?) (provider `{provider}`)",
+        "{}: field `{field}`: environment variable `{var}` holds a line break or another control character, which no HTTP header can carry (a secret file read with its trailing newline?) (provider `{provider}`)",
         at(.file, *.line)
     )]
     UnsendableKey {
         file: PathBuf,
         line: Option<usize>,
+        /// `providers.NAME.api_key_env`, or the field of the file it came from.
+        field: String,
         provider: String,
         var: String,
     },
@@ -406,6 +414,7 @@ impl RawConfig {
             state_tls: self.state_tls,
             serve_token_env: self.serve_token_env,
             inline_keys: BTreeMap::new(),
+            key_origins: BTreeMap::new(),
         }
     }
 }

@@ -53,24 +53,31 @@ impl PoolConfig {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Endpoint, ConfigError> {
         let p = self.provider(provider)?;
-        // The text is not kept once parsed; an error is rare enough to read it again.
-        let line = || {
-            yaml::read_text(&self.file)
-                .ok()
-                .and_then(|t| line_of(&t, &["providers:", &format!("{provider}:"), "api_key_env:"]))
+        // The text is not kept once parsed; an error is rare enough to read it again. A
+        // config read from another format names that file's line and field.
+        let (line, field) = match self.key_origins.get(provider) {
+            Some((line, field)) => (*line, field.clone()),
+            None => (
+                yaml::read_text(&self.file).ok().and_then(|t| {
+                    line_of(&t, &["providers:", &format!("{provider}:"), "api_key_env:"])
+                }),
+                format!("providers.{provider}.api_key_env"),
+            ),
         };
         let key = self
             .key(&p.api_key_env, env)
             .ok_or_else(|| ConfigError::MissingKey {
                 file: self.file.clone(),
-                line: line(),
+                line,
+                field: field.clone(),
                 provider: provider.to_string(),
                 var: p.api_key_env.clone(),
             })?;
         if key.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
             return Err(ConfigError::UnsendableKey {
                 file: self.file.clone(),
-                line: line(),
+                line,
+                field,
                 provider: provider.to_string(),
                 var: p.api_key_env.clone(),
             });
