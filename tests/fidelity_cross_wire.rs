@@ -834,6 +834,62 @@ async fn an_assistant_turn_of_several_text_parts_keeps_them_apart_on_anthropic_a
     );
 }
 
+const GEMINI_CALL_ANSWER: &str = r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"get_weather","args":{"city":"Rome"}}}]},"finishReason":"STOP"}],
+"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":4},"modelVersion":"gemini-x-001"}"#;
+const GEMINI_CALL_STREAM: &str = "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"name\":\"get_weather\",\"args\":{\"city\":\"Rome\"}}}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":9,\"candidatesTokenCount\":4},\"modelVersion\":\"gemini-x-001\"}\n\n";
+
+/// Guards Gemini's call ids in a tool loop: Gemini gives calls none, and each answer
+/// numbered its own from `call_0`, so the second turn's call repeated the first's id
+/// in the client's history (and on any route it moved to). An answer's calls are now
+/// numbered on from the calls the conversation already holds, streamed or not.
+#[tokio::test]
+async fn a_gemini_call_in_a_later_turn_gets_an_id_no_earlier_call_holds() {
+    let gem = upstream(
+        "/v1beta/models/gemini-x:generateContent",
+        GEMINI_CALL_ANSWER,
+    )
+    .await;
+    let gem_sse = sse_upstream(
+        "/v1beta/models/gemini-x:streamGenerateContent",
+        GEMINI_CALL_STREAM,
+    )
+    .await;
+    let history = json!([
+        {"role": "user", "content": "Weather in Paris, then Rome?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_0", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "18C"}
+    ]);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let (_dir, gw) = serve(&[route_of("gem", "gemini", &gem)], &["gem/gemini-x"]).await;
+    let body = json!({"model": "high", "messages": history, "tools": tools});
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["choices"][0]["message"]["tool_calls"][0]["id"], "call_1",
+        "{v}"
+    );
+    drop(gw);
+    let (_dir, gw) = serve(&[route_of("gem", "gemini", &gem_sse)], &["gem/gemini-x"]).await;
+    let body = json!({"model": "high", "messages": history, "tools": tools, "stream": true});
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let chunks = data_lines(&r.text().await.unwrap());
+    let ids: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c.pointer("/choices/0/delta/tool_calls/0/id"))
+        .collect();
+    assert_eq!(ids, [&json!("call_1")], "{chunks:?}");
+    // The client's index still counts this answer's calls from 0.
+    let index = chunks
+        .iter()
+        .find_map(|c| c.pointer("/choices/0/delta/tool_calls/0/index"))
+        .unwrap();
+    assert_eq!(index, &json!(0));
+}
+
 /// Anthropic → OpenAI: each text block stays a text part, an image block becomes an
 /// `image_url` data URL, `thinking.budget_tokens` becomes `reasoning_effort`,
 /// `max_tokens` is `max_completion_tokens` on the `openai` dialect, and `top_k` (which

@@ -85,6 +85,16 @@ pub async fn chat(
             (reply.status, reply.headers, reply.raw, parsed)
         }
     };
+    let parsed = parsed.map(|mut p| {
+        if endpoint.wire == Wire::Gemini {
+            let before = req.conversation.tool_call_count();
+            gemini::number_calls_after(&mut p.tool_calls, before);
+            for choice in &mut p.more_choices {
+                gemini::number_calls_after(&mut choice.tool_calls, before);
+            }
+        }
+        p
+    });
     match parsed {
         Ok(p) => Ok(ChatSuccess {
             text: p.text,

@@ -457,7 +457,16 @@ async fn drive(
         }
         for event in events.drain(..) {
             calls_so_far[0] = seen.calls.len() as u32;
-            let parsed = parse_event(ep.wire, &event.event, &event.data, &calls_so_far);
+            let mut parsed = parse_event(ep.wire, &event.event, &event.data, &calls_so_far);
+            if ep.wire == Wire::Gemini {
+                // Numbered on from the conversation's calls, as a whole answer's are.
+                let before = req.conversation.tool_call_count();
+                for e in &mut parsed {
+                    if let WireEvent::ToolCall { index, id, .. } = e {
+                        *id = Some(super::gemini::call_id(before, *index as usize));
+                    }
+                }
+            }
             let mut choice = 0u32;
             let forward = passthrough.as_ref().and_then(|p| p.frame(&event, &parsed));
             let terminal = parsed.iter().any(|e| matches!(e, WireEvent::Terminator));
