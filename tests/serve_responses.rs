@@ -478,3 +478,55 @@ async fn a_stream_cut_after_its_first_text_leaves_its_message_item_incomplete() 
     assert_eq!(failed["output"][0]["status"], "incomplete", "{text}");
     gw.stop().await;
 }
+
+/// Guards the events a same-wire Responses stream is ended with: after the upstream's
+/// events (numbered from 0), the gateway's `error` and `response.failed` restarted at
+/// `sequence_number` 0. They now go on from the last the upstream sent.
+#[tokio::test]
+async fn a_same_wire_stream_cut_ends_with_sequence_numbers_that_go_on() {
+    let cut = Reply::Stream(StreamReply {
+        items: vec![StreamItem::Text("Par".into())],
+        end: StreamEnd::Eof,
+        first_token_ms: 0,
+        gap_ms: 0,
+        headers: vec![],
+        usage: None,
+    });
+    let mock = mocks_with(cut).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(&config(dir.path(), &mock, "")).await;
+    let text = tokio::time::timeout(DEADLINE, async {
+        reqwest::Client::new()
+            .post(gw.url("/v1/responses"))
+            .json(&json!({"model": "first", "input": "Capital of France?", "stream": true}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    })
+    .await
+    .expect("the gateway answers in time");
+    let events: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(
+        kinds[kinds.len() - 2..],
+        ["error", "response.failed"],
+        "{text}"
+    );
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.len() > 2, "{text}");
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "sequence numbers count on: {seqs:?}\n{text}"
+    );
+    gw.stop().await;
+}

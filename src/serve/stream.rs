@@ -109,6 +109,9 @@ struct LiveState {
     held_raw: Vec<(usize, Bytes)>,
     /// The upstream's `message_stop` was forwarded (Anthropic).
     stop_sent: bool,
+    /// The `sequence_number` after the last a same-wire Responses frame carried: the
+    /// events the gateway ends such a stream with go on from it.
+    next_seq: u64,
     /// The model an attempt's upstream said is answering, with that attempt: the
     /// model every chunk names, where the route's configured name is only a guess.
     answering: Option<(usize, String)>,
@@ -184,6 +187,7 @@ impl Live {
             match &s.encoder {
                 Some(Encoder::PassThrough) => {
                     s.stop_sent |= frame.starts_with(b"event: message_stop");
+                    s.note_seq(&frame);
                     if self.turn.is_some()
                         && matches!(
                             crate::wire::responses::frame_kind(&frame),
@@ -389,6 +393,7 @@ impl LiveState {
         for (a, frame) in std::mem::take(&mut self.held_raw) {
             if a == served {
                 self.stop_sent |= frame.starts_with(b"event: message_stop");
+                self.note_seq(&frame);
                 out.extend_from_slice(&frame);
             }
         }
@@ -397,6 +402,21 @@ impl LiveState {
 
     /// A same-wire stream's decoded event: the text its frame (the `Event::Raw` to
     /// come) shows, for the key guard.
+    /// Notes a passed-on frame's `sequence_number` (Responses events number from 0).
+    fn note_seq(&mut self, frame: &[u8]) {
+        const KEY: &[u8] = b"\"sequence_number\":";
+        if let Some(at) = memchr::memmem::find(frame, KEY) {
+            let digits = frame[at + KEY.len()..]
+                .iter()
+                .skip_while(|b| **b == b' ')
+                .take_while(|b| b.is_ascii_digit())
+                .fold(0u64, |n, d| {
+                    n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+                });
+            self.next_seq = self.next_seq.max(digits.saturating_add(1));
+        }
+    }
+
     fn note_frame_text(&mut self, ev: &Event) {
         match ev {
             Event::Choice(i) => self.choice = *i,
@@ -663,7 +683,7 @@ impl Cut {
         let mut out = match self.flavor {
             Flavor::OpenAi => OpenAiStream::new(String::new(), 0, String::new(), false).error(&e),
             Flavor::Anthropic => AnthropicStream::new(String::new(), String::new()).error(&e),
-            Flavor::Responses => responses_failed(&self.id, &e),
+            Flavor::Responses => responses_failed(&self.id, &e, 0),
         };
         out.extend(egress_stream::outcome_comment(
             crate::core::vocab::Outcome::Cancelled.as_str(),
@@ -856,7 +876,9 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
             };
             let responses_end = match (&live.turn, &error) {
                 (Some(turn), None) if started => responses_end(&ask, turn, &live, &called).await,
-                (Some(turn), Some(e)) if started => responses_failed(&turn.id, e),
+                (Some(turn), Some(e)) if started => {
+                    responses_failed(&turn.id, e, lock(&live.state).next_seq)
+                }
                 _ => Vec::new(),
             };
             let mut state = lock(&live.state);
@@ -1048,11 +1070,11 @@ fn streamed_as(output: &[serde_json::Value], reply: &adapter::Reply) -> bool {
 
 /// What ends a Responses stream whose answer failed after its first event (a
 /// same-wire stream, or one cut by the drain deadline): the error, then the response,
-/// failed.
-fn responses_failed(id: &str, e: &ApiError) -> Vec<u8> {
-    let error = serde_json::json!({"type": "error", "sequence_number": 0,
+/// failed, numbered on from `seq` (the upstream's events were numbered before them).
+fn responses_failed(id: &str, e: &ApiError, seq: u64) -> Vec<u8> {
+    let error = serde_json::json!({"type": "error", "sequence_number": seq,
         "error": {"type": e.kind, "code": e.code, "message": e.message, "param": null}});
-    let failed = serde_json::json!({"type": "response.failed", "sequence_number": 0,
+    let failed = serde_json::json!({"type": "response.failed", "sequence_number": seq + 1,
         "response": {"id": id, "object": "response", "status": "failed", "output": [],
             "error": {"code": "server_error", "message": e.message}}});
     let mut out = Vec::new();
