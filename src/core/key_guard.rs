@@ -7,7 +7,8 @@
 //! registered key, raw or spelled (`%XX`, `\uXXXX`), and lets it go once the text goes
 //! another way. When the held text completes a key, the held items come back with
 //! their text to be rewritten: the first that shows text shows the held text masked,
-//! the others show none. What is held is bounded by the longest spelling of a key (the
+//! the others show none; masked text that ends where another key may start is held on
+//! (masked) first. What is held is bounded by the longest spelling of a key (the
 //! text stops being a key's start past it), and it only delays, never drops: a delta
 //! ending in `s` (or `%`) waits for the next one.
 //!
@@ -20,8 +21,11 @@ use std::borrow::Cow;
 pub struct KeyGuard<T> {
     /// Held items, each with whether it shows text.
     held: Vec<(T, bool)>,
-    /// The text the held items show, joined.
+    /// The text the held items show, joined; masked already when `masked`.
     text: String,
+    /// A key the held text completed is masked in `text`, and the held items must be
+    /// let go showing it, never their own text (`release`).
+    masked: bool,
     /// The text the held text belongs to (`push_in`).
     channel: Option<Channel>,
 }
@@ -49,6 +53,7 @@ impl<T> Default for KeyGuard<T> {
         KeyGuard {
             held: Vec::new(),
             text: String::new(),
+            masked: false,
             channel: None,
         }
     }
@@ -73,20 +78,12 @@ impl<T> KeyGuard<T> {
         self.text.push_str(text);
         self.held.push((item, true));
         if let Cow::Owned(masked) = secret::mask(&self.text) {
-            self.text.clear();
-            let mut first = true;
-            return std::mem::take(&mut self.held)
-                .into_iter()
-                .map(|(item, shows)| match (shows, first) {
-                    (true, true) => {
-                        first = false;
-                        (item, Some(masked.clone()))
-                    }
-                    (true, false) => (item, Some(String::new())),
-                    (false, _) => (item, None),
-                })
-                .collect();
+            self.text = masked;
+            self.masked = true;
         }
+        // Masked or not, text that ends where a key may start is held on: a key masked
+        // in it, followed by the start of another (`*** sk-gu`), would otherwise hand
+        // the client that start, and the next delta the rest.
         if secret::ends_with_key_start(&self.text) {
             return Vec::new();
         }
@@ -117,10 +114,18 @@ impl<T> KeyGuard<T> {
     /// Everything held, unchanged: the stream ends, or moves to where a key cannot
     /// continue.
     pub fn flush(&mut self) -> Vec<Released<T>> {
-        self.text.clear();
-        std::mem::take(&mut self.held)
-            .into_iter()
-            .map(|(item, _)| (item, None))
+        let text = std::mem::take(&mut self.text);
+        let held = std::mem::take(&mut self.held);
+        if !std::mem::take(&mut self.masked) {
+            return held.into_iter().map(|(item, _)| (item, None)).collect();
+        }
+        // The first item that shows text shows the held text masked; the others none.
+        let mut masked = Some(text);
+        held.into_iter()
+            .map(|(item, shows)| match shows {
+                true => (item, Some(masked.take().unwrap_or_default())),
+                false => (item, None),
+            })
             .collect()
     }
 
@@ -160,6 +165,35 @@ mod tests {
         }
         client.push_str(&shown(g.flush()));
         assert_eq!(client, "***");
+    }
+
+    /// Guards a key masked in held text that then ends with the start of another:
+    /// everything held went at once, so `*** sk-gu` reached the client and the next
+    /// delta the rest of the second key. The masked text is held on while it ends
+    /// where a key may start, and let go masked, even when the stream ends there.
+    #[test]
+    fn a_masked_key_followed_by_the_start_of_another_is_held_on() {
+        let _k = secret::Secret::new(KEY);
+        let mut g = KeyGuard::default();
+        let mut client = String::new();
+        for piece in [
+            "k=sk-gu",
+            "ard-TEST-9f8e7d sk-gu",
+            "ard-TEST-9f8e7d",
+            " ok.",
+        ] {
+            client.push_str(&shown(g.push(piece, piece)));
+        }
+        client.push_str(&shown(g.flush()));
+        assert_eq!(client, "k=*** *** ok.");
+
+        // The stream ends while the masked text is held: it goes masked.
+        let mut client = String::new();
+        let piece = "k=sk-guard-TEST-9f8e7d sk-gu";
+        client.push_str(&shown(g.push(piece, piece)));
+        assert!(client.is_empty(), "held: {client}");
+        client.push_str(&shown(g.flush()));
+        assert_eq!(client, "k=*** sk-gu");
     }
 
     #[test]
