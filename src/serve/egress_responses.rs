@@ -484,7 +484,16 @@ impl ResponsesStream {
             self.close("completed", &mut out);
             self.release_waiting(&mut out);
         }
-        self.close(status, &mut out);
+        // As the unstreamed answer has it: a function call is whole (its arguments
+        // arrived, or it would not be one), and the finish's status is the message's,
+        // in the response the stream ends with, whether or not a call followed it.
+        let open_call = matches!(self.open, Some(Open::Call { .. }));
+        self.close(if open_call { "completed" } else { status }, &mut out);
+        if status != "completed" {
+            for item in self.output.iter_mut().filter(|i| i["type"] == "message") {
+                item["status"] = json!(status);
+            }
+        }
         out
     }
 
@@ -749,6 +758,46 @@ mod tests {
                 .collect();
             assert_eq!(deltas, args);
         }
+    }
+
+    /// Guards the statuses a streamed answer ends with against the unstreamed one's:
+    /// with text, then a call, then the token cap, the stream closed the message
+    /// `completed` and the call `incomplete`, the unstreamed answer the other way round.
+    #[test]
+    fn a_capped_answer_with_a_call_ends_with_the_unstreamed_answers_statuses() {
+        let mut s = ResponsesStream::new(turn(), "m".into());
+        s.encode(&Event::Text("Looking".into()));
+        s.encode(&Event::ToolCall {
+            index: 0,
+            id: Some("call_1".into()),
+            name: Some("f".into()),
+            arguments: "{}".into(),
+        });
+        s.close_all(&Finish::Length);
+        let streamed = s.completed_object(&Finish::Length, None);
+        let calls = [crate::core::conversation::ToolCall {
+            id: "call_1".into(),
+            name: "f".into(),
+            arguments: json!({}),
+        }];
+        let whole = output::output_items(&Answered {
+            text: "Looking",
+            refusal: None,
+            reasoning: None,
+            tool_calls: &calls,
+            finish: &FinishReason::Length,
+        });
+        let statuses = |items: &[Value]| -> Vec<(String, String)> {
+            items
+                .iter()
+                .map(|i| (i["type"].to_string(), i["status"].to_string()))
+                .collect()
+        };
+        assert_eq!(
+            statuses(streamed["output"].as_array().unwrap()),
+            statuses(&whole)
+        );
+        assert_eq!(streamed["output"][0]["status"], "incomplete");
     }
 
     #[test]
