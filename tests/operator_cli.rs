@@ -785,4 +785,9 @@ async fn walk_with_an_image_skips_a_route_without_image_input_and_sends_it_inlin
     let o = poolctl(&config, &["walk", "t", "--image", "notes.txt"]).await;
     assert_eq!(o.status.code(), Some(2), "{}", out(&o));
     assert!(out(&o).contains("--image notes.txt"), "{}", out(&o));
+    // Guards a plain-http image URL: it was sent, where a scenario's request refuses
+    // one and a provider fetches images over https only.
+    let o = poolctl(&config, &["walk", "t", "--image", "http://x.test/a.png"]).await;
+    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
+    assert!(out(&o).contains("must be https"), "{}", out(&o));
 }

@@ -68,7 +68,12 @@ const MAX_ATTACHMENT_BYTES: u64 = 20 * 1024 * 1024;
 
 /// `--image`: a URL as it is, or a file's bytes inline, its type from its extension.
 fn attachment(arg: &str) -> anyhow::Result<Part> {
-    if arg.starts_with("https://") || arg.starts_with("http://") {
+    if arg.starts_with("http://") {
+        // As a scenario's request has it: a provider fetches an image by URL over
+        // https only (OpenAI, Anthropic), so a plain-http one would fail there instead.
+        anyhow::bail!("--image {arg}: an image URL must be https");
+    }
+    if arg.starts_with("https://") {
         return Ok(Part::Image {
             source: Source::Url { url: arg.into() },
             detail: None,
