@@ -162,6 +162,23 @@ fn load_errors_name_what_is_wrong() {
             ),
             "must be an https or `data:` URL",
         ),
+        // Guards metadata values YAML reads as a number or a boolean: turned into
+        // strings the scenario never wrote.
+        (
+            "metadata.yaml",
+            PASSING.replace("expect:", "request: { metadata: { a: 1 } }\nexpect:"),
+            "metadata.a must be a string",
+        ),
+        // Guards a data URL whose payload is not base64: it loaded, and the route got
+        // bytes no provider reads.
+        (
+            "data.yaml",
+            PASSING.replace(
+                "expect:",
+                "request: { messages: [ { role: user, content: [ { type: image_url, image_url: { url: \"data:image/png;base64,@@@###\" } } ] } ] }\nexpect:",
+            ),
+            "must be `data:MIME;base64,` and base64",
+        ),
         (
             "both.yaml",
             PASSING.replace(

@@ -132,7 +132,9 @@ pub struct RequestShape {
     /// `{type: json_object}` or `{type: json_schema, json_schema: {name, schema, strict}}`.
     #[serde(default)]
     pub response_format: Option<serde_json::Value>,
-    #[serde(default)]
+    /// String values, as OpenAI's `metadata` takes: YAML would read `1` or `true` into
+    /// a string quietly, and the route would get a value the scenario never wrote.
+    #[serde(default, deserialize_with = "string_values")]
     pub metadata: BTreeMap<String, String>,
     /// Other client fields, which the canonical request does not hold (`logprobs`,
     /// `presence_penalty`, ...): a route of another wire than the client's cannot carry
@@ -186,10 +188,42 @@ fn check_messages(messages: &[serde_json::Value]) -> Result<(), String> {
                         "messages[{i}].content[{j}].image_url.url must be an https or `data:` URL"
                     ));
                 }
+                // A data URL's payload is what the route receives: base64, whole.
+                if let Some(rest) = url.strip_prefix("data:") {
+                    use base64::Engine;
+                    let payload = rest
+                        .split_once(',')
+                        .filter(|(meta, _)| meta.ends_with(";base64"))
+                        .map(|(_, data)| data);
+                    let valid = payload.is_some_and(|d| {
+                        base64::engine::general_purpose::STANDARD.decode(d).is_ok()
+                    });
+                    if !valid {
+                        return Err(format!(
+                            "messages[{i}].content[{j}].image_url.url must be `data:MIME;base64,` and base64"
+                        ));
+                    }
+                }
             }
         }
     }
     Ok(())
+}
+
+/// A map whose values must each be a string in the file (quoted where YAML would read
+/// a number or a boolean).
+fn string_values<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    let raw = BTreeMap::<String, serde_yaml::Value>::deserialize(d)?;
+    raw.into_iter()
+        .map(|(k, v)| match v {
+            serde_yaml::Value::String(s) => Ok((k, s)),
+            _ => Err(serde::de::Error::custom(format!(
+                "metadata.{k} must be a string (quote it)"
+            ))),
+        })
+        .collect()
 }
 
 /// A tool a scenario's request offers.
