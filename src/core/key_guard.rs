@@ -24,7 +24,7 @@ pub struct KeyGuard<T> {
     /// The text the held items show, joined; masked already when `masked`.
     text: String,
     /// A key the held text completed is masked in `text`, and the held items must be
-    /// let go showing it, never their own text (`release`).
+    /// let go showing it, never their own text (`flush`).
     masked: bool,
     /// The text the held text belongs to (`push_in`).
     channel: Option<Channel>,
@@ -111,8 +111,9 @@ impl<T> KeyGuard<T> {
         self.channel
     }
 
-    /// Everything held, unchanged: the stream ends, or moves to where a key cannot
-    /// continue.
+    /// Everything held: the stream ends, or moves to where a key cannot continue. The
+    /// items show their own text, or, where a key was masked in it, the first that
+    /// shows text shows the masked text and the others none.
     pub fn flush(&mut self) -> Vec<Released<T>> {
         let text = std::mem::take(&mut self.text);
         let held = std::mem::take(&mut self.held);
