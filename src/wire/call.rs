@@ -87,10 +87,10 @@ pub async fn chat(
     };
     let parsed = parsed.map(|mut p| {
         if endpoint.wire == Wire::Gemini {
-            let before = req.conversation.tool_call_count();
-            gemini::number_calls_after(&mut p.tool_calls, before);
+            let ids = gemini::history::AnswerCallIds::of(&req.conversation);
+            ids.number(&mut p.tool_calls);
             for choice in &mut p.more_choices {
-                gemini::number_calls_after(&mut choice.tool_calls, before);
+                ids.number(&mut choice.tool_calls);
             }
         }
         p

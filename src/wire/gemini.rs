@@ -115,25 +115,6 @@ fn without_url_parts(c: &Conversation) -> std::borrow::Cow<'_, Conversation> {
     std::borrow::Cow::Owned(kept)
 }
 
-/// The id of Gemini's call `k` of an answer, in a conversation that holds `before`
-/// calls: Gemini gives calls no ids, and one numbered from 0 in each answer would
-/// repeat the id of an earlier turn's call (`call_0` twice in a history), which a
-/// client keying calls by id, or a route of another wire, cannot tell apart.
-pub fn call_id(before: usize, k: usize) -> String {
-    format!("call_{}", before + k)
-}
-
-/// `calls` of an answer (numbered `call_0`, `call_1`, ... from its own start) numbered
-/// on from the `before` calls of the conversation it answers.
-pub fn number_calls_after(calls: &mut [crate::core::conversation::ToolCall], before: usize) {
-    if before == 0 {
-        return;
-    }
-    for (k, c) in calls.iter_mut().enumerate() {
-        c.id = call_id(before, k);
-    }
-}
-
 /// Gemini's `finishReason` in the shared vocabulary. Gemini says `STOP` even when the
 /// answer calls functions; `has_calls` corrects that.
 pub fn finish_reason(s: &str, has_calls: bool) -> FinishReason {

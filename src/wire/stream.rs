@@ -416,6 +416,9 @@ async fn drive(
     let mut closed_choices: Vec<u32> = Vec::new();
     // The tool calls each choice has sent so far, by choice: numbers a Gemini call.
     let mut calls_so_far: Vec<u32> = vec![0];
+    // The ids Gemini's calls take in this conversation (`gemini::history::AnswerCallIds`).
+    let call_ids = (ep.wire == Wire::Gemini)
+        .then(|| super::gemini::history::AnswerCallIds::of(&req.conversation));
     // The stream's share of the process's answer bytes: what it keeps (its text, when
     // kept; its tool calls), charged as it arrives; what it only passes on is not held.
     // Past the cap, the largest holders wait before their next read, inside the same
@@ -458,12 +461,11 @@ async fn drive(
         for event in events.drain(..) {
             calls_so_far[0] = seen.calls.len() as u32;
             let mut parsed = parse_event(ep.wire, &event.event, &event.data, &calls_so_far);
-            if ep.wire == Wire::Gemini {
+            if let Some(ids) = &call_ids {
                 // Numbered on from the conversation's calls, as a whole answer's are.
-                let before = req.conversation.tool_call_count();
                 for e in &mut parsed {
                     if let WireEvent::ToolCall { index, id, .. } = e {
-                        *id = Some(super::gemini::call_id(before, *index as usize));
+                        *id = Some(ids.id(*index as usize));
                     }
                 }
             }

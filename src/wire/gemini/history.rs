@@ -233,7 +233,19 @@ pub fn from_gemini(system: Option<&Value>, contents: &[Value]) -> Result<Convers
 /// `call_1`, ... in answer order. Those ids are unique only within the answer: to append
 /// the calls to a history use [`gemini_answer_tool_calls_after`].
 pub fn gemini_answer_tool_calls(parts: &Value) -> Result<Vec<ToolCall>, CodecError> {
-    gemini_calls(parts, 0, &HashSet::new())
+    let parts = parts
+        .as_array()
+        .ok_or_else(|| CodecError::from("parts is not an array".to_string()))?;
+    let mut calls = Vec::new();
+    for (j, p) in parts.iter().enumerate() {
+        if p.get("functionCall").is_none() {
+            continue;
+        }
+        if let ModelPart::Call(call) = gemini_model_part(p, &format!("parts[{j}]"), calls.len())? {
+            calls.push(call);
+        }
+    }
+    Ok(calls)
 }
 
 /// As [`gemini_answer_tool_calls`], numbering on from the calls already in `conv` so the
@@ -243,40 +255,53 @@ pub fn gemini_answer_tool_calls_after(
     conv: &Conversation,
     parts: &Value,
 ) -> Result<Vec<ToolCall>, CodecError> {
-    let used: HashSet<String> = conv
-        .turns
-        .iter()
-        .flat_map(|t| match t {
-            Turn::Assistant { tool_calls, .. } => tool_calls.iter().map(|c| c.id.clone()).collect(),
-            _ => Vec::new(),
-        })
-        .collect();
-    gemini_calls(parts, conv.tool_call_count(), &used)
+    let mut calls = gemini_answer_tool_calls(parts)?;
+    AnswerCallIds::of(conv).number(&mut calls);
+    Ok(calls)
 }
 
-fn gemini_calls(
-    parts: &Value,
-    mut next_id: usize,
-    used: &HashSet<String>,
-) -> Result<Vec<ToolCall>, CodecError> {
-    let parts = parts
-        .as_array()
-        .ok_or_else(|| CodecError::from("parts is not an array".to_string()))?;
-    let mut calls = Vec::new();
-    for (j, p) in parts.iter().enumerate() {
-        if p.get("functionCall").is_none() {
-            continue;
-        }
-        // Skip ids another provider's call already holds in the history.
-        while used.contains(&format!("call_{next_id}")) {
-            next_id += 1;
-        }
-        if let ModelPart::Call(call) = gemini_model_part(p, &format!("parts[{j}]"), next_id)? {
-            next_id += 1;
-            calls.push(call);
+/// The ids an answer's calls take in the conversation it answers: Gemini gives calls
+/// none, and numbering each answer's own from `call_0` would repeat an earlier turn's
+/// id. Numbered on from the calls the conversation holds, passing over any id one of
+/// them already has (another provider's `call_1`).
+pub struct AnswerCallIds {
+    start: usize,
+    used: HashSet<String>,
+}
+
+impl AnswerCallIds {
+    pub fn of(conv: &Conversation) -> AnswerCallIds {
+        let used = conv
+            .turns
+            .iter()
+            .flat_map(|t| match t {
+                Turn::Assistant { tool_calls, .. } => {
+                    tool_calls.iter().map(|c| c.id.clone()).collect()
+                }
+                _ => Vec::new(),
+            })
+            .collect();
+        AnswerCallIds {
+            start: conv.tool_call_count(),
+            used,
         }
     }
-    Ok(calls)
+
+    /// The id of the answer's call `k` (from 0).
+    pub fn id(&self, k: usize) -> String {
+        (self.start..)
+            .map(|n| format!("call_{n}"))
+            .filter(|id| !self.used.contains(id))
+            .nth(k)
+            .unwrap_or_default()
+    }
+
+    /// `calls` (one answer's, in order) given their ids.
+    pub fn number(&self, calls: &mut [ToolCall]) {
+        for (k, c) in calls.iter_mut().enumerate() {
+            c.id = self.id(k);
+        }
+    }
 }
 
 enum ModelPart<'a> {
