@@ -95,6 +95,17 @@ pub enum Turn {
     },
 }
 
+impl ToolSpec {
+    /// Puts the tool's `description` in a wire's declaration of it, where the client
+    /// gave one: a tool declared without one goes without one, not with an empty text
+    /// the client never wrote.
+    pub fn describe(&self, declaration: &mut Value) {
+        if !self.description.is_empty() {
+            declaration["description"] = Value::String(self.description.clone());
+        }
+    }
+}
+
 impl Conversation {
     /// Whether the last assistant turn called tools: the conversation is in a tool loop,
     /// whose results follow that turn.

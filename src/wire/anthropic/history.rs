@@ -114,21 +114,13 @@ fn anthropic_source(block: &Value, path: &str) -> Result<Source, CodecError> {
     }
 }
 
-/// A tool's `description`, where the client gave one: a tool declared without one goes
-/// without one, not with an empty text the client never wrote.
-pub(crate) fn describe(declaration: &mut Value, tool: &ToolSpec) {
-    if !tool.description.is_empty() {
-        declaration["description"] = json!(tool.description);
-    }
-}
-
 /// `tools` for the Messages API.
 pub fn anthropic_tools(tools: &[ToolSpec]) -> Value {
     tools
         .iter()
         .map(|t| {
             let mut v = json!({"name": t.name, "input_schema": t.parameters});
-            describe(&mut v, t);
+            t.describe(&mut v);
             v
         })
         .collect()

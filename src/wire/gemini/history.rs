@@ -134,7 +134,7 @@ pub fn gemini_tools(tools: &[ToolSpec]) -> Value {
         .iter()
         .map(|t| {
             let mut d = json!({"name": t.name});
-            crate::wire::anthropic::history::describe(&mut d, t);
+            t.describe(&mut d);
             if !super::schema::is_bare_object(&t.parameters) {
                 match super::schema::response_schema(&t.parameters) {
                     Some(subset) => d["parameters"] = subset,

@@ -152,7 +152,7 @@ pub fn openai_tools(tools: &[ToolSpec]) -> Value {
         .iter()
         .map(|t| {
             let mut function = json!({"name": t.name, "parameters": t.parameters});
-            crate::wire::anthropic::history::describe(&mut function, t);
+            t.describe(&mut function);
             if t.strict {
                 function["strict"] = json!(true);
             }

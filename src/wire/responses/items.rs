@@ -393,7 +393,7 @@ pub fn tools(tools: &[ToolSpec]) -> Value {
                 "name": t.name,
                 "parameters": t.parameters,
             });
-            crate::wire::anthropic::history::describe(&mut v, t);
+            t.describe(&mut v);
             if t.strict {
                 v["strict"] = json!(true);
             }
