@@ -52,6 +52,16 @@ pub enum HostFault {
     Several,
 }
 
+impl HostFault {
+    /// The error code the refusal carries, and its metric's reason.
+    pub fn code(self) -> &'static str {
+        match self {
+            HostFault::Missing => "missing_host",
+            HostFault::Several => "several_hosts",
+        }
+    }
+}
+
 /// The fault of a request's `Host` lines, if any (`HostFault`).
 pub fn host_fault(version: hyper::Version, headers: &hyper::HeaderMap) -> Option<HostFault> {
     let mut hosts = headers.get_all(hyper::header::HOST).iter();

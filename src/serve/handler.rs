@@ -178,17 +178,15 @@ fn unauthorized(token_var: &str) -> ApiError {
 
 /// The answer to an HTTP/1.1 request without `Host` (RFC 9112 §3.2: a 400).
 pub(super) fn host_error(fault: guard::HostFault) -> ApiError {
-    let (code, message) = match fault {
-        guard::HostFault::Missing => (
-            "missing_host",
-            "an HTTP/1.1 request must carry a `Host` header (RFC 9112 §3.2); this one has none",
-        ),
-        guard::HostFault::Several => (
-            "several_hosts",
-            "a request must carry one `Host` header (RFC 9112 §3.2); this one has several",
-        ),
+    let message = match fault {
+        guard::HostFault::Missing => {
+            "an HTTP/1.1 request must carry a `Host` header (RFC 9112 §3.2); this one has none"
+        }
+        guard::HostFault::Several => {
+            "a request must carry one `Host` header (RFC 9112 §3.2); this one has several"
+        }
     };
-    ApiError::new(400, "invalid_request_error", code, message)
+    ApiError::new(400, "invalid_request_error", fault.code(), message)
 }
 
 async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Response<Body> {
@@ -201,11 +199,7 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
     // `/metrics` or `/readyz`.
     let host = req.headers().get(HOST).map(HeaderValue::as_bytes);
     if let Some(fault) = guard::host_fault(req.version(), req.headers()) {
-        let why = match fault {
-            guard::HostFault::Missing => "missing_host",
-            guard::HostFault::Several => "several_hosts",
-        };
-        return ask.refuse(why, host_error(fault), "");
+        return ask.refuse(fault.code(), host_error(fault), "");
     }
     if !guard::host_allowed(gw.settings.listen, host) {
         return ask.refuse("misdirected_host", ApiError::new(421, "invalid_request_error", "misdirected_request",
