@@ -97,6 +97,29 @@ async fn respond(gw: &Gateway, body: Value) -> (u16, Value) {
     .expect("the gateway answers in time")
 }
 
+/// A streamed `/v1/responses` answer to `body`: its text, and each event's JSON.
+async fn stream_events(gw: &Gateway, body: Value) -> (String, Vec<Value>) {
+    let text = tokio::time::timeout(DEADLINE, async {
+        reqwest::Client::new()
+            .post(gw.url("/v1/responses"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    })
+    .await
+    .expect("the gateway answers in time");
+    let events = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    (text, events)
+}
+
 /// The first turn on the Responses route; its response id.
 async fn first_turn(gw: &Gateway) -> String {
     let (status, v) = respond(
@@ -444,26 +467,11 @@ async fn a_stream_cut_after_its_first_text_leaves_its_message_item_incomplete() 
     let path = dir.path().join("pool.yaml");
     std::fs::write(&path, yaml).unwrap();
     let gw = start(&path).await;
-    let text = tokio::time::timeout(DEADLINE, async {
-        reqwest::Client::new()
-            .post(gw.url("/v1/responses"))
-            .json(
-                &json!({"model": "cut", "input": "What is the capital of France?", "stream": true}),
-            )
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    })
-    .await
-    .expect("the gateway answers in time");
-    let events: Vec<Value> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str(d).ok())
-        .collect();
+    let (text, events) = stream_events(
+        &gw,
+        json!({"model": "cut", "input": "What is the capital of France?", "stream": true}),
+    )
+    .await;
     let of = |kind: &str| {
         events
             .iter()
@@ -495,24 +503,11 @@ async fn a_same_wire_stream_cut_ends_with_sequence_numbers_that_go_on() {
     let mock = mocks_with(cut).await;
     let dir = tempfile::tempdir().unwrap();
     let gw = start(&config(dir.path(), &mock, "")).await;
-    let text = tokio::time::timeout(DEADLINE, async {
-        reqwest::Client::new()
-            .post(gw.url("/v1/responses"))
-            .json(&json!({"model": "first", "input": "Capital of France?", "stream": true}))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    })
-    .await
-    .expect("the gateway answers in time");
-    let events: Vec<Value> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str(d).ok())
-        .collect();
+    let (text, events) = stream_events(
+        &gw,
+        json!({"model": "first", "input": "Capital of France?", "stream": true}),
+    )
+    .await;
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
     assert_eq!(
         kinds[kinds.len() - 2..],
