@@ -97,6 +97,16 @@ async fn post(gw: &Gateway, at: &str, body: &Value, headers: &[(&str, &str)]) ->
     send(gw, at, serde_json::to_vec(body).unwrap(), headers).await
 }
 
+/// The fields `x-poolctl-dropped-params` names, sorted.
+fn dropped_sorted(r: &reqwest::Response) -> Vec<String> {
+    let mut named: Vec<String> = header(r, "x-poolctl-dropped-params")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    named.sort();
+    named
+}
+
 /// The `request` log lines the gateway wrote.
 fn request_lines(stderr: &str) -> Vec<&str> {
     stderr.lines().filter(|l| l.contains("request")).collect()
@@ -295,11 +305,7 @@ async fn advisory_fields_are_dropped_and_named_in_the_header_the_log_and_the_met
     });
     let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
     assert_eq!(r.status(), 200);
-    let mut named: Vec<String> = header(&r, "x-poolctl-dropped-params")
-        .split(',')
-        .map(str::to_string)
-        .collect();
-    named.sort();
+    let named = dropped_sorted(&r);
     assert_eq!(
         named,
         ["messages[].name", "presence_penalty", "seed", "x_future"]
@@ -355,11 +361,7 @@ async fn fields_inside_messages_left_out_by_a_translation_are_named() {
     });
     let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
     assert_eq!(r.status(), 200);
-    let mut named: Vec<String> = header(&r, "x-poolctl-dropped-params")
-        .split(',')
-        .map(str::to_string)
-        .collect();
-    named.sort();
+    let named = dropped_sorted(&r);
     assert_eq!(
         named,
         [
@@ -395,11 +397,7 @@ async fn fields_inside_messages_left_out_by_a_translation_are_named() {
     };
     let r = post(&gw, "/v1/messages", &anthropic_body, &[]).await;
     assert_eq!(r.status(), 200);
-    let mut named: Vec<String> = header(&r, "x-poolctl-dropped-params")
-        .split(',')
-        .map(str::to_string)
-        .collect();
-    named.sort();
+    let named = dropped_sorted(&r);
     assert_eq!(
         named,
         ["messages[].content[].context", "messages[].content[].zzz"]
@@ -1043,11 +1041,7 @@ async fn groq_gets_the_client_body_without_the_fields_it_rejects() {
     });
     let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
     assert_eq!(r.status(), 200);
-    let mut named: Vec<String> = header(&r, "x-poolctl-dropped-params")
-        .split(',')
-        .map(str::to_string)
-        .collect();
-    named.sort();
+    let named = dropped_sorted(&r);
     assert_eq!(named, ["logit_bias", "messages[].name"]);
     let sent = &bodies(&groq).await[0];
     assert_eq!(
@@ -1388,11 +1382,7 @@ async fn an_anthropic_clients_stray_fields_never_remove_what_the_translation_wro
         "messages": [{"role": "user", "content": "hi"}]});
     let r = post(&gw, "/v1/messages", &body, &[]).await;
     assert_eq!(r.status(), 200);
-    let mut named: Vec<String> = header(&r, "x-poolctl-dropped-params")
-        .split(',')
-        .map(str::to_string)
-        .collect();
-    named.sort();
+    let named = dropped_sorted(&r);
     assert_eq!(named, ["max_completion_tokens", "user"]);
     let sent = &bodies(&oai).await[0];
     assert_eq!(sent["max_completion_tokens"], 100);
@@ -1491,11 +1481,7 @@ async fn advisory_judgements_follow_the_value_and_names_survive_a_bad_one() {
     .await;
     assert_eq!(r.status(), 200);
     assert_eq!(bodies(&ant).await[0]["top_k"], 5);
-    let mut named: Vec<String> = header(&r, "x-poolctl-dropped-params")
-        .split(',')
-        .map(str::to_string)
-        .collect();
-    named.sort();
+    let named = dropped_sorted(&r);
     assert_eq!(named, ["other", "seed"]);
 }
 
