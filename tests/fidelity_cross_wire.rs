@@ -1060,6 +1060,67 @@ async fn groq_gets_the_client_body_without_the_fields_it_rejects() {
     assert_eq!(bodies(&groq).await.len(), 1);
 }
 
+/// Mistral answers 422 `extra_forbidden` to every field it does not know, so it is
+/// described by the fields it accepts (fidelity.md §1): everything else the client
+/// sent is left out and named, its two renamed fields arrive under Mistral's names,
+/// and `reasoning_effort`, which changes the answer, skips the route.
+#[tokio::test]
+async fn mistral_gets_only_the_fields_it_knows_and_the_rest_is_named() {
+    let mis = openai().await;
+    let (_dir, gw) = serve(
+        &[Provider {
+            extra: "    dialect: mistral\n",
+            ..route_of("mis", "openai", &mis)
+        }],
+        &["mis/mistral-x"],
+    )
+    .await;
+    let body = json!({
+        "model": "high", "temperature": 0.2, "presence_penalty": 0.5, "safe_prompt": true,
+        "seed": 7, "max_completion_tokens": 50, "verbosity": "low", "zz_future": {"a": 1},
+        "stream_options": {"include_usage": true}, "user": "u-1",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "assistant", "content": "yes", "reasoning_content": "thought"},
+            {"role": "user", "content": "and?"}
+        ]
+    });
+    let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        dropped_sorted(&r),
+        [
+            "cache_control",
+            "messages[].reasoning_content",
+            "stream_options",
+            "user",
+            "verbosity",
+            "zz_future"
+        ]
+    );
+    let sent = &bodies(&mis).await[0];
+    assert_eq!(
+        sent,
+        &json!({"model": "mistral-x", "temperature": 0.2, "presence_penalty": 0.5,
+        "safe_prompt": true, "random_seed": 7, "max_tokens": 50,
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": "yes"},
+            {"role": "user", "content": "and?"}
+        ]})
+    );
+    let r = post(
+        &gw,
+        "/v1/chat/completions",
+        &json!({"model": "high", "messages": [{"role": "user", "content": "hi"}],
+                "reasoning_effort": "high"}),
+        &[],
+    )
+    .await;
+    unsupported_by_chain(r).await;
+    assert_eq!(bodies(&mis).await.len(), 1);
+}
+
 const ANTHROPIC_TOOL_STREAM: &str = "event: message_start\n\
 data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x-20250101\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":12,\"cache_read_input_tokens\":3,\"output_tokens\":1}}}\n\n\
 event: content_block_start\n\

@@ -189,10 +189,40 @@ fn cross_wire(req: &ChatRequest, wire: Wire, out: &mut Vec<(String, bool)>) {
     }
 }
 
+/// The top-level fields of Mistral's chat API: it answers 422 `extra_forbidden` to
+/// any other. From its generated SDK's request models (client-python,
+/// `chatcompletionrequest.py` and `chatcompletionstreamrequest.py`).
+const MISTRAL_ACCEPTS: &[&str] = &[
+    "model",
+    "messages",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "stream",
+    "stop",
+    "random_seed",
+    "metadata",
+    "response_format",
+    "tools",
+    "tool_choice",
+    "presence_penalty",
+    "frequency_penalty",
+    "n",
+    "prediction",
+    "parallel_tool_calls",
+    "prompt_mode",
+    "safe_prompt",
+];
+
+/// The fields a Mistral message may hold, by the same models (`name` only on a tool
+/// result, which keeps it).
+const MISTRAL_MESSAGE_ACCEPTS: &[&str] =
+    &["role", "content", "tool_calls", "tool_call_id", "prefix"];
+
 /// Fields `dialect`'s provider rejects (HTTP 400 / 422) although its wire's owner
 /// accepts them (spec/fidelity.md §1), present in `req`: `(field, semantic)`. The
 /// README lists every OpenAI-compatible dialect, with what was found for each.
-fn rejected_by(dialect: Dialect, req: &ChatRequest) -> Vec<(&'static str, bool)> {
+fn rejected_by(dialect: Dialect, req: &ChatRequest) -> Vec<(String, bool)> {
     let n = req.n.unwrap_or(1);
     let asks = |name: &str| req.unmapped.iter().any(|u| u.name == name);
     // Whether the client's field is semantic where it is asked (`logprobs: true` is,
@@ -205,41 +235,44 @@ fn rejected_by(dialect: Dialect, req: &ChatRequest) -> Vec<(&'static str, bool)>
         Dialect::Groq => {
             for f in ["logprobs", "top_logprobs", "logit_bias", "messages[].name"] {
                 if asks(f) {
-                    out.push((f, semantic(f)));
+                    out.push((f.to_string(), semantic(f)));
                 }
             }
             if n != 1 {
-                out.push(("n", true));
+                out.push(("n".to_string(), true));
             }
         }
-        // Mistral forbids every field it does not know (422 `extra_forbidden`); its
-        // generated SDK's `ChatCompletionRequest` (chatcompletionrequest.py) has none of
-        // these. `max_completion_tokens` is sent as its `max_tokens`, and a stream goes
-        // without `stream_options` (both in `passthrough`).
+        // Mistral forbids every field it does not know (422 `extra_forbidden`), so it
+        // is described by what it accepts (`MISTRAL_ACCEPTS`). Two fields it has under
+        // other names are renamed in `fit`, not dropped: `max_completion_tokens` (its
+        // `max_tokens`) and `seed` (its `random_seed`). A `stream_options` the gateway
+        // adds is never sent there (Mistral reports a stream's usage unasked).
         Dialect::Mistral => {
-            for f in [
-                "logprobs",
-                "top_logprobs",
-                "logit_bias",
-                "messages[].name",
-                "store",
-                "service_tier",
-                "modalities",
-                "user",
-                "seed",
-            ] {
-                let typed = match f {
-                    "user" => req.user.is_some(),
-                    "seed" => req.sampling.seed.is_some(),
-                    _ => false,
-                };
-                if typed || asks(f) {
-                    out.push((f, semantic(f)));
+            if req.user.is_some() {
+                out.push(("user".to_string(), false));
+            }
+            if req.sampling.top_k.is_some() {
+                out.push(("top_k".to_string(), false));
+            }
+            if req.reasoning.is_some() {
+                out.push(("reasoning_effort".to_string(), true));
+            }
+            if req
+                .same_wire(Wire::OpenAi)
+                .is_some_and(|o| o.stream_options.is_some())
+            {
+                out.push(("stream_options".to_string(), false));
+            }
+            // The client's fields the router does not map, at the top level or inside
+            // messages and their parts (`messages[].reasoning_content`, `cache_control`).
+            for u in &req.unmapped {
+                if !MISTRAL_ACCEPTS.contains(&u.name.as_str()) {
+                    out.push((u.name.clone(), u.semantic));
                 }
             }
         }
         // platform.kimi.ai models overview: `n` at most 5.
-        Dialect::Moonshot if n > 5 => out.push(("n", true)),
+        Dialect::Moonshot if n > 5 => out.push(("n".to_string(), true)),
         _ => {}
     }
     out
@@ -247,32 +280,21 @@ fn rejected_by(dialect: Dialect, req: &ChatRequest) -> Vec<(&'static str, bool)>
 
 /// The body of a call to an OpenAI-compatible `endpoint` without the fields its
 /// provider rejects ([`rejected_by`]: advisory ones, and with `drop_params` semantic
-/// ones; a route that would need a semantic one removed is never called), and on
-/// Mistral the two it has under other names or not at all (`max_completion_tokens` is
-/// its `max_tokens`; `stream_options` it rejects, sending the usage unasked). Only
-/// those: any other field a body holds is one the codec wrote, or the client's own on
-/// its own wire. A body with nothing to remove is not touched, so the client's bytes
-/// stay the client's bytes.
+/// ones; a route that would need a semantic one removed is never called). Mistral's
+/// body keeps only the fields Mistral knows, with the two it has under other names
+/// renamed. Only those: any other field a body holds is one the codec wrote, or the
+/// client's own on its own wire. A body with nothing to remove is not touched, so the
+/// client's bytes stay the client's bytes.
 pub fn fit(body: CallBody, req: &ChatRequest, endpoint: &Endpoint) -> CallBody {
     if endpoint.wire != Wire::OpenAi {
         return body;
     }
-    let dropped: Vec<&str> = rejected_by(endpoint.dialect, req)
+    let dropped: Vec<String> = rejected_by(endpoint.dialect, req)
         .into_iter()
         .map(|(f, _)| f)
         .collect();
     let mistral = endpoint.dialect == Dialect::Mistral;
-    let mentions = |b: &[u8], key: &[u8]| b.windows(key.len()).any(|w| w == key);
-    let needed = !dropped.is_empty()
-        || (mistral
-            && match &body {
-                CallBody::Raw(b) => {
-                    mentions(b, b"\"max_completion_tokens\"") || mentions(b, b"\"stream_options\"")
-                }
-                CallBody::Json(v) => {
-                    v.get("max_completion_tokens").is_some() || v.get("stream_options").is_some()
-                }
-            });
+    let needed = !dropped.is_empty() || (mistral && !mistral_fits(&body));
     if !needed {
         return body;
     }
@@ -284,22 +306,17 @@ pub fn fit(body: CallBody, req: &ChatRequest, endpoint: &Endpoint) -> CallBody {
         },
     };
     if let Some(o) = v.as_object_mut() {
-        for field in dropped {
-            if field == "messages[].name" {
-                if let Some(Value::Array(ms)) = o.get_mut("messages") {
-                    for m in ms.iter_mut().filter_map(Value::as_object_mut) {
-                        m.remove("name");
-                    }
-                }
-            } else {
-                o.remove(field);
-            }
-        }
         if mistral {
-            o.remove("stream_options");
             if let Some(max) = o.remove("max_completion_tokens") {
                 o.entry("max_tokens").or_insert(max);
             }
+            if let Some(seed) = o.remove("seed") {
+                o.entry("random_seed").or_insert(seed);
+            }
+            o.retain(|k, _| MISTRAL_ACCEPTS.contains(&k.as_str()));
+        }
+        for field in &dropped {
+            remove_field(o, field, mistral);
         }
     }
     if raw {
@@ -307,6 +324,68 @@ pub fn fit(body: CallBody, req: &ChatRequest, endpoint: &Endpoint) -> CallBody {
     } else {
         CallBody::Json(v)
     }
+}
+
+/// Whether a body for a Mistral route holds only top-level fields Mistral knows.
+fn mistral_fits(body: &CallBody) -> bool {
+    match body {
+        // The common body: the client's keys are read, not the whole body decoded.
+        CallBody::Raw(b) => {
+            serde_json::from_slice::<std::collections::BTreeMap<String, serde::de::IgnoredAny>>(b)
+                .is_ok_and(|keys| keys.keys().all(|k| MISTRAL_ACCEPTS.contains(&k.as_str())))
+        }
+        CallBody::Json(v) => v
+            .as_object()
+            .is_some_and(|o| o.keys().all(|k| MISTRAL_ACCEPTS.contains(&k.as_str()))),
+    }
+}
+
+/// Removes a named field from a body: at the top level, from every message
+/// (`messages[].name`), from every content part (`messages[].content[].foo`), or, for
+/// `cache_control`, from parts and tools alike. On Mistral a message keeps only the
+/// fields Mistral knows.
+fn remove_field(o: &mut serde_json::Map<String, Value>, field: &str, mistral: bool) {
+    if let Some(key) = field.strip_prefix("messages[].content[].") {
+        for part in parts_mut(o) {
+            part.remove(key);
+        }
+    } else if let Some(key) = field.strip_prefix("messages[].") {
+        if let Some(Value::Array(ms)) = o.get_mut("messages") {
+            for m in ms.iter_mut().filter_map(Value::as_object_mut) {
+                m.remove(key);
+                if mistral {
+                    let tool = m.get("role").and_then(Value::as_str) == Some("tool");
+                    m.retain(|k, _| {
+                        MISTRAL_MESSAGE_ACCEPTS.contains(&k.as_str()) || (tool && k == "name")
+                    });
+                }
+            }
+        }
+    } else if field == "cache_control" {
+        for part in parts_mut(o) {
+            part.remove("cache_control");
+        }
+        if let Some(Value::Array(ts)) = o.get_mut("tools") {
+            for t in ts.iter_mut().filter_map(Value::as_object_mut) {
+                t.remove("cache_control");
+            }
+        }
+    } else {
+        o.remove(field);
+    }
+}
+
+/// Every content part of every message, as an object.
+fn parts_mut(
+    o: &mut serde_json::Map<String, Value>,
+) -> impl Iterator<Item = &mut serde_json::Map<String, Value>> {
+    o.get_mut("messages")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get_mut("content").and_then(Value::as_array_mut))
+        .flatten()
+        .filter_map(Value::as_object_mut)
 }
 
 #[cfg(test)]
