@@ -301,22 +301,19 @@ impl Buckets {
         })
     }
 
-    /// The first bucket of `cover` that could not hold `cost` at `priority` even full:
-    /// the request is too large for it, and no wait would change that. A request below
-    /// interactive may use the bucket only down to the interactive floor, so what it can
-    /// ever take is the capacity less the floor.
-    pub fn exceeds(&self, cover: &Cover, cost: Cost, priority: Priority) -> Option<Exceeds> {
+    /// The first bucket of `cover` that could not hold `cost` even full: the request is
+    /// too large for it (decisions.md: `too_large`, "no route's buckets can ever hold
+    /// the request's reservation"), and no wait would change that. The interactive
+    /// floor is not counted: a request below interactive that only the floor keeps out
+    /// fits the bucket, and is refused by admission (`shed`), not as too large.
+    pub fn exceeds(&self, cover: &Cover, cost: Cost) -> Option<Exceeds> {
         let slots = lock(&self.groups[cover.group]);
         cover.members.iter().find_map(|&(i, dim)| {
             let (slot, need) = (&slots[i], cost.on(dim));
-            let usable = match priority {
-                Priority::Interactive => slot.bucket.capacity,
-                _ => slot.bucket.capacity * (1.0 - self.floor),
-            };
-            (need > usable).then(|| Exceeds {
+            (need > slot.bucket.capacity).then(|| Exceeds {
                 bucket: slot.name.to_string(),
                 dimension: dim,
-                capacity: usable,
+                capacity: slot.bucket.capacity,
                 reservation: need,
             })
         })

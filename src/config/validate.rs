@@ -280,8 +280,9 @@ impl PoolConfig {
             let msg = format!("headroom {h} is outside (0, 1]");
             out.push(invalid("headroom".into(), &["headroom:"], msg));
         }
-        if let Some(f) = self.interactive_floor.filter(|f| !(0.0..1.0).contains(f)) {
-            let msg = format!("interactive_floor {f} is outside [0, 1)");
+        // 1 is a real choice: every bucket for interactive traffic alone.
+        if let Some(f) = self.interactive_floor.filter(|f| !(0.0..=1.0).contains(f)) {
+            let msg = format!("interactive_floor {f} is outside [0, 1]");
             out.push(invalid(
                 "interactive_floor".into(),
                 &["interactive_floor:"],

@@ -49,7 +49,7 @@ impl Router {
         let ceiling = &self.inner.ceiling;
         if let Some(over) = ceiling
             .cover(&spec.route)
-            .and_then(|c| ceiling.exceeds(&c, cost, walk.opts.priority))
+            .and_then(|c| ceiling.exceeds(&c, cost))
         {
             // No refill would ever admit it: passed over like a route that cannot serve
             // the request, not queued, and never answered "retry in 1 s".
@@ -96,7 +96,12 @@ impl Router {
         walk.refused.push((pos, wait, cover.group()));
         let cause = match wait {
             Some(ms) => format!("buckets refill in {ms} ms"),
-            None => "cost exceeds a bucket's capacity".to_string(),
+            // The bucket holds it (else `exceeds_bucket` above): only the interactive
+            // floor keeps this priority out, whatever the refill.
+            None => format!(
+                "a {} request may not use the interactive floor, and its cost needs it",
+                priority.as_str()
+            ),
         };
         let skip = Skip {
             route: spec.route.clone(),

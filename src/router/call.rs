@@ -36,10 +36,14 @@ impl Router {
     ///   and the answer's ranking is the recall order, unchanged.
     pub async fn call(&self, tier: &Tier, req: &Request, opts: CallOptions<'_>) -> Called {
         let mut called = self.call_tier(tier, req, opts).await;
-        if called.report.outcome == Outcome::Shed {
+        // Nothing admitted it in time, or no bucket of the chain could ever hold it
+        // (`too_large`): either way nothing of this tier admits it.
+        let unadmitted = called.report.outcome == Outcome::Shed
+            || called.report.reason == Some(crate::core::vocab::Reason::TooLarge);
+        if unadmitted {
             if let Some(small) = opts.degrade_tier {
-                // Admission would shed it: the card's degrade tier (a smaller or cheaper
-                // model) is offered the request instead, through admission like any call.
+                // The card's degrade tier (a smaller or cheaper model) is offered the
+                // request instead, through admission like any call (decisions.md).
                 let lesser = CallOptions {
                     degrade_tier: None,
                     ..opts

@@ -838,13 +838,14 @@ impl Scenario {
                 let ok = if name == "headroom" {
                     v > 0.0 && v <= 1.0
                 } else {
-                    (0.0..1.0).contains(&v)
+                    // A floor of 1 keeps every bucket for interactive traffic.
+                    (0.0..=1.0).contains(&v)
                 };
                 if !ok {
                     let range = if name == "headroom" {
                         "(0, 1]"
                     } else {
-                        "[0, 1)"
+                        "[0, 1]"
                     };
                     return err(name, format!("{v} is outside {range}"));
                 }
