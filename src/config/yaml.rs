@@ -125,7 +125,10 @@ pub fn parse<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, YamlErro
     }
     let de = serde_yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
-        let field = e.path().to_string();
+        // Rendered without serde_path_to_error's `?` for a segment it could not name (a
+        // syntax error, an enum's key): the user sees the field they can find.
+        let segments: Vec<_> = e.path().iter().cloned().collect();
+        let field = super::problems::render_path(&segments);
         let inner = e.into_inner();
         let location = inner.location();
         let mut message = strip_location(&inner.to_string());
@@ -348,6 +351,33 @@ mod tests {
             let text = std::fs::read_to_string(&path).unwrap();
             assert_eq!(too_deep(&text, MAX_DEPTH), None, "{}", path.display());
         }
+    }
+
+    #[test]
+    fn a_segment_serde_cannot_name_is_left_out_of_the_field() {
+        // An unquoted colon in a value: the error sits under a key not yet read.
+        let err = parse::<Doc>(Path::new("c.yaml"), "name: a: b\nitems: []\n").unwrap_err();
+        assert!(!err.field.contains('?'), "{}", err.field);
+        assert!(!err.to_string().contains("`?`"), "{err}");
+        // An unknown variant as a map's key: the path stops at the map.
+        #[derive(Debug, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+        #[allow(dead_code)]
+        enum Word {
+            #[serde(rename = "success")]
+            Success,
+        }
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Counts {
+            counts: std::collections::BTreeMap<Word, u32>,
+        }
+        let err = parse::<Counts>(Path::new("k.yaml"), "counts: { succes: 2 }\n").unwrap_err();
+        assert_eq!(err.field, "counts");
+        assert!(
+            err.message.contains("did you mean `success`"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
