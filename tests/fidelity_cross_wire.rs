@@ -754,6 +754,47 @@ async fn a_tool_result_of_several_text_parts_keeps_them_apart_in_both_directions
     );
 }
 
+/// Guards an Anthropic client's assistant message of several text blocks on an OpenAI
+/// route: it used to arrive as two assistant messages (the calls on the second only),
+/// and an error result of several blocks as one joined string. One message keeps its
+/// texts as parts with its calls; the error result keeps its parts, marked on the first.
+#[tokio::test]
+async fn an_anthropic_assistant_message_of_several_text_blocks_is_one_openai_message() {
+    let oai = openai().await;
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
+    let body = json!({
+        "model": "high", "max_tokens": 100,
+        "messages": [
+            {"role": "user", "content": "Rows?"},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "A1"},
+                {"type": "text", "text": "A2"},
+                {"type": "tool_use", "id": "toolu_1", "name": "rows", "input": {}}
+            ]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                "is_error": true, "content": [
+                    {"type": "text", "text": "R1"}, {"type": "text", "text": "R2"}
+            ]}]}
+        ]
+    });
+    assert_eq!(post(&gw, "/v1/messages", &body, &[]).await.status(), 200);
+    let sent = &bodies(&oai).await[0];
+    assert_eq!(
+        sent["messages"],
+        json!([
+            {"role": "user", "content": "Rows?"},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "A1"}, {"type": "text", "text": "A2"}
+            ], "tool_calls": [{"id": "toolu_1", "type": "function",
+                "function": {"name": "rows", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "toolu_1", "content": [
+                {"type": "text", "text": "[tool error] R1"}, {"type": "text", "text": "R2"}
+            ]}
+        ]),
+        "{sent}"
+    );
+}
+
 /// Guards an agent loop with reasoning on an Anthropic route: Anthropic refuses
 /// thinking when the last assistant turn (the one that called the tools) does not
 /// start with its signed thinking block, which a conversation from another wire never

@@ -23,7 +23,16 @@ const SAMPLING: super::codec::SamplingNames = super::codec::SamplingNames {
 };
 
 pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
-    let mut messages = history::openai_messages(&req.conversation);
+    // From a wire whose consecutive assistant turns are one message, they go as one.
+    let mut messages = if req
+        .original
+        .as_ref()
+        .is_some_and(|o| o.wire != crate::core::vocab::Wire::OpenAi)
+    {
+        history::openai_messages_merged(&req.conversation)
+    } else {
+        history::openai_messages(&req.conversation)
+    };
     // Messages kept in place already carry their own parts.
     let in_place = req.conversation.system_in_place().is_some();
     if let (Dialect::Openai | Dialect::Azure, Some(pieces), false) =

@@ -18,6 +18,19 @@ pub const OPENAI_TOOL_ERROR_PREFIX: &str = "[tool error] ";
 /// result whose content happens to start with that prefix is sent as a one-part text
 /// array instead, so that it cannot be read back as an error.
 pub fn openai_messages(c: &Conversation) -> Vec<Value> {
+    openai_messages_of(c, false)
+}
+
+/// [`openai_messages`] for a conversation read from a wire where consecutive assistant
+/// turns are one message (Anthropic's blocks, Gemini's parts, Responses' output items):
+/// each such run goes as one assistant message, its texts as parts in order and its
+/// calls together (fidelity.md §2: several text parts "kept as parts, in order"), not
+/// as several messages. A conversation read from OpenAI messages keeps its messages.
+pub fn openai_messages_merged(c: &Conversation) -> Vec<Value> {
+    openai_messages_of(c, true)
+}
+
+fn openai_messages_of(c: &Conversation, merge: bool) -> Vec<Value> {
     let mut out = Vec::with_capacity(c.turns.len() + 1);
     // Each system and developer message where the client put it, with its role and
     // parts (fidelity.md §2: kept in place); else the one system prompt first.
@@ -54,9 +67,19 @@ pub fn openai_messages(c: &Conversation) -> Vec<Value> {
             }
             system_before(&mut out, i);
         }
+        if let Turn::Assistant { text, tool_calls } = turn {
+            let message = openai_assistant(text, tool_calls);
+            match out.last_mut() {
+                Some(last) if merge && last["role"] == "assistant" => {
+                    merge_assistant(last, message)
+                }
+                _ => out.push(message),
+            }
+            continue;
+        }
         out.push(match turn {
             Turn::User { parts } => json!({"role": "user", "content": openai_user_content(parts)}),
-            Turn::Assistant { text, tool_calls } => openai_assistant(text, tool_calls),
+            Turn::Assistant { .. } => unreachable!("rendered above"),
             Turn::ToolResult {
                 call_id,
                 content,
@@ -130,8 +153,58 @@ fn openai_assistant(text: &str, tool_calls: &[ToolCall]) -> Value {
     json!({"role": "assistant", "content": content, "tool_calls": calls})
 }
 
+/// Folds the assistant message `next` into `last`: the text of both as parts, in order
+/// (one part stays a string, none is null beside calls), and the calls of both.
+fn merge_assistant(last: &mut Value, next: Value) {
+    let texts = |content: &Value| -> Vec<Value> {
+        match content {
+            Value::String(s) if s.is_empty() => Vec::new(),
+            Value::String(s) => vec![json!({"type": "text", "text": s})],
+            Value::Array(parts) => parts.clone(),
+            _ => Vec::new(),
+        }
+    };
+    let mut parts = texts(&last["content"]);
+    parts.extend(texts(&next["content"]));
+    let mut calls: Vec<Value> = last
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    calls.extend(
+        next.get("tool_calls")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+    );
+    let content = match parts.as_slice() {
+        [] if !calls.is_empty() => Value::Null,
+        [] => json!(""),
+        [one] => one["text"].clone(),
+        _ => Value::Array(parts),
+    };
+    last["content"] = content;
+    if !calls.is_empty() {
+        last["tool_calls"] = Value::Array(calls);
+    }
+}
+
 fn openai_tool_content(content: &str, parts: &[String], is_error: bool) -> Value {
-    if is_error {
+    if is_error && parts.len() > 1 {
+        // Each part its own, the mark on the first (fidelity.md §2: parts kept apart).
+        parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let text = if i == 0 {
+                    format!("{OPENAI_TOOL_ERROR_PREFIX}{p}")
+                } else {
+                    p.clone()
+                };
+                json!({"type": "text", "text": text})
+            })
+            .collect()
+    } else if is_error {
         json!(format!("{OPENAI_TOOL_ERROR_PREFIX}{content}"))
     } else if parts.len() > 1 {
         // Several parts, each its own (an array is never read back as an error).
