@@ -322,3 +322,57 @@ async fn a_streamed_openai_refusal_reaches_the_client_as_refusal_deltas() {
     assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
     assert_eq!(mock.calls(&route("zz/backup")), 0);
 }
+
+/// Guards a refusal with nothing to show, streamed to an Anthropic client: the whole
+/// answer is in before the stream is written, so `message_start` states the input the
+/// upstream reported (it said `input_tokens: 0`), as the last `message_delta` does.
+#[tokio::test]
+async fn an_empty_streamed_refusal_starts_its_anthropic_message_with_the_reported_input() {
+    let chunk = json!({
+        "candidates": [{"index": 0, "finishReason": "SAFETY",
+            "content": {"role": "model", "parts": []}}],
+        "usageMetadata": {"promptTokenCount": 20, "cachedContentTokenCount": 8,
+            "candidatesTokenCount": 0, "totalTokenCount": 20},
+        "modelVersion": "gemini-x-001"
+    });
+    let event = format!("data: {chunk}");
+    let (_mock, _dir, gw) = serving(
+        vec![mock_route(
+            "gm/gemini-x",
+            Wire::Gemini,
+            CallPath::Stream,
+            vec![raw_stream(&[&event])],
+        )],
+        &[("gm/gemini-x", Wire::Gemini)],
+    )
+    .await;
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/messages"))
+        .header("anthropic-version", "2023-06-01")
+        .json(&user("high", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let events: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    let start = events
+        .iter()
+        .find(|e| e["type"] == "message_start")
+        .unwrap();
+    assert_eq!(start["message"]["usage"]["input_tokens"], 12, "{text}");
+    assert_eq!(
+        start["message"]["usage"]["cache_read_input_tokens"], 8,
+        "{text}"
+    );
+    let last = events
+        .iter()
+        .rfind(|e| e["type"] == "message_delta")
+        .unwrap();
+    assert_eq!(last["delta"]["stop_reason"], "refusal", "{text}");
+    assert_eq!(last["usage"]["input_tokens"], 12, "{text}");
+}

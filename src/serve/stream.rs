@@ -1134,7 +1134,13 @@ async fn unstarted(
             let id = format!("poolctl-{}", ask.gw.next_id());
             s.encoder = Some(match (ask.flavor, &turn) {
                 (Flavor::Anthropic, _) => {
-                    Encoder::Anthropic(AnthropicStream::new(id, reply.model.clone()))
+                    let mut e = AnthropicStream::new(id, reply.model.clone());
+                    if let Some(u) = reply.usage {
+                        // The whole answer is in: `message_start` states its input, as
+                        // a live stream's does once the upstream has reported it.
+                        e.event(&Event::Usage(u));
+                    }
+                    Encoder::Anthropic(e)
                 }
                 (Flavor::Responses, Some(turn)) => {
                     Encoder::Responses(ResponsesStream::new(turn.clone(), reply.model.clone()))
