@@ -622,7 +622,9 @@ pub fn translate(
             )
         });
     }
-    let root: Value = serde_yaml::from_str(text).map_err(|e| {
+    // An integer too large for any field reads as a float here: the field that holds it
+    // is then told it is not a whole number.
+    let (root, _) = yaml::tree(text).map_err(|e| {
         let loc = e.location();
         YamlError {
             file: file.to_path_buf(),

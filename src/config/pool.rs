@@ -431,7 +431,7 @@ pub(super) fn not_yaml(file: &Path, text: &str) -> Option<YamlError> {
     {
         return None;
     }
-    let e = serde_yaml::from_str::<serde_yaml::Value>(text).err()?;
+    let e = yaml::tree(text).err()?;
     let loc = e.location();
     Some(YamlError {
         file: file.to_path_buf(),

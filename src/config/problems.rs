@@ -43,7 +43,7 @@ pub fn parse_all<T: DeserializeOwned>(file: &Path, text: &str) -> Result<Parsed<
     // Each pass parses the whole tree again: bound the bytes parsed in all, so a huge
     // file full of errors costs a few passes, not hundreds.
     let passes = (PARSE_BUDGET_BYTES / text.len().max(1)).clamp(4, MAX_PROBLEMS * 4);
-    let mut tree: Value = serde_yaml::from_str(text).map_err(|e| {
+    let (mut tree, huge) = crate::config::yaml::tree(text).map_err(|e| {
         let loc = e.location();
         YamlError {
             file: file.to_path_buf(),
@@ -135,9 +135,16 @@ pub fn parse_all<T: DeserializeOwned>(file: &Path, text: &str) -> Result<Parsed<
                     typos.push(render_path(&meant));
                 }
             }
+            let line = locate(text, &report_path);
+            // A float only because the integer written there was too large for the tree:
+            // said as what it is.
+            let widened = message.starts_with("invalid type: floating point");
+            if let Some(h) = huge.iter().find(|h| widened && Some(h.line) == line) {
+                message = h.message();
+            }
             problems.push(YamlError {
                 file: file.to_path_buf(),
-                line: locate(text, &report_path),
+                line,
                 column: None,
                 field: if report_field.is_empty() {
                     field.clone()
@@ -481,6 +488,25 @@ mod tests {
         let p = all("# nothing here\n");
         assert!(p.problems[0].message.contains("empty"));
         assert!(p.value.is_none());
+    }
+
+    #[test]
+    fn an_integer_too_large_for_any_field_names_its_field_not_the_yaml() {
+        let text = "name: x\nitems:\n  - status: 200\n  - status: 18446744073709551616\n";
+        let p = all(text);
+        assert_eq!(p.problems.len(), 1, "{:#?}", p.problems);
+        let e = &p.problems[0];
+        assert_eq!(e.field, "items[1].status");
+        assert_eq!(e.line, Some(4));
+        assert!(
+            e.message.contains("`18446744073709551616` is out of range"),
+            "{e}"
+        );
+        // Beside a key holding the same digits, the value is the one read as a float.
+        let (tree, huge) =
+            crate::config::yaml::tree("a18446744073709551616: -18446744073709551616\n").unwrap();
+        assert_eq!(huge.len(), 1);
+        assert!(tree["a18446744073709551616"].is_f64(), "{tree:?}");
     }
 
     #[test]

@@ -255,6 +255,74 @@ pub fn too_deep(text: &str, max: usize) -> Option<usize> {
     None
 }
 
+/// An integer literal too large for any field (2^64 and up, or below -2^63), as a
+/// problem names it. serde_yaml reads it as a 128-bit integer, which its tree cannot
+/// hold: that would call valid YAML "not valid YAML" and name no field.
+pub(crate) struct HugeInteger {
+    pub line: usize,
+    pub literal: String,
+}
+
+impl HugeInteger {
+    pub fn message(&self) -> String {
+        format!(
+            "integer `{}` is out of range (no field takes more than 18446744073709551615)",
+            self.literal
+        )
+    }
+}
+
+/// The YAML tree of `text`. An integer too large for the tree is read as the float it
+/// is closest to, so that the typed parse names its field like any value of the wrong
+/// kind; each such integer is returned, for the problem to be told in its own words.
+pub(crate) fn tree(text: &str) -> Result<(serde_yaml::Value, Vec<HugeInteger>), serde_yaml::Error> {
+    let mut text = std::borrow::Cow::Borrowed(text);
+    let mut huge = Vec::new();
+    loop {
+        let e = match serde_yaml::from_str::<serde_yaml::Value>(&text) {
+            Ok(v) => return Ok((v, huge)),
+            Err(e) => e,
+        };
+        // "invalid type: integer `N` as u128" (or i128): each pass widens one, and a
+        // file holds few; past a bound the error stands as it is.
+        let literal = e
+            .to_string()
+            .split_once("invalid type: integer `")
+            .and_then(|(_, r)| r.split_once("` as "))
+            .filter(|(_, r)| r.starts_with("u128") || r.starts_with("i128"))
+            .map(|(n, _)| n.to_string());
+        let (Some(literal), Some(line)) = (literal, e.location().map(|l| l.line())) else {
+            return Err(e);
+        };
+        match widen(&text, line, &literal) {
+            Some(t) if huge.len() < 32 => {
+                huge.push(HugeInteger { line, literal });
+                text = std::borrow::Cow::Owned(t);
+            }
+            _ => return Err(e),
+        }
+    }
+}
+
+/// `text` with the integer `literal` on 1-based `line` written as a float (`N.0`).
+fn widen(text: &str, line: usize, literal: &str) -> Option<String> {
+    let start: usize = text
+        .split_inclusive('\n')
+        .take(line - 1)
+        .map(str::len)
+        .sum();
+    let row = text[start..].split('\n').next()?;
+    let bytes = row.as_bytes();
+    let at = row.match_indices(literal).map(|(i, _)| i).find(|&i| {
+        let before = i.checked_sub(1).map(|j| bytes[j]);
+        let after = bytes.get(i + literal.len()).copied();
+        !before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_')
+            && !after.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_')
+    })?;
+    let cut = start + at + literal.len();
+    Some(format!("{}.0{}", &text[..cut], &text[cut..]))
+}
+
 /// serde_yaml appends " at line L column C"; we print the location ourselves. Rust's
 /// number types ("expected u64") become what a config author would call them.
 pub(crate) fn strip_location(msg: &str) -> String {
