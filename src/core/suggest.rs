@@ -21,6 +21,8 @@ const NEAR_CERTAIN: f64 = 0.9;
 /// names, whose letters have no room to match out of place: `rmp` scores 0.56 against
 /// `rpm` but 0.72 against `itpm`.
 fn typo_score(got: &str, name: &str) -> f64 {
+    // Case is a typo like any other: `HIGH` is `high` (Jaro-Winkler alone scores them 0).
+    let (got, name) = (&got.to_lowercase(), &name.to_lowercase());
     let jw = strsim::jaro_winkler(got, name);
     if got.len() >= 3 && strsim::osa_distance(got, name) <= 1 {
         jw.max(0.9)
@@ -51,7 +53,7 @@ pub fn nearest_of_each<'a>(got: &str, kinds: &[NameKind<'a>]) -> Vec<(&'a str, &
         .filter_map(|k| {
             k.names
                 .iter()
-                .map(|&n| (strsim::jaro_winkler(got, n), n))
+                .map(|&n| (alike(got, n), n))
                 .max_by(|a, b| a.0.total_cmp(&b.0))
                 .map(|(score, n)| (k.last, score, k.kind, n))
         })
@@ -68,6 +70,11 @@ pub fn nearest_of_each<'a>(got: &str, kinds: &[NameKind<'a>]) -> Vec<(&'a str, &
     }
     found.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
     found.into_iter().map(|(_, _, kind, n)| (kind, n)).collect()
+}
+
+/// Jaro-Winkler, blind to case (`HIGH` is `high`, not some name with more capitals).
+fn alike(got: &str, name: &str) -> f64 {
+    strsim::jaro_winkler(&got.to_lowercase(), &name.to_lowercase())
 }
 
 /// `; the nearest is `gpt` (tier), then route `oai/gpt-4o`` from what
@@ -145,6 +152,17 @@ mod tests {
         let order: Vec<&str> = found.iter().map(|(kind, _)| *kind).collect();
         assert_eq!(order, ["workflow", "tier", "route"]);
         assert!(nearest_of_each("x", &kinds(vec![], vec![], vec![])).is_empty());
+    }
+
+    #[test]
+    fn a_name_in_other_capitals_is_the_name_it_spells() {
+        let k = kinds(vec![], vec!["high", "slowstream", "slow"], vec!["m/ok"]);
+        assert_eq!(nearest_of_each("HIGH", &k)[0], ("tier", "high"));
+        assert_eq!(nearest_of_each("M/OK", &k)[0], ("route", "m/ok"));
+        assert_eq!(
+            nearest("HIGH", ["high", "slowstream"]).as_deref(),
+            Some("high")
+        );
     }
 
     #[test]
