@@ -895,6 +895,8 @@ async fn a_request_or_stream_the_client_abandons_is_logged_and_counted_cancelled
         "a stream's client saw its 200 head: {}",
         lines[1]
     );
+    // The head named the route serving the stream; so does its line.
+    assert!(lines[1].contains("served_by=prim/model-a "), "{}", lines[1]);
 }
 
 #[tokio::test]
@@ -944,7 +946,8 @@ async fn a_stream_cut_by_the_drain_deadline_ends_with_stream_interrupted_and_its
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(
         lines[0].contains(r#"outcome="cancelled""#)
-            && lines[0].contains(r#"reason="drain_deadline""#),
+            && lines[0].contains(r#"reason="drain_deadline""#)
+            && lines[0].contains("served_by=prim/model-a "),
         "{}",
         lines[0]
     );

@@ -191,12 +191,21 @@ pub(super) struct Ask {
 /// client saw (none: 499, nginx's word for a client that closed first; 200 once a
 /// stream's head went out), and whether the drain deadline cut it.
 #[derive(Clone, Default)]
-pub(super) struct Ending(Arc<(AtomicU16, AtomicBool, AtomicU32)>);
+pub(super) struct Ending(Arc<(AtomicU16, AtomicBool, AtomicU32, OnceLock<String>)>);
 
 impl Ending {
-    /// A stream's head went out: the client saw a 200.
-    pub(super) fn started(&self) {
+    /// A stream's head went out, naming the route that serves it: the client saw a 200,
+    /// and a line written when the stream is cut names that route, as the head did.
+    pub(super) fn started(&self, route: Option<&crate::core::vocab::Route>) {
         self.0 .0.store(200, Ordering::Relaxed);
+        if let Some(r) = route {
+            let _ = self.0 .3.set(r.as_str().to_string());
+        }
+    }
+
+    /// The route a started stream was served by.
+    fn served_by(&self) -> &str {
+        self.0 .3.get().map_or("", String::as_str)
     }
 
     /// The drain deadline cut the request; the client is answered `status` (0: the
@@ -247,6 +256,7 @@ impl Drop for Ask {
             status: self.ending.status(),
             outcome: Outcome::Cancelled.as_str(),
             reason,
+            served_by: self.ending.served_by(),
             ..Line::default()
         };
         log(&self.method, &self.path, &line, self.sw.elapsed());

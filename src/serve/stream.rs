@@ -931,7 +931,7 @@ pub(super) async fn stream(ask: Ask, c: ChatIn) -> Response<Body> {
             attempts,
             dropped,
         }) => {
-            ask.ending().started();
+            ask.ending().started(route.as_ref());
             driver.cut = Some(Cut {
                 deadline: Box::pin(gw.until_cut()),
                 ending: ask.ending(),
