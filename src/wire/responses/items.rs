@@ -86,7 +86,8 @@ pub fn from_items(instructions: Option<&str>, items: &[Value]) -> Result<Read, C
                     // Several text parts stay several (fidelity.md §2): each read alone.
                     Some(Value::Array(ps)) if ps.len() > 1 => ps
                         .iter()
-                        .map(|p| plain_text(Some(&Value::Array(vec![p.clone()])), &path, "output"))
+                        .enumerate()
+                        .map(|(j, p)| part_text(p, j, &path, "output").map(str::to_string))
                         .collect::<Result<Vec<_>, _>>()?,
                     Some(o @ (Value::String(_) | Value::Array(_))) => {
                         vec![plain_text(Some(o), &path, "output")?]
@@ -173,21 +174,7 @@ fn plain_text(
         Some(Value::Array(parts)) => {
             let mut text = String::new();
             for (j, p) in parts.iter().enumerate() {
-                match p.get("type").and_then(Value::as_str) {
-                    Some("input_text" | "output_text" | "text") => {
-                        text.push_str(p.get("text").and_then(Value::as_str).unwrap_or(""))
-                    }
-                    Some("refusal") => {
-                        text.push_str(p.get("refusal").and_then(Value::as_str).unwrap_or(""))
-                    }
-                    other => {
-                        return Err(CodecError(format!(
-                            "{}.{field}[{j}] is a `{}` part where only text can leave the Responses wire",
-                            path(),
-                            other.unwrap_or("?")
-                        )))
-                    }
-                }
+                text.push_str(part_text(p, j, path, field)?);
             }
             Ok(text)
         }
@@ -197,6 +184,27 @@ fn plain_text(
             path()
         ))),
     }
+}
+
+/// The text of part `j` of `field`: an `input_text`, `output_text` or `refusal` part.
+fn part_text<'v>(
+    p: &'v Value,
+    j: usize,
+    path: &dyn Fn() -> String,
+    field: &str,
+) -> Result<&'v str, CodecError> {
+    let key = match p.get("type").and_then(Value::as_str) {
+        Some("input_text" | "output_text" | "text") => "text",
+        Some("refusal") => "refusal",
+        other => {
+            return Err(CodecError(format!(
+                "{}.{field}[{j}] is a `{}` part where only text can leave the Responses wire",
+                path(),
+                other.unwrap_or("?")
+            )))
+        }
+    };
+    Ok(p.get(key).and_then(Value::as_str).unwrap_or(""))
 }
 
 fn user_parts(content: Option<&Value>, path: &dyn Fn() -> String) -> Result<Vec<Part>, CodecError> {
@@ -433,6 +441,36 @@ mod tests {
             .map(|m| m["role"].as_str().unwrap_or("").to_string())
             .collect();
         assert_eq!(roles, ["user", "assistant", "tool", "developer"]);
+    }
+
+    #[test]
+    fn a_result_of_several_parts_keeps_them_and_names_the_part_that_is_not_text() {
+        let call =
+            json!({"type": "function_call", "call_id": "c1", "name": "rows", "arguments": "{}"});
+        let result = |output: Value| {
+            [
+                json!({"type": "message", "role": "user", "content": "Rows?"}),
+                call.clone(),
+                json!({"type": "function_call_output", "call_id": "c1", "output": output}),
+            ]
+        };
+        let ok = result(
+            json!([{"type": "input_text", "text": "r1"}, {"type": "input_text", "text": "r2"}]),
+        );
+        let read = from_items(None, &ok).unwrap();
+        match &read.conversation.turns[2] {
+            Turn::ToolResult { parts, .. } => assert_eq!(parts, &["r1", "r2"]),
+            t => panic!("a result: {t:?}"),
+        }
+        let bad = result(
+            json!([{"type": "input_text", "text": "r1"}, {"type": "input_image", "image_url": "x"}]),
+        );
+        let err = from_items(None, &bad).unwrap_err();
+        assert!(
+            err.0.contains("output[1] is a `input_image` part"),
+            "{}",
+            err.0
+        );
     }
 
     #[test]
