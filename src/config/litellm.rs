@@ -1016,18 +1016,15 @@ pub fn translate(
             strategy.as_ref(),
             &mut seen,
         );
-        let own = chains.get(group);
-        let after = own.cloned().unwrap_or_else(|| {
-            defaults
-                .iter()
-                .filter(|(g, _)| g != group)
-                .cloned()
-                .collect()
-        });
+        let after = fallback_order(group, &chains, &defaults);
         let extra = [
             after,
-            policy_targets.get(group).cloned().unwrap_or_default(),
-            window_targets.get(group).cloned().unwrap_or_default(),
+            targets_of(&policy_targets, group)
+                .cloned()
+                .unwrap_or_default(),
+            targets_of(&window_targets, group)
+                .cloned()
+                .unwrap_or_default(),
         ];
         for (fb, src) in extra.iter().flatten() {
             let Some(fidx) = members.get(fb) else {
@@ -1059,7 +1056,7 @@ pub fn translate(
         }
         // context_window_fallbacks: LiteLLM sends a context-window error there and to
         // no other fallback, whatever it knows of their windows.
-        if let Some(list) = window_targets.get(group) {
+        if let Some(list) = targets_of(&window_targets, group) {
             let mut routes: Vec<String> = Vec::new();
             for (fb, _) in list {
                 for &i in members.get(fb).into_iter().flatten() {
@@ -1078,7 +1075,7 @@ pub fn translate(
                 ));
             }
         }
-        if let Some(list) = policy_targets.get(group) {
+        if let Some(list) = targets_of(&policy_targets, group) {
             if let Some((_, src)) = list.first() {
                 fields.push((
                     "on_content_policy: fallback".into(),
@@ -1568,6 +1565,57 @@ fn known_group(r: &mut Reader, g: &str, src: &Src, groups: &IndexMap<String, (Sr
     false
 }
 
+/// LiteLLM's fallback groups of `group`, in the order it tries them: the group's own
+/// entry, else the generic `"*"` one, else `default_fallbacks`; each fallback group
+/// is run with its own fallbacks in turn (LiteLLM's `run_async_fallback` calls the
+/// router again for it), so `a → b, b → c` tries b, then c, then a's next, down to
+/// LiteLLM's default `max_fallbacks` of 5 levels. Each group once, `group` never.
+fn fallback_order(
+    group: &str,
+    chains: &BTreeMap<String, Vec<(String, Src)>>,
+    defaults: &[(String, Src)],
+) -> Vec<(String, Src)> {
+    const MAX_FALLBACKS: usize = 5;
+    let of = |g: &str| -> Vec<(String, Src)> {
+        chains
+            .get(g)
+            .or_else(|| chains.get("*"))
+            .cloned()
+            .unwrap_or_else(|| defaults.to_vec())
+    };
+    fn walk(
+        g: &str,
+        depth: usize,
+        of: &dyn Fn(&str) -> Vec<(String, Src)>,
+        seen: &mut Vec<String>,
+        out: &mut Vec<(String, Src)>,
+    ) {
+        if depth == MAX_FALLBACKS {
+            return;
+        }
+        for (fb, src) in of(g) {
+            if seen.contains(&fb) {
+                continue;
+            }
+            seen.push(fb.clone());
+            out.push((fb.clone(), src));
+            walk(&fb, depth + 1, of, seen, out);
+        }
+    }
+    let mut seen = vec![group.to_string()];
+    let mut out = Vec::new();
+    walk(group, 0, &of, &mut seen, &mut out);
+    out
+}
+
+/// A group's entry of a fallback map, else the generic `"*"` one.
+fn targets_of<'m>(
+    map: &'m BTreeMap<String, Vec<(String, Src)>>,
+    group: &str,
+) -> Option<&'m Vec<(String, Src)>> {
+    map.get(group).or_else(|| map.get("*"))
+}
+
 /// `fallbacks` (and its kin) in LiteLLM's list-of-maps form: `[{"a": ["b", "c"]}]`.
 fn fallback_map(
     r: &mut Reader,
@@ -1602,10 +1650,12 @@ fn fallback_map(
                 line: src.line.or(s.src.line),
                 field: src.field,
             };
-            if !known_group(r, &from, &src, groups) {
+            // `"*"`: LiteLLM's generic fallbacks, for every group without its own entry.
+            let generic = from == "*";
+            if !generic && !known_group(r, &from, &src, groups) {
                 continue;
             }
-            if !groups[&from].1 {
+            if !generic && !groups[&from].1 {
                 r.warn(&src, format!("fallbacks of `{from}` not used: the group has no deployment poolctl can call"));
                 continue;
             }
@@ -1930,6 +1980,65 @@ mod tests {
         assert!(is_litellm(&deep));
         let err = translate(Path::new("d.yaml"), &deep, &no_env).unwrap_err();
         assert!(err.message.contains("nesting deeper"), "{err}");
+    }
+
+    /// Guards a deployment whose `api_base` and key came from a YAML anchor through a
+    /// merge key (`<<: *local`): the key was left as a field "not used", and the
+    /// deployment was sent to api.openai.com with OPENAI_API_KEY.
+    #[test]
+    fn a_merge_key_gives_a_deployment_what_its_anchor_holds() {
+        let text = "x-local: &local\n  api_base: http://127.0.0.1:9101/v1\n  api_key: os.environ/LOCAL_KEY\nmodel_list:\n  - model_name: llama\n    litellm_params:\n      <<: *local\n      model: openai/llama-3\n";
+        let env = |v: &str| (v == "LOCAL_KEY").then(|| "k".to_string());
+        let import = translate(Path::new("a.yaml"), text, &env).unwrap();
+        assert!(import.errors.is_empty(), "{:?}", import.errors);
+        assert!(
+            import
+                .text
+                .contains("base_url: \"http://127.0.0.1:9101/v1\""),
+            "{}",
+            import.text
+        );
+        assert!(
+            import.text.contains("api_key_env: LOCAL_KEY"),
+            "{}",
+            import.text
+        );
+        assert!(!import.text.contains("api.openai.com"), "{}", import.text);
+    }
+
+    /// LiteLLM runs a fallback group with its own fallbacks (`a → b, b → c` reaches c),
+    /// and `"*"` is the fallback of every group without an entry of its own.
+    #[test]
+    fn fallbacks_are_followed_through_each_group_and_star_is_every_others() {
+        let group = |name: &str, model: &str| {
+            format!("  - model_name: {name}\n    litellm_params:\n      model: groq/{model}\n      api_key: os.environ/K\n")
+        };
+        let text = format!(
+            "model_list:\n{}{}{}{}router_settings:\n  fallbacks: [{{\"a\": [\"b\"]}}, {{\"b\": [\"c\"]}}, {{\"*\": [\"d\"]}}]\n",
+            group("a", "ma"),
+            group("b", "mb"),
+            group("c", "mc"),
+            group("d", "md")
+        );
+        let env = |v: &str| (v == "K").then(|| "k".to_string());
+        let import = translate(Path::new("f.yaml"), &text, &env).unwrap();
+        assert!(import.errors.is_empty(), "{:?}", import.errors);
+        let tier = |name: &str| -> Vec<String> {
+            let lines: Vec<&str> = import.text.lines().collect();
+            let at = lines
+                .iter()
+                .position(|l| l.starts_with(&format!("  {name}:")))
+                .unwrap();
+            lines[at + 1..]
+                .iter()
+                .take_while(|l| l.starts_with("    - "))
+                .map(|l| l.split_whitespace().nth(1).unwrap().to_string())
+                .collect()
+        };
+        // a: b, then b's own c, then c's fallback (the generic d).
+        assert_eq!(tier("a"), ["groq/ma", "groq/mb", "groq/mc", "groq/md"]);
+        assert_eq!(tier("c"), ["groq/mc", "groq/md"]);
+        assert_eq!(tier("d"), ["groq/md"]);
     }
 
     #[test]

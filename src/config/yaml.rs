@@ -272,7 +272,7 @@ impl HugeInteger {
     }
 }
 
-/// The YAML tree of `text`. An integer too large for the tree is read as the float it
+/// The YAML tree of `text`, its merge keys (`<<`) applied. An integer too large for the tree is read as the float it
 /// is closest to, so that the typed parse names its field like any value of the wrong
 /// kind; each such integer is returned, for the problem to be told in its own words.
 pub(crate) fn tree(text: &str) -> Result<(serde_yaml::Value, Vec<HugeInteger>), serde_yaml::Error> {
@@ -280,7 +280,13 @@ pub(crate) fn tree(text: &str) -> Result<(serde_yaml::Value, Vec<HugeInteger>), 
     let mut huge = Vec::new();
     loop {
         let e = match serde_yaml::from_str::<serde_yaml::Value>(&text) {
-            Ok(v) => return Ok((v, huge)),
+            Ok(mut v) => {
+                // YAML's merge key (`<<: *defaults`), which PyYAML applies when LiteLLM
+                // reads its config: left as a key, a deployment would lose the
+                // `api_base` and key its anchor gave it, and be sent elsewhere.
+                v.apply_merge()?;
+                return Ok((v, huge));
+            }
             Err(e) => e,
         };
         // "invalid type: integer `N` as u128" (or i128): each pass widens one, and a
