@@ -514,6 +514,13 @@ async fn a_same_wire_stream_cut_ends_with_sequence_numbers_that_go_on() {
         ["error", "response.failed"],
         "{text}"
     );
+    // OpenAI's `ResponseErrorEvent`: `code` and `message` beside `type`, not nested.
+    let error = &events[events.len() - 2];
+    assert_eq!(error["code"], "stream_interrupted", "{text}");
+    assert!(
+        error["message"].is_string() && error.get("error").is_none(),
+        "{text}"
+    );
     let seqs: Vec<u64> = events
         .iter()
         .map(|e| e["sequence_number"].as_u64().unwrap())

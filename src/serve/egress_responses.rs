@@ -538,8 +538,10 @@ impl ResponsesStream {
         // The item open now is the one the failure cut: its text is not whole, and
         // "completed" would present a truncated answer as complete (cli.md).
         self.close("incomplete", &mut out);
-        let error = json!({"type": e.kind, "code": e.code, "message": e.message, "param": null});
-        self.event("error", json!({ "error": error }), &mut out);
+        // OpenAI's `ResponseErrorEvent` is flat: `code`, `message`, `param` beside `type`
+        // (an `error` object inside would make the SDK raise, not yield the event).
+        let error = json!({"code": e.code, "message": e.message, "param": null});
+        self.event("error", error, &mut out);
         let failed = json!({"code": "server_error", "message": e.message});
         let r = self.object("failed", None, None, Some(failed));
         self.event("response.failed", json!({ "response": r }), &mut out);
@@ -658,7 +660,8 @@ mod tests {
         let ev = events(&bytes);
         let n = ev.len();
         assert_eq!(ev[n - 2]["type"], "error");
-        assert_eq!(ev[n - 2]["error"]["code"], "stream_interrupted");
+        assert_eq!(ev[n - 2]["code"], "stream_interrupted");
+        assert!(ev[n - 2].get("error").is_none(), "{}", ev[n - 2]);
         assert_eq!(ev[n - 1]["type"], "response.failed");
         assert_eq!(ev[n - 1]["response"]["status"], "failed");
     }

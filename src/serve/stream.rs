@@ -1072,8 +1072,9 @@ fn streamed_as(output: &[serde_json::Value], reply: &adapter::Reply) -> bool {
 /// same-wire stream, or one cut by the drain deadline): the error, then the response,
 /// failed, numbered on from `seq` (the upstream's events were numbered before them).
 fn responses_failed(id: &str, e: &ApiError, seq: u64) -> Vec<u8> {
+    // Flat, as OpenAI's `ResponseErrorEvent` is (`code`, `message`, `param`).
     let error = serde_json::json!({"type": "error", "sequence_number": seq,
-        "error": {"type": e.kind, "code": e.code, "message": e.message, "param": null}});
+        "code": e.code, "message": e.message, "param": null});
     let failed = serde_json::json!({"type": "response.failed", "sequence_number": seq + 1,
         "response": {"id": id, "object": "response", "status": "failed", "output": [],
             "error": {"code": "server_error", "message": e.message}}});
