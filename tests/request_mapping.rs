@@ -121,7 +121,7 @@ async fn openai_maps_every_field_and_drops_none() {
             "max_completion_tokens": 99, "temperature": 0.25, "top_p": 0.5, "stop": ["END"], "seed": 7,
             "tools": [{"type": "function", "function": {"name": "weather"}}],
             "tool_choice": {"type": "function", "function": {"name": "weather"}},
-            "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}},
+            "response_format": {"type": "json_object"},
             "user": "u-42", "metadata": {"team": "search"}
         })))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({

@@ -277,3 +277,43 @@ async fn huge_error_bodies_are_capped() {
     assert!(f.error.is_none(), "a truncated body is not parsed");
     assert!(f.excerpt.len() < 1024);
 }
+
+/// Guards a `json_object` request (Responses `text.format`, a scenario's
+/// `response_format`) on an OpenAI chat route: it went as a `json_schema` named
+/// `answer`; it goes as asked. A schema keeps its name and `strict`.
+#[tokio::test]
+async fn openai_response_format_is_json_object_or_the_named_schema() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "{}"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1}
+        })))
+        .mount(&server)
+        .await;
+    let ep = endpoint(&server, Wire::OpenAi, "/v1");
+    let mut req = chat_req();
+    req.json_schema = Some(json!({"type": "object"}));
+    wire::chat(&wire::http_client(), &ep, "gpt-x", &req)
+        .await
+        .unwrap();
+    req.schema_name = Some("row".into());
+    req.schema_strict = Some(true);
+    wire::chat(&wire::http_client(), &ep, "gpt-x", &req)
+        .await
+        .unwrap();
+    let sent: Vec<serde_json::Value> = server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    assert_eq!(sent[0]["response_format"], json!({"type": "json_object"}));
+    assert_eq!(
+        sent[1]["response_format"],
+        json!({"type": "json_schema", "json_schema": {"name": "row", "strict": true,
+            "schema": {"type": "object"}}})
+    );
+}

@@ -109,14 +109,21 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
         };
     }
     if let Some(schema) = &req.json_schema {
-        let mut spec = json!({
-            "name": req.schema_name.as_deref().unwrap_or("answer"),
-            "schema": schema,
-        });
-        if let Some(strict) = req.schema_strict {
-            spec["strict"] = json!(strict);
-        }
-        body["response_format"] = json!({"type": "json_schema", "json_schema": spec});
+        // `json_object` (any object, no schema of its own name) goes as asked
+        // (fidelity.md §2: "as sent"), not as a schema named `answer`.
+        body["response_format"] =
+            if *schema == json!({"type": "object"}) && req.schema_name.is_none() {
+                json!({"type": "json_object"})
+            } else {
+                let mut spec = json!({
+                    "name": req.schema_name.as_deref().unwrap_or("answer"),
+                    "schema": schema,
+                });
+                if let Some(strict) = req.schema_strict {
+                    spec["strict"] = json!(strict);
+                }
+                json!({"type": "json_schema", "json_schema": spec})
+            };
     }
     if let Some(user) = &req.user {
         body["user"] = json!(user);
