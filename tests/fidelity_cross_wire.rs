@@ -1532,6 +1532,54 @@ async fn thinking_and_reasoning_effort_none_are_judged_not_dropped_silently() {
     assert_eq!(r.status(), 400);
 }
 
+/// Guards a Responses client's `reasoning.effort` on a chat route: `minimal` went as
+/// `low`, `none` went unsent, and `xhigh` was refused as untranslatable. The chat API
+/// takes each word, so each goes as sent; a wire that budgets thinking has no budget
+/// for `xhigh` and is skipped for it, and the route after it serves.
+#[tokio::test]
+async fn an_effort_word_goes_as_sent_where_the_wire_takes_the_word() {
+    let (ant, oai) = (anthropic().await, openai().await);
+    let (_dir, gw) = serve(
+        &[
+            route_of("ant", "anthropic", &ant),
+            route_of("oai", "openai", &oai),
+        ],
+        &["ant/claude-x", "oai/gpt-x"],
+    )
+    .await;
+    for word in ["minimal", "none", "xhigh"] {
+        let body = json!({"model": "high", "input": "hi", "reasoning": {"effort": word}});
+        let r = post(&gw, "/v1/responses", &body, &[]).await;
+        assert_eq!(r.status(), 200, "{word}");
+    }
+    let sent: Vec<Value> = bodies(&oai).await;
+    let words: Vec<&Value> = sent.iter().map(|b| &b["reasoning_effort"]).collect();
+    assert_eq!(
+        words,
+        [&json!("xhigh")],
+        "only xhigh skips the Anthropic route"
+    );
+    let to_ant = bodies(&ant).await;
+    assert_eq!(to_ant.len(), 2, "{to_ant:?}");
+    // `minimal` is the least budget Anthropic has; `none` is no thinking at all.
+    assert_eq!(
+        to_ant[0]["thinking"]["budget_tokens"], 1024,
+        "{}",
+        to_ant[0]
+    );
+    assert!(to_ant[1].get("thinking").is_none(), "{}", to_ant[1]);
+    drop(gw);
+
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
+    for word in ["minimal", "none"] {
+        let body = json!({"model": "high", "input": "hi", "reasoning": {"effort": word}});
+        assert_eq!(post(&gw, "/v1/responses", &body, &[]).await.status(), 200);
+    }
+    let sent = bodies(&oai).await;
+    let words: Vec<&Value> = sent[1..].iter().map(|b| &b["reasoning_effort"]).collect();
+    assert_eq!(words, [&json!("minimal"), &json!("none")]);
+}
+
 /// Guards review findings 6, 8, 9 and 14: `logprobs: false` is advisory on Groq;
 /// `parallel_tool_calls: false` without tools asks nothing of Gemini; an OpenAI
 /// client's `top_k` reaches Anthropic; a field name a header cannot hold is `other`

@@ -235,6 +235,12 @@ pub struct ChatRequest {
     pub parallel_tool_calls: Option<bool>,
     /// A reasoning request (`reasoning_effort`, `thinking`).
     pub reasoning: Option<Reasoning>,
+    /// The client's own effort word (chat `reasoning_effort`, Responses
+    /// `reasoning.effort`), sent as written where the wire takes the word (OpenAI chat,
+    /// Responses: fidelity.md §2 "as sent"): `minimal`, `none`, `xhigh` and words to
+    /// come are the provider's to judge. `reasoning` is what it means where thinking
+    /// is a budget; a word with no budget there (`xhigh`) cannot be carried there.
+    pub effort_word: Option<String>,
     /// Fields of the client's body the canonical form does not hold.
     pub unmapped: Vec<Unmapped>,
     /// The end user, for the provider's abuse monitoring.
@@ -269,6 +275,7 @@ impl ChatRequest {
             n: None,
             parallel_tool_calls: None,
             reasoning: None,
+            effort_word: None,
             unmapped: Vec::new(),
             user: None,
             metadata: BTreeMap::new(),

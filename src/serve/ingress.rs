@@ -353,21 +353,14 @@ fn openai_chat_tree(body: &[u8]) -> Result<ChatIn, ApiError> {
         .and_then(|s| s.get("include_usage"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let reasoning = match opt_str(&o, "reasoning_effort")? {
-        // `none` asks for no reasoning, which is every other wire's default.
-        None => None,
-        Some(word) if word == "none" => None,
-        Some(word) => match Effort::parse(&word) {
-            Some(e) => Some(Reasoning::Effort(e)),
-            // `none` and words to come: the client's own wire knows them.
-            None => {
-                untranslatable.get_or_insert(bad(format!(
-                    "`reasoning_effort` `{word}` is not minimal, low, medium or high"
-                )));
-                None
-            }
-        },
-    };
+    let effort_word = opt_str(&o, "reasoning_effort")?;
+    // `none` asks for no reasoning, which is every other wire's default; a word with no
+    // thinking budget (`xhigh`, words to come) goes only where the word itself is sent
+    // (`wire::carry`).
+    let reasoning = effort_word
+        .as_deref()
+        .and_then(Effort::parse)
+        .map(Reasoning::Effort);
     let request = ChatRequest {
         conversation,
         tools,
@@ -390,6 +383,7 @@ fn openai_chat_tree(body: &[u8]) -> Result<ChatIn, ApiError> {
         n,
         parallel_tool_calls: opt_bool_or_none(&o, "parallel_tool_calls")?,
         reasoning,
+        effort_word,
         unmapped: openai_unmapped(&o, messages),
         user: opt_str(&o, "user")?,
         metadata: metadata(o.get("metadata"))?,
@@ -632,6 +626,8 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         n: None,
         parallel_tool_calls,
         reasoning,
+        // A budget, not a word: each wire gets the word its budget reads as.
+        effort_word: None,
         unmapped: {
             let mut u = anthropic_unmapped(&o, cache_control);
             anthropic_nested_unmapped(messages, &mut u);

@@ -137,6 +137,13 @@ fn cross_wire(req: &ChatRequest, wire: Wire, out: &mut Vec<(String, bool)>) {
     if req.parallel_tool_calls == Some(false) && !req.tools.is_empty() && wire == Wire::Gemini {
         lack("parallel_tool_calls", true);
     }
+    // An effort word with no thinking budget (`xhigh`, words to come): only a wire that
+    // takes the word itself can carry it.
+    let budgetless =
+        req.reasoning.is_none() && req.effort_word.as_deref().is_some_and(|w| w != "none");
+    if budgetless && matches!(wire, Wire::Anthropic | Wire::Gemini) {
+        lack("reasoning_effort", true);
+    }
     match wire {
         Wire::Anthropic => {
             if req.sampling.seed.is_some() {
@@ -254,8 +261,10 @@ fn rejected_by(dialect: Dialect, req: &ChatRequest) -> Vec<(String, bool)> {
             if req.sampling.top_k.is_some() {
                 out.push(("top_k".to_string(), false));
             }
-            if req.reasoning.is_some() {
-                out.push(("reasoning_effort".to_string(), true));
+            // Any effort word; `none` asks nothing, and goes unsent.
+            if req.reasoning.is_some() || req.effort_word.is_some() {
+                let asks = req.effort_word.as_deref() != Some("none");
+                out.push(("reasoning_effort".to_string(), asks));
             }
             if req
                 .same_wire(Wire::OpenAi)

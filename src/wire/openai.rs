@@ -94,7 +94,10 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
     if let Some(p) = req.parallel_tool_calls.filter(|_| !req.tools.is_empty()) {
         body["parallel_tool_calls"] = json!(p);
     }
-    if let Some(r) = req.reasoning {
+    // The client's own word where it gave one (`minimal`, `none`, `xhigh`): as sent.
+    if let Some(word) = &req.effort_word {
+        body["reasoning_effort"] = json!(word);
+    } else if let Some(r) = req.reasoning {
         body["reasoning_effort"] = json!(r.effort().as_str());
     }
     if !req.tools.is_empty() {

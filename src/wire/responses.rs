@@ -62,7 +62,10 @@ pub fn chat_call(ep: &Endpoint, model: &str, req: &ChatRequest) -> HttpCall {
             body.insert("parallel_tool_calls".into(), json!(p));
         }
     }
-    if let Some(r) = req.reasoning {
+    // The client's own word where it gave one (`minimal`, `none`, `xhigh`): as sent.
+    if let Some(word) = &req.effort_word {
+        body.insert("reasoning".into(), json!({ "effort": word }));
+    } else if let Some(r) = req.reasoning {
         body.insert("reasoning".into(), json!({"effort": r.effort().as_str()}));
     }
     if let Some(schema) = &req.json_schema {

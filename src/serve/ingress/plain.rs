@@ -53,6 +53,7 @@ pub(super) fn openai_chat(body: &[u8]) -> Option<(String, ChatRequest, bool)> {
         n: None,
         parallel_tool_calls: None,
         reasoning: None,
+        effort_word: None,
         unmapped: Vec::new(),
         user: None,
         metadata: BTreeMap::new(),

@@ -194,7 +194,7 @@ pub fn chat_request(
                 .ok_or("`max_output_tokens` must be a non-negative integer")?,
         ),
     };
-    let reasoning = match o.get("reasoning") {
+    let effort_word = match o.get("reasoning") {
         None | Some(Value::Null) => None,
         Some(Value::Object(r)) => {
             if r.get("summary").is_some_and(|s| !s.is_null()) {
@@ -205,21 +205,18 @@ pub fn chat_request(
             }
             match r.get("effort") {
                 None | Some(Value::Null) => None,
-                Some(Value::String(w)) if w == "none" => None,
-                Some(Value::String(w)) => match Effort::parse(w) {
-                    Some(e) => Some(Reasoning::Effort(e)),
-                    None => {
-                        untranslatable.get_or_insert_with(|| {
-                            format!("`reasoning.effort` `{w}` is not minimal, low, medium or high")
-                        });
-                        None
-                    }
-                },
+                Some(Value::String(w)) => Some(w.clone()),
                 Some(_) => return Err("`reasoning.effort` must be a string".into()),
             }
         }
         Some(_) => return Err("`reasoning` must be an object".into()),
     };
+    // `none` is no reasoning; a word with no thinking budget (`xhigh`, words to come)
+    // goes only where the word itself is sent (`wire::carry`).
+    let reasoning = effort_word
+        .as_deref()
+        .and_then(Effort::parse)
+        .map(Reasoning::Effort);
     let format = o.get("text").and_then(|t| t.get("format"));
     let schema_name = format
         .filter(|f| f.get("type").and_then(Value::as_str) == Some("json_schema"))
@@ -305,6 +302,7 @@ pub fn chat_request(
         n: None,
         parallel_tool_calls,
         reasoning,
+        effort_word,
         unmapped,
         user,
         metadata,
