@@ -317,3 +317,57 @@ async fn openai_response_format_is_json_object_or_the_named_schema() {
             "schema": {"type": "object"}}})
     );
 }
+
+/// Guards a tool loop from another wire on Gemini 3: it refuses function calls sent
+/// back without their `thoughtSignature` (400 "Function call is missing a
+/// thought_signature"), which a conversation from another wire never holds. Each call
+/// goes with the value Google gives for calls the model did not make; an earlier
+/// Gemini is sent none.
+#[tokio::test]
+async fn gemini_3_gets_each_earlier_call_with_a_signature_it_will_not_check() {
+    use poolctl::core::conversation::{ToolCall, Turn};
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "candidates": [{"content": {"role": "model", "parts": [{"text": "Sunny."}]}, "finishReason": "STOP"}],
+            "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 2}
+        })))
+        .mount(&server)
+        .await;
+    let ep = endpoint(&server, Wire::Gemini, "/v1beta");
+    let mut req = ChatRequest::user("Weather in Paris?", 50);
+    req.conversation.turns.push(Turn::Assistant {
+        text: String::new(),
+        tool_calls: vec![ToolCall {
+            id: "call_1".into(),
+            name: "weather".into(),
+            arguments: json!({"city": "Paris"}),
+        }],
+    });
+    req.conversation.turns.push(Turn::ToolResult {
+        call_id: "call_1".into(),
+        name: "weather".into(),
+        content: "sunny".into(),
+        is_error: false,
+        parts: vec![],
+    });
+    for model in ["gemini-3-pro-preview", "gemini-2.5-flash"] {
+        wire::chat(&wire::http_client(), &ep, model, &req)
+            .await
+            .unwrap();
+    }
+    let sent: Vec<serde_json::Value> = server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    let call_part = |b: &serde_json::Value| b["contents"][1]["parts"][0].clone();
+    assert_eq!(call_part(&sent[0])["functionCall"]["name"], "weather");
+    assert_eq!(
+        call_part(&sent[0])["thoughtSignature"],
+        "skip_thought_signature_validator"
+    );
+    assert!(call_part(&sent[1]).get("thoughtSignature").is_none());
+}
