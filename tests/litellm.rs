@@ -399,6 +399,49 @@ fn an_unknown_fallback_group_is_an_error_at_its_line_naming_the_nearest() {
     assert!(out(&o).contains("config.yaml:8"), "{}", out(&o));
 }
 
+/// LiteLLM's `include:` (docs: proxy/config_management): the included file's model
+/// groups are the config's, its lists extending the config's own. A file that cannot
+/// be read is an error naming it, not a warning with groups missing.
+#[test]
+fn included_files_bring_their_model_groups_and_a_missing_one_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("models.yaml"),
+        "model_list:\n  - model_name: claude\n    litellm_params: {model: anthropic/claude-sonnet-4-5, api_key: os.environ/K}\n",
+    )
+    .unwrap();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        "include:\n  - models.yaml\nmodel_list:\n  - model_name: gpt-4o\n    litellm_params: {model: openai/gpt-4o, api_key: os.environ/K}\nrouter_settings:\n  fallbacks: [{gpt-4o: [claude]}]\n",
+    )
+    .unwrap();
+    let report = check_file(&file, &|_| Some("k".into()));
+    assert!(report.findings.errors.is_empty(), "{}", report.text());
+    let text = litellm::translate(&file, &std::fs::read_to_string(&file).unwrap(), &|_| {
+        Some("k".into())
+    })
+    .unwrap()
+    .text;
+    assert!(text.contains("  claude:"), "{text}");
+    assert!(text.contains("anthropic/claude-sonnet-4-5"), "{text}");
+    // A parent holding only `include:` is a LiteLLM config too.
+    let parent = dir.path().join("parent.yaml");
+    std::fs::write(&parent, "include: [models.yaml]\n").unwrap();
+    assert!(litellm::is_litellm(
+        &std::fs::read_to_string(&parent).unwrap()
+    ));
+    let report = check_file(&parent, &|_| Some("k".into()));
+    assert!(report.findings.errors.is_empty(), "{}", report.text());
+    std::fs::write(&parent, "include: [gone.yaml]\nmodel_list: []\n").unwrap();
+    let report = check_file(&parent, &|_| Some("k".into()));
+    assert!(
+        report.text().contains("gone.yaml") && report.text().contains("cannot read"),
+        "{}",
+        report.text()
+    );
+}
+
 fn poolctl(config: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_poolctl"));
     cmd.args(args).arg("--config").arg(config);

@@ -36,11 +36,82 @@ pub const MASTER_KEY_VAR: &str = "LITELLM_MASTER_KEY";
 /// A scan of the lines, not a parse: it runs before the limits every load holds
 /// (size, depth) are checked, so it must be linear whatever the text.
 pub fn is_litellm(text: &str) -> bool {
+    // Or one whose models come from `include:` files (a pool config has no `include`).
     text.lines().any(|l| {
-        ["model_list:", "\"model_list\":", "'model_list':"]
-            .iter()
-            .any(|k| l.starts_with(k))
+        [
+            "model_list:",
+            "\"model_list\":",
+            "'model_list':",
+            "include:",
+        ]
+        .iter()
+        .any(|k| l.starts_with(k))
     })
+}
+
+/// The most `include:` files one config reads.
+const MAX_INCLUDES: usize = 64;
+
+/// LiteLLM's `include:` (one file or a list, relative to the config's folder): each
+/// file's top-level keys join `root`, a list extending the one already there and any
+/// other value replacing it, as LiteLLM's proxy reads them; `include` itself goes. An
+/// included file is read under the same limits as the config; one that cannot be read
+/// is an error naming it, for its model groups would be missing.
+fn include_files(file: &Path, root: &mut Mapping) -> Vec<YamlError> {
+    let mut errors = Vec::new();
+    let Some(listed) = root.remove("include") else {
+        return errors;
+    };
+    let names: Vec<String> = match &listed {
+        Value::Sequence(items) => items.iter().filter_map(value_text).collect(),
+        other => value_text(other).into_iter().collect(),
+    };
+    let dir = file.parent().unwrap_or(Path::new("."));
+    for name in names.iter().take(MAX_INCLUDES) {
+        let path = dir.join(name);
+        let included = yaml::read_text(&path).and_then(|text| {
+            if let Some(line) = yaml::too_deep(&text, yaml::MAX_DEPTH) {
+                return Err(YamlError {
+                    line: Some(line),
+                    ..YamlError::new(&path, "nesting deeper than the limit")
+                });
+            }
+            yaml::tree(&text).map(|(v, _)| v).map_err(|e| {
+                YamlError::new(
+                    &path,
+                    format!("not valid YAML: {}", yaml::strip_location(&e.to_string())),
+                )
+            })
+        });
+        match included {
+            Ok(Value::Mapping(m)) => {
+                for (key, value) in m {
+                    match (root.get_mut(&key), value) {
+                        (Some(Value::Sequence(mine)), Value::Sequence(more)) => mine.extend(more),
+                        (_, value) => {
+                            root.insert(key, value);
+                        }
+                    }
+                }
+            }
+            Ok(Value::Null) => {}
+            Ok(_) => errors.push(YamlError::new(
+                &path,
+                "an included file is a map of settings",
+            )),
+            Err(e) => errors.push(YamlError {
+                field: "include".into(),
+                ..e
+            }),
+        }
+    }
+    if names.len() > MAX_INCLUDES {
+        errors.push(YamlError::new(
+            file,
+            format!("more than {MAX_INCLUDES} `include:` files"),
+        ));
+    }
+    errors
 }
 
 /// A LiteLLM config translated: the pool-config text and what it cannot hold.
@@ -624,7 +695,7 @@ pub fn translate(
     }
     // An integer too large for any field reads as a float here: the field that holds it
     // is then told it is not a whole number.
-    let (root, _) = yaml::tree(text).map_err(|e| {
+    let (mut root, _) = yaml::tree(text).map_err(|e| {
         let loc = e.location();
         YamlError {
             file: file.to_path_buf(),
@@ -634,6 +705,10 @@ pub fn translate(
             message: format!("not valid YAML: {}", yaml::strip_location(&e.to_string())),
         }
     })?;
+    let included = match root.as_mapping_mut() {
+        Some(m) => include_files(file, m),
+        None => Vec::new(),
+    };
     let Some(root) = root.as_mapping() else {
         return Err(YamlError::new(
             file,
@@ -655,6 +730,7 @@ pub fn translate(
         unused: Vec::new(),
         secrets: BTreeMap::new(),
     };
+    r.errors.extend(included);
     let section = |key: &str| root.get(key).and_then(Value::as_mapping);
     for (key, _) in root {
         let key = key_str(key);
@@ -723,6 +799,7 @@ pub fn translate(
     let policy_fallbacks = setting(&["content_policy_fallbacks"], &mut used, &r);
     let default_fallbacks = setting(&["default_fallbacks"], &mut used, &r);
     let aliases = setting(&["model_group_alias"], &mut used, &r);
+    let max_fallbacks = setting(&["max_fallbacks"], &mut used, &r);
     let mut redis_keys = Vec::new();
     if let Some(sec) = router {
         for key in [
@@ -878,6 +955,12 @@ pub fn translate(
         }
     }
 
+    // How deep fallback groups are followed (LiteLLM's `max_fallbacks`, default 5).
+    let depth = max_fallbacks
+        .as_ref()
+        .and_then(|s| r.number(s.value, &s.src))
+        .map_or(5, |n| n.clamp(0.0, 64.0) as usize);
+
     // The group strategy.
     let least_busy = match &strategy {
         Some(s) => match value_text(s.value).as_deref() {
@@ -1016,7 +1099,7 @@ pub fn translate(
             strategy.as_ref(),
             &mut seen,
         );
-        let after = fallback_order(group, &chains, &defaults);
+        let after = fallback_order(group, &chains, &defaults, depth);
         let extra = [
             after,
             targets_of(&policy_targets, group)
@@ -1569,13 +1652,13 @@ fn known_group(r: &mut Reader, g: &str, src: &Src, groups: &IndexMap<String, (Sr
 /// entry, else the generic `"*"` one, else `default_fallbacks`; each fallback group
 /// is run with its own fallbacks in turn (LiteLLM's `run_async_fallback` calls the
 /// router again for it), so `a → b, b → c` tries b, then c, then a's next, down to
-/// LiteLLM's default `max_fallbacks` of 5 levels. Each group once, `group` never.
+/// `depth` levels (LiteLLM's `max_fallbacks`). Each group once, `group` never.
 fn fallback_order(
     group: &str,
     chains: &BTreeMap<String, Vec<(String, Src)>>,
     defaults: &[(String, Src)],
+    depth: usize,
 ) -> Vec<(String, Src)> {
-    const MAX_FALLBACKS: usize = 5;
     let of = |g: &str| -> Vec<(String, Src)> {
         chains
             .get(g)
@@ -1585,12 +1668,12 @@ fn fallback_order(
     };
     fn walk(
         g: &str,
-        depth: usize,
+        left: usize,
         of: &dyn Fn(&str) -> Vec<(String, Src)>,
         seen: &mut Vec<String>,
         out: &mut Vec<(String, Src)>,
     ) {
-        if depth == MAX_FALLBACKS {
+        if left == 0 {
             return;
         }
         for (fb, src) in of(g) {
@@ -1599,12 +1682,12 @@ fn fallback_order(
             }
             seen.push(fb.clone());
             out.push((fb.clone(), src));
-            walk(&fb, depth + 1, of, seen, out);
+            walk(&fb, left - 1, of, seen, out);
         }
     }
     let mut seen = vec![group.to_string()];
     let mut out = Vec::new();
-    walk(group, 0, &of, &mut seen, &mut out);
+    walk(group, depth, &of, &mut seen, &mut out);
     out
 }
 
