@@ -543,6 +543,8 @@ struct Deployment {
     tpm: Option<(u64, Src)>,
     weight: Option<(f64, Src)>,
     facts: Vec<(&'static str, String, Src)>,
+    /// `model_info.id`, where it is: a fallback may name this one deployment by it.
+    id: Option<(String, Src)>,
 }
 
 impl Deployment {
@@ -919,6 +921,21 @@ pub fn translate(
         members.entry(d.group.clone()).or_default().push(i);
     }
 
+    // Deployments a fallback may name by `model_info.id` (LiteLLM's "fallback to a
+    // specific model id"): the id stands for that one deployment.
+    let ids: IndexMap<String, usize> = deployments
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| d.id.as_ref().map(|(id, _)| (id.clone(), i)))
+        .filter(|(id, _)| !members.contains_key(id))
+        .collect();
+    let targets_of_name = |fb: &str| -> Option<Vec<usize>> {
+        members
+            .get(fb)
+            .cloned()
+            .or_else(|| ids.get(fb).map(|&i| vec![i]))
+    };
+
     // Fallbacks: model group → the groups after it.
     let mut chains: BTreeMap<String, Vec<(String, Src)>> = BTreeMap::new();
     let mut window_targets: BTreeMap<String, Vec<(String, Src)>> = BTreeMap::new();
@@ -929,7 +946,18 @@ pub fn translate(
         (&policy_fallbacks, &mut policy_targets),
     ] {
         if let Some(s) = setting {
-            fallback_map(&mut r, s, &groups, into);
+            fallback_map(&mut r, s, &groups, &ids, into);
+        }
+    }
+    // An id no fallback names does nothing here.
+    for d in &deployments {
+        if let Some((id, src)) = &d.id {
+            let named = [&chains, &window_targets, &policy_targets]
+                .iter()
+                .any(|m| m.values().flatten().any(|(t, _)| t == id));
+            if !named {
+                r.unused(src, "");
+            }
         }
     }
     let mut defaults: Vec<(String, Src)> = Vec::new();
@@ -1110,14 +1138,14 @@ pub fn translate(
                 .unwrap_or_default(),
         ];
         for (fb, src) in extra.iter().flatten() {
-            let Some(fidx) = members.get(fb) else {
+            let Some(fidx) = targets_of_name(fb) else {
                 continue; // a group with no served deployment: already named
             };
             step(
                 &mut w,
                 &deployments,
                 &providers,
-                fidx,
+                &fidx,
                 src,
                 least_busy,
                 strategy.as_ref(),
@@ -1142,7 +1170,7 @@ pub fn translate(
         if let Some(list) = targets_of(&window_targets, group) {
             let mut routes: Vec<String> = Vec::new();
             for (fb, _) in list {
-                for &i in members.get(fb).into_iter().flatten() {
+                for i in targets_of_name(fb).into_iter().flatten() {
                     let route = deployments[i].route(&providers);
                     if !routes.contains(&route) {
                         routes.push(route);
@@ -1541,7 +1569,8 @@ fn deployment(
             let key = key_str(key);
             let src = r.src(&at(&[k("model_info"), k(&key)]));
             let (field, kind) = match key.as_str() {
-                "mode" => continue,
+                // `id` is read below: a fallback target.
+                "mode" | "id" => continue,
                 k if k == window_key => ("context_window", Fact::Count),
                 "max_output_tokens" => ("max_output_tokens", Fact::Count),
                 "supports_vision" => ("images", Fact::Flag),
@@ -1568,6 +1597,10 @@ fn deployment(
     if let Some(g) = groups.get_mut(&group) {
         g.1 = true;
     }
+    let id = info
+        .and_then(|i| i.get("id"))
+        .and_then(value_text)
+        .map(|id| (id, r.src(&at(&[k("model_info"), k("id")]))));
     Some(Deployment {
         group,
         name_src,
@@ -1578,6 +1611,7 @@ fn deployment(
         tpm,
         weight,
         facts,
+        id,
     })
 }
 
@@ -1704,6 +1738,7 @@ fn fallback_map(
     r: &mut Reader,
     s: &Setting,
     groups: &IndexMap<String, (Src, bool)>,
+    ids: &IndexMap<String, usize>,
     into: &mut BTreeMap<String, Vec<(String, Src)>>,
 ) {
     let Value::Sequence(items) = s.value else {
@@ -1748,6 +1783,11 @@ fn fallback_map(
             };
             for t in targets {
                 if t == from {
+                    continue;
+                }
+                // A deployment's `model_info.id`: that one deployment.
+                if ids.contains_key(&t) {
+                    into.entry(from.clone()).or_default().push((t, src.clone()));
                     continue;
                 }
                 if !known_group(r, &t, &src, groups) {
@@ -2122,6 +2162,31 @@ mod tests {
         assert_eq!(tier("a"), ["groq/ma", "groq/mb", "groq/mc", "groq/md"]);
         assert_eq!(tier("c"), ["groq/mc", "groq/md"]);
         assert_eq!(tier("d"), ["groq/md"]);
+    }
+
+    /// LiteLLM's "fallback to a specific model id": a fallback naming a deployment's
+    /// `model_info.id` reaches that one deployment (it used to be an unknown group, and
+    /// `serve` refused to start).
+    #[test]
+    fn a_fallback_may_name_one_deployment_by_its_model_info_id() {
+        let text = "model_list:\n  - model_name: a\n    litellm_params: {model: groq/ma, api_key: os.environ/K}\n  - model_name: b\n    litellm_params: {model: groq/mb1, api_key: os.environ/K}\n  - model_name: b\n    litellm_params: {model: groq/mb2, api_key: os.environ/K}\n    model_info: {id: b-two}\nrouter_settings:\n  fallbacks: [{a: [b-two]}]\n";
+        let env = |v: &str| (v == "K").then(|| "k".to_string());
+        let import = translate(Path::new("i.yaml"), text, &env).unwrap();
+        assert!(import.errors.is_empty(), "{:?}", import.errors);
+        assert!(
+            import.unused.iter().all(|u| !u.field.ends_with(".id")),
+            "{:?}",
+            import.unused
+        );
+        let a: Vec<&str> = import
+            .text
+            .lines()
+            .skip_while(|l| !l.starts_with("  a:"))
+            .skip(1)
+            .take_while(|l| l.starts_with("    - "))
+            .map(|l| l.split_whitespace().nth(1).unwrap())
+            .collect();
+        assert_eq!(a, ["groq/ma", "groq/mb2"], "{}", import.text);
     }
 
     #[test]
