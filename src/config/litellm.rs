@@ -1186,6 +1186,8 @@ pub fn translate(
                 ));
             }
         }
+        // content_policy_fallbacks: LiteLLM sends a blocked prompt there and to no other
+        // fallback.
         if let Some(list) = targets_of(&policy_targets, group) {
             if let Some((_, src)) = list.first() {
                 fields.push((
@@ -1193,6 +1195,23 @@ pub fn translate(
                     src.clone(),
                     String::new(),
                 ));
+                let mut routes: Vec<String> = Vec::new();
+                for (fb, _) in list {
+                    for i in targets_of_name(fb).into_iter().flatten() {
+                        let route = deployments[i].route(&providers);
+                        if !routes.contains(&route) {
+                            routes.push(route);
+                        }
+                    }
+                }
+                if !routes.is_empty() {
+                    let shown: Vec<String> = routes.iter().map(|r| q(r)).collect();
+                    fields.push((
+                        format!("content_policy_routes: [{}]", shown.join(", ")),
+                        src.clone(),
+                        String::new(),
+                    ));
+                }
             }
         }
         if !fields.is_empty() {

@@ -147,6 +147,7 @@ impl PoolConfig {
             for (list_name, list) in [
                 ("fallback_routes", &policy.fallback_routes),
                 ("overflow_routes", &policy.overflow_routes),
+                ("content_policy_routes", &policy.content_policy_routes),
             ] {
                 for (i, route) in list.iter().flatten().enumerate() {
                     if !allowed.contains(route) {

@@ -517,6 +517,9 @@ pub struct Needs {
     /// A route already answered `context_overflow` (its window known or not): only a
     /// route the card's `Policy::takes_overflow` accepts may serve now.
     pub overflowed: bool,
+    /// A route already answered `content_policy`: only a route the card's
+    /// `content_policy_routes` names (when it names any) may serve now.
+    pub blocked: bool,
 }
 
 #[cfg(test)]

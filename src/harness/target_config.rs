@@ -364,6 +364,9 @@ fn card_json(sc: &Scenario, naming: Naming) -> Value {
     card.overflow_routes = card
         .overflow_routes
         .map(|rs| rs.iter().map(|r| naming.route(r, &sc.name)).collect());
+    card.content_policy_routes = card
+        .content_policy_routes
+        .map(|rs| rs.iter().map(|r| naming.route(r, &sc.name)).collect());
     card.degrade_tier = card.degrade_tier.map(|t| naming.tier(&t, &sc.name));
     drop_nulls(serde_json::to_value(&card).unwrap_or(Value::Null))
 }

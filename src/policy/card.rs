@@ -60,6 +60,11 @@ pub struct Policy {
     /// still passed over. Unset: only a route the facts know is larger.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overflow_routes: Option<Vec<Route>>,
+    /// When set (with `on_content_policy: fallback`), a `content_policy` moves only to
+    /// these routes: LiteLLM's `content_policy_fallbacks`, kept apart from the fallbacks
+    /// other failures take. Unset: any approved route.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_policy_routes: Option<Vec<Route>>,
     pub queue_allowed: bool,
     pub degrade_allowed: bool,
     pub stop_on: Vec<Class>,
@@ -97,6 +102,7 @@ impl Default for Policy {
             safe_replay_until: SafeReplay::FirstVisibleToken,
             fallback_routes: None,
             overflow_routes: None,
+            content_policy_routes: None,
             queue_allowed: false,
             degrade_allowed: false,
             stop_on: DEFAULT_STOP_ON.to_vec(),

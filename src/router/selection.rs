@@ -260,6 +260,7 @@ impl Router {
             return skip(SkipWhy::Incapable, Some(why));
         }
         overflow_bars(walk.opts.policy, spec, &walk.needs)
+            .or_else(|| blocked_bars(walk.opts.policy, spec, &walk.needs))
             .and_then(|why| skip(SkipWhy::Incapable, Some(why.into())))
     }
 
@@ -287,6 +288,7 @@ impl Router {
                 && cannot_serve(&spec.facts, &needs).is_none()
                 && walk.asked.carry(&spec.endpoint).is_ok()
                 && overflow_bars(walk.opts.policy, spec, &needs).is_none()
+                && blocked_bars(walk.opts.policy, spec, &needs).is_none()
                 && !self.breaker_open(spec, now).await;
             if !eligible {
                 continue;
@@ -323,6 +325,14 @@ fn overflow_bars(policy: &Policy, spec: &RouteSpec, needs: &Needs) -> Option<&'s
         (None, None) => "context window unknown, not known larger (overflowed there)",
         (None, Some(_)) => "context window not known larger (overflowed there)",
     })
+}
+
+/// Why a route may not take a request another route blocked (`content_policy`), once
+/// one has: the card names where a blocked prompt goes, and this route is not there.
+fn blocked_bars(policy: &Policy, spec: &RouteSpec, needs: &Needs) -> Option<&'static str> {
+    let list = policy.content_policy_routes.as_ref()?;
+    (needs.blocked && !list.contains(&spec.route))
+        .then_some("not among the card's content_policy_routes")
 }
 
 #[cfg(test)]

@@ -62,6 +62,11 @@ impl Router {
     ) -> Decision {
         let now = self.inner.clock.now_ms();
         let idx = walk.current();
+        if seen.verdict.class == Class::ContentPolicy {
+            // A blocked prompt goes on only to the routes the card names for it (when it
+            // names any): the fallback looked up below and every later step alike.
+            walk.needs.blocked = true;
+        }
         // The window an overflow moves past: the route's own, or, where the card names
         // the routes an overflow goes to, 0 when it is unknown (LiteLLM moves on to its
         // `context_window_fallbacks` whatever it knows of the windows).

@@ -797,13 +797,22 @@ impl Scenario {
                 known(r, "policy.fallback_routes".into())?;
             }
         }
-        if let Some(list) = self
-            .policy
-            .as_ref()
-            .and_then(|p| p.overflow_routes.as_ref())
-        {
-            for r in list {
-                known(r, "policy.overflow_routes".into())?;
+        for (name, list) in [
+            (
+                "policy.overflow_routes",
+                self.policy
+                    .as_ref()
+                    .and_then(|p| p.overflow_routes.as_ref()),
+            ),
+            (
+                "policy.content_policy_routes",
+                self.policy
+                    .as_ref()
+                    .and_then(|p| p.content_policy_routes.as_ref()),
+            ),
+        ] {
+            for r in list.into_iter().flatten() {
+                known(r, name.into())?;
             }
         }
         let providers: BTreeSet<&str> = routes.iter().map(|r| r.provider()).collect();
