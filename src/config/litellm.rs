@@ -1869,7 +1869,8 @@ fn step(
                 src,
                 &format!(", {}", others.join(", ")),
             );
-            // LiteLLM's weighted pick: `weight`, else the rpm of every deployment.
+            // LiteLLM's weighted pick (simple_shuffle.py): `weight`, else the rpm of every
+            // deployment, else the tpm of every deployment.
             if let Some((_, wsrc)) = many.iter().find_map(|(_, d)| d.weight.as_ref()) {
                 let ws: Vec<String> = many
                     .iter()
@@ -1891,6 +1892,22 @@ fn step(
                     &format!("      weights: [{}]", ws.join(", ")),
                     &rsrc,
                     " (by rpm)",
+                );
+            } else if many.iter().all(|(_, d)| d.tpm.is_some()) {
+                let ws: Vec<String> = many
+                    .iter()
+                    .map(|(_, d)| d.tpm.as_ref().map(|t| t.0).unwrap_or(1).to_string())
+                    .collect();
+                let tsrc = many[0]
+                    .1
+                    .tpm
+                    .as_ref()
+                    .map(|t| t.1.clone())
+                    .unwrap_or_default();
+                w.line(
+                    &format!("      weights: [{}]", ws.join(", ")),
+                    &tsrc,
+                    " (by tpm)",
                 );
             }
             if least_busy {
@@ -2206,6 +2223,20 @@ mod tests {
             .map(|l| l.split_whitespace().nth(1).unwrap())
             .collect();
         assert_eq!(a, ["groq/ma", "groq/mb2"], "{}", import.text);
+    }
+
+    /// LiteLLM's weighted pick takes `weight`, else `rpm`, else `tpm`: a group whose
+    /// deployments give only `tpm` is weighted by it, not split evenly.
+    #[test]
+    fn a_group_weighted_only_by_tpm_is_weighted_by_tpm() {
+        let text = "model_list:\n  - model_name: g\n    litellm_params: {model: groq/m1, api_key: os.environ/K, tpm: 900000}\n  - model_name: g\n    litellm_params: {model: groq/m2, api_key: os.environ/K, tpm: 100000}\n";
+        let env = |v: &str| (v == "K").then(|| "k".to_string());
+        let import = translate(Path::new("w.yaml"), text, &env).unwrap();
+        assert!(
+            import.text.contains("weights: [900000, 100000]"),
+            "{}",
+            import.text
+        );
     }
 
     #[test]
