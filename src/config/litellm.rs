@@ -585,7 +585,7 @@ impl<'a> Reader<'a> {
             .collect();
         Src {
             line: problems::locate(self.text, &segs),
-            field: problems::render_path(&segs),
+            field: yaml::render_path(&segs),
         }
     }
 

@@ -3,7 +3,7 @@
 //! without the field that failed (or with a stand-in for a missing one), until the rest
 //! parses. `poolctl check` then validates what is left, and reports it all at once.
 
-use crate::config::yaml::{strip_location, suggestion, YamlError};
+use crate::config::yaml::{render_path, strip_location, suggestion, YamlError};
 use serde::de::DeserializeOwned;
 use serde_path_to_error::Segment;
 use serde_yaml::{Mapping, Value};
@@ -317,24 +317,6 @@ fn original_index_in(parent: &[Segment], index: usize, removed: &[(Vec<Segment>,
 
 fn same(a: &[Segment], b: &[Segment]) -> bool {
     render_path(a) == render_path(b)
-}
-
-/// `providers.openai.timeout_ms`, `tiers.high[2]`, as serde_path_to_error prints them.
-pub fn render_path(path: &[Segment]) -> String {
-    let mut out = String::new();
-    for seg in path {
-        match seg {
-            Segment::Map { key } => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(key);
-            }
-            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
-            Segment::Enum { .. } | Segment::Unknown => {}
-        }
-    }
-    out
 }
 
 /// The 1-based line of `path` in `text`, following block indentation: each key among

@@ -128,7 +128,7 @@ pub fn parse<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, YamlErro
         // Rendered without serde_path_to_error's `?` for a segment it could not name (a
         // syntax error, an enum's key): the user sees the field they can find.
         let segments: Vec<_> = e.path().iter().cloned().collect();
-        let field = super::problems::render_path(&segments);
+        let field = render_path(&segments);
         let inner = e.into_inner();
         let location = inner.location();
         let mut message = strip_location(&inner.to_string());
@@ -253,6 +253,26 @@ pub fn too_deep(text: &str, max: usize) -> Option<usize> {
         }
     }
     None
+}
+
+/// `providers.openai.timeout_ms`, `tiers.high[2]`, as serde_path_to_error prints them,
+/// a segment it could not name left out.
+pub fn render_path(path: &[serde_path_to_error::Segment]) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Segment::Map { key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+    }
+    out
 }
 
 /// An integer literal too large for any field (2^64 and up, or below -2^63), as a
