@@ -604,7 +604,9 @@ async fn a_request_no_bucket_can_ever_hold_is_a_429_request_too_large_without_re
         );
     }
     // Below interactive a request may use the bucket only down to the interactive
-    // floor (20 %): 95 000 tokens can never be admitted at `background`.
+    // floor (20 %): 95 000 tokens fit the bucket, so the request is not too large, but
+    // no refill admits it at `background`: shed (admission), with no Retry-After, for
+    // no wait would admit it either.
     let mut body = chat("high");
     body["max_tokens"] = json!(95000);
     let r = client
@@ -614,10 +616,11 @@ async fn a_request_no_bucket_can_ever_hold_is_a_429_request_too_large_without_re
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 429);
+    assert_eq!(r.status(), 503, "a shed with no instant to retry at");
     assert!(r.headers().get("retry-after").is_none());
+    assert_eq!(r.headers()["x-poolctl-outcome"], "shed");
     let b: Value = r.json().await.unwrap();
-    assert_eq!(b["error"]["code"], "request_too_large", "{b}");
+    assert_eq!(b["error"]["type"], "admission", "{b}");
     let r = client
         .post(gw.url("/v1/chat/completions"))
         .json(&chat("high"))

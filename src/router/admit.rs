@@ -30,6 +30,10 @@ pub(super) fn cost_on(walk: &Walk<'_>, spec: &RouteSpec) -> Cost {
     }
 }
 
+/// How the cause of an `admission` skip that no refill would lift begins: such a
+/// refusal gives no `Retry-After` (`serve::adapter::shed_retry_after_ms`).
+pub const NEVER_ADMITTED: &str = "never admitted here: ";
+
 impl Router {
     /// Admits the route at try-order position `pos`, holding its reservation in the
     /// walk; `false` (the skip recorded) when its buckets cannot hold the cost now, or
@@ -96,12 +100,14 @@ impl Router {
         walk.refused.push((pos, wait, cover.group()));
         let cause = match wait {
             Some(ms) => format!("buckets refill in {ms} ms"),
-            // The bucket holds it (else `exceeds_bucket` above): only the interactive
-            // floor keeps this priority out, whatever the refill.
-            None => format!(
-                "a {} request may not use the interactive floor, and its cost needs it",
+            // The full bucket holds it (else `exceeds_bucket` above), yet no refill admits
+            // it here: the interactive floor keeps this priority out, or this process's
+            // share of a shared bucket (the store unreachable) is too small, or is none.
+            None if priority != crate::core::vocab::Priority::Interactive => format!(
+                "{NEVER_ADMITTED}a {} request may not use the interactive floor, or this process's share of the bucket",
                 priority.as_str()
             ),
+            None => format!("{NEVER_ADMITTED}this process's share of the bucket cannot hold it"),
         };
         let skip = Skip {
             route: spec.route.clone(),

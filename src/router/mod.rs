@@ -22,5 +22,6 @@ pub mod embed_queue;
 pub mod group;
 pub mod probe;
 
+pub use admit::NEVER_ADMITTED;
 pub use settlement::Observed;
 pub use state::{CallOptions, Called, Router};

@@ -45,8 +45,8 @@ pub struct CallOptions<'a> {
     /// The request's priority class, from its source (never inferred): admission
     /// orders waiters and keeps the interactive floor by it.
     pub priority: Priority,
-    /// The card's `degrade_tier`, resolved: where a request that admission would shed
-    /// is offered instead.
+    /// The card's `degrade_tier`, resolved: where a request that admission would shed,
+    /// or that no bucket of the chain could ever hold (`too_large`), is offered instead.
     pub degrade_tier: Option<&'a Tier>,
     /// Streams: keep the text delivered, for the report and the answer (`walk`, chaos).
     /// The gateway, which has sent every delta on as it came, turns it off.

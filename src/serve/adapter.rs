@@ -96,7 +96,8 @@ pub struct Target<'a> {
     pub session: Option<&'a str>,
     /// `x-poolctl-priority`: admission orders waiters and keeps the floor by it.
     pub priority: Priority,
-    /// The card's `degrade_tier`, resolved: where a request admission would shed goes.
+    /// The card's `degrade_tier`, resolved: where a request admission would shed, or one
+    /// too large for every bucket of the chain, goes.
     pub degrade_tier: Option<&'a Tier>,
     /// Counts the upstream calls as they happen: a request the drain deadline cuts
     /// has no report, and its answer still says how many calls it made.
@@ -426,10 +427,19 @@ pub async fn shed_retry_after_ms(
     priority: Priority,
 ) -> Option<u64> {
     let mut earliest: Option<u64> = None;
+    // A refusal no refill would lift has no instant to retry at.
+    let never = |s: &&crate::core::trace::Skip| {
+        s.cause
+            .as_deref()
+            .is_some_and(|c| c.starts_with(crate::router::NEVER_ADMITTED))
+    };
     let refused = report
         .skipped
         .iter()
         .filter(|s| s.why == crate::core::trace::SkipWhy::Admission);
+    if refused.clone().any(|s| never(&s)) {
+        return None;
+    }
     for s in refused {
         let Some(spec) = tier.routes.iter().find(|r| r.route == s.route) else {
             continue;
