@@ -1123,7 +1123,8 @@ async fn mistral_gets_only_the_fields_it_knows_and_the_rest_is_named() {
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]},
             {"role": "assistant", "content": "yes", "reasoning_content": "thought"},
-            {"role": "user", "content": "and?"}
+            {"role": "user", "content": "and?"},
+            {"role": "assistant", "content": "So", "prefix": true}
         ]
     });
     let r = post(&gw, "/v1/chat/completions", &body, &[]).await;
@@ -1147,7 +1148,8 @@ async fn mistral_gets_only_the_fields_it_knows_and_the_rest_is_named() {
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "hi"}]},
             {"role": "assistant", "content": "yes"},
-            {"role": "user", "content": "and?"}
+            {"role": "user", "content": "and?"},
+            {"role": "assistant", "content": "So", "prefix": true}
         ]})
     );
     let r = post(

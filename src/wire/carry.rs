@@ -221,8 +221,8 @@ const MISTRAL_ACCEPTS: &[&str] = &[
     "safe_prompt",
 ];
 
-/// The fields a Mistral message may hold, by the same models (`name` only on a tool
-/// result, which keeps it).
+/// The fields a Mistral message may hold, by the same models; a tool result also keeps
+/// its `name` (`ToolMessage.name`).
 const MISTRAL_MESSAGE_ACCEPTS: &[&str] =
     &["role", "content", "tool_calls", "tool_call_id", "prefix"];
 
@@ -274,10 +274,12 @@ fn rejected_by(dialect: Dialect, req: &ChatRequest) -> Vec<(String, bool)> {
             }
             // The client's fields the router does not map, at the top level or inside
             // messages and their parts (`messages[].reasoning_content`, `cache_control`).
-            for u in &req.unmapped {
-                if !MISTRAL_ACCEPTS.contains(&u.name.as_str()) {
-                    out.push((u.name.clone(), u.semantic));
-                }
+            let accepted = |name: &str| match name.strip_prefix("messages[].") {
+                Some(key) => MISTRAL_MESSAGE_ACCEPTS.contains(&key),
+                None => MISTRAL_ACCEPTS.contains(&name),
+            };
+            for u in req.unmapped.iter().filter(|u| !accepted(&u.name)) {
+                out.push((u.name.clone(), u.semantic));
             }
         }
         // platform.kimi.ai models overview: `n` at most 5.
@@ -361,9 +363,12 @@ fn remove_field(o: &mut serde_json::Map<String, Value>, field: &str, mistral: bo
     } else if let Some(key) = field.strip_prefix("messages[].") {
         if let Some(Value::Array(ms)) = o.get_mut("messages") {
             for m in ms.iter_mut().filter_map(Value::as_object_mut) {
-                m.remove(key);
+                let tool = m.get("role").and_then(Value::as_str) == Some("tool");
+                // Mistral's tool result has a `name`: a user's is what it refuses.
+                if !(mistral && tool && key == "name") {
+                    m.remove(key);
+                }
                 if mistral {
-                    let tool = m.get("role").and_then(Value::as_str) == Some("tool");
                     m.retain(|k, _| {
                         MISTRAL_MESSAGE_ACCEPTS.contains(&k.as_str()) || (tool && k == "name")
                     });
