@@ -695,18 +695,23 @@ pub fn translate(
             )
         });
     }
-    // An integer too large for any field reads as a float here: the field that holds it
-    // is then told it is not a whole number.
-    let (mut root, _) = yaml::tree(text).map_err(|e| {
-        let loc = e.location();
-        YamlError {
-            file: file.to_path_buf(),
-            line: loc.as_ref().map(|l| l.line()),
-            column: loc.as_ref().map(|l| l.column()),
-            field: String::new(),
-            message: format!("not valid YAML: {}", yaml::strip_location(&e.to_string())),
-        }
-    })?;
+    // An integer too large for the tree reads as the float nearest it (Python reads any
+    // integer): a count becomes the largest the pool config holds.
+    // YAML's merge keys (`<<: *defaults`) are applied, as PyYAML applies them when
+    // LiteLLM reads its config: left as a key, a deployment would lose the `api_base`
+    // and key its anchor gave it, and be sent elsewhere.
+    let (mut root, _) = yaml::tree(text)
+        .and_then(|(mut v, huge)| v.apply_merge().map(|()| (v, huge)))
+        .map_err(|e| {
+            let loc = e.location();
+            YamlError {
+                file: file.to_path_buf(),
+                line: loc.as_ref().map(|l| l.line()),
+                column: loc.as_ref().map(|l| l.column()),
+                field: String::new(),
+                message: format!("not valid YAML: {}", yaml::strip_location(&e.to_string())),
+            }
+        })?;
     let included = match root.as_mapping_mut() {
         Some(m) => include_files(file, m),
         None => Vec::new(),
@@ -1130,12 +1135,8 @@ pub fn translate(
         let after = fallback_order(group, &chains, &defaults, depth);
         let extra = [
             after,
-            targets_of(&policy_targets, group)
-                .cloned()
-                .unwrap_or_default(),
-            targets_of(&window_targets, group)
-                .cloned()
-                .unwrap_or_default(),
+            targets_of(&policy_targets, group).unwrap_or_default(),
+            targets_of(&window_targets, group).unwrap_or_default(),
         ];
         for (fb, src) in extra.iter().flatten() {
             let Some(fidx) = targets_of_name(fb) else {
@@ -1169,7 +1170,7 @@ pub fn translate(
         // no other fallback, whatever it knows of their windows.
         if let Some(list) = targets_of(&window_targets, group) {
             let mut routes: Vec<String> = Vec::new();
-            for (fb, _) in list {
+            for (fb, _) in &list {
                 for i in targets_of_name(fb).into_iter().flatten() {
                     let route = deployments[i].route(&providers);
                     if !routes.contains(&route) {
@@ -1196,7 +1197,7 @@ pub fn translate(
                     String::new(),
                 ));
                 let mut routes: Vec<String> = Vec::new();
-                for (fb, _) in list {
+                for (fb, _) in &list {
                     for i in targets_of_name(fb).into_iter().flatten() {
                         let route = deployments[i].route(&providers);
                         if !routes.contains(&route) {
@@ -1744,12 +1745,15 @@ fn fallback_order(
     out
 }
 
-/// A group's entry of a fallback map, else the generic `"*"` one.
-fn targets_of<'m>(
-    map: &'m BTreeMap<String, Vec<(String, Src)>>,
+/// A group's entry of a fallback map, else the generic `"*"` one, without the group
+/// itself (which `"*"` may name: LiteLLM never falls back to the group that failed).
+fn targets_of(
+    map: &BTreeMap<String, Vec<(String, Src)>>,
     group: &str,
-) -> Option<&'m Vec<(String, Src)>> {
-    map.get(group).or_else(|| map.get("*"))
+) -> Option<Vec<(String, Src)>> {
+    map.get(group)
+        .or_else(|| map.get("*"))
+        .map(|list| list.iter().filter(|(g, _)| g != group).cloned().collect())
 }
 
 /// `fallbacks` (and its kin) in LiteLLM's list-of-maps form: `[{"a": ["b", "c"]}]`.
@@ -2234,6 +2238,22 @@ mod tests {
         let import = translate(Path::new("w.yaml"), text, &env).unwrap();
         assert!(
             import.text.contains("weights: [900000, 100000]"),
+            "{}",
+            import.text
+        );
+    }
+
+    /// `"*"` may name every group, the failing one too: a group's own deployments are
+    /// never where its blocked prompt goes.
+    #[test]
+    fn a_star_entry_never_sends_a_group_to_itself() {
+        let text = "model_list:\n  - model_name: a\n    litellm_params: {model: groq/ma, api_key: os.environ/K}\n  - model_name: b\n    litellm_params: {model: groq/mb, api_key: os.environ/K}\nlitellm_settings:\n  content_policy_fallbacks: [{\"*\": [a, b]}]\n";
+        let env = |v: &str| (v == "K").then(|| "k".to_string());
+        let import = translate(Path::new("s.yaml"), text, &env).unwrap();
+        assert!(import.errors.is_empty(), "{:?}", import.errors);
+        assert!(
+            import.text.contains("content_policy_routes: [groq/mb]")
+                && import.text.contains("content_policy_routes: [groq/ma]"),
             "{}",
             import.text
         );

@@ -292,7 +292,7 @@ impl HugeInteger {
     }
 }
 
-/// The YAML tree of `text`, its merge keys (`<<`) applied. An integer too large for the tree is read as the float it
+/// The YAML tree of `text`. An integer too large for the tree is read as the float it
 /// is closest to, so that the typed parse names its field like any value of the wrong
 /// kind; each such integer is returned, for the problem to be told in its own words.
 pub(crate) fn tree(text: &str) -> Result<(serde_yaml::Value, Vec<HugeInteger>), serde_yaml::Error> {
@@ -300,13 +300,7 @@ pub(crate) fn tree(text: &str) -> Result<(serde_yaml::Value, Vec<HugeInteger>), 
     let mut huge = Vec::new();
     loop {
         let e = match serde_yaml::from_str::<serde_yaml::Value>(&text) {
-            Ok(mut v) => {
-                // YAML's merge key (`<<: *defaults`), which PyYAML applies when LiteLLM
-                // reads its config: left as a key, a deployment would lose the
-                // `api_base` and key its anchor gave it, and be sent elsewhere.
-                v.apply_merge()?;
-                return Ok((v, huge));
-            }
+            Ok(v) => return Ok((v, huge)),
             Err(e) => e,
         };
         // "invalid type: integer `N` as u128" (or i128): each pass widens one, and a
@@ -342,7 +336,11 @@ fn widen(text: &str, line: usize, literal: &str) -> Option<String> {
     let at = row.match_indices(literal).map(|(i, _)| i).find(|&i| {
         let before = i.checked_sub(1).map(|j| bytes[j]);
         let after = bytes.get(i + literal.len()).copied();
-        !before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_')
+        // Not inside a quoted string: a scalar the parser read as a number is plain.
+        let quoted = bytes[..i].iter().filter(|&&b| b == b'"').count() % 2 == 1
+            || bytes[..i].iter().filter(|&&b| b == b'\'').count() % 2 == 1;
+        !quoted
+            && !before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_')
             && !after.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_')
     })?;
     let cut = start + at + literal.len();
@@ -472,6 +470,19 @@ mod tests {
             "{}",
             err.message
         );
+    }
+
+    #[test]
+    fn a_huge_integer_is_widened_where_it_stands_never_inside_a_quoted_string() {
+        let text = "a: \"x 18446744073709551616\"\nb: 18446744073709551616\n";
+        let (v, huge) = tree(text).unwrap();
+        assert_eq!(v["a"].as_str(), Some("x 18446744073709551616"));
+        assert!(v["b"].is_f64(), "{v:?}");
+        assert_eq!(huge.len(), 1);
+        let same_line = "{a: \"18446744073709551616\", b: 18446744073709551616}\n";
+        let (v, _) = tree(same_line).unwrap();
+        assert_eq!(v["a"].as_str(), Some("18446744073709551616"));
+        assert!(v["b"].is_f64(), "{v:?}");
     }
 
     #[test]
