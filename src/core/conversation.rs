@@ -4,9 +4,11 @@
 //! means nothing to any other provider, so it is never relied on.
 //!
 //! What survives a round trip `from_X(render_X(c))`:
-//! - OpenAI: `c` exactly. OpenAI tool messages carry neither a name nor an error flag:
-//!   the name comes back from the assistant tool call with the same id, and an error is
-//!   marked in-band by [`OPENAI_TOOL_ERROR_PREFIX`] (see [`openai_messages`]). Arguments
+//! - OpenAI: `c` exactly, but for an error result of several parts. OpenAI tool messages
+//!   carry neither a name nor an error flag: the name comes back from the assistant tool
+//!   call with the same id, and an error is marked in-band by [`OPENAI_TOOL_ERROR_PREFIX`]
+//!   (see [`openai_messages`]); an error of several parts keeps its parts, the mark on
+//!   the first, and reads back as a result whose first part holds the mark. Arguments
 //!   travel as a JSON string: a float can come back off by its last bit, because
 //!   serde_json parses without its `float_roundtrip` feature.
 //! - Anthropic: `c.normalize()` exactly. Consecutive same-role turns share one message

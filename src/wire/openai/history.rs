@@ -14,9 +14,11 @@ pub const OPENAI_TOOL_ERROR_PREFIX: &str = "[tool error] ";
 /// `messages` for Chat Completions: the system prompt first (or each system and
 /// developer message where it stood, when the conversation kept that), then one message
 /// per turn.
-/// An error result's content is [`OPENAI_TOOL_ERROR_PREFIX`] + content; a successful
-/// result whose content happens to start with that prefix is sent as a one-part text
-/// array instead, so that it cannot be read back as an error.
+/// An error result's content is [`OPENAI_TOOL_ERROR_PREFIX`] + content (several parts
+/// stay parts, the mark on the first: the model reads the mark either way, though only
+/// the string form reads back as an error); a successful result whose content happens
+/// to start with that prefix is sent as a one-part text array instead, so that it
+/// cannot be read back as an error.
 pub fn openai_messages(c: &Conversation) -> Vec<Value> {
     openai_messages_of(c, false)
 }
