@@ -1716,6 +1716,50 @@ async fn interleaved_openai_tool_calls_reach_an_anthropic_client_as_two_whole_ca
     );
 }
 
+/// fidelity.md §2 ("one `content_block` per call"): an OpenAI-compatible upstream that
+/// repeats a call's id and name on each chunk of its arguments gave an Anthropic client
+/// one `tool_use` block per chunk, each holding half the arguments.
+#[tokio::test]
+async fn a_call_whose_chunks_repeat_its_id_reaches_an_anthropic_client_as_one_block() {
+    fn chunk(call: Value) -> String {
+        let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x",
+            "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]});
+        format!("data: {c}\n\n")
+    }
+    let sse = [
+        chunk(json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": "{\"a\""}})),
+        chunk(json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": ":1"}})),
+        chunk(json!({"index": 0, "id": "", "function": {"arguments": "}"}})),
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n".to_string(),
+        "data: [DONE]\n\n".to_string(),
+    ]
+    .concat();
+    let oai = sse_upstream("/v1/chat/completions", Box::leak(sse.into_boxed_str())).await;
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
+    let body = json!({"model": "high", "max_tokens": 50, "stream": true,
+        "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "go"}]});
+    let r = post(&gw, "/v1/messages", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let events = data_lines(&r.text().await.unwrap());
+    let starts: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_start")
+        .collect();
+    assert_eq!(starts.len(), 1, "one block for the one call: {events:?}");
+    assert_eq!(starts[0]["content_block"]["id"], "call_a");
+    assert_eq!(starts[0]["content_block"]["name"], "f");
+    let args: String = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_delta")
+        .filter_map(|e| e["delta"]["partial_json"].as_str())
+        .collect();
+    assert_eq!(
+        serde_json::from_str::<Value>(&args).unwrap(),
+        json!({"a": 1})
+    );
+}
+
 /// fidelity.md §2, "several text parts: one text block each": an OpenAI client's
 /// system message of two text parts was joined into one Anthropic system block.
 #[tokio::test]

@@ -290,6 +290,38 @@ async fn asked_for_the_key(answer: &'static str) -> (u16, String) {
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
+/// Guards an agent loop that asks for structured output: an answer that calls a tool
+/// (no text yet) was checked against the response schema as if it were the final
+/// answer, rejected as `invalid_output`, and the client got a 502.
+#[tokio::test]
+async fn a_tool_call_answer_to_a_request_with_a_response_schema_is_delivered() {
+    const CALL: &str = r#"{"id":"chatcmpl-2","object":"chat.completion","created":1,"model":"m-1","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{\"q\":\"x\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9,"completion_tokens":5,"total_tokens":14}}"#;
+    let server = upstream("/v1/chat/completions", CALL).await;
+    let (_dir, gw) = one_route(("oai", "openai", format!("{}/v1", server.uri())), "oai/m").await;
+    let auth = format!("Bearer {CLIENT_TOKEN}");
+    let r = send(
+        &gw,
+        "/v1/chat/completions",
+        r#"{"model":"high","messages":[{"role":"user","content":"Find x."}],
+           "tools":[{"type":"function","function":{"name":"lookup","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}],
+           "response_format":{"type":"json_schema","json_schema":{"name":"found","strict":true,"schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}}}}"#,
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        r.headers()["x-poolctl-attempts"].to_str().unwrap(),
+        "1",
+        "answered by the first call"
+    );
+    assert_eq!(
+        r.text().await.unwrap(),
+        CALL,
+        "delivered as the upstream sent it"
+    );
+    assert_eq!(received(&server).await.len(), 1);
+}
+
 const EMBED_REQUEST: &str = r#"{"model":"embed","input":["alpha","beta"],"dimensions":2,"encoding_format":"base64","user":"u-7","x_future":{"a":1}}"#;
 const EMBED_ANSWER: &str = r#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":"AACAPwAAIMA="},{"object":"embedding","index":1,"embedding":"AAAAAAAAgD8="}],"model":"text-embedding-3-small","usage":{"prompt_tokens":2,"total_tokens":2}}"#;
 

@@ -4,8 +4,24 @@
 
 use crate::classify::failure::{ErrorFields, Headers, UpstreamFailure};
 
+/// Why an answer breaks the request's response schema, if it does: its text is checked
+/// only when it calls no tool. An answer that calls a tool has not answered yet (the
+/// structured answer comes after the tool's result), and any text beside the calls is a
+/// preamble, not the answer: checking it would reject every tool turn of an agent loop
+/// that asks for structured output.
+pub fn answer_violation(
+    schema: &serde_json::Value,
+    text: &str,
+    calls: &[crate::core::conversation::ToolCall],
+) -> Option<String> {
+    if !calls.is_empty() {
+        return None;
+    }
+    violation(schema, text)
+}
+
 /// Why `text` does not satisfy `schema`, if it does not.
-pub fn violation(schema: &serde_json::Value, text: &str) -> Option<String> {
+fn violation(schema: &serde_json::Value, text: &str) -> Option<String> {
     let value: serde_json::Value = match serde_json::from_str(text.trim()) {
         Ok(v) => v,
         Err(e) => return Some(format!("the answer is not JSON: {e}")),

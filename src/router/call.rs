@@ -91,7 +91,11 @@ impl Router {
                             Ok(ok) => {
                                 let text = || {
                                     schema.and_then(|s| {
-                                        crate::policy::validate::violation(s, &ok.text)
+                                        crate::policy::validate::answer_violation(
+                                            s,
+                                            &ok.text,
+                                            &ok.tool_calls,
+                                        )
                                     })
                                 };
                                 let calls = || {
@@ -165,7 +169,13 @@ impl Router {
                             Ok(ok) if ok.refusal.is_none() => chat
                                 .json_schema
                                 .as_ref()
-                                .and_then(|s| crate::policy::validate::violation(s, &a.delivered))
+                                .and_then(|s| {
+                                    crate::policy::validate::answer_violation(
+                                        s,
+                                        &a.delivered,
+                                        &ok.tool_calls,
+                                    )
+                                })
                                 .or_else(|| {
                                     crate::policy::validate::call_violation(
                                         &chat.tools,

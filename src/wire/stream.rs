@@ -201,6 +201,56 @@ struct PendingCall {
     arguments: String,
 }
 
+/// The tool calls a stream has begun, by choice and index: what makes a later piece of
+/// one a continuation. Some OpenAI-compatible servers repeat a call's `id` (or send
+/// `"id": ""`) and its whole `name` on every chunk of its arguments; passed on, each
+/// repeat would open a new call for the client (an Anthropic client got one
+/// `tool_use` block per chunk, each with half the arguments) and the name would be
+/// assembled twice over.
+#[derive(Default)]
+struct BegunCalls(Vec<BegunCall>);
+
+struct BegunCall {
+    choice: u32,
+    index: u32,
+    has_id: bool,
+    name: String,
+}
+
+impl BegunCalls {
+    /// The id and name a piece of call `index` of `choice` adds: what it repeats of its
+    /// call's start is left out.
+    fn piece(
+        &mut self,
+        choice: u32,
+        index: u32,
+        id: Option<String>,
+        name: Option<String>,
+    ) -> (Option<String>, Option<String>) {
+        let id = id.filter(|i| !i.is_empty());
+        let Some(call) = self
+            .0
+            .iter_mut()
+            .find(|c| c.choice == choice && c.index == index)
+        else {
+            self.0.push(BegunCall {
+                choice,
+                index,
+                has_id: id.is_some(),
+                name: name.clone().unwrap_or_default(),
+            });
+            return (id, name);
+        };
+        let id = if call.has_id { None } else { id };
+        call.has_id |= id.is_some();
+        let name = name.filter(|n| !n.is_empty() && *n != call.name);
+        if let Some(n) = &name {
+            call.name.push_str(n);
+        }
+        (id, name)
+    }
+}
+
 /// A later usage report fills in what it states and keeps what only an earlier one
 /// said (Anthropic sends input tokens at the start, output tokens at the end).
 fn merge_usage(old: Option<Usage>, new: Usage) -> Usage {
@@ -416,6 +466,7 @@ async fn drive(
     let mut closed_choices: Vec<u32> = Vec::new();
     // The tool calls each choice has sent so far, by choice: numbers a Gemini call.
     let mut calls_so_far: Vec<u32> = vec![0];
+    let mut begun = BegunCalls::default();
     // The ids Gemini's calls take in this conversation (`gemini::history::AnswerCallIds`).
     let call_ids = (ep.wire == Wire::Gemini)
         .then(|| super::gemini::history::AnswerCallIds::of(&req.conversation));
@@ -487,6 +538,23 @@ async fn drive(
                 }
             }
             for ev in parsed {
+                let ev = match ev {
+                    WireEvent::ToolCall {
+                        index,
+                        id,
+                        name,
+                        arguments,
+                    } => {
+                        let (id, name) = begun.piece(choice, index, id, name);
+                        WireEvent::ToolCall {
+                            index,
+                            id,
+                            name,
+                            arguments,
+                        }
+                    }
+                    ev => ev,
+                };
                 if choice > 0 && closed_choices.contains(&choice) {
                     // A finished choice says nothing more: a repeated finish or a late
                     // delta reaches neither the client nor any list.
@@ -962,6 +1030,38 @@ mod tests {
         assert_eq!(
             parse_event(Wire::OpenAi, "", fine, &[]),
             vec![WireEvent::Delta("hi".into())]
+        );
+    }
+
+    #[test]
+    fn a_call_piece_that_repeats_its_id_or_name_continues_the_call() {
+        let mut begun = BegunCalls::default();
+        let s = |t: &str| Some(t.to_string());
+        assert_eq!(
+            begun.piece(0, 0, s("call_a"), s("f")),
+            (s("call_a"), s("f"))
+        );
+        assert_eq!(begun.piece(0, 0, s("call_a"), s("f")), (None, None));
+        assert_eq!(begun.piece(0, 0, s(""), None), (None, None));
+        // Another index, or the same index of another choice, is a call of its own.
+        assert_eq!(
+            begun.piece(0, 1, s("call_b"), s("g")),
+            (s("call_b"), s("g"))
+        );
+        assert_eq!(
+            begun.piece(1, 0, s("call_c"), s("f")),
+            (s("call_c"), s("f"))
+        );
+        // An id that comes only after the start is passed on once; a name in pieces
+        // is passed on piece by piece.
+        assert_eq!(begun.piece(0, 2, None, s("get_")), (None, s("get_")));
+        assert_eq!(
+            begun.piece(0, 2, s("call_d"), s("weather")),
+            (s("call_d"), s("weather"))
+        );
+        assert_eq!(
+            begun.piece(0, 2, s("call_d"), s("get_weather")),
+            (None, None)
         );
     }
 
