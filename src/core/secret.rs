@@ -56,13 +56,30 @@ pub fn register(value: &str) {
     let mut keys = registry().write().unwrap_or_else(|p| p.into_inner());
     // The key as a URL spells it too: an upstream that echoes the URL it was called
     // with (`?key=...`) percent-encodes a key's `/`, `+` or `=`.
-    for form in [value.to_string(), percent_encoded(value)] {
+    // And as a JSON string (or Rust's `{:?}`) spells it: a key holding `"` or `\`
+    // reaches the body of an echoing upstream as `\"` or `\\`, which the client's
+    // parser decodes back into the key.
+    for form in [
+        value.to_string(),
+        percent_encoded(value),
+        json_escaped(value),
+    ] {
         if !keys.contains(&form) {
             keys.push(form);
         }
     }
     // Longest first, so a key that contains another is masked whole.
     keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
+}
+
+/// `value` as the inside of a JSON string literal spells it.
+fn json_escaped(value: &str) -> String {
+    let quoted = serde_json::to_string(value).unwrap_or_default();
+    quoted
+        .strip_prefix('"')
+        .and_then(|q| q.strip_suffix('"'))
+        .unwrap_or(value)
+        .to_string()
 }
 
 /// `value` with every byte outside RFC 3986's unreserved set percent-encoded.
@@ -472,6 +489,20 @@ mod tests {
         let text = "invalid key Bearer sk-mask-test-0c1d2e (sk-mask-test-0c1d2e)";
         assert_eq!(mask(text), "invalid key Bearer *** (***)");
         assert!(matches!(mask("nothing here"), Cow::Borrowed(_)));
+    }
+
+    /// Guards a leak: a key holding `"` or `\\` reached a client in an echoing upstream's
+    /// JSON as `\\"` or `\\\\`, which no search for the key's own bytes finds.
+    #[test]
+    fn keys_holding_a_quote_or_a_backslash_are_masked_as_json_spells_them() {
+        let _q = Secret::new(r#"sk-quote"test-0c1d2e"#);
+        let _b = Secret::new(r"sk-slash\test-0c1d2e");
+        let body = r#"{"a":"key sk-quote\"test-0c1d2e here","b":"key sk-slash\\test-0c1d2e"}"#;
+        let masked = mask_json(body);
+        let v: serde_json::Value = serde_json::from_str(&masked).unwrap();
+        assert_eq!(v["a"], "key *** here");
+        assert_eq!(v["b"], "key ***");
+        assert_eq!(mask(r#"Debug: "sk-quote\"test-0c1d2e""#), r#"Debug: "***""#);
     }
 
     /// Guards a leak: the bytes of a same-wire answer were searched for the key, and an
