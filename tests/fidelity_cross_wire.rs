@@ -404,6 +404,90 @@ async fn fields_inside_messages_left_out_by_a_translation_are_named() {
     );
 }
 
+/// fidelity.md §3 names "every field not listed": a field of a tool definition the
+/// translation has no place for (`tools[].foo`, `tools[].function.foo`), and a
+/// document's file name on Gemini (whose inline data has none), were left out without
+/// a word, in both directions.
+#[tokio::test]
+async fn tool_fields_and_a_document_name_left_out_by_a_translation_are_named() {
+    let (ant, oai) = (anthropic().await, openai().await);
+    let gem = upstream("/v1beta/models/gemini-x:generateContent", GEMINI_ANSWER).await;
+    let (_dir, gw) = serve(
+        &[
+            route_of("ant", "anthropic", &ant),
+            route_of("oai", "openai", &oai),
+            route_of("gem", "gemini", &gem),
+        ],
+        &["ant/claude-x"],
+    )
+    .await;
+    let openai_body = json!({
+        "model": "high", "max_completion_tokens": 50,
+        "messages": [{"role": "user", "content": "Weather?"}],
+        "tools": [{"type": "function", "x_tool": 1,
+                   "function": {"name": "f", "parameters": {"type": "object"}, "x_fn": true}}]
+    });
+    let r = post(&gw, "/v1/chat/completions", &openai_body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        dropped_sorted(&r),
+        ["tools[].function.x_fn", "tools[].x_tool"]
+    );
+    let sent = &bodies(&ant).await[0];
+    assert_eq!(
+        sent["tools"][0]["name"], "f",
+        "the tool itself goes: {sent}"
+    );
+    drop(gw);
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
+    let anthropic_body = json!({
+        "model": "high", "max_tokens": 50,
+        "messages": [{"role": "user", "content": "Weather?"}],
+        "tools": [{"name": "f", "input_schema": {"type": "object"}, "x_tool": "a"}]
+    });
+    let r = post(&gw, "/v1/messages", &anthropic_body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(dropped_sorted(&r), ["tools[].x_tool"]);
+    let r = post(&gw, "/v1/chat/completions", &openai_body, &[]).await;
+    assert_eq!(
+        header(&r, "x-poolctl-dropped-params"),
+        "",
+        "the same wire drops nothing"
+    );
+    assert_eq!(bodies(&oai).await[1]["tools"][0]["x_tool"], 1);
+    drop(gw);
+    let (_dir, gw) = serve(&[route_of("gem", "gemini", &gem)], &["gem/gemini-x"]).await;
+    let pdf = |named: Value| {
+        let mut b = json!({"model": "high", "max_tokens": 50, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "Summarise."}]}]});
+        b["messages"][0]["content"]
+            .as_array_mut()
+            .unwrap()
+            .push(named);
+        b
+    };
+    let r = post(
+        &gw,
+        "/v1/messages",
+        &pdf(json!({"type": "document", "title": "report.pdf",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}})),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(dropped_sorted(&r), ["messages[].content[].title"]);
+    let r = post(
+        &gw,
+        "/v1/chat/completions",
+        &pdf(json!({"type": "file", "file": {"filename": "report.pdf",
+            "file_data": "data:application/pdf;base64,JVBERi0x"}})),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(dropped_sorted(&r), ["messages[].content[].file.filename"]);
+}
+
 /// Guards `cache_control` on an OpenAI client's content part (the mark gateways take
 /// for Anthropic's prompt caching): it was dropped on another wire without a word.
 #[tokio::test]
@@ -1120,6 +1204,7 @@ async fn mistral_gets_only_the_fields_it_knows_and_the_rest_is_named() {
         "model": "high", "temperature": 0.2, "presence_penalty": 0.5, "safe_prompt": true,
         "seed": 7, "max_completion_tokens": 50, "verbosity": "low", "zz_future": {"a": 1},
         "stream_options": {"include_usage": true}, "user": "u-1",
+        "tools": [{"type": "function", "x_tool": 1, "function": {"name": "f", "parameters": {"type": "object"}}}],
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]},
             {"role": "assistant", "content": "yes", "reasoning_content": "thought"},
@@ -1135,6 +1220,7 @@ async fn mistral_gets_only_the_fields_it_knows_and_the_rest_is_named() {
             "cache_control",
             "messages[].reasoning_content",
             "stream_options",
+            "tools[].x_tool",
             "user",
             "verbosity",
             "zz_future"
@@ -1145,6 +1231,7 @@ async fn mistral_gets_only_the_fields_it_knows_and_the_rest_is_named() {
         sent,
         &json!({"model": "mistral-x", "temperature": 0.2, "presence_penalty": 0.5,
         "safe_prompt": true, "random_seed": 7, "max_tokens": 50,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "hi"}]},
             {"role": "assistant", "content": "yes"},

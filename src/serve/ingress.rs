@@ -450,7 +450,47 @@ fn openai_unmapped(o: &Obj, messages: &[Value]) -> Vec<Unmapped> {
         "cache_control",
     ];
     nested_unmapped(messages, MESSAGE, PART, &mut out);
+    // A function tool's own fields; another kind of tool is not translated at all.
+    const TOOL: &[&str] = &["type", "function", "cache_control"];
+    const FUNCTION: &[&str] = &["name", "description", "parameters", "strict"];
+    tools_unmapped(o.get("tools"), TOOL, Some(FUNCTION), &mut out);
     out
+}
+
+/// The fields of the client's tool definitions the canonical `ToolSpec` does not hold
+/// (`tools[].foo`, `tools[].function.foo`), each named once: a translation leaves them
+/// out, and fidelity.md §3 names every field it leaves out.
+fn tools_unmapped(
+    tools: Option<&Value>,
+    tool_keys: &[&str],
+    function_keys: Option<&[&str]>,
+    out: &mut Vec<Unmapped>,
+) {
+    let mut name = |name: String| {
+        if !out.iter().any(|u| u.name == name) {
+            out.push(Unmapped {
+                name,
+                semantic: false,
+            });
+        }
+    };
+    let tools = tools.and_then(Value::as_array).into_iter().flatten();
+    for t in tools.filter_map(Value::as_object) {
+        for (k, v) in t {
+            if !v.is_null() && !tool_keys.contains(&k.as_str()) {
+                name(format!("tools[].{k}"));
+            }
+        }
+        let (Some(keys), Some(f)) = (function_keys, t.get("function").and_then(Value::as_object))
+        else {
+            continue;
+        };
+        for (k, v) in f {
+            if !v.is_null() && !keys.contains(&k.as_str()) {
+                name(format!("tools[].function.{k}"));
+            }
+        }
+    }
 }
 
 /// The fields inside `messages` that the canonical conversation does not hold, each
@@ -631,6 +671,15 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
         unmapped: {
             let mut u = anthropic_unmapped(&o, cache_control);
             anthropic_nested_unmapped(messages, &mut u);
+            const TOOL: &[&str] = &[
+                "type",
+                "name",
+                "description",
+                "input_schema",
+                "cache_control",
+                "strict",
+            ];
+            tools_unmapped(o.get("tools"), TOOL, None, &mut u);
             if thinking_unmapped {
                 u.push(Unmapped {
                     name: "thinking".into(),

@@ -127,6 +127,28 @@ fn cross_wire(req: &ChatRequest, wire: Wire, out: &mut Vec<(String, bool)>) {
             lack(field, semantic);
         }
     }
+    // Gemini's inline data has no name: a document's file name (OpenAI `file.filename`,
+    // Anthropic `title`) is left out, and named as the client spelled it.
+    let named_document = req.parts().any(|p| {
+        matches!(
+            p,
+            Part::Document {
+                filename: Some(_),
+                ..
+            }
+        )
+    });
+    if wire == Wire::Gemini && named_document {
+        let client = req.original.as_deref().map(|o| o.wire);
+        lack(
+            match client {
+                Some(Wire::Anthropic) => "messages[].content[].title",
+                Some(Wire::Responses) => "input[].content[].filename",
+                _ => "messages[].content[].file.filename",
+            },
+            false,
+        );
+    }
     let n = req.n.unwrap_or(1);
     // Anthropic has no `n`. Gemini's `candidateCount` carries it, whole or streamed
     // (each streamed candidate read apart by its `index`, `stream_event`).
@@ -375,6 +397,14 @@ fn remove_field(o: &mut serde_json::Map<String, Value>, field: &str, mistral: bo
                 }
             }
         }
+    } else if let Some(key) = field.strip_prefix("tools[].function.") {
+        for f in tools_mut(o).filter_map(|t| t.get_mut("function").and_then(Value::as_object_mut)) {
+            f.remove(key);
+        }
+    } else if let Some(key) = field.strip_prefix("tools[].") {
+        for t in tools_mut(o) {
+            t.remove(key);
+        }
     } else if field == "cache_control" {
         for part in parts_mut(o) {
             part.remove("cache_control");
@@ -387,6 +417,17 @@ fn remove_field(o: &mut serde_json::Map<String, Value>, field: &str, mistral: bo
     } else {
         o.remove(field);
     }
+}
+
+/// Every tool definition, as an object.
+fn tools_mut(
+    o: &mut serde_json::Map<String, Value>,
+) -> impl Iterator<Item = &mut serde_json::Map<String, Value>> {
+    o.get_mut("tools")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
 }
 
 /// Every content part of every message, as an object.
