@@ -773,6 +773,51 @@ fn import_prints_the_text_every_command_reads_and_exits_2_on_not_yaml() {
     assert!(parsed.is_ok(), "{parsed:?} {keys:?}");
 }
 
+/// Guards `import`'s exit code (README: "1 printed, with problems on stderr"): a file
+/// none of whose deployments poolctl can call exited 0, and `check` blamed a `tiers`
+/// key the file does not have. An unset key variable is said, and does not fail it.
+#[test]
+fn import_of_a_config_no_command_can_run_exits_1_and_an_unset_key_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let none = dir.path().join("none.yaml");
+    std::fs::write(
+        &none,
+        "model_list:\n  - model_name: c\n    litellm_params:\n      model: bedrock/anthropic.claude\n",
+    )
+    .unwrap();
+    let import = |file: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_poolctl"))
+            .args(["import", "litellm"])
+            .arg(file)
+            .env_remove("POOLCTL_IMPORT_UNSET_KEY")
+            .output()
+            .unwrap()
+    };
+    let o = import(&none);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        err.contains("none.yaml:1: field `model_list`: no deployment"),
+        "{err}"
+    );
+    let check = poolctl(&none, &["check"], &[]);
+    assert_eq!(check.status.code(), Some(1));
+    assert!(!out(&check).contains("`tiers`"), "{}", out(&check));
+    let unset = dir.path().join("unset.yaml");
+    std::fs::write(
+        &unset,
+        "model_list:\n  - model_name: g\n    litellm_params:\n      model: openai/gpt-4o\n      api_key: os.environ/POOLCTL_IMPORT_UNSET_KEY\n",
+    )
+    .unwrap();
+    let o = import(&unset);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        err.contains("warning: ") && err.contains("`POOLCTL_IMPORT_UNSET_KEY` is not set"),
+        "{err}"
+    );
+}
+
 /// A copy of `name` with every deployment poolctl calls on the loopback mock (its
 /// prefix the mock provider; Azure's v1 API on the mock's `openai`), keys from one
 /// variable, and no Redis (the copies run alone); the mock serves every route.

@@ -49,6 +49,9 @@ pub fn is_litellm(text: &str) -> bool {
     })
 }
 
+/// What a LiteLLM config none of whose deployments poolctl can call is told.
+pub const NO_DEPLOYMENT: &str = "no deployment poolctl can call";
+
 /// The most `include:` files one config reads.
 const MAX_INCLUDES: usize = 64;
 
@@ -906,7 +909,7 @@ pub fn translate(
         let src = r.src(&[k("model_list")]);
         r.error(
             &src,
-            "no deployment poolctl can call: a pool config needs at least one route".into(),
+            format!("{NO_DEPLOYMENT}: a pool config needs at least one route"),
         );
     }
     // Deadlines the router sets for every deployment that sets none of its own.
