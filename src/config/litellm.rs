@@ -49,6 +49,93 @@ pub fn is_litellm(text: &str) -> bool {
     })
 }
 
+/// The field of `read` that `key` may be a typo of: one edit away (a letter more,
+/// less, wrong, or two swapped; case aside), or two for a long name. Stricter than the
+/// suggestions elsewhere, for most fields poolctl does not read are LiteLLM's own
+/// (`api_type` is four edits from `api_base`).
+fn typo_of<'a>(key: &str, read: &[&'a str]) -> Option<&'a str> {
+    // LiteLLM's own fields that sit that near one poolctl reads.
+    const LITELLM_OWN: &[&str] = &["callbacks"];
+    if key.len() < 3 || read.contains(&key) || LITELLM_OWN.contains(&key) {
+        return None;
+    }
+    let lower = key.to_lowercase();
+    read.iter().copied().find(|name| {
+        let d = strsim::osa_distance(&lower, name);
+        d <= 1 || (d <= 2 && name.len() >= 8 && lower.len() >= 8)
+    })
+}
+
+/// The `litellm_params` of a deployment poolctl reads.
+const PARAMS: &[&str] = &[
+    "model",
+    "api_base",
+    "base_url",
+    "api_key",
+    "api_version",
+    "timeout",
+    "stream_timeout",
+    "rpm",
+    "tpm",
+    "weight",
+];
+
+/// The `model_info` of a deployment poolctl reads.
+const MODEL_INFO: &[&str] = &[
+    "id",
+    "mode",
+    "max_input_tokens",
+    "max_tokens",
+    "max_output_tokens",
+    "supports_vision",
+    "supports_function_calling",
+    "supports_response_schema",
+    "input_cost_per_token",
+    "output_cost_per_token",
+    "cache_read_input_token_cost",
+];
+
+/// The `router_settings` of LiteLLM's Redis that poolctl reads.
+const REDIS_SETTINGS: [&str; 5] = [
+    "redis_host",
+    "redis_port",
+    "redis_password",
+    "redis_url",
+    "redis_db",
+];
+
+/// Every `router_settings` / `litellm_settings` key poolctl reads.
+const SETTINGS: &[&str] = &[
+    "timeout",
+    "request_timeout",
+    "stream_timeout",
+    "num_retries",
+    "allowed_fails",
+    "cooldown_time",
+    "routing_strategy",
+    "fallbacks",
+    "context_window_fallbacks",
+    "content_policy_fallbacks",
+    "default_fallbacks",
+    "model_group_alias",
+    "max_fallbacks",
+    "redis_host",
+    "redis_port",
+    "redis_password",
+    "redis_url",
+    "redis_db",
+];
+
+/// The top-level keys a LiteLLM config is read by.
+const TOP_LEVEL: &[&str] = &[
+    "model_list",
+    "router_settings",
+    "litellm_settings",
+    "general_settings",
+    "environment_variables",
+    "include",
+];
+
 /// What a LiteLLM config none of whose deployments poolctl can call is told.
 pub const NO_DEPLOYMENT: &str = "no deployment poolctl can call";
 
@@ -622,6 +709,19 @@ impl<'a> Reader<'a> {
         self.unused.push(e);
     }
 
+    /// A field poolctl does not read, where `read` are the ones it does: unused, and a
+    /// near miss of one of those (`api_bsae`, `fallbakcs`, `litellm_setings`) says the
+    /// field it may be a typo of. Left unsaid, a typo of `api_base` sends the
+    /// deployment to its provider's public host. Still a warning, never an error:
+    /// LiteLLM has hundreds of fields poolctl does not read, and a real one may sit one
+    /// letter from one it does (`callbacks`, `fallbacks`).
+    fn unknown(&mut self, src: &Src, key: &str, read: &[&str]) {
+        match typo_of(key, read) {
+            Some(meant) => self.unused(src, &format!("did you mean `{meant}`?")),
+            None => self.unused(src, ""),
+        }
+    }
+
     /// `os.environ/VAR` from the environment (then `environment_variables`).
     fn lookup(&self, var: &str) -> Option<String> {
         (self.env)(var)
@@ -744,17 +844,9 @@ pub fn translate(
     let section = |key: &str| root.get(key).and_then(Value::as_mapping);
     for (key, _) in root {
         let key = key_str(key);
-        if ![
-            "model_list",
-            "router_settings",
-            "litellm_settings",
-            "general_settings",
-            "environment_variables",
-        ]
-        .contains(&key.as_str())
-        {
+        if !TOP_LEVEL.contains(&key.as_str()) {
             let src = r.src(&[k(&key)]);
-            r.unused(&src, "");
+            r.unknown(&src, &key, TOP_LEVEL);
         }
     }
     // `environment_variables`: LiteLLM exports them at start; here they answer
@@ -812,13 +904,7 @@ pub fn translate(
     let max_fallbacks = setting(&["max_fallbacks"], &mut used, &r);
     let mut redis_keys = Vec::new();
     if let Some(sec) = router {
-        for key in [
-            "redis_host",
-            "redis_port",
-            "redis_password",
-            "redis_url",
-            "redis_db",
-        ] {
+        for key in REDIS_SETTINGS {
             if sec.contains_key(key) {
                 redis_keys.push(key);
                 used.push(("router_settings", key.to_string()));
@@ -836,14 +922,11 @@ pub fn translate(
                 let same =
                     |n: &str| n == key || [n, key.as_str()] == ["timeout", "request_timeout"];
                 let shadowed = used.iter().any(|(_, n)| same(n));
-                r.unused(
-                    &src,
-                    if shadowed {
-                        "router_settings holds the same setting, which wins"
-                    } else {
-                        ""
-                    },
-                );
+                if shadowed {
+                    r.unused(&src, "router_settings holds the same setting, which wins");
+                } else {
+                    r.unknown(&src, &key, SETTINGS);
+                }
             }
         }
     }
@@ -1383,9 +1466,10 @@ fn deployment(
     };
     for (key, _) in m {
         let key = key_str(key);
-        if !["model_name", "litellm_params", "model_info"].contains(&key.as_str()) {
+        const DEPLOYMENT: &[&str] = &["model_name", "litellm_params", "model_info"];
+        if !DEPLOYMENT.contains(&key.as_str()) {
             let src = r.src(&at(&[k(&key)]));
-            r.unused(&src, "");
+            r.unknown(&src, &key, DEPLOYMENT);
         }
     }
     let name_src = r.src(&at(&[k("model_name")]));
@@ -1470,7 +1554,7 @@ fn deployment(
             "rpm" => rpm = r.number(v, &src).map(|n| (n.round() as u64, src)),
             "tpm" => tpm = r.number(v, &src).map(|n| (n.round() as u64, src)),
             "weight" => weight = r.number(v, &src).map(|n| (n, src)),
-            _ => r.unused(&src, ""),
+            _ => r.unknown(&src, &key, PARAMS),
         }
     }
     // The base URL, in poolctl's convention for the wire.
@@ -1603,7 +1687,7 @@ fn deployment(
                 "output_cost_per_token" => ("output_usd_per_mtok", Fact::Price),
                 "cache_read_input_token_cost" => ("cached_input_usd_per_mtok", Fact::Price),
                 _ => {
-                    r.unused(&src, "");
+                    r.unknown(&src, &key, MODEL_INFO);
                     continue;
                 }
             };
@@ -2112,6 +2196,34 @@ mod tests {
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    /// Guards a typo read as one of LiteLLM's unused fields without a word: with
+    /// `api_bsae`, the deployment went to its provider's public host.
+    #[test]
+    fn a_near_miss_of_a_field_poolctl_reads_names_the_field_meant() {
+        let text = "model_list:\n  - model_name: g\n    litellm_params: {model: groq/m, api_key: os.environ/K, api_bsae: http://127.0.0.1:9, rmp: 5, api_type: x}\nrouter_settings:\n  fallbakcs: [{g: [g]}]\nlitellm_settings:\n  callbacks: [x]\nlitellm_setings: {}\n";
+        let env = |v: &str| (v == "K").then(|| "sk-test-0123456789".to_string());
+        let i = translate(Path::new("c.yaml"), text, &env).unwrap();
+        let said = |field: &str| {
+            i.unused
+                .iter()
+                .find(|u| u.field == field)
+                .map(|u| u.message.clone())
+                .unwrap_or_else(|| panic!("{field} not named: {:?}", i.unused))
+        };
+        let field = "model_list[0].litellm_params.api_bsae";
+        assert!(said(field).ends_with("did you mean `api_base`?"));
+        assert!(said("model_list[0].litellm_params.rmp").ends_with("did you mean `rpm`?"));
+        assert!(said("router_settings.fallbakcs").ends_with("did you mean `fallbacks`?"));
+        assert!(said("litellm_setings").ends_with("did you mean `litellm_settings`?"));
+        // LiteLLM's own fields are only unused, whatever they sit near.
+        assert_eq!(
+            said("model_list[0].litellm_params.api_type"),
+            "not used by poolctl"
+        );
+        assert_eq!(said("litellm_settings.callbacks"), "not used by poolctl");
+        assert!(i.errors.is_empty(), "{:?}", i.errors);
     }
 
     #[test]
