@@ -173,6 +173,14 @@ fn target_exec_against_poolctl_serve_passes_and_reports_what_it_cannot_see() {
     let fallback = by_name(&runs, "quota-then-backup");
     assert_eq!(fallback["verdict"], "pass");
     assert_eq!(check(fallback, "served_by")["got"], "backup/model-b");
+    // The keys of a local run's object a target can fill (scenario-format.md).
+    assert_eq!(fallback["passed"], true);
+    assert_eq!(fallback["served_by"], "backup/model-b");
+    assert_eq!(fallback["mismatches"], serde_json::json!([]));
+    assert_eq!(
+        by_name(&runs, "second-request-an-hour-later")["passed"],
+        false
+    );
     assert_eq!(check(fallback, "upstream_calls.openai/gpt-x")["got"], "1");
     assert_eq!(check(fallback, "upstream_calls.backup/model-b")["got"], "1");
     // Health and attempts are the router's own: never reported as passed.
@@ -315,6 +323,15 @@ fn a_gateway_that_never_calls_upstream_fails_on_calls_and_on_who_answered() {
         "upstream_calls"
     );
     assert_eq!(check(run, "served_by")["status"], "failed");
+    assert_eq!(run["passed"], false);
+    let mismatched: Vec<&str> = run["mismatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["field"].as_str().unwrap())
+        .collect();
+    assert!(mismatched.contains(&"served_by"), "{run}");
+    assert!(!mismatched.contains(&"text"), "{run}");
     // The text it made up happens to match: that check passes, the rest does not.
     assert_eq!(check(run, "text")["status"], "passed");
     assert_eq!(tally["tally"]["failed"], 2);

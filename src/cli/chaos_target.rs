@@ -139,7 +139,7 @@ pub async fn run(
     let json = args.json;
     let bump = |r: &TargetRun| {
         let text = if json {
-            serde_json::to_string(r).unwrap_or_default()
+            json_line(r)
         } else {
             render(std::slice::from_ref(r), look).trim_end().to_string()
         };
@@ -359,6 +359,52 @@ async fn start(
 }
 
 /// A port free now on loopback (the gateway binds it a moment later).
+/// One scenario's `--json` object: what the target run found (`verdict`, `checks`,
+/// `skip`, `note`, `wall_ms`) and the keys of a local run's object that a target can
+/// fill (spec/scenario-format.md: `passed`, `outcome` and `served_by` as the target
+/// reported them for the first request, `mismatches` as `{field, expected, got}`), so a
+/// script reads either run the same way.
+fn json_line(r: &TargetRun) -> String {
+    let Ok(mut v) = serde_json::to_value(r) else {
+        return String::new();
+    };
+    let got = |field: &str| {
+        r.checks
+            .iter()
+            .find(|c| c.request == 0 && c.field == field)
+            .map(|c| c.got.clone())
+    };
+    let mismatches: Vec<serde_json::Value> = r
+        .failed()
+        .map(|c| {
+            serde_json::json!({
+                "request": c.request,
+                "field": c.field,
+                "expected": c.expected,
+                "got": c.got,
+            })
+        })
+        .collect();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("passed".into(), (r.verdict == Verdict::Pass).into());
+        // A target that does not say its outcome is seen by its HTTP status alone,
+        // which is no outcome word: null then, the status in `checks`.
+        const OUTCOMES: &[&str] = &[
+            "success",
+            "degraded",
+            "interrupted",
+            "queued",
+            "shed",
+            "failed",
+        ];
+        let outcome = got("outcome").filter(|o| OUTCOMES.contains(&o.as_str()));
+        o.insert("outcome".into(), outcome.into());
+        o.insert("served_by".into(), got("served_by").into());
+        o.insert("mismatches".into(), mismatches.into());
+    }
+    v.to_string()
+}
+
 fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind(("127.0.0.1", 0))
         .map_err(|e| anyhow::anyhow!("cannot find a free port: {e}"))?;
