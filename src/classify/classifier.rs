@@ -272,6 +272,18 @@ mod tests {
         assert_eq!(class(Dialect::Anthropic, 400, other), Class::InvalidRequest);
     }
 
+    /// Guards a 401 whose Anthropic-shaped body spells a bad key with the type of a
+    /// bad request (Anthropic-compatible servers do, as OpenAI does): it was read as
+    /// invalid_request, so the request failed closed and the dead key was never retired.
+    #[test]
+    fn an_anthropic_401_typed_invalid_request_error_is_auth() {
+        let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"invalid x-api-key"}}"#;
+        assert_eq!(class(Dialect::Anthropic, 401, body), Class::Auth);
+        assert_eq!(class(Dialect::Anthropic, 403, body), Class::Auth);
+        assert_eq!(class(Dialect::Anthropic, 429, body), Class::RateLimited);
+        assert_eq!(class(Dialect::Anthropic, 400, body), Class::InvalidRequest);
+    }
+
     #[test]
     fn ok_and_errors_inside_200() {
         assert_eq!(class(Dialect::Openai, 200, r#"{"choices":[]}"#), Class::Ok);

@@ -6,10 +6,13 @@ use crate::core::vocab::Class;
 
 /// Anthropic Messages: `error.type` decides, with two documented ties inside
 /// `invalid_request_error`. (`request_too_large` 413 is `context_overflow`, as
-/// decisions.md lists it, via the shared table.)
+/// decisions.md lists it, via the shared table.) `invalid_request_error` is the type of
+/// Anthropic's 400s; under a status that says more (a 401 from an Anthropic-compatible
+/// server that spells a bad key so, as OpenAI does), the status decides: read as a bad
+/// request, a revoked key failed each request closed and was never retired.
 pub(super) fn class_of(status: u16, e: &ErrorFields) -> Option<Class> {
     match e.kind.as_deref()? {
-        "invalid_request_error" => {
+        "invalid_request_error" if matches!(status, 400 | 404 | 413 | 422) => {
             let m = e.message_lower();
             // Two wordings of an overflow: "prompt is too long: 208656 tokens > 200000
             // maximum", and, when the prompt fits but not with the output reserved,
