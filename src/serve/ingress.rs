@@ -175,13 +175,12 @@ fn opt_f64(o: &Obj, field: &str) -> Result<Option<f64>, ApiError> {
 fn opt_u32(o: &Obj, field: &str) -> Result<Option<u32>, ApiError> {
     match o.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_u64() {
-            Some(n) => u32::try_from(n).map(Some).map_err(|_| {
-                bad(format!(
-                    "`{field}` is {n}, more than the largest count accepted ({})",
-                    u32::MAX
-                ))
-            }),
+        Some(v) => match crate::wire::codec::request_count(v) {
+            Some(n) => Ok(Some(n)),
+            None if v.as_u64().is_some() => Err(bad(format!(
+                "`{field}` is {v}, more than the largest count accepted ({})",
+                u32::MAX
+            ))),
             None => Err(bad(format!("`{field}` must be a non-negative integer"))),
         },
     }
@@ -630,8 +629,10 @@ pub fn anthropic_messages(body: &[u8]) -> Result<ChatIn, ApiError> {
             None | Some(Value::Null) => None,
             Some(t) => match t.get("type").and_then(Value::as_str) {
                 Some("disabled") => None,
-                Some("enabled") => match t.get("budget_tokens").and_then(Value::as_u64) {
-                    Some(b) => Some(Reasoning::Budget(u32::try_from(b).unwrap_or(u32::MAX))),
+                Some("enabled") => match t.get("budget_tokens").and_then(|b| {
+                    crate::wire::codec::request_count(b).or_else(|| b.as_u64().map(|_| u32::MAX))
+                }) {
+                    Some(b) => Some(Reasoning::Budget(b)),
                     None => return Err(bad(
                         "`thinking.budget_tokens` must be a non-negative integer with type enabled",
                     )),
@@ -953,6 +954,22 @@ pub fn rerank(body: &[u8]) -> Result<RerankIn, ApiError> {
 mod tests {
     use super::*;
     use crate::core::conversation::Turn;
+
+    /// Guards a body the provider serves refused by the gateway: `1e2` is a count to a
+    /// JSON parser that reads numbers as floats, as the providers' APIs do.
+    #[test]
+    fn a_count_written_as_an_integral_float_is_a_count() {
+        let body = br#"{"model":"high","messages":[{"role":"user","content":"hi"}],"max_tokens":1e2,"n":1.0}"#;
+        let c = openai_chat(body).unwrap().request;
+        assert_eq!(c.max_tokens, Some(100));
+        assert_eq!(c.n, Some(1));
+        for bad in ["1.5", "-1", "1e12"] {
+            let body = format!(
+                r#"{{"model":"high","messages":[{{"role":"user","content":"hi"}}],"max_tokens":{bad}}}"#
+            );
+            assert!(openai_chat(body.as_bytes()).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn openai_chat_reads_every_field_that_passes_through() {

@@ -107,6 +107,19 @@ pub fn tokens(v: Option<&Value>) -> u64 {
 /// writes, candidates + thoughts, a bucket's spend) can never overflow.
 pub const MAX_TOKEN_COUNT: u64 = 1 << 40;
 
+/// A request's count field (`max_tokens`, `n`, a thinking budget) as a non-negative
+/// integer: `100`, and `1e2` or `100.0`, which a JSON parser reads as floats and the
+/// providers' own (Python) APIs accept; the client's body must not be refused here
+/// that its provider would serve. `None` for anything else, or past `u32::MAX`.
+pub fn request_count(v: &Value) -> Option<u32> {
+    let n = v.as_u64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(f))
+            .map(|f| f as u64)
+    })?;
+    u32::try_from(n).ok()
+}
+
 /// A token count when the field is a non-negative integer, capped at
 /// [`MAX_TOKEN_COUNT`].
 pub fn count(v: Option<&Value>) -> Option<u64> {

@@ -189,8 +189,7 @@ pub fn chat_request(
     let max_tokens = match o.get("max_output_tokens") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
-            v.as_u64()
-                .and_then(|n| u32::try_from(n).ok())
+            crate::wire::codec::request_count(v)
                 .ok_or("`max_output_tokens` must be a non-negative integer")?,
         ),
     };
