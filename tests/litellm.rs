@@ -442,6 +442,58 @@ fn included_files_bring_their_model_groups_and_a_missing_one_is_an_error() {
     );
 }
 
+/// Guards cli.md's "a config error names the file, line and field" for `include:`:
+/// a problem in an included file was reported in the main file, at the line its merged
+/// path fell on there (`model_list:`), under an index no file had.
+#[test]
+fn a_problem_in_an_included_file_names_that_file_its_line_and_its_field() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("more.yaml"),
+        "# models kept apart\nmodel_list:\n  - model_name: extra\n    litellm_params:\n      model: openai/gpt-4o-mini\n      api_key: os.environ/INCLUDED_UNSET\n      rpm: lots\n",
+    )
+    .unwrap();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        "include:\n  - more.yaml\nmodel_list:\n  - model_name: main\n    litellm_params: {model: openai/gpt-4o, api_key: os.environ/K}\n",
+    )
+    .unwrap();
+    let env = |v: &str| (v == "K").then(|| "k".to_string());
+    let report = check_file(&file, &env);
+    let found: Vec<(String, Option<usize>, String)> = report
+        .findings
+        .errors
+        .iter()
+        .map(|e| {
+            let name = e.file.file_name().unwrap().to_string_lossy().to_string();
+            (name, e.line, e.field.clone())
+        })
+        .collect();
+    let at = |line: usize, field: &str| ("more.yaml".to_string(), Some(line), field.to_string());
+    assert!(
+        found.contains(&at(6, "model_list[0].litellm_params.api_key")),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&at(7, "model_list[0].litellm_params.rpm")),
+        "{found:?}"
+    );
+    assert_eq!(found.len(), 2, "{found:?}");
+    // The translation cites each line where it was written.
+    let text = litellm::translate(&file, &std::fs::read_to_string(&file).unwrap(), &env)
+        .unwrap()
+        .text;
+    assert!(
+        text.contains("# from more.yaml:3 model_list[0].model_name"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# from config.yaml:4 model_list[0].model_name"),
+        "{text}"
+    );
+}
+
 fn poolctl(config: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_poolctl"));
     cmd.args(args).arg("--config").arg(config);

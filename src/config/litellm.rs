@@ -147,10 +147,11 @@ const MAX_INCLUDES: usize = 64;
 /// other value replacing it, as LiteLLM's proxy reads them; `include` itself goes. An
 /// included file is read under the same limits as the config; one that cannot be read
 /// is an error naming it, for its model groups would be missing.
-fn include_files(file: &Path, root: &mut Mapping) -> Vec<YamlError> {
+fn include_files(file: &Path, root: &mut Mapping) -> (Vec<YamlError>, Sources) {
     let mut errors = Vec::new();
+    let mut sources = Sources::default();
     let Some(listed) = root.remove("include") else {
-        return errors;
+        return (errors, sources);
     };
     let names: Vec<String> = match &listed {
         Value::Sequence(items) => items.iter().filter_map(value_text).collect(),
@@ -166,25 +167,48 @@ fn include_files(file: &Path, root: &mut Mapping) -> Vec<YamlError> {
                     ..YamlError::new(&path, "nesting deeper than the limit")
                 });
             }
-            yaml::tree(&text).map(|(v, _)| v).map_err(|e| {
+            let tree = yaml::tree(&text).map(|(v, _)| v).map_err(|e| {
                 YamlError::new(
                     &path,
                     format!("not valid YAML: {}", yaml::strip_location(&e.to_string())),
                 )
-            })
+            });
+            tree.map(|v| (v, text))
         });
         match included {
-            Ok(Value::Mapping(m)) => {
+            Ok((Value::Mapping(m), text)) => {
+                sources.files.push(Included {
+                    name: file_name(&path),
+                    path: path.clone(),
+                    text,
+                });
+                let at = sources.files.len();
                 for (key, value) in m {
+                    let name = key_str(&key);
                     match (root.get_mut(&key), value) {
-                        (Some(Value::Sequence(mine)), Value::Sequence(more)) => mine.extend(more),
+                        (Some(Value::Sequence(mine)), Value::Sequence(more)) => {
+                            sources.parts.push(Part {
+                                key: name,
+                                file: at,
+                                items: Some((mine.len(), more.len())),
+                            });
+                            mine.extend(more);
+                        }
                         (_, value) => {
+                            // Whatever held the key before is gone, its places with it.
+                            sources.parts.retain(|p| p.key != name);
+                            let items = value.as_sequence().map(|v| (0, v.len()));
+                            sources.parts.push(Part {
+                                key: name,
+                                file: at,
+                                items,
+                            });
                             root.insert(key, value);
                         }
                     }
                 }
             }
-            Ok(Value::Null) => {}
+            Ok((Value::Null, _)) => {}
             Ok(_) => errors.push(YamlError::new(
                 &path,
                 "an included file is a map of settings",
@@ -201,7 +225,39 @@ fn include_files(file: &Path, root: &mut Mapping) -> Vec<YamlError> {
             format!("more than {MAX_INCLUDES} `include:` files"),
         ));
     }
-    errors
+    (errors, sources)
+}
+
+/// Where the parts of a config merged from `include:` files came from, so each
+/// finding and `# from` comment names the file and line it was written at. Before,
+/// every one named the main file, at whatever line the merged path fell on there.
+#[derive(Default)]
+struct Sources {
+    /// The included files, in order; a `Src` names them from 1 (0 is the main file).
+    files: Vec<Included>,
+    /// The top-level keys (or runs of a list's items) each included file gave.
+    parts: Vec<Part>,
+}
+
+struct Included {
+    path: PathBuf,
+    name: String,
+    text: String,
+}
+
+/// A top-level key an included file gave: whole, or the run `(start, len)` of the
+/// merged list's items it added.
+struct Part {
+    key: String,
+    file: usize,
+    items: Option<(usize, usize)>,
+}
+
+/// The name `# from` comments cite a file by.
+fn file_name(file: &Path) -> String {
+    file.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| file.display().to_string())
 }
 
 /// A LiteLLM config translated: the pool-config text and what it cannot hold.
@@ -221,17 +277,23 @@ pub struct Import {
     secrets: BTreeMap<String, Secret>,
     /// `state` with the Redis password in it, applied at load.
     state_url: Option<Secret>,
-    /// Per line of `text`, the LiteLLM line it came from.
-    lines: Vec<Option<usize>>,
-    /// Per provider, the LiteLLM line and field its key variable came from.
-    key_origins: BTreeMap<String, (Option<usize>, String)>,
+    /// Per line of `text`, the LiteLLM file (an index of `files`) and line it came from.
+    lines: Vec<Option<(usize, usize)>>,
+    /// The main file, then each `include:` file.
+    files: Vec<PathBuf>,
+    /// Per provider, the LiteLLM file, line and field its key variable came from.
+    key_origins: BTreeMap<String, crate::config::pool::KeyOrigin>,
 }
 
 impl Import {
     /// `e` (found in `text`) at the LiteLLM line its pool-config line came from.
     pub fn remap(&self, mut e: YamlError) -> YamlError {
-        e.file = self.file.clone();
-        e.line = e.line.and_then(|l| self.source_line(l));
+        let source = e.line.and_then(|l| self.source_line(l));
+        e.file = match source {
+            Some((f, _)) => self.files[f].clone(),
+            None => self.file.clone(),
+        };
+        e.line = source.map(|(_, l)| l);
         e.column = None;
         // A key variable is the LiteLLM file's `api_key` (or the `model` whose default
         // variable it is), not the translation's `api_key_env`.
@@ -239,15 +301,15 @@ impl Import {
             .field
             .strip_prefix("providers.")
             .and_then(|f| f.strip_suffix(".api_key_env"));
-        if let Some((_, field)) = provider.and_then(|p| self.key_origins.get(p)) {
-            e.field = field.clone();
+        if let Some(origin) = provider.and_then(|p| self.key_origins.get(p)) {
+            e.field = origin.field.clone();
         }
         e
     }
 
     /// The LiteLLM line of line `l` (1-based) of `text`: its own `# from`, else the
     /// next line's within the same block (a key line is followed by its fields).
-    fn source_line(&self, l: usize) -> Option<usize> {
+    fn source_line(&self, l: usize) -> Option<(usize, usize)> {
         let i = l.checked_sub(1)?;
         (i..self.lines.len().min(i + 8)).find_map(|j| self.lines[j])
     }
@@ -317,6 +379,8 @@ fn k(s: &str) -> Seg {
 struct Src {
     line: Option<usize>,
     field: String,
+    /// The file it is in: 0 the main file, else an `include:` file (`Sources`).
+    file: usize,
 }
 
 /// A LiteLLM provider prefix poolctl can call: its wire, dialect, default base URL and
@@ -662,10 +726,14 @@ struct Reader<'a> {
     warnings: Vec<YamlError>,
     unused: Vec<YamlError>,
     secrets: BTreeMap<String, Secret>,
+    /// What `include:` files gave the config.
+    sources: Sources,
 }
 
 impl<'a> Reader<'a> {
+    /// Where `path` of the merged config was written: its file, line and field there.
     fn src(&self, path: &[Seg]) -> Src {
+        let (file, path) = self.written_at(path);
         let segs: Vec<Segment> = path
             .iter()
             .map(|s| match s {
@@ -673,15 +741,51 @@ impl<'a> Reader<'a> {
                 Seg::I(index) => Segment::Seq { index: *index },
             })
             .collect();
+        let text = match file {
+            0 => self.text,
+            f => &self.sources.files[f - 1].text,
+        };
         Src {
-            line: problems::locate(self.text, &segs),
+            line: problems::locate(text, &segs),
             field: yaml::render_path(&segs),
+            file,
+        }
+    }
+
+    /// The file `path` of the merged config comes from, and its path in that file (a
+    /// list item an included file added is numbered as it is there).
+    fn written_at(&self, path: &[Seg]) -> (usize, Vec<Seg>) {
+        let mut own = path.to_vec();
+        let Some(Seg::K(key)) = path.first() else {
+            return (0, own);
+        };
+        // The latest part first: a later include replaced or extended what came before.
+        for part in self.sources.parts.iter().rev().filter(|p| &p.key == key) {
+            match (part.items, path.get(1)) {
+                (Some((start, len)), Some(Seg::I(i))) => {
+                    if (start..start + len).contains(i) {
+                        own[1] = Seg::I(i - start);
+                        return (part.file, own);
+                    }
+                    // Another file's item: the main file's, or an earlier include's.
+                }
+                _ => return (part.file, own),
+            }
+        }
+        (0, own)
+    }
+
+    /// The path of the file `src` is in.
+    fn path_of(&self, src: &Src) -> PathBuf {
+        match src.file {
+            0 => self.file.to_path_buf(),
+            f => self.sources.files[f - 1].path.clone(),
         }
     }
 
     fn finding(&self, src: &Src, message: String) -> YamlError {
         YamlError {
-            file: self.file.to_path_buf(),
+            file: self.path_of(src),
             line: src.line,
             column: None,
             field: src.field.clone(),
@@ -815,9 +919,9 @@ pub fn translate(
                 message: format!("not valid YAML: {}", yaml::strip_location(&e.to_string())),
             }
         })?;
-    let included = match root.as_mapping_mut() {
+    let (included, sources) = match root.as_mapping_mut() {
         Some(m) => include_files(file, m),
-        None => Vec::new(),
+        None => (Vec::new(), Sources::default()),
     };
     let Some(root) = root.as_mapping() else {
         return Err(YamlError::new(
@@ -825,10 +929,7 @@ pub fn translate(
             "a LiteLLM config is a map with `model_list`",
         ));
     };
-    let name = file
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| file.display().to_string());
+    let name = file_name(file);
     let mut r = Reader {
         file,
         name,
@@ -839,6 +940,7 @@ pub fn translate(
         warnings: Vec::new(),
         unused: Vec::new(),
         secrets: BTreeMap::new(),
+        sources,
     };
     r.errors.extend(included);
     let section = |key: &str| root.get(key).and_then(Value::as_mapping);
@@ -1061,7 +1163,7 @@ pub fn translate(
                     let src = r.src(&path);
                     let src = Src {
                         line: src.line.or(s.src.line),
-                        field: src.field,
+                        ..src
                     };
                     if let Some(g) = value_text(g) {
                         if known_group(&mut r, &g, &src, &groups) {
@@ -1114,7 +1216,9 @@ pub fn translate(
 
     // Writing the text.
     let mut w = Writer {
-        name: r.name.clone(),
+        names: std::iter::once(r.name.clone())
+            .chain(r.sources.files.iter().map(|f| f.name.clone()))
+            .collect(),
         lines: Vec::new(),
     };
     w.plain(&format!(
@@ -1316,7 +1420,7 @@ pub fn translate(
                     let src = r.src(&path);
                     let src = Src {
                         line: src.line.or(s.src.line),
-                        field: src.field,
+                        ..src
                     };
                     let target = match target {
                         Value::Mapping(t) => t.get("model").and_then(value_text),
@@ -1400,9 +1504,10 @@ pub fn translate(
     if !r.unused.is_empty() {
         w.plain("# Not used by poolctl (named once each):");
         for u in &r.unused {
+            let name = file_name(&u.file);
             let at = match u.line {
-                Some(l) => format!("{}:{l}", r.name),
-                None => r.name.clone(),
+                Some(l) => format!("{name}:{l}"),
+                None => name,
             };
             let why = u
                 .message
@@ -1420,7 +1525,14 @@ pub fn translate(
     }
     let key_origins = providers
         .iter()
-        .map(|p| (p.name.clone(), (p.key_src.line, p.key_src.field.clone())))
+        .map(|p| {
+            let origin = crate::config::pool::KeyOrigin {
+                file: r.path_of(&p.key_src),
+                line: p.key_src.line,
+                field: p.key_src.field.clone(),
+            };
+            (p.name.clone(), origin)
+        })
         .collect();
     let mut text = String::new();
     let mut lines = Vec::new();
@@ -1438,6 +1550,9 @@ pub fn translate(
         secrets: r.secrets,
         state_url: state.and_then(|(_, _, _, full)| full),
         lines,
+        files: std::iter::once(file.to_path_buf())
+            .chain(r.sources.files.iter().map(|f| f.path.clone()))
+            .collect(),
         key_origins,
     })
 }
@@ -1876,7 +1991,7 @@ fn fallback_map(
             let src = r.src(&path);
             let src = Src {
                 line: src.line.or(s.src.line),
-                field: src.field,
+                ..src
             };
             // `"*"`: LiteLLM's generic fallbacks, for every group without its own entry.
             let generic = from == "*";
@@ -1951,7 +2066,7 @@ fn step(
             let others: Vec<String> = many[1..]
                 .iter()
                 .map(|(_, d)| match d.name_src.line {
-                    Some(l) => format!("{}:{l} {}", w.name, d.name_src.field),
+                    Some(l) => format!("{} {}", w.at(&d.name_src, l), d.name_src.field),
                     None => d.name_src.field.clone(),
                 })
                 .collect();
@@ -2127,10 +2242,11 @@ fn percent_encode(s: &str) -> String {
     out
 }
 
-/// The text as it is written, with each line's LiteLLM source.
+/// The text as it is written, with each line's LiteLLM source (file, line).
 struct Writer {
-    name: String,
-    lines: Vec<(String, Option<usize>)>,
+    /// The names `# from` cites the files by: the main file's, then each include's.
+    names: Vec<String>,
+    lines: Vec<(String, Option<(usize, usize)>)>,
 }
 
 /// The column the `# from` comments start at.
@@ -2141,15 +2257,20 @@ impl Writer {
         self.lines.push((s.to_string(), None));
     }
 
+    /// `FILE:LINE` of line `l` of the file `src` is in.
+    fn at(&self, src: &Src, l: usize) -> String {
+        format!("{}:{l}", self.names[src.file])
+    }
+
     fn line(&mut self, s: &str, src: &Src, note: &str) {
         let at = match src.line {
-            Some(l) => format!("{}:{l}", self.name),
-            None => self.name.clone(),
+            Some(l) => self.at(src, l),
+            None => self.names[src.file].clone(),
         };
         let pad = COMMENT_COLUMN.saturating_sub(s.chars().count()).max(1);
         self.lines.push((
             format!("{s}{}# from {at} {}{note}", " ".repeat(pad), src.field),
-            src.line,
+            src.line.map(|l| (src.file, l)),
         ));
     }
 }

@@ -67,7 +67,16 @@ pub struct PoolConfig {
     /// Where each provider's key variable came from in a file of another format (a
     /// LiteLLM `api_key` line), by provider: the line and that file's field, which a
     /// missing or unsendable key names instead of the translated `api_key_env`.
-    pub key_origins: BTreeMap<String, (Option<usize>, String)>,
+    pub key_origins: BTreeMap<String, KeyOrigin>,
+}
+
+/// Where a provider's key variable came from in a file of another format.
+#[derive(Debug, Clone)]
+pub struct KeyOrigin {
+    /// The file it is written in (a LiteLLM config, or one of its `include:` files).
+    pub file: PathBuf,
+    pub line: Option<usize>,
+    pub field: String,
 }
 
 /// Where health (and, with a fleet, the buckets) lives.

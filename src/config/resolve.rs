@@ -55,9 +55,10 @@ impl PoolConfig {
         let p = self.provider(provider)?;
         // The text is not kept once parsed; an error is rare enough to read it again. A
         // config read from another format names that file's line and field.
-        let (line, field) = match self.key_origins.get(provider) {
-            Some((line, field)) => (*line, field.clone()),
+        let (file, line, field) = match self.key_origins.get(provider) {
+            Some(o) => (o.file.clone(), o.line, o.field.clone()),
             None => (
+                self.file.clone(),
                 yaml::read_text(&self.file).ok().and_then(|t| {
                     line_of(&t, &["providers:", &format!("{provider}:"), "api_key_env:"])
                 }),
@@ -67,7 +68,7 @@ impl PoolConfig {
         let key = self
             .key(&p.api_key_env, env)
             .ok_or_else(|| ConfigError::MissingKey {
-                file: self.file.clone(),
+                file: file.clone(),
                 line,
                 field: field.clone(),
                 provider: provider.to_string(),
@@ -75,7 +76,7 @@ impl PoolConfig {
             })?;
         if key.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
             return Err(ConfigError::UnsendableKey {
-                file: self.file.clone(),
+                file,
                 line,
                 field,
                 provider: provider.to_string(),
