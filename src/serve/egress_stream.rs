@@ -74,6 +74,10 @@ pub struct OpenAiStream {
     /// block is index 0 upstream, its first tool_use 1; the SDK's
     /// `chat.completions.stream` helper indexes a list with it).
     calls: Vec<(u32, u32)>,
+    /// The choices that refused: each ends `content_filter`, whatever finish its wire
+    /// gave it (a Responses refusal part ends `completed`), as the same answer
+    /// unstreamed does (`adapter::reply_of`).
+    refused: Vec<u32>,
 }
 
 impl OpenAiStream {
@@ -87,6 +91,7 @@ impl OpenAiStream {
             choice: 0,
             roles: Vec::new(),
             calls: Vec::new(),
+            refused: Vec::new(),
         }
     }
 
@@ -149,7 +154,12 @@ impl OpenAiStream {
         match e {
             Event::Text(t) => self.text_chunk(t),
             // The refusal as OpenAI streams it: `delta.refusal`, the role on the first.
-            Event::Refusal(t) => self.chunk(json!({"refusal": t}), None),
+            Event::Refusal(t) => {
+                if !self.refused.contains(&self.choice) {
+                    self.refused.push(self.choice);
+                }
+                self.chunk(json!({"refusal": t}), None)
+            }
             // Another wire's reasoning as OpenAI-compatible APIs stream it.
             Event::Reasoning(t) => self.chunk(json!({"reasoning_content": t}), None),
             Event::ToolCall {
@@ -178,7 +188,14 @@ impl OpenAiStream {
                 }
                 self.chunk(json!({"tool_calls": [call]}), None)
             }
-            Event::Finish(f) => self.chunk(json!({}), Some(openai_finish(f))),
+            Event::Finish(f) => {
+                let finish = if self.refused.contains(&self.choice) {
+                    "content_filter"
+                } else {
+                    openai_finish(f)
+                };
+                self.chunk(json!({}), Some(finish))
+            }
             Event::Usage(u) if self.include_usage => {
                 let v = json!({
                     "id": self.id, "object": "chat.completion.chunk", "created": self.created,
@@ -470,6 +487,29 @@ mod tests {
             .find(|e| e["type"] == "message_start")
             .unwrap();
         start["message"]["usage"].clone()
+    }
+
+    /// Guards a refusal that ended `content_filter` unstreamed and `stop` streamed: a
+    /// Responses route's refusal part ends `completed`, and the stream passed that on,
+    /// so the SDK's `.parse()` and its stream helper disagreed on one answer.
+    #[test]
+    fn a_streamed_refusal_ends_content_filter_whatever_finish_its_wire_gave() {
+        let finish = |events: &[Event]| {
+            let mut s = OpenAiStream::new("c".into(), 1, "m".into(), false);
+            let out: Vec<u8> = events.iter().flat_map(|e| s.event(e)).collect();
+            let text = String::from_utf8(out).unwrap();
+            let last = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .map(|d| serde_json::from_str::<Value>(d).unwrap())
+                .last()
+                .unwrap();
+            last["choices"][0]["finish_reason"].clone()
+        };
+        let refused = [Event::Refusal("I can't.".into()), Event::Finish(Finish::Stop)];
+        assert_eq!(finish(&refused), "content_filter");
+        let answered = [Event::Text("Hi".into()), Event::Finish(Finish::Stop)];
+        assert_eq!(finish(&answered), "stop");
     }
 
     /// Guards the audit's §2 finding: `message_start` said `input_tokens: 0` though the
