@@ -3,6 +3,8 @@
 //! never answer, and against input built to hurt. One test per defect, named after what
 //! it guards.
 
+#[path = "support/gateway.rs"]
+mod gateway;
 mod support;
 
 use std::path::Path;
@@ -1032,4 +1034,70 @@ async fn a_cooldown_of_2_pow_64_minus_1_never_leaves_a_429_route_ready() {
         Some(poolctl::policy::health::Health::Cooling { until, .. }) => assert!(until > now),
         other => panic!("{other:?}"),
     }
+}
+
+/// Guards a client that stops reading a stream and keeps its connection: the stream's
+/// body was polled only while the socket took bytes, and that polling drives the
+/// upstream call and its `stream_max_ms`, so the stream, its connection slot and a paid
+/// upstream call stayed open for as long as the client liked. Past `--send-timeout-ms`
+/// with nothing taken, the connection closes and the upstream call goes with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_stops_reading_a_stream_loses_it_and_the_upstream_call_ends() {
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<(u64, bool)>();
+    let ended_tx = std::sync::Arc::new(std::sync::Mutex::new(Some(ended_tx)));
+    let up = support::start(move |_head, mut s| {
+        let ended_tx = ended_tx.clone();
+        async move {
+            // A model that talks faster than any buffer holds, bounded: 400k chunks.
+            let frame = b"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"flood flood flood flood\"},\"finish_reason\":null}]}\n\n";
+            let mut sent = 0u64;
+            let mut cut = support::sse_head(&mut s).await.is_err();
+            while !cut && sent < 400_000 {
+                cut = support::chunk(&mut s, frame).await.is_err();
+                sent += 1;
+            }
+            if let Some(tx) = ended_tx.lock().unwrap().take() {
+                let _ = tx.send((sent, cut));
+            }
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("pool.yaml");
+    std::fs::write(
+        &cfg,
+        support::pool_yaml(&[("up", "openai", &up.url("/v1"))], &["up/m"], "stream", ""),
+    )
+    .unwrap();
+    let gw = gateway::start(&cfg, &["--send-timeout-ms", "300"], &[(KEY_VAR, SENTINEL)]).await;
+    let body = r#"{"model":"t","stream":true,"messages":[{"role":"user","content":"go"}]}"#;
+    let mut client = TcpStream::connect(gw.addr).await.unwrap();
+    use tokio::io::AsyncWriteExt;
+    client
+        .write_all(
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                gw.addr,
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // The client reads nothing, and keeps its socket open until the upstream ends.
+    let (sent, cut) = tokio::time::timeout(gateway::DEADLINE, ended_rx)
+        .await
+        .expect("the upstream call ends while the client still holds its connection")
+        .unwrap();
+    assert!(
+        cut,
+        "the upstream saw its connection closed, after {sent} chunks"
+    );
+    drop(client);
+    let (_, stderr) = gw.stop().await;
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(" request "))
+        .unwrap_or_default();
+    assert!(line.contains("outcome=\"cancelled\""), "{stderr}");
 }

@@ -34,6 +34,10 @@ pub struct ServeArgs {
     /// How long a client may take to send its request body (408 past it).
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     pub body_timeout_ms: u64,
+    /// How long a client may take nothing of a response (a stream it stopped reading)
+    /// before its connection is closed and the upstream call cancelled.
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    pub send_timeout_ms: u64,
     /// Connections served at once; more are answered 429 and closed.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub max_connections: usize,
@@ -119,6 +123,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         max_buffered_body_bytes: args.max_buffered_body_bytes,
         header_read_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
         body_read_timeout: Duration::from_millis(args.body_timeout_ms.max(1)),
+        send_timeout: Duration::from_millis(args.send_timeout_ms.max(1)),
         max_connections: args.max_connections.max(1),
         drain: Duration::from_millis(args.drain_ms),
         token,

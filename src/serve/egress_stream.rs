@@ -502,11 +502,14 @@ mod tests {
                 .lines()
                 .filter_map(|l| l.strip_prefix("data: "))
                 .map(|d| serde_json::from_str::<Value>(d).unwrap())
-                .last()
+                .next_back()
                 .unwrap();
             last["choices"][0]["finish_reason"].clone()
         };
-        let refused = [Event::Refusal("I can't.".into()), Event::Finish(Finish::Stop)];
+        let refused = [
+            Event::Refusal("I can't.".into()),
+            Event::Finish(Finish::Stop),
+        ];
         assert_eq!(finish(&refused), "content_filter");
         let answered = [Event::Text("Hi".into()), Event::Finish(Finish::Stop)];
         assert_eq!(finish(&answered), "stop");

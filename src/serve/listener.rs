@@ -248,6 +248,7 @@ async fn connection(
     // hyper's own answers to what it cannot parse get the documented shape, and the
     // request its log line and count.
     let refused_gw = gw.clone();
+    let tcp = super::send_deadline::SendDeadline::new(tcp, gw.settings.send_timeout);
     let io = TokioIo::new(super::bare_errors::Answering::new(tcp).on_answer(Box::new(
         move |status, code| super::ask::unparsed(&refused_gw, status, code),
     )));

@@ -23,6 +23,7 @@ pub mod log;
 pub mod metrics;
 pub mod respond;
 pub mod responses;
+pub mod send_deadline;
 pub mod status;
 pub mod stream;
 
@@ -53,6 +54,9 @@ pub struct Settings {
     pub header_read_timeout: Duration,
     /// A request body not fully received by then is answered 408.
     pub body_read_timeout: Duration,
+    /// A client that takes nothing of a response for this long loses its connection
+    /// (`send_deadline`).
+    pub send_timeout: Duration,
     /// Connections past this are answered 429 and closed.
     pub max_connections: usize,
     /// On SIGTERM / SIGINT: how long in-flight requests and streams may finish.
@@ -75,6 +79,7 @@ impl Default for Settings {
             max_buffered_body_bytes: DEFAULT_MAX_BUFFERED_BODY_BYTES,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(60),
             max_connections: 1024,
             drain: Duration::from_secs(30),
             token: None,
