@@ -244,7 +244,20 @@ async fn a_loopback_gateway_refuses_a_rebound_host_name() {
         let answer = raw(&gw, post(&good).as_bytes()).await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{good}: {answer}");
     }
-    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 3);
+    // An absolute-form target names its host itself, and wins over `Host` (RFC 9112
+    // §3.2.2): a foreign one beside a loopback `Host` was served.
+    let absolute = |target_host: &str| {
+        format!(
+            "POST http://{target_host}/v1/chat/completions HTTP/1.1\r\nhost: localhost:{port}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let answer = raw(&gw, absolute("evil.example.com").as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
+    let answer = raw(&gw, absolute(&format!("127.0.0.1:{port}")).as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(mock.calls(&Route::parse("prim/model-a").unwrap()), 4);
 }
 
 /// Guards RFC 9112 §3.2 ("a server MUST respond with a 400 to any HTTP/1.1 request

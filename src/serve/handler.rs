@@ -201,7 +201,12 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
     if let Some(fault) = guard::host_fault(req.version(), req.headers()) {
         return ask.refuse(fault.code(), host_error(fault), "");
     }
-    if !guard::host_allowed(gw.settings.listen, host) {
+    // An absolute-form target (`POST http://name/v1/...`) names the host itself, and
+    // RFC 9112 §3.2.2 has it win over `Host`: a rebound page must not pass with a
+    // loopback `Host` beside a foreign target.
+    let target = req.uri().authority().map(|a| a.as_str().as_bytes());
+    let named = |h: Option<&[u8]>| guard::host_allowed(gw.settings.listen, h);
+    if !named(host) || target.is_some_and(|t| !named(Some(t))) {
         return ask.refuse("misdirected_host", ApiError::new(421, "invalid_request_error", "misdirected_request",
             "this gateway listens on a loopback address and answers only `Host: localhost`, `127.0.0.1` or `[::1]` (with the port)"), "");
     }

@@ -399,7 +399,13 @@ async fn scrape(
     if let Some(fault) = super::guard::host_fault(req.version(), req.headers()) {
         return super::http::error_response(&handler::host_error(fault), Flavor::OpenAi);
     }
-    if addr.is_some_and(|a| !super::guard::host_allowed(a, host)) {
+    // An absolute-form target's host wins over `Host` (RFC 9112 §3.2.2).
+    let target = req.uri().authority().map(|a| a.as_str().as_bytes());
+    let named = |a: std::net::SocketAddr| {
+        super::guard::host_allowed(a, host)
+            && target.is_none_or(|t| super::guard::host_allowed(a, Some(t)))
+    };
+    if addr.is_some_and(|a| !named(a)) {
         return refused(
             421,
             "misdirected_request",
