@@ -828,6 +828,27 @@ async fn the_serve_token_is_required_when_set() {
         (Some("message"), Some("hi"))
     );
     assert_eq!(mock.calls(&route("prim/model-a")), 2);
+    // Every credential sent is read, whatever the order of the lines: the token passes
+    // beside a stray `Authorization`, and a wrong one alone never does.
+    for stray in [
+        ["Bearer wrong", "Bearer gw-token-123"],
+        ["Bearer gw-token-123", "Bearer wrong"],
+    ] {
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .header("authorization", stray[0])
+            .header("authorization", stray[1])
+            .json(&chat_body("high", false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{stray:?}");
+    }
+    let r = client.post(gw.url("/v1/messages")).header("x-api-key", "gw-token-123")
+        .header("authorization", "Bearer junk")
+        .json(&json!({"model": "high", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(mock.calls(&route("prim/model-a")), 5);
     // Probes stay open for the orchestrator.
     assert_eq!(
         client

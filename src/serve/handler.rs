@@ -33,15 +33,21 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The client's credential: `Authorization: Bearer …`, or `x-api-key` (Anthropic).
-fn credential(headers: &HeaderMap) -> Option<&[u8]> {
-    if let Some(v) = headers.get("authorization") {
+/// The credentials a client sent: each `Authorization: Bearer …`, and each `x-api-key`
+/// (Anthropic's). All are read: with only the first `Authorization` read, a token
+/// beside a stray header passed or failed by the order of the lines, and an Anthropic
+/// client's right `x-api-key` failed beside any `Authorization`.
+fn credentials(headers: &HeaderMap) -> impl Iterator<Item = &[u8]> {
+    let bearer = headers.get_all("authorization").iter().filter_map(|v| {
         let v = v.as_bytes();
-        if v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ") {
-            return Some(&v[7..]);
-        }
-    }
-    headers.get("x-api-key").map(HeaderValue::as_bytes)
+        (v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ")).then(|| &v[7..])
+    });
+    bearer.chain(
+        headers
+            .get_all("x-api-key")
+            .iter()
+            .map(HeaderValue::as_bytes),
+    )
 }
 
 /// The answer to a listed origin's CORS preflight: what its `fetch` may send.
@@ -158,7 +164,7 @@ pub async fn metrics(gw: &Gateway) -> Response<Body> {
 /// Whether the client sent the gateway's token (always, when none is set).
 fn authorized(gw: &Gateway, headers: &HeaderMap) -> bool {
     match &gw.settings.token {
-        Some(token) => credential(headers).is_some_and(|c| same(c, token.expose().as_bytes())),
+        Some(token) => credentials(headers).any(|c| same(c, token.expose().as_bytes())),
         None => true,
     }
 }
