@@ -317,14 +317,40 @@ impl BytesReply {
                 json,
                 raw: raw.into(),
             }),
-            Err(e) => Err(Box::new(bad_success(
-                status,
-                headers,
-                &raw,
-                BadSuccess::Malformed(format!("success body is not JSON: {e}")),
-            ))),
+            Err(e) => {
+                let why = match unlike(&headers, "json") {
+                    Some(said) => format!("success body is not JSON ({said}): {e}"),
+                    None => format!("success body is not JSON: {e}"),
+                };
+                Err(Box::new(bad_success(
+                    status,
+                    headers,
+                    &raw,
+                    BadSuccess::Malformed(why),
+                )))
+            }
         }
     }
+}
+
+/// What an answer's headers say it is when that is not what was asked for: a
+/// `content-encoding` the gateway never asks for (`gzip`: bytes no parser reads), or a
+/// `content-type` without `wanted` in it (an HTML error page, JSON where a stream was
+/// asked). `None` when they say nothing against it: the reason a body could not be
+/// read, named, instead of only the parser's complaint.
+pub fn unlike(headers: &Headers, wanted: &str) -> Option<String> {
+    if let Some(coding) = headers
+        .get("content-encoding")
+        .filter(|c| !c.trim().eq_ignore_ascii_case("identity"))
+    {
+        return Some(format!(
+            "content-encoding `{}`",
+            crate::core::clip::clip(coding, 40)
+        ));
+    }
+    let kind = headers.get("content-type")?;
+    (!kind.to_ascii_lowercase().contains(wanted))
+        .then(|| format!("content-type `{}`", crate::core::clip::clip(kind, 60)))
 }
 
 /// Sends a call and returns a 2xx JSON body, or the failure: a non-2xx response (body
@@ -453,6 +479,31 @@ pub fn body_cut_off(status: u16, headers: Headers, cut: UpstreamFailure) -> Upst
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards errors that named only the parser's complaint: an HTML page answering a
+    /// stream was "the stream closed before its finish", a gzip body "not JSON".
+    #[test]
+    fn an_answer_that_is_not_what_was_asked_says_what_it_is() {
+        let h = |pairs: &[(&str, &str)]| {
+            Headers::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        };
+        let html = h(&[("content-type", "text/html; charset=utf-8")]);
+        assert_eq!(
+            unlike(&html, "event-stream").as_deref(),
+            Some("content-type `text/html; charset=utf-8`")
+        );
+        let gzip = h(&[
+            ("content-type", "application/json"),
+            ("content-encoding", "gzip"),
+        ]);
+        assert_eq!(
+            unlike(&gzip, "json").as_deref(),
+            Some("content-encoding `gzip`")
+        );
+        let fine = h(&[("content-type", "text/event-stream")]);
+        assert_eq!(unlike(&fine, "event-stream"), None);
+        assert_eq!(unlike(&h(&[]), "json"), None);
+    }
 
     #[test]
     fn a_cached_url_is_the_url_parsed_anew() {

@@ -494,10 +494,12 @@ async fn drive(
             Ok(Ok(Some(chunk))) => chunk,
             Ok(Ok(None)) if finished => break,
             Ok(Ok(None)) => {
-                return Err(broke(
-                    &headers,
-                    "the stream closed before its finish".into(),
-                ))
+                let why = "the stream closed before its finish";
+                let why = match super::http::unlike(&headers, "event-stream") {
+                    Some(said) => format!("{why} ({said}, not an event stream)"),
+                    None => why.to_string(),
+                };
+                return Err(broke(&headers, why));
             }
             Ok(Err(_)) if finished => break,
             Ok(Err(e)) => {
