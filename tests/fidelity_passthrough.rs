@@ -841,6 +841,36 @@ fn joined_strings(sse: &str) -> String {
     out
 }
 
+/// Guards a key's start cut off by a failure: held as a possible key, the upstream's
+/// `sk-upstream-FIDE` then an error event, it went out in clear before the in-band
+/// error. A long run of the key is masked when nothing more can complete it.
+#[tokio::test]
+async fn a_key_start_held_when_the_stream_fails_reaches_the_client_masked() {
+    let start = &UPSTREAM_KEY[..16];
+    let chunk = |d: Value| {
+        let c = json!({"id": "chatcmpl-k", "object": "chat.completion.chunk", "created": 1,
+            "model": "m-1", "choices": [{"index": 0, "delta": d, "finish_reason": null}]});
+        format!("data: {c}\n\n")
+    };
+    let mut sse = chunk(json!({"content": "hello "}));
+    sse.push_str(&chunk(json!({"content": start})));
+    sse.push_str("data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\"}}\n\n");
+    let (_server, _dir, _gw, text) = stream_through_one_route(sse.leak()).await;
+    assert!(!joined_strings(&text).contains(start), "{text}");
+    let content: String = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(content, "hello ***", "{text}");
+    assert!(text.contains("stream_interrupted"), "{text}");
+}
+
 /// Guards the key guard's reach: a key split across two deltas was masked in answer
 /// text only, and came back whole from tool-call arguments, refusal and reasoning
 /// deltas, on the same wire and to an Anthropic client alike.

@@ -87,7 +87,7 @@ impl<T> KeyGuard<T> {
         if secret::ends_with_key_start(&self.text) {
             return Vec::new();
         }
-        self.flush()
+        self.let_go()
     }
 
     /// `push` for a delta of `channel`: what another channel's deltas hold goes first,
@@ -98,7 +98,9 @@ impl<T> KeyGuard<T> {
         }
         let mut out = Vec::new();
         if self.channel != Some(channel) {
-            out = self.flush();
+            // Let go as they are: the caller writes what it gets back into this
+            // channel's deltas, and a text to show instead belongs to the other's.
+            out = self.let_go();
             self.channel = Some(channel);
         }
         out.extend(self.push(item, text));
@@ -114,7 +116,22 @@ impl<T> KeyGuard<T> {
     /// Everything held: the stream ends, or moves to where a key cannot continue. The
     /// items show their own text, or, where a key was masked in it, the first that
     /// shows text shows the masked text and the others none.
+    /// Lets every held item go because nothing more can complete a key (the stream
+    /// ends, or an event that is no text comes). A held tail that is a long run of a key
+    /// (`secret::mask_key_pieces`: 12 characters or more) is masked first: the start of
+    /// a key cut off by a failure is still a piece of it, and went out in clear.
     pub fn flush(&mut self) -> Vec<Released<T>> {
+        if !self.masked && !self.held.is_empty() {
+            if let Cow::Owned(masked) = secret::mask_key_pieces(&self.text) {
+                self.text = masked;
+                self.masked = true;
+            }
+        }
+        self.let_go()
+    }
+
+    /// Every held item, in order, each with the text it must show.
+    fn let_go(&mut self) -> Vec<Released<T>> {
         let text = std::mem::take(&mut self.text);
         let held = std::mem::take(&mut self.held);
         if !std::mem::take(&mut self.masked) {
@@ -166,6 +183,23 @@ mod tests {
         }
         client.push_str(&shown(g.flush()));
         assert_eq!(client, "***");
+    }
+
+    /// Guards a key's start cut off by the end of a stream (a failure after
+    /// `sk-guard-TEST`): held as a possible key, it was let go in clear. A long run of a
+    /// key is masked when nothing more can complete it; a short start goes as it is.
+    #[test]
+    fn a_long_key_start_held_at_the_end_is_masked_and_a_short_one_is_not() {
+        let _k = secret::Secret::new(KEY);
+        let mut g = KeyGuard::default();
+        let mut client = shown(g.push("see ", "see "));
+        client.push_str(&shown(g.push("sk-guard-TEST", "sk-guard-TEST")));
+        assert_eq!(client, "see ", "the start is held");
+        client.push_str(&shown(g.flush()));
+        assert_eq!(client, "see ***");
+        let mut client = shown(g.push("try sk-", "try sk-"));
+        client.push_str(&shown(g.flush()));
+        assert_eq!(client, "try sk-");
     }
 
     /// Guards a key masked in held text that then ends with the start of another:

@@ -504,7 +504,10 @@ impl LiveState {
     /// What the key guards hold, released unchanged: the stream ends, or an event
     /// comes that no key continues across.
     fn flush_text(&mut self) -> Vec<u8> {
-        let mut out = released_frames(self.frame_guard.flush(), None);
+        // The held frames are all of the guard's channel (another's would have let
+        // them go): a text to show instead is written into them.
+        let channel = self.frame_guard.channel();
+        let mut out = released_frames(self.frame_guard.flush(), channel);
         let pending = self.text_guard.flush();
         out.extend(self.encode_released(pending));
         out
