@@ -1847,6 +1847,39 @@ async fn a_call_whose_chunks_repeat_its_id_reaches_an_anthropic_client_as_one_bl
     );
 }
 
+/// Guards two defects at once: an upstream that interleaves a second choice (asked or
+/// not) with the first had its chunks read as choice 0's, spliced into an Anthropic
+/// client's text; and once kept apart, each switch of choice let the key guard go, so
+/// a key sent four characters a chunk between the other choice's chunks reached the
+/// client whole, piece by piece. An Anthropic client is shown choice 0 alone, masked.
+#[tokio::test]
+async fn another_choice_interleaved_never_reaches_an_anthropic_client_nor_unmasks_a_key() {
+    let chunk = |index: u32, text: &str| {
+        let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x",
+            "choices": [{"index": index, "delta": {"content": text}, "finish_reason": null}]});
+        format!("data: {c}\n\n")
+    };
+    let mut sse = chunk(0, "key: ");
+    for piece in UPSTREAM_KEY.as_bytes().chunks(4) {
+        sse.push_str(&chunk(0, std::str::from_utf8(piece).unwrap()));
+        sse.push_str(&chunk(1, "zz"));
+    }
+    sse.push_str("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
+    sse.push_str("data: [DONE]\n\n");
+    let oai = sse_upstream("/v1/chat/completions", sse.leak()).await;
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
+    let body = json!({"model": "high", "max_tokens": 50, "stream": true,
+        "messages": [{"role": "user", "content": "go"}]});
+    let r = post(&gw, "/v1/messages", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let text: String = data_lines(&r.text().await.unwrap())
+        .iter()
+        .filter(|e| e["type"] == "content_block_delta")
+        .filter_map(|e| e["delta"]["text"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(text, "key: ***");
+}
+
 /// fidelity.md §2, "several text parts: one text block each": an OpenAI client's
 /// system message of two text parts was joined into one Anthropic system block.
 #[tokio::test]

@@ -441,6 +441,20 @@ impl LiveState {
         if !encoded {
             return self.encode_now(ev);
         }
+        // An Anthropic or Responses client is shown choice 0 alone (it has no `n`):
+        // another choice's events are dropped here, before the key guard, and a switch
+        // of choice lets nothing go. Flushed at each switch, a key the upstream
+        // interleaved with another choice's chunks reached the client whole, piece by
+        // piece, in choice 0's text.
+        if !matches!(self.encoder, Some(Encoder::OpenAi(_))) {
+            if let Event::Choice(i) = ev {
+                self.choice = *i;
+                return Vec::new();
+            }
+            if self.choice != 0 && choice_bound(ev) {
+                return Vec::new();
+            }
+        }
         if let Some((part, t)) = piece(ev) {
             if t.is_empty() && !self.text_guard.is_holding() {
                 return self.encode_now(ev);
@@ -520,15 +534,7 @@ impl LiveState {
         // Only OpenAI chunks say which choice they carry; the other encoders are given
         // choice 0's events alone (their clients have no `n`).
         let openai = matches!(self.encoder, Some(Encoder::OpenAi(_)));
-        let choice_bound = matches!(
-            ev,
-            Event::Text(_)
-                | Event::Refusal(_)
-                | Event::Reasoning(_)
-                | Event::ToolCall { .. }
-                | Event::Finish(_)
-        );
-        if self.choice != 0 && !openai && choice_bound {
+        if self.choice != 0 && !openai && choice_bound(ev) {
             return Vec::new();
         }
         match ev {
@@ -1095,6 +1101,18 @@ fn responses_failed(id: &str, e: &ApiError, seq: u64) -> Vec<u8> {
 /// Same-wire frames the key guard let go, in order: each as the upstream sent it, or,
 /// where a key was masked across frames of `channel`, with that text replaced. A frame
 /// whose text cannot be replaced is left out: it held part of a key.
+/// Whether an event belongs to the choice it comes in (`Event::Choice`).
+fn choice_bound(ev: &Event) -> bool {
+    matches!(
+        ev,
+        Event::Text(_)
+            | Event::Refusal(_)
+            | Event::Reasoning(_)
+            | Event::ToolCall { .. }
+            | Event::Finish(_)
+    )
+}
+
 fn released_frames(released: Vec<Released<Bytes>>, channel: Option<Channel>) -> Vec<u8> {
     let mut out = Vec::new();
     for (frame, instead) in released {

@@ -960,6 +960,23 @@ mod tests {
         }
     }
 
+    /// Guards two choices spliced into one answer: a chunk of choice 1 was read as
+    /// choice 0's, and its text reached an Anthropic client inside the answer's block.
+    #[test]
+    fn an_openai_chunk_of_another_choice_is_marked_with_it() {
+        let other =
+            r#"{"id":"c","choices":[{"index":1,"delta":{"content":"zz"},"finish_reason":null}]}"#;
+        assert_eq!(
+            parse_event(Wire::OpenAi, "", other, &[]),
+            vec![WireEvent::Choice(1), WireEvent::Delta("zz".into())]
+        );
+        let absurd = r#"{"id":"c","choices":[{"index":99999,"delta":{"content":"zz"}}]}"#;
+        assert!(matches!(
+            parse_event(Wire::OpenAi, "", absurd, &[])[..],
+            [WireEvent::Malformed(_)]
+        ));
+    }
+
     #[test]
     fn openai_events() {
         let d =

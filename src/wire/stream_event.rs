@@ -186,6 +186,18 @@ fn openai_event(v: &Value) -> Vec<WireEvent> {
         .and_then(Value::as_array)
         .and_then(|c| c.first());
     if let Some(choice) = choice {
+        // A chunk of another choice (a client's `n`, or one an upstream sends unasked)
+        // is marked with its `index`, as Gemini's candidates are: read as choice 0's,
+        // its text was spliced into the answer.
+        let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
+        match u32::try_from(index).ok().filter(|&i| i < MAX_CHOICES) {
+            Some(0) => {}
+            Some(i) => out.push(WireEvent::Choice(i)),
+            None => {
+                out.push(WireEvent::Malformed(format!("a choice with index {index}")));
+                return out;
+            }
+        }
         if let Some(text) = choice.pointer("/delta/content").and_then(Value::as_str) {
             if !text.is_empty() {
                 out.push(WireEvent::Delta(text.to_string()));
