@@ -1847,6 +1847,56 @@ async fn a_call_whose_chunks_repeat_its_id_reaches_an_anthropic_client_as_one_bl
     );
 }
 
+/// Guards parallel calls an OpenAI-compatible server (Ollama, SGLang) streams all at
+/// `index: 0`, told apart by their ids: they must reach an Anthropic client as two
+/// whole `tool_use` blocks, not one with both names and both argument texts glued.
+#[tokio::test]
+async fn parallel_calls_streamed_at_one_index_reach_an_anthropic_client_apart() {
+    fn chunk(call: Value) -> String {
+        let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x",
+            "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]});
+        format!("data: {c}\n\n")
+    }
+    let sse = [
+        chunk(json!({"index": 0, "id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{\"a\":3}"}})),
+        chunk(json!({"index": 0, "id": "call_2", "type": "function", "function": {"name": "multiply", "arguments": "{\"b\":4}"}})),
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n".to_string(),
+        "data: [DONE]\n\n".to_string(),
+    ]
+    .concat();
+    let oai = sse_upstream("/v1/chat/completions", Box::leak(sse.into_boxed_str())).await;
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
+    let body = json!({"model": "high", "max_tokens": 50, "stream": true,
+        "tools": [{"name": "add", "input_schema": {"type": "object"}}, {"name": "multiply", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "go"}]});
+    let r = post(&gw, "/v1/messages", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let events = data_lines(&r.text().await.unwrap());
+    let starts: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_start")
+        .collect();
+    let names: Vec<&str> = starts
+        .iter()
+        .map(|e| e["content_block"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["add", "multiply"], "{events:?}");
+    let args = |block: u64| -> Value {
+        let text: String = events
+            .iter()
+            .filter(|e| e["type"] == "content_block_delta" && e["index"] == block)
+            .filter_map(|e| e["delta"]["partial_json"].as_str())
+            .collect();
+        serde_json::from_str(&text).unwrap()
+    };
+    let (first, second) = (
+        starts[0]["index"].as_u64().unwrap(),
+        starts[1]["index"].as_u64().unwrap(),
+    );
+    assert_eq!(args(first), json!({"a": 3}));
+    assert_eq!(args(second), json!({"b": 4}));
+}
+
 /// Guards two defects at once: an upstream that interleaves a second choice (asked or
 /// not) with the first had its chunks read as choice 0's, spliced into an Anthropic
 /// client's text; and once kept apart, each switch of choice let the key guard go, so

@@ -450,7 +450,7 @@ fn a_problem_in_an_included_file_names_that_file_its_line_and_its_field() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("more.yaml"),
-        "# models kept apart\nmodel_list:\n  - model_name: extra\n    litellm_params:\n      model: openai/gpt-4o-mini\n      api_key: os.environ/INCLUDED_UNSET\n      rpm: lots\n",
+        "# models kept apart\ninclude: [deeper.yaml]\nmodel_list:\n  - model_name: extra\n    litellm_params:\n      model: openai/gpt-4o-mini\n      api_key: os.environ/INCLUDED_UNSET\n      rpm: lots\n",
     )
     .unwrap();
     let file = dir.path().join("config.yaml");
@@ -472,20 +472,28 @@ fn a_problem_in_an_included_file_names_that_file_its_line_and_its_field() {
         .collect();
     let at = |line: usize, field: &str| ("more.yaml".to_string(), Some(line), field.to_string());
     assert!(
-        found.contains(&at(6, "model_list[0].litellm_params.api_key")),
+        found.contains(&at(7, "model_list[0].litellm_params.api_key")),
         "{found:?}"
     );
     assert!(
-        found.contains(&at(7, "model_list[0].litellm_params.rpm")),
+        found.contains(&at(8, "model_list[0].litellm_params.rpm")),
         "{found:?}"
     );
     assert_eq!(found.len(), 2, "{found:?}");
-    // The translation cites each line where it was written.
-    let text = litellm::translate(&file, &std::fs::read_to_string(&file).unwrap(), &env)
-        .unwrap()
-        .text;
+    // The translation cites each line where it was written; an `include:` inside an
+    // included file is not read, and is named unused there, never silent.
+    let import = litellm::translate(&file, &std::fs::read_to_string(&file).unwrap(), &env).unwrap();
     assert!(
-        text.contains("# from more.yaml:3 model_list[0].model_name"),
+        import
+            .unused
+            .iter()
+            .any(|u| u.field == "include" && u.file.ends_with("more.yaml")),
+        "{:?}",
+        import.unused
+    );
+    let text = import.text;
+    assert!(
+        text.contains("# from more.yaml:4 model_list[0].model_name"),
         "{text}"
     );
     assert!(

@@ -282,6 +282,13 @@ mod tests {
         assert_eq!(class(Dialect::Anthropic, 403, body), Class::Auth);
         assert_eq!(class(Dialect::Anthropic, 429, body), Class::RateLimited);
         assert_eq!(class(Dialect::Anthropic, 400, body), Class::InvalidRequest);
+        // An in-stream error event is read as a 500: its type keeps its meaning there.
+        let overflow = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208656 tokens > 200000 maximum"}}"#;
+        assert_eq!(
+            class(Dialect::Anthropic, 500, overflow),
+            Class::ContextOverflow
+        );
+        assert_eq!(class(Dialect::Anthropic, 500, body), Class::InvalidRequest);
     }
 
     #[test]

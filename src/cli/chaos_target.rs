@@ -358,21 +358,22 @@ async fn start(
     })
 }
 
-/// A port free now on loopback (the gateway binds it a moment later).
 /// One scenario's `--json` object: what the target run found (`verdict`, `checks`,
 /// `skip`, `note`, `wall_ms`) and the keys of a local run's object that a target can
 /// fill (spec/scenario-format.md: `passed`, `outcome` and `served_by` as the target
-/// reported them for the first request, `mismatches` as `{field, expected, got}`), so a
-/// script reads either run the same way.
+/// reported them for the last request, as a local run reports its last, `mismatches`
+/// as `{field, expected, got}`), so a script reads either run the same way.
 fn json_line(r: &TargetRun) -> String {
     let Ok(mut v) = serde_json::to_value(r) else {
         return String::new();
     };
+    let last = r.checks.iter().map(|c| c.request).max().unwrap_or(0);
     let got = |field: &str| {
         r.checks
             .iter()
-            .find(|c| c.request == 0 && c.field == field)
+            .find(|c| c.request == last && c.field == field)
             .map(|c| c.got.clone())
+            .filter(|g| !g.is_empty())
     };
     let mismatches: Vec<serde_json::Value> = r
         .failed()
@@ -405,6 +406,7 @@ fn json_line(r: &TargetRun) -> String {
     v.to_string()
 }
 
+/// A port free now on loopback (the gateway binds it a moment later).
 fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind(("127.0.0.1", 0))
         .map_err(|e| anyhow::anyhow!("cannot find a free port: {e}"))?;

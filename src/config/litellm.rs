@@ -126,14 +126,14 @@ const SETTINGS: &[&str] = &[
     "redis_db",
 ];
 
-/// The top-level keys a LiteLLM config is read by.
+/// The top-level keys a LiteLLM config is read by. (`include` is read, and taken out,
+/// before: one an included file holds is not read, and is named unused.)
 const TOP_LEVEL: &[&str] = &[
     "model_list",
     "router_settings",
     "litellm_settings",
     "general_settings",
     "environment_variables",
-    "include",
 ];
 
 /// What a LiteLLM config none of whose deployments poolctl can call is told.

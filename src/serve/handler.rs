@@ -36,7 +36,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 /// The credentials a client sent: each `Authorization: Bearer …`, and each `x-api-key`
 /// (Anthropic's). All are read: with only the first `Authorization` read, a token
 /// beside a stray header passed or failed by the order of the lines, and an Anthropic
-/// client's right `x-api-key` failed beside any `Authorization`.
+/// client's right `x-api-key` failed beside any `Bearer` one.
 fn credentials(headers: &HeaderMap) -> impl Iterator<Item = &[u8]> {
     let bearer = headers.get_all("authorization").iter().filter_map(|v| {
         let v = v.as_bytes();
@@ -208,13 +208,13 @@ async fn answer(gw: Arc<Gateway>, req: Request<Incoming>, mut ask: Ask) -> Respo
         return ask.refuse(fault.code(), host_error(fault), "");
     }
     // An absolute-form target (`POST http://name/v1/...`) names the host itself, and
-    // RFC 9112 §3.2.2 has it win over `Host`: a rebound page must not pass with a
-    // loopback `Host` beside a foreign target.
+    // RFC 9112 §3.2.2 has it win over `Host`: both must name loopback, or a rebound
+    // page passes with a loopback `Host` beside a foreign target.
     let target = req.uri().authority().map(|a| a.as_str().as_bytes());
     let named = |h: Option<&[u8]>| guard::host_allowed(gw.settings.listen, h);
     if !named(host) || target.is_some_and(|t| !named(Some(t))) {
         return ask.refuse("misdirected_host", ApiError::new(421, "invalid_request_error", "misdirected_request",
-            "this gateway listens on a loopback address and answers only `Host: localhost`, `127.0.0.1` or `[::1]` (with the port)"), "");
+            "this gateway listens on a loopback address and answers only `Host: localhost`, `127.0.0.1` or `[::1]` (with the port), and a request target naming one of them"), "");
     }
     if let Some(origin) = req.headers().get(ORIGIN) {
         if !guard::origin_allowed(&gw.settings.allow_origins, origin.as_bytes()) {

@@ -399,7 +399,8 @@ async fn scrape(
     if let Some(fault) = super::guard::host_fault(req.version(), req.headers()) {
         return super::http::error_response(&handler::host_error(fault), Flavor::OpenAi);
     }
-    // An absolute-form target's host wins over `Host` (RFC 9112 §3.2.2).
+    // An absolute-form target's host wins over `Host` (RFC 9112 §3.2.2): both must
+    // name loopback.
     let target = req.uri().authority().map(|a| a.as_str().as_bytes());
     let named = |a: std::net::SocketAddr| {
         super::guard::host_allowed(a, host)

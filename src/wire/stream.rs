@@ -201,53 +201,81 @@ struct PendingCall {
     arguments: String,
 }
 
-/// The tool calls a stream has begun, by choice and index: what makes a later piece of
-/// one a continuation. Some OpenAI-compatible servers repeat a call's `id` (or send
-/// `"id": ""`) and its whole `name` on every chunk of its arguments; passed on, each
-/// repeat would open a new call for the client (an Anthropic client got one
-/// `tool_use` block per chunk, each with half the arguments) and the name would be
-/// assembled twice over.
+/// The tool calls a stream has begun, by choice and upstream index: what makes a later
+/// piece of one a continuation, and what a new call. Some OpenAI-compatible servers
+/// repeat a call's `id` (or send `"id": ""`) and its whole `name` on every chunk of its
+/// arguments: passed on, each repeat opened a new call for the client (an Anthropic
+/// client got one `tool_use` block per chunk, each with half the arguments), and the
+/// name was assembled twice over. Others (Ollama, SGLang) send every parallel call at
+/// `index: 0`, told apart only by a new `id`: such a call is given an index of its own,
+/// or its name and arguments would be glued onto the first's.
 #[derive(Default)]
 struct BegunCalls(Vec<BegunCall>);
 
 struct BegunCall {
     choice: u32,
+    /// The index the upstream gives the call.
+    upstream: u32,
+    /// The index it is passed on with: the upstream's, unless another call had it.
     index: u32,
-    has_id: bool,
+    id: Option<String>,
     name: String,
 }
 
 impl BegunCalls {
-    /// The id and name a piece of call `index` of `choice` adds: what it repeats of its
-    /// call's start is left out.
+    /// A piece of call `index` of `choice` as it is passed on: its index, and the id and
+    /// name it adds (what it repeats of its call's start is left out). A name piece
+    /// equal to the whole name so far is taken for a repeat.
     fn piece(
         &mut self,
         choice: u32,
         index: u32,
         id: Option<String>,
         name: Option<String>,
-    ) -> (Option<String>, Option<String>) {
+    ) -> (u32, Option<String>, Option<String>) {
         let id = id.filter(|i| !i.is_empty());
-        let Some(call) = self
+        // The latest call the upstream gave this index.
+        let latest = self
             .0
-            .iter_mut()
-            .find(|c| c.choice == choice && c.index == index)
-        else {
+            .iter()
+            .rposition(|c| c.choice == choice && c.upstream == index);
+        let fresh = match (latest, &id) {
+            (None, _) => true,
+            (Some(at), Some(id)) => self.0[at].id.as_ref().is_some_and(|had| had != id),
+            (Some(_), None) => false,
+        };
+        if fresh {
+            // Its own index, unless an earlier call of this choice took it.
+            let taken = |i: u32| self.0.iter().any(|c| c.choice == choice && c.index == i);
+            let own = if taken(index) {
+                let top = self
+                    .0
+                    .iter()
+                    .filter(|c| c.choice == choice)
+                    .map(|c| c.index);
+                top.max().map_or(index, |m| m.max(index) + 1)
+            } else {
+                index
+            };
             self.0.push(BegunCall {
                 choice,
-                index,
-                has_id: id.is_some(),
+                upstream: index,
+                index: own,
+                id: id.clone(),
                 name: name.clone().unwrap_or_default(),
             });
-            return (id, name);
-        };
-        let id = if call.has_id { None } else { id };
-        call.has_id |= id.is_some();
+            return (own, id, name);
+        }
+        let call = &mut self.0[latest.expect("a begun call")];
+        let id = if call.id.is_some() { None } else { id };
+        if id.is_some() {
+            call.id.clone_from(&id);
+        }
         let name = name.filter(|n| !n.is_empty() && *n != call.name);
         if let Some(n) = &name {
             call.name.push_str(n);
         }
-        (id, name)
+        (call.index, id, name)
     }
 }
 
@@ -547,7 +575,7 @@ async fn drive(
                         name,
                         arguments,
                     } => {
-                        let (id, name) = begun.piece(choice, index, id, name);
+                        let (index, id, name) = begun.piece(choice, index, id, name);
                         WireEvent::ToolCall {
                             index,
                             id,
@@ -1058,29 +1086,58 @@ mod tests {
         let s = |t: &str| Some(t.to_string());
         assert_eq!(
             begun.piece(0, 0, s("call_a"), s("f")),
-            (s("call_a"), s("f"))
+            (0, s("call_a"), s("f"))
         );
-        assert_eq!(begun.piece(0, 0, s("call_a"), s("f")), (None, None));
-        assert_eq!(begun.piece(0, 0, s(""), None), (None, None));
+        assert_eq!(begun.piece(0, 0, s("call_a"), s("f")), (0, None, None));
+        assert_eq!(begun.piece(0, 0, s(""), None), (0, None, None));
         // Another index, or the same index of another choice, is a call of its own.
         assert_eq!(
             begun.piece(0, 1, s("call_b"), s("g")),
-            (s("call_b"), s("g"))
+            (1, s("call_b"), s("g"))
         );
         assert_eq!(
             begun.piece(1, 0, s("call_c"), s("f")),
-            (s("call_c"), s("f"))
+            (0, s("call_c"), s("f"))
         );
         // An id that comes only after the start is passed on once; a name in pieces
         // is passed on piece by piece.
-        assert_eq!(begun.piece(0, 2, None, s("get_")), (None, s("get_")));
+        assert_eq!(begun.piece(0, 2, None, s("get_")), (2, None, s("get_")));
         assert_eq!(
             begun.piece(0, 2, s("call_d"), s("weather")),
-            (s("call_d"), s("weather"))
+            (2, s("call_d"), s("weather"))
         );
         assert_eq!(
             begun.piece(0, 2, s("call_d"), s("get_weather")),
-            (None, None)
+            (2, None, None)
+        );
+    }
+
+    /// Guards parallel calls streamed all at `index: 0` (Ollama, SGLang), told apart
+    /// by their ids: with every later id dropped, they were glued into one call
+    /// (`addmultiply`, `{"a":3}{"b":4}`).
+    #[test]
+    fn a_new_id_at_a_begun_index_is_a_call_of_its_own() {
+        let mut begun = BegunCalls::default();
+        let s = |t: &str| Some(t.to_string());
+        assert_eq!(
+            begun.piece(0, 0, s("call_1"), s("add")),
+            (0, s("call_1"), s("add"))
+        );
+        assert_eq!(begun.piece(0, 0, None, None), (0, None, None));
+        assert_eq!(
+            begun.piece(0, 0, s("call_2"), s("multiply")),
+            (1, s("call_2"), s("multiply"))
+        );
+        // Its continuation follows it, not the first call.
+        assert_eq!(begun.piece(0, 0, None, None), (1, None, None));
+        // A third at index 0 takes the next free index, past one the upstream used.
+        assert_eq!(
+            begun.piece(0, 2, s("call_3"), s("x")),
+            (2, s("call_3"), s("x"))
+        );
+        assert_eq!(
+            begun.piece(0, 0, s("call_4"), s("y")),
+            (3, s("call_4"), s("y"))
         );
     }
 

@@ -12,7 +12,9 @@ use crate::core::vocab::Class;
 /// request, a revoked key failed each request closed and was never retired.
 pub(super) fn class_of(status: u16, e: &ErrorFields) -> Option<Class> {
     match e.kind.as_deref()? {
-        "invalid_request_error" if matches!(status, 400 | 404 | 413 | 422) => {
+        // Not under a status that says the key or the rate: an in-stream error event
+        // (read as a 500) and a 200 with an error object keep the type's meaning.
+        "invalid_request_error" if !matches!(status, 401 | 403 | 429) => {
             let m = e.message_lower();
             // Two wordings of an overflow: "prompt is too long: 208656 tokens > 200000
             // maximum", and, when the prompt fits but not with the output reserved,
