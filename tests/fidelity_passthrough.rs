@@ -740,6 +740,16 @@ async fn a_same_wire_stream_skips_malformed_events_and_forwards_the_rest() {
             GOOD.concat()
         )
     );
+    // Skipped, but never silently: the request's log line says how many.
+    let (_, stderr) = gw.stop().await;
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(" request "))
+        .unwrap_or_default();
+    assert!(
+        line.contains("note=\"2 stream event(s) could not be read and were skipped\""),
+        "{stderr}"
+    );
 }
 
 /// A tool kind or tool choice the canonical form has no word for (`custom` tools,

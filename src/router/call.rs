@@ -434,7 +434,7 @@ impl Router {
                         },
                         status: Some(200),
                         request_id: reply.request_id(),
-                        detail: None,
+                        detail: reply.detail(),
                         code: None,
                         latency_ms,
                         visible_token: visible,

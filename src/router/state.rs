@@ -143,6 +143,19 @@ impl Reply {
         }
     }
 
+    /// A note for the trace on an answer that is whole but not clean: a stream some of
+    /// whose events could not be read and were skipped. Said, never silent: the
+    /// answer the client got may lack what those events held.
+    pub(super) fn detail(&self) -> Option<String> {
+        match self {
+            Reply::Stream(a) if a.skipped_events > 0 => Some(format!(
+                "{} stream event(s) could not be read and were skipped",
+                a.skipped_events
+            )),
+            _ => None,
+        }
+    }
+
     /// Whether the reply is the model's refusal (class `refusal`, fidelity.md §4).
     pub(super) fn is_refusal(&self) -> bool {
         match self {

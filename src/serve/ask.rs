@@ -35,6 +35,8 @@ struct Line<'a> {
     skipped: Option<String>,
     /// Request fields the serving route was called without (spec/fidelity.md §3).
     dropped: Option<String>,
+    /// The serving attempt's note on its answer (`Reply::detail`).
+    note: Option<&'a str>,
     prompt: Option<String>,
 }
 
@@ -82,6 +84,7 @@ impl<'a> Line<'a> {
             dropped: served_attempt(report)
                 .filter(|a| !a.dropped.is_empty())
                 .map(|a| a.dropped.join(",")),
+            note: served_attempt(report).and_then(|a| a.detail.as_deref()),
             ..Line::default()
         }
     }
@@ -144,6 +147,7 @@ fn log(method: &Method, path: &str, line: &Line, elapsed: Duration) {
         attempts: &line.attempts,
         skipped: skipped.as_deref(),
         dropped: dropped.as_deref(),
+        note: line.note,
         prompt: prompt.as_deref(),
         elapsed_us: elapsed.as_micros() as u64,
     });

@@ -77,6 +77,9 @@ pub(super) struct RequestLine<'a> {
     pub attempts: &'a str,
     pub skipped: Option<&'a str>,
     pub dropped: Option<&'a str>,
+    /// What the serving attempt's trace notes of an answer that is whole but not
+    /// clean (stream events that could not be read).
+    pub note: Option<&'a str>,
     pub prompt: Option<&'a str>,
     pub elapsed_us: u64,
 }
@@ -118,6 +121,7 @@ fn request_event(l: &RequestLine<'_>) {
         attempts = %l.attempts,
         skipped = l.skipped,
         dropped = l.dropped,
+        note = l.note,
         prompt = l.prompt,
         elapsed_us = l.elapsed_us,
         "request"
@@ -146,6 +150,7 @@ fn write_request_fields(w: &mut String, l: &RequestLine<'_>) -> fmt::Result {
     for (name, value) in [
         (" skipped=", l.skipped),
         (" dropped=", l.dropped),
+        (" note=", l.note),
         (" prompt=", l.prompt),
     ] {
         if let Some(v) = value {
@@ -530,6 +535,7 @@ mod tests {
             attempts: "openai/gpt-4o-mini:ok:return,b/x:rate_limited:fallback",
             skipped,
             dropped: Some("seed,logit_bias"),
+            note: None,
             prompt,
             elapsed_us: 1234,
         };
@@ -548,6 +554,10 @@ mod tests {
                 attempts: "",
                 dropped: None,
                 ..line("-", "", None, None)
+            },
+            RequestLine {
+                note: Some("2 stream event(s) could not be read and were skipped"),
+                ..line("/v1/chat/completions", "bench", None, None)
             },
         ];
         let buffer = Buffer::default();
