@@ -1724,6 +1724,36 @@ async fn advisory_judgements_follow_the_value_and_names_survive_a_bad_one() {
     assert_eq!(named, ["other", "seed"]);
 }
 
+/// An OpenAI stream chunk of `gpt-x`: choice `index` carrying `delta`.
+fn openai_chunk(index: u32, delta: Value, finish: Value) -> String {
+    let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x",
+        "choices": [{"index": index, "delta": delta, "finish_reason": finish}]});
+    format!("data: {c}\n\n")
+}
+
+/// A chunk of choice 0 carrying one piece of a tool call.
+fn tool_call_chunk(call: Value) -> String {
+    openai_chunk(0, json!({"tool_calls": [call]}), Value::Null)
+}
+
+/// The events an Anthropic client streaming a message (offering `tools`, unless null)
+/// receives from an OpenAI route whose upstream streams `sse`, then a finish of
+/// `finish` and `[DONE]`.
+async fn anthropic_client_events(mut sse: String, finish: &str, tools: Value) -> Vec<Value> {
+    sse.push_str(&openai_chunk(0, json!({}), json!(finish)));
+    sse.push_str("data: [DONE]\n\n");
+    let oai = sse_upstream("/v1/chat/completions", sse.leak()).await;
+    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
+    let mut body = json!({"model": "high", "max_tokens": 50, "stream": true,
+        "messages": [{"role": "user", "content": "go"}]});
+    if !tools.is_null() {
+        body["tools"] = tools;
+    }
+    let r = post(&gw, "/v1/messages", &body, &[]).await;
+    assert_eq!(r.status(), 200);
+    data_lines(&r.text().await.unwrap())
+}
+
 /// Guards review finding 3: an OpenAI-compatible stream that interleaves two tool
 /// calls reached an Anthropic client as four blocks, two with no id or name and the
 /// arguments cut apart. Each piece goes to its own call's block. And the events stay a
@@ -1732,29 +1762,16 @@ async fn advisory_judgements_follow_the_value_and_names_survive_a_bad_one() {
 /// after its stop).
 #[tokio::test]
 async fn interleaved_openai_tool_calls_reach_an_anthropic_client_as_two_whole_calls() {
-    fn chunk(call: Value) -> String {
-        let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x",
-            "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]});
-        format!("data: {c}\n\n")
-    }
     let sse = [
-        chunk(json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": ""}})),
-        chunk(json!({"index": 1, "id": "call_b", "type": "function", "function": {"name": "g", "arguments": "{\"x\""}})),
-        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Calling.\"},\"finish_reason\":null}]}\n\n".to_string(),
-        chunk(json!({"index": 0, "function": {"arguments": "{\"y\":2}"}})),
-        chunk(json!({"index": 1, "function": {"arguments": ":1}"}})),
-        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n".to_string(),
-        "data: [DONE]\n\n".to_string(),
+        tool_call_chunk(json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": ""}})),
+        tool_call_chunk(json!({"index": 1, "id": "call_b", "type": "function", "function": {"name": "g", "arguments": "{\"x\""}})),
+        openai_chunk(0, json!({"content": "Calling."}), Value::Null),
+        tool_call_chunk(json!({"index": 0, "function": {"arguments": "{\"y\":2}"}})),
+        tool_call_chunk(json!({"index": 1, "function": {"arguments": ":1}"}})),
     ]
     .concat();
-    let oai = sse_upstream("/v1/chat/completions", Box::leak(sse.into_boxed_str())).await;
-    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
-    let body = json!({"model": "high", "max_tokens": 50, "stream": true,
-        "tools": [{"name": "f", "input_schema": {"type": "object"}}, {"name": "g", "input_schema": {"type": "object"}}],
-        "messages": [{"role": "user", "content": "go"}]});
-    let r = post(&gw, "/v1/messages", &body, &[]).await;
-    assert_eq!(r.status(), 200);
-    let events = data_lines(&r.text().await.unwrap());
+    let tools = json!([{"name": "f", "input_schema": {"type": "object"}}, {"name": "g", "input_schema": {"type": "object"}}]);
+    let events = anthropic_client_events(sse, "tool_calls", tools).await;
     let starts: Vec<&Value> = events
         .iter()
         .filter(|e| e["type"] == "content_block_start")
@@ -1808,27 +1825,14 @@ async fn interleaved_openai_tool_calls_reach_an_anthropic_client_as_two_whole_ca
 /// one `tool_use` block per chunk, each holding half the arguments.
 #[tokio::test]
 async fn a_call_whose_chunks_repeat_its_id_reaches_an_anthropic_client_as_one_block() {
-    fn chunk(call: Value) -> String {
-        let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x",
-            "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]});
-        format!("data: {c}\n\n")
-    }
     let sse = [
-        chunk(json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": "{\"a\""}})),
-        chunk(json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": ":1"}})),
-        chunk(json!({"index": 0, "id": "", "function": {"arguments": "}"}})),
-        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n".to_string(),
-        "data: [DONE]\n\n".to_string(),
+        tool_call_chunk(json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": "{\"a\""}})),
+        tool_call_chunk(json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": ":1"}})),
+        tool_call_chunk(json!({"index": 0, "id": "", "function": {"arguments": "}"}})),
     ]
     .concat();
-    let oai = sse_upstream("/v1/chat/completions", Box::leak(sse.into_boxed_str())).await;
-    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
-    let body = json!({"model": "high", "max_tokens": 50, "stream": true,
-        "tools": [{"name": "f", "input_schema": {"type": "object"}}],
-        "messages": [{"role": "user", "content": "go"}]});
-    let r = post(&gw, "/v1/messages", &body, &[]).await;
-    assert_eq!(r.status(), 200);
-    let events = data_lines(&r.text().await.unwrap());
+    let tools = json!([{"name": "f", "input_schema": {"type": "object"}}]);
+    let events = anthropic_client_events(sse, "tool_calls", tools).await;
     let starts: Vec<&Value> = events
         .iter()
         .filter(|e| e["type"] == "content_block_start")
@@ -1852,26 +1856,13 @@ async fn a_call_whose_chunks_repeat_its_id_reaches_an_anthropic_client_as_one_bl
 /// whole `tool_use` blocks, not one with both names and both argument texts glued.
 #[tokio::test]
 async fn parallel_calls_streamed_at_one_index_reach_an_anthropic_client_apart() {
-    fn chunk(call: Value) -> String {
-        let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x",
-            "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]});
-        format!("data: {c}\n\n")
-    }
     let sse = [
-        chunk(json!({"index": 0, "id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{\"a\":3}"}})),
-        chunk(json!({"index": 0, "id": "call_2", "type": "function", "function": {"name": "multiply", "arguments": "{\"b\":4}"}})),
-        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n".to_string(),
-        "data: [DONE]\n\n".to_string(),
+        tool_call_chunk(json!({"index": 0, "id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{\"a\":3}"}})),
+        tool_call_chunk(json!({"index": 0, "id": "call_2", "type": "function", "function": {"name": "multiply", "arguments": "{\"b\":4}"}})),
     ]
     .concat();
-    let oai = sse_upstream("/v1/chat/completions", Box::leak(sse.into_boxed_str())).await;
-    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
-    let body = json!({"model": "high", "max_tokens": 50, "stream": true,
-        "tools": [{"name": "add", "input_schema": {"type": "object"}}, {"name": "multiply", "input_schema": {"type": "object"}}],
-        "messages": [{"role": "user", "content": "go"}]});
-    let r = post(&gw, "/v1/messages", &body, &[]).await;
-    assert_eq!(r.status(), 200);
-    let events = data_lines(&r.text().await.unwrap());
+    let tools = json!([{"name": "add", "input_schema": {"type": "object"}}, {"name": "multiply", "input_schema": {"type": "object"}}]);
+    let events = anthropic_client_events(sse, "tool_calls", tools).await;
     let starts: Vec<&Value> = events
         .iter()
         .filter(|e| e["type"] == "content_block_start")
@@ -1904,25 +1895,14 @@ async fn parallel_calls_streamed_at_one_index_reach_an_anthropic_client_apart() 
 /// client whole, piece by piece. An Anthropic client is shown choice 0 alone, masked.
 #[tokio::test]
 async fn another_choice_interleaved_never_reaches_an_anthropic_client_nor_unmasks_a_key() {
-    let chunk = |index: u32, text: &str| {
-        let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x",
-            "choices": [{"index": index, "delta": {"content": text}, "finish_reason": null}]});
-        format!("data: {c}\n\n")
-    };
+    let chunk = |index: u32, text: &str| openai_chunk(index, json!({"content": text}), Value::Null);
     let mut sse = chunk(0, "key: ");
     for piece in UPSTREAM_KEY.as_bytes().chunks(4) {
         sse.push_str(&chunk(0, std::str::from_utf8(piece).unwrap()));
         sse.push_str(&chunk(1, "zz"));
     }
-    sse.push_str("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
-    sse.push_str("data: [DONE]\n\n");
-    let oai = sse_upstream("/v1/chat/completions", sse.leak()).await;
-    let (_dir, gw) = serve(&[route_of("oai", "openai", &oai)], &["oai/gpt-x"]).await;
-    let body = json!({"model": "high", "max_tokens": 50, "stream": true,
-        "messages": [{"role": "user", "content": "go"}]});
-    let r = post(&gw, "/v1/messages", &body, &[]).await;
-    assert_eq!(r.status(), 200);
-    let text: String = data_lines(&r.text().await.unwrap())
+    let text: String = anthropic_client_events(sse, "stop", Value::Null)
+        .await
         .iter()
         .filter(|e| e["type"] == "content_block_delta")
         .filter_map(|e| e["delta"]["text"].as_str().map(str::to_string))
