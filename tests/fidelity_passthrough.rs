@@ -779,6 +779,13 @@ async fn same_wire_openai_chat_carries_tool_kinds_the_router_does_not_know() {
     );
 }
 
+/// An OpenAI stream chunk of `m-1` whose choice 0 carries `delta`.
+fn chunk(delta: Value, finish: Value) -> String {
+    let c = json!({"id": "chatcmpl-k", "object": "chat.completion.chunk", "created": 1,
+        "model": "m-1", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    format!("data: {c}\n\n")
+}
+
 /// An OpenAI stream that echoes the key split in two, in `delta.<field>` (`content`,
 /// `refusal`, `reasoning_content`) or a tool call's arguments (`field` = `arguments`).
 fn split_key_stream(field: &str) -> &'static str {
@@ -793,11 +800,6 @@ fn split_key_stream(field: &str) -> &'static str {
         first["tool_calls"][0]["type"] = json!("function");
         first["tool_calls"][0]["function"]["name"] = json!("echo");
     }
-    let chunk = |d: Value, finish: Value| {
-        let c = json!({"id": "chatcmpl-k", "object": "chat.completion.chunk", "created": 1,
-            "model": "m-1", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]});
-        format!("data: {c}\n\n")
-    };
     let finish = if field == "arguments" {
         "tool_calls"
     } else {
@@ -857,13 +859,8 @@ fn joined_strings(sse: &str) -> String {
 #[tokio::test]
 async fn a_key_start_held_when_the_stream_fails_reaches_the_client_masked() {
     let start = &UPSTREAM_KEY[..16];
-    let chunk = |d: Value| {
-        let c = json!({"id": "chatcmpl-k", "object": "chat.completion.chunk", "created": 1,
-            "model": "m-1", "choices": [{"index": 0, "delta": d, "finish_reason": null}]});
-        format!("data: {c}\n\n")
-    };
-    let mut sse = chunk(json!({"content": "hello "}));
-    sse.push_str(&chunk(json!({"content": start})));
+    let mut sse = chunk(json!({"content": "hello "}), Value::Null);
+    sse.push_str(&chunk(json!({"content": start}), Value::Null));
     sse.push_str("data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\"}}\n\n");
     let (_server, _dir, _gw, text) = stream_through_one_route(sse.leak()).await;
     assert!(!joined_strings(&text).contains(start), "{text}");
@@ -923,11 +920,7 @@ async fn a_key_split_across_tool_argument_refusal_or_reasoning_deltas_reaches_th
 #[tokio::test]
 async fn a_key_split_across_tool_calls_without_index_or_beside_a_new_call_is_masked() {
     let (head, rest) = UPSTREAM_KEY.split_at(9);
-    let chunk = |calls: Value| {
-        let c = json!({"id": "chatcmpl-k", "object": "chat.completion.chunk", "created": 1,
-            "model": "m-1", "choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": null}]});
-        format!("data: {c}\n\n")
-    };
+    let calls_chunk = |calls: Value| chunk(json!({ "tool_calls": calls }), Value::Null);
     let last = "data: {\"id\":\"chatcmpl-k\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m-1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
     let start = |index: Option<u32>, id: &str, args: &str| {
         let mut c =
@@ -945,22 +938,22 @@ async fn a_key_split_across_tool_calls_without_index_or_beside_a_new_call_is_mas
         c
     };
     let beside_a_new_call = [
-        chunk(json!([start(
+        calls_chunk(json!([start(
             Some(0),
             "call_a",
             &format!("{{\"k\":\"{head}")
         )])),
-        chunk(json!([
+        calls_chunk(json!([
             piece(Some(0), &format!("{rest}\"}}")),
             start(Some(1), "call_b", "")
         ])),
-        chunk(json!([piece(Some(1), "{}")])),
+        calls_chunk(json!([piece(Some(1), "{}")])),
         last.to_string(),
     ]
     .concat();
     let without_index = [
-        chunk(json!([start(None, "call_a", &format!("{{\"k\":\"{head}"))])),
-        chunk(json!([piece(None, &format!("{rest}\"}}"))])),
+        calls_chunk(json!([start(None, "call_a", &format!("{{\"k\":\"{head}"))])),
+        calls_chunk(json!([piece(None, &format!("{rest}\"}}"))])),
         last.to_string(),
     ]
     .concat();
@@ -1012,11 +1005,6 @@ async fn a_key_escaped_inside_tool_call_arguments_reaches_the_client_masked() {
     assert_eq!(call["function"]["arguments"], "{\"q\":\"***\"}", "{text}");
     assert_eq!(call["id"], "call_1", "otherwise as sent: {text}");
 
-    let chunk = |d: Value, finish: Value| {
-        let c = json!({"id": "chatcmpl-k", "object": "chat.completion.chunk", "created": 1,
-            "model": "m-1", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]});
-        format!("data: {c}\n\n")
-    };
     let sse = [
         chunk(
             json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1",
@@ -1059,11 +1047,6 @@ async fn a_key_escaped_inside_tool_call_arguments_reaches_the_client_masked() {
 /// to an Anthropic client.
 #[tokio::test]
 async fn a_key_percent_encoded_or_escaped_and_split_across_deltas_reaches_the_client_masked() {
-    let chunk = |d: Value, finish: Value| {
-        let c = json!({"id": "chatcmpl-k", "object": "chat.completion.chunk", "created": 1,
-            "model": "m-1", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]});
-        format!("data: {c}\n\n")
-    };
     for spelled in [percent_key(), escaped_key()] {
         for cut in [spelled.len() / 2 / 6 * 6, 13] {
             let (a, b) = spelled.split_at(cut);
