@@ -820,10 +820,8 @@ impl<'a> Reader<'a> {
     /// LiteLLM has hundreds of fields poolctl does not read, and a real one may sit one
     /// letter from one it does (`callbacks`, `fallbacks`).
     fn unknown(&mut self, src: &Src, key: &str, read: &[&str]) {
-        match typo_of(key, read) {
-            Some(meant) => self.unused(src, &format!("did you mean `{meant}`?")),
-            None => self.unused(src, ""),
-        }
+        let why = typo_of(key, read).map(|meant| format!("did you mean `{meant}`?"));
+        self.unused(src, why.as_deref().unwrap_or(""));
     }
 
     /// `os.environ/VAR` from the environment (then `environment_variables`).
